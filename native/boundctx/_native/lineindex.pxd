@@ -1,0 +1,41 @@
+# Declarations other native modules may cimport from boundctx._native.lineindex.
+
+from libc.stdint cimport int64_t, uint8_t
+
+# Line kinds. The numbering is part of the layout sidecar format: never renumber.
+cdef enum LineKind:
+    KIND_MESSAGE = 1
+    KIND_COMPACTION = 2
+    KIND_OTHER = 3
+    KIND_CORRUPT = 4
+    KIND_BLANK = 5
+    KIND_UNDECIDED = 6   # well-formed so far, but the "type" key lies past the classify window
+
+cdef struct DialectEntry:
+    char name[64]
+    int name_len
+    uint8_t kind
+
+cdef struct Dialect:
+    DialectEntry entries[32]
+    int count
+
+# Growable output of a scan: line start offsets and one kind per line.
+cdef struct LineBuf:
+    int64_t *starts
+    uint8_t *kinds
+    Py_ssize_t count
+    Py_ssize_t cap
+
+# Scanner state carried across blocks, so a line may straddle any number of reads.
+cdef struct ScanState:
+    int64_t line_start      # file offset of the line being assembled (in_line only)
+    int in_line             # 1 while a line started in an earlier block has no "\n" yet
+    unsigned char *pre      # the first `window` bytes of that line
+    Py_ssize_t pre_len
+    Py_ssize_t window
+    int64_t line_len        # bytes of that line seen so far
+    int last_sig            # last byte of it that is not JSON whitespace, or -1
+
+cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int last_sig,
+                         bint at_file_start, const Dialect *d) noexcept nogil

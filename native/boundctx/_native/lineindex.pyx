@@ -1,0 +1,729 @@
+"""Frame JSONL into line offsets, classify each line, and project one line for display.
+
+Everything here works on raw bytes and never decodes JSON into Python objects: framing
+a 1 GB transcript must cost about what ``wc -l`` costs, and opening a window that holds
+a 5 MB tool output must not read or copy that output.
+
+The slow, obviously-correct twin of this module is ``tests/reference/lineindex.py``;
+property tests assert the two agree on arbitrary bytes.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.errno cimport errno, EINTR
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memchr, memcpy, strerror
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void *buf, size_t count, long long offset)
+
+MESSAGE = KIND_MESSAGE
+COMPACTION = KIND_COMPACTION
+OTHER = KIND_OTHER
+CORRUPT = KIND_CORRUPT
+BLANK = KIND_BLANK
+UNDECIDED = KIND_UNDECIDED
+
+DEFAULT_CLASSIFY_WINDOW = 1 << 20
+DEFAULT_BLOCK_SIZE = 8 << 20
+
+# Return codes of the string/value skippers below.
+cdef enum:
+    RAN_OUT = -1      # the prefix ended inside the construct: more bytes could decide
+    MALFORMED = -2    # not JSON, whatever follows
+
+cdef enum:
+    NAME_CAP = 64     # longest decoded "type" value a dialect may name
+    MAX_DEPTH = 256   # deepest nesting the display projection follows
+
+
+cdef inline bint _is_ws(unsigned char c) noexcept nogil:
+    # JSON whitespace less "\n", which never occurs inside a framed line.
+    return c == 32 or c == 9 or c == 13
+
+
+cdef inline int _hexval(unsigned char c) noexcept nogil:
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+cdef Py_ssize_t _read_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                             unsigned char *out, Py_ssize_t cap,
+                             Py_ssize_t *out_len) noexcept nogil:
+    """Read the JSON string whose opening quote is at p[i-1]; return the index after
+    the closing quote, RAN_OUT or MALFORMED.
+
+    Decodes into ``out`` (may be NULL) while the decoded text fits ``cap`` bytes;
+    ``*out_len`` becomes ``cap + 1`` when it does not, or when a ``\\u`` escape decodes
+    to a non-ASCII code point (dialect names are ASCII, so such a name can never match).
+    """
+    cdef unsigned char c, e
+    cdef int h0, h1, h2, h3, ch
+    out_len[0] = 0
+    while i < n:
+        c = p[i]
+        if c == 34:  # '"'
+            return i + 1
+        if c == 92:  # '\\'
+            if i + 1 >= n:
+                return RAN_OUT
+            e = p[i + 1]
+            if e == 34 or e == 92 or e == 47:
+                ch = e
+            elif e == 98:
+                ch = 8
+            elif e == 102:
+                ch = 12
+            elif e == 110:
+                ch = 10
+            elif e == 114:
+                ch = 13
+            elif e == 116:
+                ch = 9
+            elif e == 117:  # \uXXXX
+                if i + 6 > n:
+                    return RAN_OUT
+                h0 = _hexval(p[i + 2]); h1 = _hexval(p[i + 3])
+                h2 = _hexval(p[i + 4]); h3 = _hexval(p[i + 5])
+                if h0 < 0 or h1 < 0 or h2 < 0 or h3 < 0:
+                    return MALFORMED
+                ch = (h0 << 12) | (h1 << 8) | (h2 << 4) | h3
+                if ch >= 128:
+                    ch = -1
+                i += 4
+            else:
+                return MALFORMED
+            i += 2
+        elif c < 32:
+            return MALFORMED  # raw control characters are not allowed in JSON strings
+        else:
+            ch = c
+            i += 1
+        if out != NULL and out_len[0] <= cap:
+            if ch < 0 or out_len[0] == cap:
+                out_len[0] = cap + 1
+            else:
+                out[out_len[0]] = <unsigned char>ch
+                out_len[0] += 1
+    return RAN_OUT
+
+
+cdef Py_ssize_t _skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    """Skip the JSON value starting at p[i]; return the index after it, RAN_OUT or
+    MALFORMED. Containers are skipped by depth counting, strings escape-aware; this is
+    a skipper, not a validator (bracket kinds are not matched)."""
+    cdef Py_ssize_t depth = 0, j, dummy
+    cdef unsigned char c = p[i]
+    if c == 34:
+        return _read_string(p, n, i + 1, NULL, 0, &dummy)
+    if c == 123 or c == 91:  # '{' '['
+        # Invariant: depth counts the open containers between p[i] and p[j].
+        j = i
+        while j < n:
+            c = p[j]
+            if c == 34:
+                j = _read_string(p, n, j + 1, NULL, 0, &dummy)
+                if j < 0:
+                    return j
+                continue
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        return RAN_OUT
+    # A scalar: number, true, false, null. It ends at a separator or whitespace.
+    j = i
+    while j < n and not (p[j] == 44 or p[j] == 125 or p[j] == 93 or _is_ws(p[j])):
+        if p[j] == 58 or p[j] == 34 or p[j] == 123 or p[j] == 91:
+            return MALFORMED
+        j += 1
+    if j == i:
+        return MALFORMED
+    if j == n:
+        return RAN_OUT
+    return j
+
+
+cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int last_sig,
+                         bint at_file_start, const Dialect *d) noexcept nogil:
+    """Classify one line from its first ``n`` bytes (``whole`` when that is the line).
+
+    ``last_sig`` is the line's last byte that is not whitespace (-1 if none). The walk
+    reads top-level keys until the first "type" key and maps its string value through
+    the dialect table. It validates only what it walks, plus the closing brace.
+    """
+    cdef Py_ssize_t i = 0, r, klen, vlen
+    cdef unsigned char key[8]
+    cdef unsigned char val[NAME_CAP]
+    cdef int k
+    if at_file_start and n >= 3 and p[0] == 0xEF and p[1] == 0xBB and p[2] == 0xBF:
+        i = 3  # a UTF-8 byte-order mark at byte 0 is tolerated, never part of a record
+    while i < n and _is_ws(p[i]):
+        i += 1
+    if i == n:
+        return KIND_BLANK if whole else KIND_UNDECIDED
+    if p[i] != 123 or last_sig != 125:  # must look like {...}
+        return KIND_CORRUPT
+    i += 1
+    while True:
+        while i < n and _is_ws(p[i]):
+            i += 1
+        if i >= n:
+            break
+        if p[i] == 125:
+            return KIND_OTHER  # an object with no "type" key
+        if p[i] != 34:
+            return KIND_CORRUPT
+        r = _read_string(p, n, i + 1, key, 4, &klen)
+        if r == MALFORMED:
+            return KIND_CORRUPT
+        if r == RAN_OUT:
+            break
+        i = r
+        while i < n and _is_ws(p[i]):
+            i += 1
+        if i >= n:
+            break
+        if p[i] != 58:  # ':'
+            return KIND_CORRUPT
+        i += 1
+        while i < n and _is_ws(p[i]):
+            i += 1
+        if i >= n:
+            break
+        if klen == 4 and key[0] == 116 and key[1] == 121 and key[2] == 112 and key[3] == 101:
+            if p[i] != 34:
+                return KIND_OTHER  # "type" is not a string: not a record we know
+            r = _read_string(p, n, i + 1, val, NAME_CAP, &vlen)
+            if r == MALFORMED:
+                return KIND_CORRUPT
+            if r == RAN_OUT:
+                break
+            if vlen <= NAME_CAP:
+                for k in range(d.count):
+                    if d.entries[k].name_len == vlen and _bytes_eq(d.entries[k].name, val, vlen):
+                        return d.entries[k].kind
+            return KIND_OTHER
+        r = _skip_value(p, n, i)
+        if r == MALFORMED:
+            return KIND_CORRUPT
+        if r == RAN_OUT:
+            break
+        i = r
+        while i < n and _is_ws(p[i]):
+            i += 1
+        if i >= n:
+            break
+        if p[i] == 44:  # ','
+            i += 1
+            while i < n and _is_ws(p[i]):
+                i += 1
+            if i < n and p[i] != 34:
+                return KIND_CORRUPT  # a key must follow a comma
+            continue
+        if p[i] == 125:
+            return KIND_OTHER
+        return KIND_CORRUPT
+    # The walk ran out of bytes before it could decide.
+    return KIND_CORRUPT if whole else KIND_UNDECIDED
+
+
+cdef inline bint _bytes_eq(const char *a, const unsigned char *b, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(n):
+        if <unsigned char>a[k] != b[k]:
+            return False
+    return True
+
+
+cdef inline int _last_sig(const unsigned char *p, Py_ssize_t n, int prev) noexcept nogil:
+    """Last non-whitespace byte of p[0:n], or ``prev`` when there is none."""
+    while n > 0:
+        n -= 1
+        if not _is_ws(p[n]):
+            return p[n]
+    return prev
+
+
+cdef int _push(LineBuf *out, int64_t start, uint8_t kind) noexcept nogil:
+    """Append one line; 0 on success, -1 when memory runs out (nothing is changed)."""
+    cdef Py_ssize_t cap
+    cdef int64_t *s
+    cdef uint8_t *k
+    if out.count == out.cap:
+        cap = out.cap * 2 if out.cap else 4096
+        s = <int64_t *>realloc(out.starts, cap * sizeof(int64_t))
+        if s == NULL:
+            return -1
+        out.starts = s
+        k = <uint8_t *>realloc(out.kinds, cap * sizeof(uint8_t))
+        if k == NULL:
+            return -1
+        out.kinds = k
+        out.cap = cap
+    out.starts[out.count] = start
+    out.kinds[out.count] = kind
+    out.count += 1
+    return 0
+
+
+cdef int _scan_block(ScanState *st, LineBuf *out, const unsigned char *buf, Py_ssize_t n,
+                     int64_t off, const Dialect *d) noexcept nogil:
+    """Frame and classify the lines completed by ``buf`` (which sits at file offset
+    ``off``); a trailing partial line is carried in ``st``. Returns 0, or -1 when
+    memory runs out.
+
+    The result never depends on where blocks begin or end: each line is classified
+    from its first ``st.window`` bytes and its last significant byte, both of which
+    are carried across blocks.
+    """
+    cdef const unsigned char *nl
+    cdef Py_ssize_t p = 0, seg, take, length
+    cdef uint8_t kind
+    if st.in_line:
+        nl = <const unsigned char *>memchr(buf, 10, n)
+        seg = (nl - buf) if nl != NULL else n
+        take = min(seg, st.window - st.pre_len)
+        if take > 0:
+            memcpy(st.pre + st.pre_len, buf, take)
+            st.pre_len += take
+        st.last_sig = _last_sig(buf, seg, st.last_sig)
+        st.line_len += seg
+        if nl == NULL:
+            return 0
+        kind = li_classify(st.pre, st.pre_len, st.line_len <= st.window, st.last_sig,
+                           st.line_start == 0, d)
+        if _push(out, st.line_start, kind) < 0:
+            return -1
+        st.in_line = 0
+        p = seg + 1
+    # Invariant: p is the start of a line, and every line before it has been pushed.
+    while p < n:
+        nl = <const unsigned char *>memchr(buf + p, 10, n - p)
+        if nl == NULL:
+            st.in_line = 1
+            st.line_start = off + p
+            st.line_len = n - p
+            st.pre_len = min(n - p, st.window)
+            memcpy(st.pre, buf + p, st.pre_len)
+            st.last_sig = _last_sig(buf + p, n - p, -1)
+            return 0
+        length = nl - (buf + p)
+        kind = li_classify(buf + p, min(length, st.window), length <= st.window,
+                           _last_sig(buf + p, length, -1), off + p == 0, d)
+        if _push(out, off + p, kind) < 0:
+            return -1
+        p += length + 1
+    return 0
+
+
+cdef class DialectTable:
+    """Maps a line's top-level ``"type"`` value to a line kind.
+
+    Parameters
+    ----------
+    kinds : dict[str, int]
+        Type value -> kind (``MESSAGE``, ``COMPACTION`` or ``OTHER``). At most 32
+        entries of at most 64 ASCII bytes each.
+    """
+    cdef Dialect c_dialect
+
+    def __init__(self, dict kinds):
+        cdef bytes name
+        cdef int i = 0
+        if len(kinds) > 32:
+            raise ValueError(f"a dialect table holds at most 32 type names, got {len(kinds)}")
+        for key, kind in kinds.items():
+            name = key.encode("ascii")
+            if not 0 < len(name) <= NAME_CAP:
+                raise ValueError(f"type name {key!r} must be 1-{NAME_CAP} ASCII bytes")
+            if kind not in (KIND_MESSAGE, KIND_COMPACTION, KIND_OTHER):
+                raise ValueError(f"kind for {key!r} must be MESSAGE, COMPACTION or OTHER, got {kind!r}")
+            memcpy(self.c_dialect.entries[i].name, <const char *>name, len(name))
+            self.c_dialect.entries[i].name_len = len(name)
+            self.c_dialect.entries[i].kind = kind
+            i += 1
+        self.c_dialect.count = i
+
+
+class ScanResult:
+    """Lines framed by one scan.
+
+    Attributes
+    ----------
+    starts : bytes
+        Native-endian int64 start offset of each complete line.
+    kinds : bytes
+        One kind byte per complete line.
+    indexed_end : int
+        Offset just past the last ``\\n`` seen (the scan's start when there is none).
+    scanned_end : int
+        Offset where the scan stopped (end of file or of the requested range).
+    """
+    __slots__ = ("starts", "kinds", "indexed_end", "scanned_end")
+
+    def __init__(self, starts, kinds, indexed_end, scanned_end):
+        self.starts = starts
+        self.kinds = kinds
+        self.indexed_end = indexed_end
+        self.scanned_end = scanned_end
+
+    @property
+    def torn_bytes(self):
+        """Bytes after the last ``\\n``: an unterminated tail, never a record."""
+        return self.scanned_end - self.indexed_end
+
+
+cdef object _result(LineBuf *out, ScanState *st, int64_t scanned_end, int64_t start):
+    cdef int64_t indexed_end = st.line_start if st.in_line else scanned_end
+    return ScanResult(
+        PyBytes_FromStringAndSize(<char *>out.starts, out.count * sizeof(int64_t)),
+        PyBytes_FromStringAndSize(<char *>out.kinds, out.count),
+        indexed_end, scanned_end)
+
+
+cdef int _init(ScanState *st, LineBuf *out, Py_ssize_t window) except -1:
+    if window < 1:
+        raise ValueError(f"classify_window must be >= 1, got {window}")
+    st.in_line = 0
+    st.pre_len = 0
+    st.line_len = 0
+    st.line_start = 0
+    st.last_sig = -1
+    st.window = window
+    st.pre = <unsigned char *>malloc(window)
+    if st.pre == NULL:
+        raise MemoryError()
+    out.starts = NULL
+    out.kinds = NULL
+    out.count = 0
+    out.cap = 0
+    return 0
+
+
+cdef void _release(ScanState *st, LineBuf *out) noexcept:
+    free(st.pre)
+    free(out.starts)
+    free(out.kinds)
+
+
+def scan_bytes(const unsigned char[::1] data not None, DialectTable dialect not None, *,
+               long long base_offset=0, Py_ssize_t classify_window=DEFAULT_CLASSIFY_WINDOW):
+    """Frame and classify the lines of an in-memory buffer.
+
+    Parameters
+    ----------
+    data : bytes-like
+        The bytes, as if they sat at file offset ``base_offset``.
+    dialect : DialectTable
+    base_offset : int
+        File offset of ``data[0]``; a byte-order mark is only skipped at offset 0.
+    classify_window : int
+        How many leading bytes of a line the classifier may read.
+
+    Returns
+    -------
+    ScanResult
+    """
+    cdef ScanState st
+    cdef LineBuf out
+    cdef int rc
+    cdef Py_ssize_t n = data.shape[0]
+    if base_offset < 0:
+        raise ValueError(f"base_offset must be >= 0, got {base_offset}")
+    _init(&st, &out, classify_window)
+    try:
+        with nogil:
+            rc = _scan_block(&st, &out, &data[0] if n else NULL, n, base_offset, &dialect.c_dialect)
+        if rc < 0:
+            raise MemoryError()
+        return _result(&out, &st, base_offset + n, base_offset)
+    finally:
+        _release(&st, &out)
+
+
+def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long long end=-1,
+            Py_ssize_t classify_window=DEFAULT_CLASSIFY_WINDOW,
+            Py_ssize_t block_size=DEFAULT_BLOCK_SIZE, progress=None):
+    """Frame and classify the lines of an open file with ``pread``, from ``start`` up to
+    ``end`` (or end of file when ``end`` is -1).
+
+    ``pread`` is used rather than a mapping: another process may truncate a transcript
+    while it is being scanned, and a read then simply returns fewer bytes where a
+    mapping would raise SIGBUS. The GIL is released for each block.
+
+    Parameters
+    ----------
+    fd : int
+        A file descriptor open for reading.
+    dialect : DialectTable
+    start, end : int
+        Byte range; ``start`` must be a line start.
+    classify_window, block_size : int
+    progress : callable, optional
+        Called as ``progress(bytes_done)`` after each block, with the GIL held.
+
+    Returns
+    -------
+    ScanResult
+        ``scanned_end`` is where reading stopped: ``end``, or earlier if the file
+        ended first.
+
+    Raises
+    ------
+    OSError
+        When a read fails.
+    """
+    cdef ScanState st
+    cdef LineBuf out
+    cdef unsigned char *buf
+    cdef int rc = 0, err = 0
+    cdef ssize_t got
+    cdef long long pos = start
+    cdef size_t want
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if end != -1 and end < start:
+        raise ValueError(f"end must be -1 or >= start ({start}), got {end}")
+    if block_size < 4096:
+        raise ValueError(f"block_size must be >= 4096, got {block_size}")
+    _init(&st, &out, classify_window)
+    buf = <unsigned char *>malloc(block_size)
+    if buf == NULL:
+        _release(&st, &out)
+        raise MemoryError()
+    try:
+        while end == -1 or pos < end:
+            want = block_size if end == -1 else <size_t>min(<long long>block_size, end - pos)
+            with nogil:
+                got = pread(fd, buf, want, pos)
+                while got < 0 and errno == EINTR:
+                    got = pread(fd, buf, want, pos)
+                if got < 0:
+                    err = errno
+                elif got > 0:
+                    rc = _scan_block(&st, &out, buf, got, pos, &dialect.c_dialect)
+            if got < 0:
+                raise OSError(err, strerror(err).decode("utf-8", "replace"))
+            if rc < 0:
+                raise MemoryError()
+            if got == 0:
+                break  # end of file (or the file shrank under us: scanned_end tells)
+            pos += got
+            if progress is not None:
+                progress(pos - start)
+        return _result(&out, &st, pos, start)
+    finally:
+        free(buf)
+        _release(&st, &out)
+
+
+# ---------------------------------------------------------------------------
+# Bounded display projection
+# ---------------------------------------------------------------------------
+
+cdef enum PState:
+    P_VALUE = 0            # a value must come next
+    P_VALUE_OR_CLOSE = 1   # just after '[': a value or ']'
+    P_KEY = 2              # just after ',' in an object: a key
+    P_KEY_OR_CLOSE = 3     # just after '{': a key or '}'
+    P_COLON = 4
+    P_COMMA_OR_CLOSE = 5
+    P_DONE = 6
+
+
+cdef inline Py_ssize_t _utf8_len(unsigned char c) noexcept nogil:
+    if c < 0x80:
+        return 1
+    if c >= 0xF0:
+        return 4
+    if c >= 0xE0:
+        return 3
+    if c >= 0xC0:
+        return 2
+    return 1  # a stray continuation byte: copied alone; the decoder will flag it
+
+
+def project_display(const unsigned char[::1] prefix not None, long long total_len,
+                    Py_ssize_t content_limit):
+    """Build the display form of one JSON line from a prefix of it.
+
+    Copies the line's structure and keys, and at most ``content_limit`` bytes (as
+    written, escapes included) of its string values. Where text is cut, the cut string
+    ends with a marker ``" [... N more bytes not shown]"`` and every open container is
+    closed, so the result is valid JSON. Bytes past ``prefix`` are never needed.
+
+    Parameters
+    ----------
+    prefix : bytes-like
+        The first bytes of the line, without its ``\\n`` (and without a byte-order mark).
+    total_len : int
+        Length of the whole line, for the marker.
+    content_limit : int
+        String-value bytes to keep, >= 0.
+
+    Returns
+    -------
+    tuple of (bytes or None, int, int)
+        ``(display, kept, cut)``: the display JSON (None when the prefix is not JSON),
+        string-value bytes kept, and bytes of the line not represented (0 when whole).
+    """
+    cdef const unsigned char *p = &prefix[0] if prefix.shape[0] else NULL
+    cdef Py_ssize_t n = prefix.shape[0]
+    cdef unsigned char *out
+    cdef unsigned char stack[MAX_DEPTH]
+    cdef Py_ssize_t depth = 0, i = 0, o = 0, j, u, budget = content_limit, kept = 0
+    cdef Py_ssize_t safe_o = 0, safe_depth = 0, safe_src = 0
+    cdef PState state = P_VALUE
+    cdef bint malformed = False, cut = False, in_text = False
+    cdef unsigned char c
+    cdef bytes marker, result
+    if content_limit < 0:
+        raise ValueError(f"content_limit must be >= 0, got {content_limit}")
+    if total_len < n:
+        raise ValueError(f"total_len ({total_len}) is shorter than the prefix ({n})")
+    out = <unsigned char *>malloc(n + MAX_DEPTH + 2)
+    if out == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            # Invariant: out[0:o] is the projection of p[0:i]; out[0:safe_o] followed by
+            # closers for stack[0:safe_depth] is valid JSON representing p[0:safe_src].
+            while i < n and not malformed and not cut:
+                c = p[i]
+                if _is_ws(c):
+                    i += 1
+                    continue
+                if state == P_DONE:
+                    malformed = True
+                elif state == P_COLON:
+                    if c != 58:
+                        malformed = True
+                    else:
+                        out[o] = c; o += 1; i += 1
+                        state = P_VALUE
+                elif state == P_COMMA_OR_CLOSE:
+                    if c == 44:
+                        out[o] = c; o += 1; i += 1
+                        state = P_KEY if stack[depth - 1] == 123 else P_VALUE
+                    elif (c == 125 and stack[depth - 1] == 123) or (c == 93 and stack[depth - 1] == 91):
+                        out[o] = c; o += 1; i += 1
+                        depth -= 1
+                        state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                        safe_o = o; safe_depth = depth; safe_src = i
+                    else:
+                        malformed = True
+                elif c == 125 and state == P_KEY_OR_CLOSE:
+                    out[o] = c; o += 1; i += 1
+                    depth -= 1
+                    state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                    safe_o = o; safe_depth = depth; safe_src = i
+                elif c == 93 and state == P_VALUE_OR_CLOSE:
+                    out[o] = c; o += 1; i += 1
+                    depth -= 1
+                    state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                    safe_o = o; safe_depth = depth; safe_src = i
+                elif state == P_KEY or state == P_KEY_OR_CLOSE:
+                    # A key is copied whole and is not text content; a key the prefix
+                    # cuts short is dropped by rolling back to the last safe point.
+                    if c != 34:
+                        malformed = True
+                    else:
+                        j = _read_string(p, n, i + 1, NULL, 0, &u)
+                        if j == MALFORMED:
+                            malformed = True
+                        elif j == RAN_OUT:
+                            cut = True
+                        else:
+                            memcpy(out + o, p + i, j - i); o += j - i; i = j
+                            state = P_COLON
+                elif c == 123 or c == 91:
+                    if depth == MAX_DEPTH:
+                        malformed = True
+                    else:
+                        stack[depth] = c
+                        depth += 1
+                        out[o] = c; o += 1; i += 1
+                        state = P_KEY_OR_CLOSE if c == 123 else P_VALUE_OR_CLOSE
+                        safe_o = o; safe_depth = depth; safe_src = i
+                elif c == 34:
+                    # A string value: text content, copied under the budget one whole
+                    # character or escape at a time, so a cut never splits either.
+                    out[o] = c; o += 1
+                    j = i + 1
+                    while True:
+                        if j >= n:
+                            cut = True; in_text = True
+                            break
+                        c = p[j]
+                        if c == 34:
+                            break
+                        if c == 92:
+                            u = 6 if (j + 1 < n and p[j + 1] == 117) else 2
+                        elif c < 32:
+                            malformed = True
+                            break
+                        else:
+                            u = _utf8_len(c)
+                        if j + u > n:
+                            cut = True; in_text = True
+                            break
+                        if u > budget:
+                            cut = True; in_text = True
+                            break
+                        memcpy(out + o, p + j, u); o += u; j += u
+                        budget -= u; kept += u
+                    if not malformed:
+                        i = j + 1 if not cut else j
+                        if not cut:
+                            out[o] = 34; o += 1
+                            state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                            safe_o = o; safe_depth = depth; safe_src = i
+                else:
+                    # A scalar (number, true, false, null): copied whole or not at all.
+                    j = i
+                    while j < n and not (p[j] == 44 or p[j] == 125 or p[j] == 93 or _is_ws(p[j])):
+                        if p[j] == 58 or p[j] == 34 or p[j] == 123 or p[j] == 91:
+                            malformed = True
+                            break
+                        j += 1
+                    if j == i:
+                        malformed = True  # e.g. ',' or '}' where a value belongs
+                    if not malformed:
+                        if j == n and total_len > n:
+                            cut = True  # the scalar may go on past the prefix
+                        else:
+                            memcpy(out + o, p + i, j - i); o += j - i; i = j
+                            state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                            safe_o = o; safe_depth = depth; safe_src = i
+        if malformed:
+            return (None, kept, total_len)
+        if not cut and state != P_DONE:
+            if total_len > n:
+                cut = True  # the prefix ended between tokens
+            else:
+                return (None, kept, total_len)  # the whole line ends early: not JSON
+        if not cut:
+            return (PyBytes_FromStringAndSize(<char *>out, o), kept, 0)
+        if in_text:
+            # Close the cut string with the marker; it is then a complete value.
+            marker = f" [... {total_len - i} more bytes not shown]\"".encode("ascii")
+            result = PyBytes_FromStringAndSize(<char *>out, o) + marker
+            safe_depth = depth
+            safe_src = i
+        else:
+            result = PyBytes_FromStringAndSize(<char *>out, safe_o)
+        closers = bytearray(safe_depth)
+        for j in range(safe_depth):
+            closers[j] = 125 if stack[safe_depth - 1 - j] == 123 else 93
+        return (result + bytes(closers), kept, total_len - safe_src)
+    finally:
+        free(out)

@@ -1,0 +1,77 @@
+"""Exceptions raised by boundctx.
+
+Every error derives from :class:`BoundctxError` and from the built-in exception a caller
+would already catch for that kind of failure. This module imports nothing from boundctx.
+
+::
+
+    BoundctxError
+    ├── ConfigError(ValueError)                  a setting has a value outside its range
+    └── TranscriptError
+        ├── TranscriptNotFound(FileNotFoundError)   no file at the path
+        ├── TranscriptNotAFile(IsADirectoryError)   the path is a directory or a device
+        ├── TranscriptPermission(PermissionError)   the file cannot be read or written
+        ├── TranscriptCorrupt(ValueError)           bytes that are not a transcript record
+        ├── TranscriptChanged(RuntimeError)         the file changed under a read
+        ├── TranscriptLocked(BlockingIOError)       another writer holds the transcript
+        ├── EntryInvalid(ValueError)                an entry given to append/rewrite is unusable
+        └── PartialHistoryRewrite(ValueError)       a rewrite would drop history it never read
+"""
+
+__all__ = [
+    "BoundctxError",
+    "ConfigError",
+    "EntryInvalid",
+    "PartialHistoryRewrite",
+    "TranscriptChanged",
+    "TranscriptCorrupt",
+    "TranscriptError",
+    "TranscriptLocked",
+    "TranscriptNotAFile",
+    "TranscriptNotFound",
+    "TranscriptPermission",
+]
+
+
+class BoundctxError(Exception):
+    """Base class of every error boundctx raises on purpose."""
+
+
+class ConfigError(BoundctxError, ValueError):
+    """A setting has a value outside its accepted range."""
+
+
+class TranscriptError(BoundctxError):
+    """A transcript could not be read or written as asked."""
+
+
+class TranscriptNotFound(TranscriptError, FileNotFoundError):
+    """There is no file at the transcript path."""
+
+
+class TranscriptNotAFile(TranscriptError, IsADirectoryError):
+    """The transcript path names a directory or something else that is not a file."""
+
+
+class TranscriptPermission(TranscriptError, PermissionError):
+    """The transcript (or its folder) cannot be read or written by this user."""
+
+
+class TranscriptCorrupt(TranscriptError, ValueError):
+    """Bytes that should hold a transcript record do not."""
+
+
+class TranscriptChanged(TranscriptError, RuntimeError):
+    """The transcript changed under a read, even after one rebuild of its layout."""
+
+
+class TranscriptLocked(TranscriptError, BlockingIOError):
+    """Another writer holds the transcript's write lock."""
+
+
+class EntryInvalid(TranscriptError, ValueError):
+    """An entry given to ``append`` or ``rewrite`` cannot be stored as a record."""
+
+
+class PartialHistoryRewrite(TranscriptError, ValueError):
+    """A rewrite was built from a partial window and would delete older history."""
