@@ -1,0 +1,540 @@
+"""The layout of a transcript: where each line starts and what kind it is.
+
+A layout is a disposable cache. It is built by the native line index, kept in a sidecar
+file so the next open costs a ``stat``, two 4 KiB reads and a memory map, and checked
+again on every read. Nothing in it is trusted: a missing, old, foreign, truncated or
+lying sidecar is rebuilt.
+
+Sidecar format (``<transcript>.layout``, or in the cache directory)::
+
+    b"BCTXLAY\\x01"                                 magic, 8 bytes
+    segment+                                        one for the build, one per extension
+      <u32 header length> <u32 crc32 of header>
+      header (MessagePack map), zero-padded to a multiple of 8
+      starts       int64[n]   little-endian, start offset of each line
+      kinds        uint8[n]   padded to a multiple of 8
+      messages     int64[m]   line numbers of the message sequence
+      compactions  int64[c]   line numbers of compaction lines
+
+The header says which byte range the segment covers (``start``..``end``), the line
+number of its first line, the counts, the file identity ``(dev, ino, size, mtime_ns)``
+seen when it was written, and hashes of the first 4 KiB and of the 4 KiB before
+``end``. Extensions are appended as new segments, so growing a 1 GB transcript by a
+few lines never rewrites the arrays; past ``MAX_SEGMENTS`` the file is rewritten whole.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import mmap
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from boundctx._native import load
+from boundctx.transcript.dialects import dialect_kinds, native_table
+
+_li = load("lineindex")
+
+__all__ = [
+    "Chunked",
+    "Identity",
+    "Layout",
+    "build_layout",
+    "extend_layout",
+    "file_hashes",
+    "judge",
+    "load_layout",
+    "pread_exact",
+    "save_layout",
+    "sidecar_paths",
+]
+
+MAGIC = b"BCTXLAY\x01"
+FORMAT_VERSION = 1
+HASH_SPAN = 4096
+MAX_SEGMENTS = 16
+BOM = b"\xef\xbb\xbf"
+
+# Message sequence = message lines and corrupt lines (a corrupt line stays visible in
+# the place it occupies; see docs/decisions/0001-corrupt-lines-keep-their-place.md).
+SEQUENCE_KINDS = (_li.MESSAGE, _li.CORRUPT)
+
+_SEG_HEAD = struct.Struct("<II")
+_i8 = np.dtype("<i8")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What ``stat`` says about a file; ``ino == 0`` means the filesystem cannot say."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> "Identity":
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class Chunked:
+    """A read-only int64 sequence stored as a list of arrays (sidecar segments and
+    in-process appends), so extending it never copies what is already there."""
+
+    __slots__ = ("_chunks", "_bounds")
+
+    def __init__(self, chunks=()):
+        self._chunks: list[np.ndarray] = []
+        self._bounds: list[int] = [0]
+        for c in chunks:
+            self.extend(c)
+
+    def extend(self, arr: np.ndarray) -> None:
+        if len(arr) == 0:
+            return
+        last = self._chunks[-1] if self._chunks else None
+        if last is not None and last.flags.owndata and len(last) < (1 << 16):
+            # Merge small, owned tail chunks so many single-line appends stay one chunk.
+            self._chunks[-1] = np.concatenate([last, arr])
+            self._bounds[-1] += len(arr)
+        else:
+            self._chunks.append(arr)
+            self._bounds.append(self._bounds[-1] + len(arr))
+
+    def __len__(self) -> int:
+        return self._bounds[-1]
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        # Few chunks: a linear scan from the end (recent data is read most).
+        for c in range(len(self._chunks) - 1, -1, -1):
+            if i >= self._bounds[c]:
+                return c, i - self._bounds[c]
+        raise IndexError(i)
+
+    def __getitem__(self, i: int) -> int:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        c, j = self._locate(i)
+        return int(self._chunks[c][j])
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        """Elements ``lo:hi`` as one array."""
+        lo, hi = max(lo, 0), min(hi, len(self))
+        if lo >= hi:
+            return np.empty(0, dtype=np.int64)
+        parts = []
+        for c, arr in enumerate(self._chunks):
+            a, b = self._bounds[c], self._bounds[c + 1]
+            if b <= lo or a >= hi:
+                continue
+            parts.append(arr[max(lo - a, 0) : min(hi, b) - a])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def bisect_right(self, value: int) -> int:
+        """Number of elements <= ``value`` (the sequence is sorted)."""
+        for c in range(len(self._chunks) - 1, -1, -1):
+            arr = self._chunks[c]
+            if arr[0] <= value:
+                return self._bounds[c] + int(np.searchsorted(arr, value, side="right"))
+        return 0
+
+    def all(self) -> np.ndarray:
+        return self.slice(0, len(self))
+
+
+@dataclass
+class Layout:
+    """Line offsets and kinds of one transcript, up to ``indexed_end``.
+
+    Attributes
+    ----------
+    starts : Chunked
+        Start offset of every complete line; line ``i`` spans
+        ``starts[i]:line_end(i)`` including its ``\\n``.
+    kinds : list of numpy.ndarray
+        Kind byte per line, chunked like ``starts``.
+    messages, compactions : Chunked
+        Line numbers of the message sequence and of compaction lines.
+    indexed_end : int
+        Offset just past the last ``\\n`` indexed.
+    scanned_end : int
+        File size when last scanned; bytes past ``indexed_end`` are a torn tail.
+    """
+
+    dialect: str
+    window: int
+    identity: Identity
+    starts: Chunked = field(default_factory=Chunked)
+    kinds: Chunked = field(default_factory=Chunked)
+    messages: Chunked = field(default_factory=Chunked)
+    compactions: Chunked = field(default_factory=Chunked)
+    indexed_end: int = 0
+    scanned_end: int = 0
+    head_hash: str = ""
+    tail_hash: str = ""
+    #: how this layout came to be for this open: "built", "valid", "extended", "rebuilt"
+    outcome: str = "built"
+    #: segments already in the sidecar, and the first line not yet persisted
+    persisted_segments: int = 0
+    persisted_lines: int = 0
+    persisted_end: int = 0
+    sidecar_size: int = 0
+    sidecar_path: str | None = None
+    #: lines indexed as records that turned out not to parse (a torn write welded onto
+    #: the next record looks like a record to the classifier); persisted so a sidecar
+    #: that lists them is not mistaken for a lying one
+    known_bad: set = field(default_factory=set)
+    bad_dirty: bool = False
+    #: a layout from a sidecar may lie; one scanned in this process from this file may not
+    from_sidecar: bool = False
+
+    @property
+    def line_count(self) -> int:
+        return len(self.starts)
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+    @property
+    def torn_bytes(self) -> int:
+        return self.scanned_end - self.indexed_end
+
+    def line_end(self, line: int) -> int:
+        return self.starts[line + 1] if line + 1 < len(self.starts) else self.indexed_end
+
+    def kind(self, line: int) -> int:
+        return self.kinds[line]
+
+    # -- building -----------------------------------------------------------------
+
+    def add_scan(self, fd: int, res, *, identity: Identity) -> None:
+        """Append the lines of one scan (which began at ``indexed_end``)."""
+        starts = np.frombuffer(res.starts, dtype=np.int64)
+        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
+        undecided = np.flatnonzero(kinds == _li.UNDECIDED)
+        if len(undecided):
+            kinds = kinds.copy()
+            table = dialect_kinds(self.dialect)
+            for k in undecided:
+                end = int(starts[k + 1]) if k + 1 < len(starts) else res.indexed_end
+                kinds[k] = _classify_by_parse(fd, int(starts[k]), end, table)
+        line0 = len(self.starts)
+        self.starts.extend(starts.astype(_i8, copy=False))
+        self.kinds.extend(kinds)
+        self.messages.extend(np.flatnonzero(np.isin(kinds, SEQUENCE_KINDS)) + line0)
+        self.compactions.extend(np.flatnonzero(kinds == _li.COMPACTION) + line0)
+        self.indexed_end = res.indexed_end
+        self.scanned_end = res.scanned_end
+        self.identity = identity
+        self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
+
+
+def _classify_by_parse(fd: int, start: int, end: int, table: dict[str, int]) -> int:
+    """The slow path for a line whose "type" key lies past the classify window."""
+
+    class _TypeOnly(msgspec.Struct):
+        type: object = None
+
+    raw = pread_exact(fd, start, end - start)
+    if start == 0 and raw.startswith(BOM):
+        raw = raw[3:]
+    try:
+        rec = msgspec.json.decode(raw, type=_TypeOnly)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return int(_li.BLANK) if not raw.strip() else int(_li.CORRUPT)
+    return table.get(rec.type, int(_li.OTHER)) if isinstance(rec.type, str) else int(_li.OTHER)
+
+
+# -- file helpers -------------------------------------------------------------------
+
+
+def pread_exact(fd: int, offset: int, length: int) -> bytes:
+    """Read ``length`` bytes at ``offset``; fewer only when the file ends first."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def file_hashes(fd: int, end: int) -> tuple[str, str]:
+    """Hashes of the first 4 KiB and of the 4 KiB before ``end``."""
+    head = pread_exact(fd, 0, min(HASH_SPAN, end))
+    tail_start = max(0, end - HASH_SPAN)
+    tail = pread_exact(fd, tail_start, end - tail_start)
+    h = lambda b: hashlib.blake2b(b, digest_size=16).hexdigest()  # noqa: E731
+    return h(head), h(tail)
+
+
+def build_layout(fd: int, *, dialect: str, window: int = _li.DEFAULT_CLASSIFY_WINDOW,
+                 progress=None) -> Layout:
+    """Scan the whole file behind ``fd`` into a fresh layout."""
+    st = os.fstat(fd)
+    layout = Layout(dialect=dialect, window=window, identity=Identity.of(st))
+    res = _li.scan_fd(fd, native_table(dialect), classify_window=window, progress=progress)
+    layout.add_scan(fd, res, identity=Identity.of(os.fstat(fd)))
+    return layout
+
+
+def extend_layout(layout: Layout, fd: int, *, progress=None) -> None:
+    """Scan only the bytes after ``indexed_end`` (the file grew, or a torn tail was
+    completed or moved aside)."""
+    res = _li.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
+                      classify_window=layout.window, progress=progress)
+    layout.add_scan(fd, res, identity=Identity.of(os.fstat(fd)))
+
+
+# -- sidecar ------------------------------------------------------------------------
+
+
+def _cache_root() -> str:
+    root = os.environ.get("BOUNDCTX_CACHE_DIR")
+    if root:
+        return root
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "boundctx", "layouts")
+
+
+def sidecar_paths(path: str) -> tuple[str, str]:
+    """The two places a transcript's sidecar may live: beside it, and in the cache."""
+    real = os.path.realpath(path)
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
+    return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
+
+
+class _Header(msgspec.Struct, forbid_unknown_fields=False):
+    v: int
+    dialect: str
+    window: int
+    path: str
+    start: int
+    end: int
+    scanned: int
+    line0: int
+    n: int
+    m: int
+    c: int
+    identity: tuple[int, int, int, int]
+    head: str
+    tail: str
+    bad: list[int] = []
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
+    n = len(layout.starts) - line0
+    starts = layout.starts.slice(line0, line0 + n).astype(_i8, copy=False)
+    kinds = layout.kinds.slice(line0, line0 + n).astype(np.uint8)
+    mlo = layout.messages.bisect_right(line0 - 1)
+    clo = layout.compactions.bisect_right(line0 - 1)
+    messages = layout.messages.slice(mlo, len(layout.messages)).astype(_i8, copy=False)
+    compactions = layout.compactions.slice(clo, len(layout.compactions)).astype(_i8, copy=False)
+    ident = layout.identity
+    header = msgspec.msgpack.encode(_Header(
+        v=FORMAT_VERSION, dialect=layout.dialect, window=layout.window, path=path,
+        start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
+        n=n, m=len(messages), c=len(compactions),
+        identity=(ident.dev, ident.ino, ident.size, ident.mtime_ns),
+        head=layout.head_hash, tail=layout.tail_hash,
+        bad=sorted(layout.known_bad)))
+    header += b"\0" * (_pad8(len(header)) - len(header))
+    kinds_b = kinds.tobytes()
+    kinds_b += b"\0" * (_pad8(len(kinds_b)) - len(kinds_b))
+    return b"".join([_SEG_HEAD.pack(len(header), zlib.crc32(header)), header, starts.tobytes(),
+                     kinds_b, messages.tobytes(), compactions.tobytes()])
+
+
+def save_layout(layout: Layout, path: str) -> str | None:
+    """Persist what the sidecar lacks: append one segment, or rewrite it whole when it
+    has none yet or too many. Returns where it went, or None when no place is writable
+    (the layout still works; only the next open pays a scan)."""
+    if layout.persisted_lines == len(layout.starts) and layout.persisted_end == layout.indexed_end \
+            and layout.persisted_segments and not layout.bad_dirty:
+        return None
+    real = os.path.realpath(path)
+    if layout.persisted_segments and layout.persisted_segments < MAX_SEGMENTS and layout.sidecar_path:
+        if _append_segment(layout, real):
+            return layout.sidecar_path
+    for target in sidecar_paths(path):
+        if _write_whole(layout, real, target):
+            return target
+    return None
+
+
+def _append_segment(layout: Layout, real: str) -> bool:
+    seg = _segment_bytes(layout, real, layout.persisted_lines, layout.persisted_end)
+    try:
+        fd = os.open(layout.sidecar_path, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # another process is extending it; ours is only a cache
+        if os.fstat(fd).st_size != layout.sidecar_size:
+            return False  # it changed since we read it: leave it to a whole rewrite
+        os.write(fd, seg)
+        layout.sidecar_size += len(seg)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    layout.persisted_segments += 1
+    layout.bad_dirty = False
+    layout.persisted_lines = len(layout.starts)
+    layout.persisted_end = layout.indexed_end
+    return True
+
+
+def _write_whole(layout: Layout, real: str, target: str) -> bool:
+    data = MAGIC + _segment_bytes(layout, real, 0, 0)
+    folder = os.path.dirname(target)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".layout-", dir=folder)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    layout.sidecar_path = target
+    layout.sidecar_size = len(data)
+    layout.persisted_segments = 1
+    layout.bad_dirty = False
+    layout.persisted_lines = len(layout.starts)
+    layout.persisted_end = layout.indexed_end
+    return True
+
+
+def load_layout(path: str, fd: int, *, dialect: str,
+                window: int = _li.DEFAULT_CLASSIFY_WINDOW) -> tuple[Layout | None, str]:
+    """Load the sidecar of ``path`` and decide: ``("valid" | "extend", layout)`` or
+    ``(None, reason)`` when it must be rebuilt."""
+    real = os.path.realpath(path)
+    reason = "no sidecar"
+    for target in sidecar_paths(path):
+        try:
+            layout = _read_sidecar(target, real, dialect, window)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            reason = f"unreadable sidecar ({exc})"
+            continue
+        verdict = judge(layout, fd)
+        if verdict in ("valid", "extend"):
+            layout.outcome = verdict
+            return layout, verdict
+        reason = verdict
+    return None, reason
+
+
+def _read_sidecar(target: str, real: str, dialect: str, window: int) -> Layout:
+    with open(target, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < len(MAGIC):
+            raise ValueError("truncated")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if mm[: len(MAGIC)] != MAGIC:
+        raise ValueError("not a boundctx layout of this format")
+    pos = len(MAGIC)
+    layout: Layout | None = None
+    segments = 0
+    while pos < size:
+        if pos + _SEG_HEAD.size > size:
+            raise ValueError("truncated segment")
+        hlen, crc = _SEG_HEAD.unpack_from(mm, pos)
+        pos += _SEG_HEAD.size
+        hbytes = mm[pos : pos + hlen]
+        if len(hbytes) != hlen or zlib.crc32(hbytes) != crc:
+            raise ValueError("segment header checksum mismatch")
+        h = msgspec.msgpack.decode(hbytes.rstrip(b"\0"), type=_Header)
+        pos += hlen
+        if h.v != FORMAT_VERSION or h.dialect != dialect or h.window != window:
+            raise ValueError("made by another format, dialect or classify window")
+        if h.path != real:
+            raise ValueError(f"belongs to {h.path!r}")
+        if min(h.n, h.m, h.c, h.start, h.line0) < 0 or h.end < h.start or h.scanned < h.end:
+            raise ValueError("inconsistent counts")
+        need = 8 * h.n + _pad8(h.n) + 8 * h.m + 8 * h.c
+        if pos + need > size:
+            raise ValueError("truncated arrays")
+        starts = np.frombuffer(mm, dtype=_i8, count=h.n, offset=pos)
+        pos += 8 * h.n
+        kinds = np.frombuffer(mm, dtype=np.uint8, count=h.n, offset=pos)
+        pos += _pad8(h.n)
+        messages = np.frombuffer(mm, dtype=_i8, count=h.m, offset=pos)
+        pos += 8 * h.m
+        compactions = np.frombuffer(mm, dtype=_i8, count=h.c, offset=pos)
+        pos += 8 * h.c
+        if layout is None:
+            layout = Layout(dialect=dialect, window=window, identity=Identity(*h.identity))
+        # Segments must tile the file and the line numbering without gaps.
+        if h.start != layout.indexed_end or h.line0 != len(layout.starts):
+            raise ValueError("segments do not join up")
+        if h.n and (int(starts[0]) != h.start or int(starts[-1]) >= h.end):
+            raise ValueError("line offsets outside the segment")
+        layout.starts.extend(starts)
+        layout.kinds.extend(kinds)
+        layout.messages.extend(messages)
+        layout.compactions.extend(compactions)
+        layout.indexed_end = h.end
+        layout.scanned_end = h.scanned
+        layout.identity = Identity(*h.identity)
+        layout.head_hash, layout.tail_hash = h.head, h.tail
+        layout.known_bad.update(b for b in h.bad if 0 <= b < len(layout.starts))
+        segments += 1
+    if layout is None:
+        raise ValueError("no segments")
+    layout.from_sidecar = True
+    layout.persisted_segments = segments
+    layout.persisted_lines = len(layout.starts)
+    layout.persisted_end = layout.indexed_end
+    layout.sidecar_path = target
+    layout.sidecar_size = size
+    return layout
+
+
+def judge(layout: Layout, fd: int) -> str:
+    """"valid", "extend", or the reason to rebuild."""
+    st = os.fstat(fd)
+    now = Identity.of(st)
+    old = layout.identity
+    # st_ino is only an identity when non-zero (network and some Windows filesystems).
+    if now.ino and old.ino and now.ino != old.ino:
+        return "a different file (inode changed)"
+    if now.size < layout.indexed_end:
+        return "the file shrank below the indexed end"
+    head, tail = file_hashes(fd, layout.indexed_end)
+    if (head, tail) != (layout.head_hash, layout.tail_hash):
+        return "content changed (fingerprint mismatch)"
+    if now == old or (now.size == old.size and now.mtime_ns == old.mtime_ns):
+        return "valid"
+    return "extend"
+
+

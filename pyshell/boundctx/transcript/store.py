@@ -1,0 +1,719 @@
+"""The transcript store: bounded windows over a lossless JSONL file.
+
+Reads never parse more than the window asks for: the layout (line offsets and kinds,
+cached in a sidecar) says where each message is, and lines longer than the display
+budget are read as a prefix and projected natively. Writes append one complete line
+with one ``write`` call under a cross-process lock, or replace the whole file
+atomically from a complete history. Nothing a reader is shown is trusted blindly:
+every line read is checked against the file, and a layout caught lying is rebuilt.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+
+from boundctx._native import load
+from boundctx.errors import (
+    EntryInvalid,
+    PartialHistoryRewrite,
+    TranscriptChanged,
+    TranscriptLocked,
+    TranscriptNotAFile,
+    TranscriptNotFound,
+    TranscriptPermission,
+)
+from boundctx.transcript.dialects import dialect_kinds
+from boundctx.transcript.entries import Entry, History, RawLine, Window
+from boundctx.transcript.layout import (
+    BOM,
+    Layout,
+    build_layout,
+    extend_layout,
+    judge,
+    load_layout,
+    pread_exact,
+    save_layout,
+    sidecar_paths,
+)
+
+_li = load("lineindex")
+
+__all__ = ["RENDERER_PRESET", "Transcript"]
+
+#: The ``renderer`` preset: the newest 100 messages, 64 KiB of text each.
+RENDERER_PRESET = {"message_limit": 100, "content_limit": 65536}
+
+# A projected line is read as its first content_limit + ENVELOPE bytes: room for the
+# keys, ids and structure around the text without reading the rest of a huge line.
+ENVELOPE = 64 * 1024
+# Consecutive lines closer than this are fetched with one read.
+COALESCE_GAP = 64 * 1024
+
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+class _StaleLayout(Exception):
+    """A line read does not match what the layout says: rebuild and retry once."""
+
+
+def _check_limit(name: str, value, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum} or None, got {value}")
+
+
+def _map_open_error(path: str, exc: OSError) -> Exception:
+    if isinstance(exc, FileNotFoundError):
+        return TranscriptNotFound(
+            exc.errno, f"no transcript at {path!r}: check the path, or pass create=True to start one")
+    if isinstance(exc, PermissionError):
+        return TranscriptPermission(
+            exc.errno, f"cannot open transcript {path!r}: permission denied; check its mode and owner")
+    if isinstance(exc, IsADirectoryError):
+        return TranscriptNotAFile(
+            exc.errno, f"{path!r} is a directory; give the path of a .jsonl transcript file")
+    return exc
+
+
+class Transcript:
+    """An open JSONL transcript.
+
+    Use :meth:`open`; a Transcript is a context manager and should be closed (closing
+    persists layout extensions and releases the write lock).
+
+    Examples
+    --------
+    >>> with Transcript.open("session.jsonl") as t:            # doctest: +SKIP
+    ...     w = t.window(preset="renderer")
+    ...     older = t.window(message_before=w.message_start, message_limit=100)
+    """
+
+    def __init__(self, path: str, fd: int, layout: Layout, *, dialect: str,
+                 classify_window: int) -> None:
+        self.path = path
+        self.dialect = dialect
+        self._fd = fd
+        self._layout = layout
+        self._window = classify_window
+        self._wfd: int | None = None
+        self._lock_fd: int | None = None
+        self._closed = False
+        #: side files holding torn tails this Transcript moved aside
+        self.torn_files: list[str] = []
+
+    # -- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, dialect: str = "auto", create: bool = False,
+             progress: Callable[[int], object] | None = None,
+             classify_window: int = _li.DEFAULT_CLASSIFY_WINDOW) -> "Transcript":
+        """Open a transcript, loading or building its layout.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A JSONL transcript (boundctx, pi session v3, Claude Code or Codex CLI).
+        dialect : str
+            ``"auto"`` (default) reads all known dialects; or ``"boundctx"``, ``"pi"``,
+            ``"claude-code"``, ``"codex"``.
+        create : bool
+            Create an empty transcript when none exists.
+        progress : callable, optional
+            ``progress(bytes_done)`` while a layout is built.
+
+        Raises
+        ------
+        TranscriptNotFound, TranscriptNotAFile, TranscriptPermission
+        """
+        path = os.fspath(path)
+        dialect_kinds(dialect)  # a clear ValueError for an unknown dialect, before any I/O
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError as exc:
+            if not create:
+                raise _map_open_error(path, exc) from None
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                pass
+            except OSError as exc2:
+                raise _map_open_error(path, exc2) from None
+            st = os.stat(path)
+        except OSError as exc:
+            raise _map_open_error(path, exc) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise TranscriptNotAFile(
+                21, f"{path!r} is a directory; give the path of a .jsonl transcript file")
+        if not stat.S_ISREG(st.st_mode):
+            raise TranscriptNotAFile(
+                21, f"{path!r} is not a regular file; transcripts are plain .jsonl files")
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise _map_open_error(path, exc) from None
+        try:
+            layout = _load_or_build(path, fd, dialect, classify_window, progress)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, layout, dialect=dialect, classify_window=classify_window)
+
+    def close(self) -> None:
+        """Persist layout extensions, release the write lock and close the file."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            save_layout(self._layout, self.path)
+        finally:
+            for fd in (self._wfd, self._lock_fd, self._fd):
+                if fd is not None:
+                    os.close(fd)
+            self._wfd = self._lock_fd = None
+
+    def __enter__(self) -> "Transcript":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<Transcript {self.path!r} messages={self.message_count} "
+                f"layout={self.layout_outcome}>")
+
+    # -- facts --------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the transcript (message lines and corrupt lines)."""
+        return self._layout.message_count
+
+    @property
+    def compaction_count(self) -> int:
+        return len(self._layout.compactions)
+
+    @property
+    def line_count(self) -> int:
+        """Complete lines of every kind."""
+        return self._layout.line_count
+
+    @property
+    def torn_bytes(self) -> int:
+        """Bytes after the last ``\\n``: an unfinished write, never a record."""
+        return self._layout.torn_bytes
+
+    @property
+    def layout_outcome(self) -> str:
+        """How the layout was obtained on the last (re)load: ``"built"``, ``"valid"``,
+        ``"extend"`` or ``"rebuilt"``."""
+        return self._layout.outcome
+
+    def kinds(self) -> np.ndarray:
+        """Kind of every complete line (see ``boundctx._native.lineindex`` constants)."""
+        return self._layout.kinds.all()
+
+    # -- reading ------------------------------------------------------------------
+
+    def window(self, message_before: int | None = None, message_limit: int | None = None,
+               content_limit: int | None = None, *,
+               preset: Literal["renderer"] | None = None) -> Window:
+        """Read a bounded window of consecutive messages.
+
+        Parameters
+        ----------
+        message_before : int, optional
+            Exclusive end of the window (default: after the newest message).
+        message_limit : int, optional
+            At most this many messages, the newest before ``message_before``
+            (default: all of them).
+        content_limit : int, optional
+            Per-message display budget in bytes of string content; longer messages are
+            projected with an explicit marker (default: uncapped, the model path).
+        preset : "renderer", optional
+            Fill unset limits with the renderer defaults (100 messages, 64 KiB).
+
+        Returns
+        -------
+        Window
+
+        Raises
+        ------
+        ValueError
+            For a limit out of range.
+        TranscriptChanged
+            When the file keeps changing under the read even after a rebuild.
+        """
+        if preset is not None:
+            if preset != "renderer":
+                raise ValueError(f"unknown preset {preset!r}; the only preset is 'renderer'")
+            if message_limit is None:
+                message_limit = RENDERER_PRESET["message_limit"]
+            if content_limit is None:
+                content_limit = RENDERER_PRESET["content_limit"]
+        _check_limit("message_before", message_before, 0)
+        _check_limit("message_limit", message_limit, 0)
+        _check_limit("content_limit", content_limit, 0)
+        self._check_open()
+        for attempt in (0, 1):
+            self._refresh()
+            try:
+                return self._read_window(message_before, message_limit, content_limit)
+            except _StaleLayout as exc:
+                if attempt:
+                    raise TranscriptChanged(
+                        f"{self.path!r} changed while it was being read ({exc}); "
+                        "read it again once the writer has finished") from None
+                self._rebuild("a line did not match the layout")
+        raise AssertionError("unreachable")
+
+    def _read_window(self, before, limit, content_limit) -> Window:
+        layout = self._layout
+        total = layout.message_count
+        if before is None:
+            before = total
+        elif before > total:
+            raise ValueError(
+                f"message_before={before} is past the last message; the transcript has {total}")
+        start = 0 if limit is None else max(0, before - limit)
+        lines = layout.messages.slice(start, before)
+        messages = self._read_lines(lines, content_limit, first_index=start)
+        if len(lines):
+            lo, hi = int(lines[0]), int(lines[-1])
+        else:
+            lo = hi = layout.messages[before] if before < total else layout.line_count
+        c_first = max(layout.compactions.bisect_right(lo) - 1, 0)
+        c_last = layout.compactions.bisect_right(hi)
+        comp_lines = layout.compactions.slice(c_first, c_last)
+        compactions = self._read_lines(comp_lines, content_limit, first_index=None)
+        return Window(messages=messages, message_start=start, message_count=total,
+                      has_more_before=start > 0, compactions=compactions,
+                      content_limit=content_limit)
+
+    def read_lines(self, start: int, stop: int, *, content_limit: int | None = None) -> list[Entry]:
+        """Read physical lines ``start:stop`` of any kind (sessions, model changes...)."""
+        _check_limit("start", start, 0)
+        _check_limit("stop", stop, 0)
+        _check_limit("content_limit", content_limit, 0)
+        self._check_open()
+        for attempt in (0, 1):
+            self._refresh()
+            stop_ = min(stop, self._layout.line_count)
+            lines = np.arange(start, max(start, stop_), dtype=np.int64)
+            try:
+                return self._read_lines(lines, content_limit, first_index=None, any_kind=True)
+            except _StaleLayout as exc:
+                if attempt:
+                    raise TranscriptChanged(f"{self.path!r} changed while it was being read ({exc})") from None
+                self._rebuild("a line did not match the layout")
+        raise AssertionError("unreachable")
+
+    def _read_lines(self, lines: np.ndarray, content_limit: int | None, *,
+                    first_index: int | None, any_kind: bool = False) -> list[Entry]:
+        layout = self._layout
+        plan = []  # (line, start, end, read_len)
+        for ln in lines.tolist():
+            s, e = layout.starts[ln], layout.line_end(ln)
+            body = e - s - 1
+            project = content_limit is not None and body > content_limit
+            plan.append((ln, s, e, project))
+        entries: list[Entry] = []
+        i = 0
+        while i < len(plan):
+            ln, s, e, project = plan[i]
+            if project:
+                entries.append(self._read_projected(ln, s, e, content_limit,
+                                                    None if first_index is None else first_index + i, any_kind))
+                i += 1
+                continue
+            # Coalesce a run of whole lines that sit close together into one read; the
+            # byte before the first line comes along to check it really starts a line.
+            j = i + 1
+            while j < len(plan) and not plan[j][3] and plan[j][1] - plan[j - 1][2] < COALESCE_GAP:
+                j += 1
+            run_start, run_end = plan[i][1], plan[j - 1][2]
+            pre = 1 if run_start > 0 else 0
+            buf = pread_exact(self._fd, run_start - pre, run_end - run_start + pre)
+            if len(buf) != run_end - run_start + pre or (pre and buf[0] != 10):
+                raise _StaleLayout(f"line {ln} does not start after a newline")
+            for k in range(i, j):
+                ln_k, s_k, e_k, _ = plan[k]
+                raw = buf[s_k - run_start + pre : e_k - run_start + pre]
+                if s_k > run_start and buf[s_k - run_start + pre - 1] != 10:
+                    raise _StaleLayout(f"line {ln_k} does not start after a newline")
+                entries.append(self._entry_from_whole(
+                    ln_k, s_k, raw, None if first_index is None else first_index + k, any_kind,
+                    content_limit))
+            i = j
+        return entries
+
+    def _expect_kind(self, line: int, rec: Any, any_kind: bool) -> None:
+        """A sidecar could put us on the wrong line; a parsed record whose type does not
+        map to the indexed kind proves it."""
+        if any_kind:
+            return
+        kind = self._layout.kind(line)
+        if kind not in (_li.MESSAGE, _li.COMPACTION):
+            return
+        t = rec.get("type") if isinstance(rec, dict) else None
+        if dialect_kinds(self.dialect).get(t) != kind:
+            if self._layout.from_sidecar:
+                raise _StaleLayout(f"line {line} is a {t!r} record, not the indexed kind")
+
+    def _entry_from_whole(self, line: int, start: int, raw: bytes, index: int | None,
+                          any_kind: bool, content_limit: int | None) -> Entry:
+        if not raw.endswith(b"\n"):
+            raise _StaleLayout(f"line {line} does not end with a newline")
+        body = raw[:-1]
+        if start == 0 and body.startswith(BOM):
+            body = body[3:]
+        try:
+            rec = _decoder.decode(body)
+            if not isinstance(rec, dict):
+                raise ValueError("a record must be a JSON object")
+        except (msgspec.DecodeError, ValueError) as exc:
+            return self._corrupt(line, index, start, len(raw), body, str(exc), content_limit)
+        self._expect_kind(line, rec, any_kind)
+        return Entry(line=line, index=index, offset=start, length=len(raw), record=rec)
+
+    def _read_projected(self, line: int, s: int, e: int, content_limit: int,
+                        index: int | None, any_kind: bool) -> Entry:
+        body_len = e - s - 1
+        bom = 3 if s == 0 else 0
+        want = min(body_len, content_limit + ENVELOPE + bom)
+        pre = 1 if s > 0 else 0
+        buf = pread_exact(self._fd, s - pre, want + pre)
+        if len(buf) != want + pre or (pre and buf[0] != 10):
+            raise _StaleLayout(f"line {line} does not start after a newline")
+        prefix = buf[pre:]
+        last = pread_exact(self._fd, e - 1, 1)
+        if last != b"\n":
+            raise _StaleLayout(f"line {line} does not end with a newline")
+        if bom and prefix.startswith(BOM):
+            prefix, body_len = prefix[3:], body_len - 3
+        else:
+            bom = 0
+        display, _kept, cut = _li.project_display(prefix, body_len, content_limit)
+        if display is None:
+            return self._corrupt(line, index, s, e - s, prefix,
+                                 "not JSON within the bytes read for display", content_limit,
+                                 total=body_len)
+        try:
+            rec = _decoder.decode(display)
+            if not isinstance(rec, dict):
+                raise ValueError("a record must be a JSON object")
+        except (msgspec.DecodeError, ValueError) as exc:
+            return self._corrupt(line, index, s, e - s, prefix, str(exc), content_limit,
+                                 total=body_len)
+        self._expect_kind(line, rec, any_kind)
+        return Entry(line=line, index=index, offset=s, length=e - s, record=rec, cut_bytes=cut)
+
+    def _corrupt(self, line, index, start, length, body, why, content_limit, total=None) -> Entry:
+        layout = self._layout
+        if layout.kind(line) not in (_li.CORRUPT, _li.BLANK) and line not in layout.known_bad:
+            if layout.from_sidecar:
+                # A sidecar said this was a good record: believe the bytes, not the
+                # sidecar, until a fresh scan of this file says the same.
+                raise _StaleLayout(f"line {line} is not the record the layout indexed")
+            layout.known_bad.add(line)
+            layout.bad_dirty = True
+        if layout.kind(line) == _li.BLANK:
+            why = "blank line"
+        total = len(body) if total is None else total
+        shown = body if content_limit is None else body[:content_limit]
+        text = shown.decode("utf-8", "replace")
+        cut = total - len(shown)
+        if cut > 0:
+            text += f" [... {cut} more bytes not shown]"
+        return Entry(line=line, index=index, offset=start, length=length, record=None,
+                     cut_bytes=max(cut, 0), corrupt=why, raw=text)
+
+    # -- layout upkeep --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"transcript {self.path!r} is closed")
+
+    def _refresh(self) -> None:
+        """Notice a replaced, grown, shrunk or rewritten file since the last read.
+        Costs one ``stat`` when nothing changed."""
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise _map_open_error(self.path, exc) from None
+        mine = os.fstat(self._fd)
+        if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
+            # Replaced by a rename (a rewrite): follow the path to the new file.
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            os.close(self._fd)
+            self._fd = fd
+            self._layout = _load_or_build(self.path, fd, self.dialect, self._window, None)
+            return
+        ident = self._layout.identity
+        if (st.st_size, st.st_mtime_ns) == (ident.size, ident.mtime_ns):
+            return
+        verdict = judge(self._layout, self._fd)
+        if verdict == "valid":
+            return
+        if verdict == "extend":
+            extend_layout(self._layout, self._fd)
+            self._layout.outcome = "extend"
+        else:
+            self._rebuild(verdict)
+
+    def _rebuild(self, reason: str) -> None:
+        self._layout = build_layout(self._fd, dialect=self.dialect, window=self._window)
+        self._layout.outcome = "rebuilt"
+        save_layout(self._layout, self.path)
+
+    # -- writing ------------------------------------------------------------------
+
+    def _acquire_writer(self) -> int:
+        """Take the cross-process write lock (held until close) and an append fd."""
+        self._check_open()
+        if self._lock_fd is None:
+            lock_path = os.path.realpath(self.path) + ".lock"
+            try:
+                lfd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except PermissionError as exc:
+                raise TranscriptPermission(
+                    exc.errno, f"cannot write beside {self.path!r}: its folder is read-only") from None
+            try:
+                fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(lfd)
+                raise TranscriptLocked(
+                    11, f"another writer holds {self.path!r}; close it there first "
+                        "(readers never need the lock)") from None
+            self._lock_fd = lfd
+        if self._wfd is None:
+            try:
+                self._wfd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+            except PermissionError as exc:
+                raise TranscriptPermission(
+                    exc.errno, f"cannot append to {self.path!r}: permission denied") from None
+        return self._wfd
+
+    def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True) -> int:
+        """Append one record as one complete line, written with one ``write`` call.
+
+        A torn tail left by an earlier crash is first moved to a side file (see
+        :attr:`torn_files`), so the new line is never welded onto it.
+
+        Parameters
+        ----------
+        record : dict or msgspec.Struct
+            Must have a string ``"type"``; it is written as the first key.
+        sync : bool
+            ``fsync`` after the write (default), so a power cut cannot lose it.
+
+        Returns
+        -------
+        int
+            The new line's physical line number.
+
+        Raises
+        ------
+        EntryInvalid, TranscriptLocked, TranscriptPermission
+        """
+        line = encode_record(record)
+        wfd = self._acquire_writer()
+        self._refresh()
+        if self._layout.torn_bytes:
+            self._quarantine_tail()
+        n = os.write(wfd, line)
+        if n != len(line):
+            # The short write is now a torn tail; the next append moves it aside.
+            extend_layout(self._layout, self._fd)
+            raise OSError(f"short write appending to {self.path!r} ({n} of {len(line)} bytes); "
+                          "the disk may be full")
+        if sync:
+            os.fsync(wfd)
+        before = self._layout.line_count
+        extend_layout(self._layout, self._fd)
+        return before
+
+    def _quarantine_tail(self) -> str:
+        """Move the bytes after the last ``\\n`` into a side file, then cut them off."""
+        end = self._layout.indexed_end
+        tail = pread_exact(self._fd, end, self._layout.scanned_end - end)
+        side = f"{os.path.realpath(self.path)}.torn-{end}-{time.time_ns()}"
+        with open(side, "xb") as f:
+            f.write(tail)
+            f.flush()
+            os.fsync(f.fileno())
+        os.ftruncate(self._wfd, end)
+        os.fsync(self._wfd)
+        self.torn_files.append(side)
+        extend_layout(self._layout, self._fd)
+        return side
+
+    def history(self) -> History:
+        """Read the whole transcript, uncapped, for a full-history rewrite."""
+        self._check_open()
+        self._refresh()
+        layout = self._layout
+        if layout.torn_bytes:
+            raise TranscriptChanged(
+                f"{self.path!r} ends with {layout.torn_bytes} bytes of an unfinished write; "
+                "append or reopen once the writer is done, then take the history")
+        lines = np.arange(layout.line_count, dtype=np.int64)
+        entries = self._read_lines(lines, None, first_index=None, any_kind=True)
+        kinds = layout.kinds.all()
+        records: list = []
+        is_msg: list[bool] = []
+        for entry, kind in zip(entries, kinds.tolist()):
+            if entry.record is None or kind == _li.BLANK:
+                raw = pread_exact(self._fd, entry.offset, entry.length)
+                records.append(RawLine(raw))
+            else:
+                records.append(entry.record)
+            is_msg.append(kind in (_li.MESSAGE, _li.CORRUPT))
+        token = (layout.identity, layout.indexed_end)
+        return History(records, is_msg, token, self)
+
+    def rewrite(self, history: History) -> None:
+        """Replace the transcript with ``history``: temp file, fsync, rename.
+
+        Raises
+        ------
+        PartialHistoryRewrite
+            When given anything but a :class:`History` from :meth:`history` (a window,
+            or a list of its messages, would delete everything older than it).
+        TranscriptChanged
+            When the transcript changed since the history was read.
+        """
+        if not isinstance(history, History):
+            raise PartialHistoryRewrite(
+                f"rewrite() takes the complete history, got {type(history).__name__}: a window "
+                "holds only part of the transcript and rewriting from it would delete older "
+                "messages. Call history(), edit it, then rewrite() it.")
+        if history._source is not self:
+            raise PartialHistoryRewrite("this history was read from another Transcript object")
+        self._acquire_writer()
+        self._refresh()
+        if (self._layout.identity, self._layout.indexed_end) != history._token:
+            raise TranscriptChanged(
+                f"{self.path!r} changed since its history was read; read history() again")
+        data = b"".join(r.data if isinstance(r, RawLine) else encode_record(r)
+                        for r in history.records)
+        folder = os.path.dirname(os.path.realpath(self.path))
+        fd, tmp = tempfile.mkstemp(prefix=".rewrite-", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, stat.S_IMODE(os.fstat(self._fd).st_mode))
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(folder)
+        # Invalidate both cache layers: the sidecars on disk and the layout in memory.
+        for side in sidecar_paths(self.path):
+            try:
+                os.unlink(side)
+            except OSError:
+                pass
+        os.close(self._wfd)
+        self._wfd = None
+        new_fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        os.close(self._fd)
+        self._fd = new_fd
+        self._layout = build_layout(new_fd, dialect=self.dialect, window=self._window)
+        self._layout.outcome = "rebuilt"
+        save_layout(self._layout, self.path)
+        history._token = (self._layout.identity, self._layout.indexed_end)
+
+    def edit(self, index: int, record: dict[str, Any]) -> None:
+        """Replace message ``index``: rehydrates the full history, then rewrites."""
+        h = self.history()
+        h.replace_message(index, record)
+        self.rewrite(h)
+
+    def delete(self, index: int) -> None:
+        """Delete message ``index``: rehydrates the full history, then rewrites."""
+        h = self.history()
+        h.delete_message(index)
+        self.rewrite(h)
+
+    def truncate(self, index: int) -> None:
+        """Delete message ``index`` and all after it (abort, switch to another revision)."""
+        h = self.history()
+        h.truncate_messages(index)
+        self.rewrite(h)
+
+
+def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
+    """One record as one JSONL line: ``"type"`` first, no raw line separators."""
+    if isinstance(record, msgspec.Struct):
+        record = msgspec.to_builtins(record)
+    if not isinstance(record, dict):
+        raise EntryInvalid(f"a record must be a dict with a 'type', got {type(record).__name__}")
+    t = record.get("type")
+    if not isinstance(t, str) or not t:
+        raise EntryInvalid(f"a record needs a non-empty string 'type', got {t!r}")
+    ordered = {"type": t}
+    ordered.update((k, v) for k, v in record.items() if k != "type")
+    try:
+        data = _encoder.encode(ordered)
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise EntryInvalid(f"record of type {t!r} cannot be written as JSON: {exc}") from None
+    # U+2028/U+2029 are line breaks to some other readers; they can only occur inside
+    # strings here, so escaping them keeps the line one line for everyone.
+    data = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
+    return data + b"\n"
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _load_or_build(path: str, fd: int, dialect: str, window: int, progress) -> Layout:
+    layout, verdict = load_layout(path, fd, dialect=dialect, window=window)
+    if layout is None:
+        layout = build_layout(fd, dialect=dialect, window=window, progress=progress)
+        layout.outcome = "built" if verdict == "no sidecar" else "rebuilt"
+    elif verdict == "extend":
+        extend_layout(layout, fd, progress=progress)
+    save_layout(layout, path)
+    return layout
+
+
+def iter_transcripts(paths: Iterable[str]) -> Iterable[str]:
+    """Files named, and ``*.jsonl`` files under folders named (recursively, sorted)."""
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".jsonl"):
+                        yield os.path.join(root, name)
+        else:
+            yield p

@@ -1,0 +1,260 @@
+"""Hypothesis strategies shared by the test suite.
+
+The JSONL strategies render JSON values with a hand-written serializer so that the
+bytes vary the way real and hostile transcripts do: "type" first, later, missing or
+repeated; random whitespace between tokens; characters written as escapes
+(``"ty\\u0070e"``); raw non-ASCII and control characters; BOM, CRLF, blank, truncated
+and long lines; deep nesting.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import strategies as st
+
+BOM = b"\xef\xbb\xbf"
+
+# Type values a line may carry, and dialects drawn over the same vocabulary, so that
+# generated lines hit, miss and nearly miss dialect names.
+TYPE_NAMES = ["message", "compaction", "session", "user", "assistant", "summary", "x", "type"]
+TYPE_VALUES = TYPE_NAMES + ["", "Message", "message ", "m\u00e9ssage", "\u6d88\u606f", "a" * 70]
+PI_DIALECT = {"message": 1, "compaction": 2, "session": 3}
+
+# Bytes that matter to the framer and the classifier, to make random bytes interesting.
+_SIGNIFICANT = b'{}[]":,\\ \t\r\n/ubfnrt0123456789aAeEfF-+.' + BOM + b"\x00\x1f\x7f\x80\xc3\xe2\xf0\xff"
+
+
+def dialects() -> st.SearchStrategy[dict[str, int]]:
+    """A dialect table: up to 32 names mapped to MESSAGE, COMPACTION or OTHER."""
+    names = st.one_of(st.sampled_from(TYPE_NAMES), st.text("abcdefgh_", min_size=1, max_size=64))
+    return st.one_of(
+        st.just(PI_DIALECT),
+        st.dictionaries(names, st.sampled_from([1, 2, 3]), max_size=32),
+    )
+
+
+def noisy_bytes(max_size: int = 300) -> st.SearchStrategy[bytes]:
+    """Arbitrary bytes, half the time drawn mostly from JSON-significant bytes."""
+    significant = st.lists(st.sampled_from(list(_SIGNIFICANT)), max_size=max_size).map(bytes)
+    return st.one_of(st.binary(max_size=max_size), significant)
+
+
+def classify_windows() -> st.SearchStrategy[int]:
+    """Small windows that cut lines almost anywhere, and the default."""
+    return st.one_of(st.integers(1, 64), st.just(1 << 20))
+
+
+# ---------------------------------------------------------------------------
+# JSON values and their rendering
+# ---------------------------------------------------------------------------
+
+_text = st.one_of(
+    st.text(max_size=20),
+    st.text(st.characters(codec="utf-8"), max_size=20),
+    st.text("ab \"\\/\b\f\n\r\t\x00\x1f\x7f\u00e9\u2028\U0001f600", max_size=20),
+    st.sampled_from(TYPE_VALUES),
+)
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    _text,
+)
+
+
+def json_values(max_leaves: int = 12) -> st.SearchStrategy[object]:
+    return st.recursive(
+        _scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.dictionaries(st.one_of(_text, st.just("type")), inner, max_size=4),
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+def objects_with_type() -> st.SearchStrategy[list[tuple[str, object]]]:
+    """Members of a top-level object (a list of pairs, so "type" may repeat), with the
+    "type" key first, somewhere later, missing, repeated, or not a string."""
+
+    @st.composite
+    def build(draw):
+        members = draw(st.lists(st.tuples(_text, json_values(6)), max_size=4))
+        members = [(k, v) for k, v in members if k != "type"]
+        placement = draw(st.sampled_from(["first", "later", "missing", "twice", "not-string"]))
+        value = draw(st.sampled_from(TYPE_VALUES))
+        if placement == "first":
+            members.insert(0, ("type", value))
+        elif placement == "later":
+            members.insert(draw(st.integers(0, len(members))), ("type", value))
+        elif placement == "twice":
+            members.insert(0, ("type", value))
+            members.append(("type", draw(st.sampled_from(TYPE_VALUES))))
+        elif placement == "not-string":
+            members.insert(0, ("type", draw(json_values(4).filter(lambda v: not isinstance(v, str)))))
+        return members
+
+    return build()
+
+
+class _Renderer:
+    """Serialize JSON with drawn whitespace and escapes; the output always parses."""
+
+    def __init__(self, draw, spacing: bool, escaping: bool) -> None:
+        self.draw = draw
+        self.spacing = spacing
+        self.escaping = escaping
+
+    def ws(self) -> str:
+        if not self.spacing:
+            return ""
+        return self.draw(st.sampled_from(["", "", "", " ", "  ", "\t", "\r", " \t\r "]))
+
+    def string(self, text: str) -> str:
+        if not self.escaping:
+            return json.dumps(text, ensure_ascii=self.draw(st.booleans()))
+        parts = []
+        for ch in text:
+            plain = json.dumps(ch, ensure_ascii=False)[1:-1]
+            choice = self.draw(st.integers(0, 3))
+            if choice == 0 and ord(ch) < 0x10000:
+                code = f"{ord(ch):04x}"
+                parts.append("\\u" + (code.upper() if self.draw(st.booleans()) else code))
+            elif choice == 1 and ch == "/":
+                parts.append("\\/")
+            else:
+                parts.append(plain)
+        return '"' + "".join(parts) + '"'
+
+    def value(self, value: object) -> str:
+        if isinstance(value, str):
+            return self.string(value)
+        if isinstance(value, list):
+            inner = ",".join(self.ws() + self.value(v) + self.ws() for v in value)
+            return "[" + (inner or self.ws()) + "]"
+        if isinstance(value, dict):
+            return self.members(list(value.items()))
+        return json.dumps(value)
+
+    def members(self, pairs: list[tuple[str, object]]) -> str:
+        inner = ",".join(
+            self.ws() + self.string(k) + self.ws() + ":" + self.ws() + self.value(v) + self.ws()
+            for k, v in pairs
+        )
+        return "{" + (inner or self.ws()) + "}"
+
+
+@st.composite
+def json_lines(draw, values: st.SearchStrategy[object] | None = None) -> bytes:
+    """One complete JSON line (no ``\\n``): a transcript-like object by default."""
+    renderer = _Renderer(draw, spacing=draw(st.booleans()), escaping=draw(st.booleans()))
+    if values is None:
+        text = renderer.members(draw(objects_with_type()))
+    else:
+        text = renderer.value(draw(values))
+    return (renderer.ws() + text + renderer.ws()).encode("utf-8", "surrogatepass")
+
+
+def deeply_nested_lines() -> st.SearchStrategy[bytes]:
+    """Objects and arrays nested around the projection's depth limit of 256."""
+
+    @st.composite
+    def build(draw):
+        depth = draw(st.integers(250, 262))
+        brackets = draw(st.lists(st.sampled_from(["[", '{"k":'], min_size=depth, max_size=depth))
+        closers = "".join("]" if b == "[" else "}" for b in reversed(brackets))
+        leaf = draw(st.sampled_from(['"leaf text"', "1", "[]", "{}"]))
+        return ('{"type":"message","v":' + "".join(brackets) + leaf + closers + "}").encode()
+
+    return build()
+
+
+@st.composite
+def jsonl_lines(draw) -> bytes:
+    """One line of a JSONL-ish file, without its ``\\n``: mostly JSON objects, some
+    blank, truncated, long, CRLF-terminated, non-object or garbage."""
+    kind = draw(
+        st.sampled_from(
+            ["object"] * 6 + ["value", "blank", "truncated", "long", "deep", "garbage", "bom"]
+        )
+    )
+    if kind == "object":
+        line = draw(json_lines())
+    elif kind == "value":
+        line = draw(json_lines(json_values()))
+    elif kind == "blank":
+        line = draw(st.sampled_from([b"", b" ", b"\t \r", b"\r"]))
+    elif kind == "truncated":
+        whole = draw(json_lines())
+        line = whole[: draw(st.integers(0, len(whole)))]
+    elif kind == "long":
+        filler = "x" * draw(st.integers(100, 3000)) + draw(st.sampled_from(["", "\u00e9", "\\u00e9"]))
+        before = draw(st.booleans())
+        line = (
+            '{"pad":"' + filler + '","type":"message"}'
+            if before
+            else '{"type":"message","text":"' + filler + '"}'
+        ).encode()
+    elif kind == "deep":
+        line = draw(deeply_nested_lines())
+    elif kind == "bom":
+        line = BOM + draw(json_lines())
+    else:
+        line = draw(noisy_bytes(60)).replace(b"\n", b"")
+    if draw(st.integers(0, 5)) == 0:
+        line += b"\r"  # CRLF
+    return line
+
+
+@st.composite
+def jsonl_documents(draw, max_lines: int = 12) -> bytes:
+    """A JSONL-ish file: lines joined by ``\\n``, maybe a BOM first, maybe a torn tail."""
+    lines = draw(st.lists(jsonl_lines(), max_size=max_lines))
+    data = b"".join(line + b"\n" for line in lines)
+    if draw(st.booleans()):
+        data = BOM + data
+    tail = draw(st.sampled_from(["none", "none", "truncated-line", "bytes"]))
+    if tail == "truncated-line":
+        whole = draw(json_lines())
+        data += whole[: draw(st.integers(1, max(1, len(whole))))]
+    elif tail == "bytes":
+        data += draw(noisy_bytes(20)).replace(b"\n", b"")
+    return data
+
+
+@st.composite
+def large_documents(draw, min_size: int = 5000) -> bytes:
+    """A JSONL-ish file of at least ``min_size`` bytes, so that it spans several blocks
+    of ``scan_fd``; some lines are longer than a block, some hold multi-byte text."""
+    parts = [draw(jsonl_documents(max_lines=6))]
+    size = len(parts[0])
+    while size < min_size:
+        length = draw(st.sampled_from([10, 500, 4093, 4096, 5000, 9000]))
+        char = draw(st.sampled_from(["x", "\u00e9", "\u20ac", "\U0001f600"]))
+        line = ('{"type":"message","text":"' + char * length + '"}').encode()
+        if draw(st.booleans()):
+            line = line.replace(b'"type":"message",', b"") + b" "  # no type, trailing space
+        parts.append(line + b"\n")
+        parts.append(draw(jsonl_documents(max_lines=3)).rstrip(b"\n") + b"\n")
+        size += len(parts[-1]) + len(parts[-2])
+    if draw(st.booleans()):
+        parts.append(b'{"type":"message","torn":"')  # a torn tail
+    return b"".join(parts)
+
+
+@st.composite
+def display_inputs(draw) -> tuple[bytes, bytes, int, int]:
+    """``(line, prefix, total_len, content_limit)`` for ``project_display``: a complete
+    JSON line and a prefix of it (often the whole line)."""
+    line = draw(
+        st.one_of(
+            json_lines(),
+            json_lines(json_values()),
+            deeply_nested_lines(),
+        )
+    )
+    cut = draw(st.one_of(st.just(len(line)), st.integers(0, len(line))))
+    limit = draw(st.one_of(st.integers(0, 40), st.integers(0, 2 * len(line) + 1)))
+    return line, line[:cut], len(line), limit
