@@ -441,8 +441,8 @@ def load_layout(path: str, fd: int, *, dialect: str,
     for target in sidecar_paths(path):
         try:
             layout = _read_sidecar(target, real, dialect, window)
-        except FileNotFoundError:
-            continue
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue  # nothing there (or nothing a sidecar could be)
         except (OSError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             reason = f"unreadable sidecar ({exc})"
             continue

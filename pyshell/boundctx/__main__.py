@@ -1,0 +1,5 @@
+import sys
+
+from boundctx.cli import main
+
+sys.exit(main())

@@ -1,0 +1,87 @@
+"""``boundctx session get PATH``: print one bounded window of a transcript."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import msgspec
+
+from boundctx.errors import TranscriptError
+from boundctx.transcript import RENDERER_PRESET, Entry, Transcript
+
+__all__ = ["add_parser", "entry_text"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("session", help="read transcripts in bounded windows")
+    ssub = p.add_subparsers(dest="session_command", metavar="SUBCOMMAND")
+    ssub.required = True
+    g = ssub.add_parser("get", help="print a window of messages",
+                        description="Print the newest messages before --before (default: the "
+                                    "end), at most --limit of them, each cut for display at "
+                                    "--content-limit bytes of text.")
+    g.add_argument("path", metavar="PATH")
+    g.add_argument("--before", type=int, default=None, metavar="N",
+                   help="end the window before message N (default: after the newest)")
+    g.add_argument("--limit", type=int, default=RENDERER_PRESET["message_limit"], metavar="N",
+                   help=f"at most N messages (default {RENDERER_PRESET['message_limit']})")
+    g.add_argument("--content-limit", type=int, default=RENDERER_PRESET["content_limit"],
+                   metavar="N", help="display budget per message in bytes of text "
+                   f"(default {RENDERER_PRESET['content_limit']}; 0 shows none)")
+    g.add_argument("--dialect", default="auto")
+    g.add_argument("--json", action="store_true", help="print the window as JSON")
+    g.set_defaults(run=run_get)
+
+
+def entry_text(entry: Entry) -> tuple[str, str]:
+    """(role, text) for a human: the text blocks of a message, whatever the dialect."""
+    if entry.record is None:
+        return "corrupt", f"({entry.corrupt}) {entry.raw}"
+    rec = entry.record
+    msg = rec.get("message") if isinstance(rec.get("message"), dict) else rec.get("payload")
+    if not isinstance(msg, dict):
+        msg = rec
+    role = msg.get("role") or rec.get("type") or "?"
+    content = msg.get("content", msg.get("summary"))
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict):
+                for key in ("text", "thinking", "output", "content"):
+                    if isinstance(block.get(key), str):
+                        parts.append(block[key])
+                        break
+                else:
+                    parts.append(json.dumps(block, ensure_ascii=False))
+            else:
+                parts.append(str(block))
+        text = "\n".join(parts)
+    else:
+        text = json.dumps(msg, ensure_ascii=False)
+    return str(role), text
+
+
+def run_get(args) -> int:
+    try:
+        with Transcript.open(args.path, dialect=args.dialect) as t:
+            w = t.window(args.before, args.limit, args.content_limit)
+    except (TranscriptError, ValueError, TypeError) as exc:
+        print(f"boundctx session get: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(w).decode() + "\n")
+        return 0
+    last = w.message_start + len(w.messages) - 1
+    span = f"{w.message_start}-{last}" if w.messages else "none"
+    print(f"# {args.path}: messages {span} of {w.message_count}"
+          f"{' (older messages before; use --before ' + str(w.message_start) + ')' if w.has_more_before else ''}")
+    for c in w.compactions:
+        _, text = entry_text(c)
+        print(f"\n## compaction (line {c.line})\n{text}")
+    for m in w.messages:
+        role, text = entry_text(m)
+        print(f"\n## [{m.index}] {role}\n{text}")
+    return 0

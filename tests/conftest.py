@@ -1,0 +1,31 @@
+import os
+import pathlib
+import shutil
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+PI_SESSIONS = SHARED_DATA / "pi-sessions"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    # Layout sidecars that cannot live beside a transcript go to the cache directory;
+    # keep the tests' ones out of the user's ~/.cache.
+    monkeypatch.setenv("BOUNDCTX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def pi_session(tmp_path):
+    """Copy one of the real pi sessions into a temporary folder (shared/ is read-only)."""
+
+    def copy(name: str) -> pathlib.Path:
+        src = PI_SESSIONS / name
+        if not src.exists():
+            pytest.skip(f"real pi session data not found at {src} (a clone without ../shared)")
+        dst = tmp_path / name
+        shutil.copyfile(src, dst)
+        return dst
+
+    return copy

@@ -1,0 +1,216 @@
+"""The layout sidecar is an optimisation only: every doubtful one is rebuilt."""
+
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from boundctx import Transcript, TranscriptChanged
+from boundctx.transcript import encode_record
+from boundctx.transcript import layout as layout_mod
+from boundctx.transcript import store as store_mod
+from boundctx.transcript.layout import MAGIC, sidecar_paths
+
+
+def make(path, n, prefix="m"):
+    path.write_bytes(b"".join(
+        encode_record({"type": "message", "id": f"{prefix}{i}", "message": {"role": "user", "content": f"text {i} " * (i % 7 + 1)}})
+        for i in range(n)))
+    return path
+
+
+def ids(t, **kw):
+    return [m.record["id"] for m in t.window(**kw).messages]
+
+
+def test_first_open_builds_and_writes_the_sidecar_beside_the_transcript(tmp_path):
+    path = make(tmp_path / "t.jsonl", 10)
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "built"
+    beside = str(path) + ".layout"
+    assert Path(beside).read_bytes()[:8] == MAGIC
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        assert ids(t) == [f"m{i}" for i in range(10)]
+
+
+def test_sidecar_arrays_are_aligned_little_endian_int64(tmp_path):
+    path = make(tmp_path / "t.jsonl", 5)
+    Transcript.open(path).close()
+    data = Path(str(path) + ".layout").read_bytes()
+    hlen, _crc = struct.unpack_from("<II", data, 8)
+    header = msgspec.msgpack.decode(data[16 : 16 + hlen].rstrip(b"\0"))
+    assert hlen % 8 == 0 and (16 + hlen) % 8 == 0
+    starts = np.frombuffer(data, dtype="<i8", count=header["n"], offset=16 + hlen)
+    raw = path.read_bytes()
+    expected = [0] + [i + 1 for i, b in enumerate(raw) if b == 10][:-1]
+    assert starts.tolist() == expected
+    assert header["identity"][2] == len(raw) and header["end"] == len(raw)
+
+
+def test_external_append_extends_instead_of_rebuilding(tmp_path):
+    path = make(tmp_path / "t.jsonl", 10)
+    Transcript.open(path).close()
+    with open(path, "ab") as f:
+        f.write(encode_record({"type": "message", "id": "new"}))
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "extend"
+        assert ids(t)[-1] == "new" and t.message_count == 11
+    with Transcript.open(path) as t:  # the extension was persisted as a segment
+        assert t.layout_outcome == "valid" and t.message_count == 11
+
+
+def test_many_extensions_stay_correct_and_are_compacted(tmp_path):
+    path = make(tmp_path / "t.jsonl", 3)
+    Transcript.open(path).close()
+    for i in range(layout_mod.MAX_SEGMENTS + 3):
+        with open(path, "ab") as f:
+            f.write(encode_record({"type": "message", "id": f"x{i}"}))
+        with Transcript.open(path) as t:
+            assert t.layout_outcome == "extend"
+            assert ids(t)[-1] == f"x{i}"
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        assert ids(t) == [f"m{i}" for i in range(3)] + [f"x{i}" for i in range(layout_mod.MAX_SEGMENTS + 3)]
+
+
+def test_atomic_replacement_by_another_file_is_rebuilt(tmp_path):
+    path = make(tmp_path / "t.jsonl", 10)
+    Transcript.open(path).close()
+    other = make(tmp_path / "other.jsonl", 4, prefix="o")
+    os.replace(other, path)
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "rebuilt"
+        assert ids(t) == ["o0", "o1", "o2", "o3"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "flip_header", "magic"])
+def test_damaged_sidecar_is_rebuilt_never_trusted(tmp_path, damage):
+    path = make(tmp_path / "t.jsonl", 50)
+    Transcript.open(path).close()
+    side = str(path) + ".layout"
+    data = bytearray(Path(side).read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) - 9]
+    elif damage == "garbage":
+        data = bytearray(os.urandom(len(data)))
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "flip_header":
+        data[20] ^= 0xFF
+    elif damage == "magic":
+        data[:8] = b"NOTMINE!"
+    Path(side).write_bytes(bytes(data))
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "rebuilt"
+        assert ids(t) == [f"m{i}" for i in range(50)]
+
+
+def test_foreign_sidecar_copied_from_another_transcript_is_rebuilt(tmp_path):
+    a = make(tmp_path / "a.jsonl", 20, prefix="a")
+    b = make(tmp_path / "b.jsonl", 20, prefix="b")
+    Transcript.open(a).close()
+    shutil.copyfile(str(a) + ".layout", str(b) + ".layout")
+    with Transcript.open(b) as t:
+        assert t.layout_outcome == "rebuilt"
+        assert ids(t) == [f"b{i}" for i in range(20)]
+
+
+def test_lying_sidecar_with_a_valid_header_is_caught_on_read_and_rebuilt(tmp_path):
+    path = make(tmp_path / "t.jsonl", 30)
+    Transcript.open(path).close()
+    side = str(path) + ".layout"
+    data = bytearray(Path(side).read_bytes())
+    hlen, _ = struct.unpack_from("<II", data, 8)
+    base = 16 + hlen
+    # Shift the offsets of lines 10..20 by a few bytes: the header still checks out.
+    for i in range(10, 20):
+        v = struct.unpack_from("<q", data, base + 8 * i)[0]
+        struct.pack_into("<q", data, base + 8 * i, v + 3)
+    Path(side).write_bytes(bytes(data))
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"  # nothing visible from the outside...
+        assert ids(t) == [f"m{i}" for i in range(30)]  # ...but the read caught it
+        assert t.layout_outcome == "rebuilt"
+
+
+def test_same_size_same_mtime_rewrite_behind_the_sidecar_rebuilds_once_and_retries(tmp_path):
+    path = make(tmp_path / "t.jsonl", 400)  # the middle lies outside both 4 KiB fingerprints
+    Transcript.open(path).close()
+    st = os.stat(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    # Swap two lines of different length in the middle: same size, same head and tail.
+    i, j = 150, 211
+    assert len(lines[i]) != len(lines[j])
+    lines[i], lines[j] = lines[j], lines[i]
+    with open(path, "r+b") as f:  # in place: same inode
+        f.write(b"".join(lines))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        got = ids(t)
+        assert t.layout_outcome == "rebuilt"
+    expected = [f"m{k}" for k in range(400)]
+    expected[i], expected[j] = expected[j], expected[i]
+    assert got == expected
+
+
+def test_a_layout_still_wrong_after_the_rebuild_fails_with_a_clear_error(tmp_path, monkeypatch):
+    path = make(tmp_path / "t.jsonl", 10)
+    real_build = store_mod.build_layout
+
+    def stale_build(fd, **kw):
+        layout = real_build(fd, **kw)
+        shifted = layout.starts.all() + 1
+        shifted[0] = 0
+        layout.starts = layout_mod.Chunked([shifted])
+        return layout
+
+    with Transcript.open(path) as t:
+        path.write_bytes(b" " + path.read_bytes()[1:])  # a change that forces a read failure
+        monkeypatch.setattr(store_mod, "build_layout", stale_build)
+        with pytest.raises(TranscriptChanged, match="changed while it was being read"):
+            t.window()
+
+
+def test_unwritable_place_beside_the_transcript_uses_the_cache_directory(tmp_path):
+    path = make(tmp_path / "t.jsonl", 5)
+    beside, cached = sidecar_paths(str(path))
+    os.mkdir(beside)  # something that cannot be replaced by a file sits there
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "built"
+    assert os.path.isfile(cached)
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        assert t.message_count == 5
+
+
+def test_read_only_folder_keeps_the_sidecar_in_the_cache_directory(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root can write into a read-only folder; covered by the directory-in-the-way test")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = make(folder / "t.jsonl", 5)
+    folder.chmod(0o555)
+    try:
+        with Transcript.open(path) as t:
+            assert t.message_count == 5
+        assert os.path.isfile(sidecar_paths(str(path))[1])
+    finally:
+        folder.chmod(0o755)
+
+
+def test_a_valid_open_costs_no_scan(tmp_path, monkeypatch):
+    path = make(tmp_path / "t.jsonl", 100)
+    Transcript.open(path).close()
+    calls = []
+    real = layout_mod._li.scan_fd
+    monkeypatch.setattr(layout_mod._li, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with Transcript.open(path) as t:
+        t.window(preset="renderer")
+    assert calls == []
