@@ -1,0 +1,93 @@
+"""The command line: each command is a plain function behind argparse."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from boundctx.cli import main
+from boundctx.transcript import encode_record
+
+
+def write(path, n):
+    path.write_bytes(b"".join(encode_record({"type": "message", "id": f"m{i}",
+                                             "message": {"role": "user", "content": "w " * (i + 1)}})
+                              for i in range(n)))
+    return path
+
+
+def test_reindex_reports_each_file_and_fails_when_any_input_fails(tmp_path, capsys):
+    write(tmp_path / "a.jsonl", 3)
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub" / "b.jsonl", 5)
+    (tmp_path / "notes.txt").write_text("not a transcript")
+    assert main(["reindex", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "a.jsonl: 3 messages" in out and "b.jsonl: 5 messages" in out and "notes.txt" not in out
+    assert main(["reindex", str(tmp_path / "a.jsonl"), str(tmp_path / "missing.jsonl")]) == 1
+    captured = capsys.readouterr()
+    assert "missing.jsonl: FAILED: no such file" in captured.err and "1 of 2 failed" in captured.err
+
+
+def test_reindex_json_prints_one_report_per_file(tmp_path, capsys):
+    write(tmp_path / "a.jsonl", 4)
+    assert main(["reindex", "--json", str(tmp_path / "a.jsonl"), str(tmp_path / "empty_dir_missing")]) == 1
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert reports[0]["ok"] is False and reports[1]["ok"] is True and reports[1]["messages"] == 4
+    assert reports[1]["sidecar"].endswith("a.jsonl.layout")
+
+
+def test_reindex_of_an_empty_folder_is_a_failure_with_a_reason(tmp_path, capsys):
+    assert main(["reindex", str(tmp_path)]) == 1
+    assert "no *.jsonl transcripts" in capsys.readouterr().err
+
+
+def test_session_get_prints_a_bounded_window(tmp_path, capsys):
+    path = write(tmp_path / "a.jsonl", 10)
+    assert main(["session", "get", str(path), "--limit", "2", "--content-limit", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "messages 8-9 of 10" in out and "--before 8" in out
+    assert "## [9] user" in out and "more bytes not shown" in out
+
+
+def test_session_get_json_is_the_window(tmp_path, capsys):
+    path = write(tmp_path / "a.jsonl", 10)
+    assert main(["session", "get", str(path), "--before", "5", "--limit", "3", "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)
+    assert w["message_start"] == 2 and [m["index"] for m in w["messages"]] == [2, 3, 4]
+    assert w["has_more_before"] is True and w["message_count"] == 10
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--limit", "-1"], "message_limit must be >= 0"),
+    (["--before", "99"], "past the last message"),
+])
+def test_session_get_bad_arguments_exit_2_with_the_reason(tmp_path, capsys, args, message):
+    path = write(tmp_path / "a.jsonl", 3)
+    assert main(["session", "get", str(path), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_session_get_missing_file_exits_2(tmp_path, capsys):
+    assert main(["session", "get", str(tmp_path / "nope.jsonl")]) == 2
+    assert "no transcript at" in capsys.readouterr().err
+
+
+def test_sample_writes_a_seeded_transcript_and_refuses_to_overwrite(tmp_path, capsys):
+    path = tmp_path / "s.jsonl"
+    assert main(["sample", str(path), "--size", "200k", "--seed", "7"]) == 0
+    first = path.read_bytes()
+    assert 200_000 <= len(first) < 400_000
+    assert main(["sample", str(path), "--size", "200k"]) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["sample", str(path), "--size", "200k", "--seed", "7", "--force"]) == 0
+    assert path.read_bytes() == first  # seeded: the same bytes again
+    assert main(["sample", str(path), "--size", "lots", "--force"]) == 2
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    path = write(tmp_path / "a.jsonl", 2)
+    out = subprocess.run([sys.executable, "-m", "boundctx", "session", "get", str(path), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["message_count"] == 2

@@ -1,0 +1,149 @@
+"""Bad input gets a clear error or a documented projection, and loses nothing."""
+
+import json
+import os
+
+import pytest
+
+from boundctx import Transcript, TranscriptNotFound
+from boundctx.errors import TranscriptNotAFile, TranscriptPermission
+from boundctx.transcript import encode_record
+from boundctx.transcript import store as store_mod
+from support import running_as_root
+
+
+def rec(i, **kw):
+    return encode_record({"type": "message", "id": f"m{i}", "message": {"role": "user", "content": f"t{i}"}, **kw})
+
+
+def test_invalid_json_lines_become_visible_corrupt_entries_and_the_rest_stays_readable(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + b"this is not json\n" + b'{"type":"message","id":"x",}\n' + rec(3))
+    with Transcript.open(path) as t:
+        w = t.window()
+        assert t.message_count == 4
+        assert [m.type for m in w.messages] == ["message", None, None, "message"]
+        bad = w.messages[1]
+        assert bad.corrupt and bad.raw == "this is not json" and bad.record is None
+        assert w.messages[2].corrupt and w.messages[3].record["id"] == "m3"
+    assert path.read_bytes().count(b"\n") == 4  # the file is untouched
+
+
+def test_welded_torn_write_is_corrupt_and_does_not_force_a_rebuild_on_every_open(tmp_path, monkeypatch):
+    # A crash left half a record, and the next append welded onto it. It looks like a
+    # message to the classifier (right prefix, closing brace) but does not parse.
+    welded = b'{"type":"message","id":"half","message":{"ro' + rec(1)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + welded + rec(2))
+    with Transcript.open(path) as t:
+        w = t.window()
+        assert [m.corrupt is not None for m in w.messages] == [False, True, False]
+    builds = []
+    real = store_mod.build_layout
+    monkeypatch.setattr(store_mod, "build_layout", lambda *a, **k: builds.append(1) or real(*a, **k))
+    for _ in range(2):
+        with Transcript.open(path) as t:
+            assert t.layout_outcome == "valid"
+            assert t.window().messages[1].raw.startswith('{"type":"message","id":"half"')
+    assert builds == []
+
+
+def test_blank_lines_are_not_messages(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n" + rec(0) + b"   \n\r\n" + rec(1) + b"\n")
+    with Transcript.open(path) as t:
+        assert t.message_count == 2 and t.line_count == 6
+        assert [m.record["id"] for m in t.window().messages] == ["m0", "m1"]
+
+
+def test_invalid_utf8_is_a_corrupt_entry_shown_with_replacement_characters(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + b'{"type":"message","id":"\xff\xfe"}\n' + rec(2))
+    with Transcript.open(path) as t:
+        w = t.window()
+        assert t.message_count == 3
+        assert w.messages[1].corrupt and "\ufffd" in w.messages[1].raw
+        assert w.messages[2].record["id"] == "m2"
+
+
+def test_crlf_line_endings_and_a_bom_are_read(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + rec(0).replace(b"\n", b"\r\n") + rec(1).replace(b"\n", b"\r\n"))
+    with Transcript.open(path) as t:
+        assert t.message_count == 2
+        assert [m.record["id"] for m in t.window().messages] == ["m0", "m1"]
+        assert [m.record["id"] for m in t.window(content_limit=1).messages] == ["m0", "m1"]
+
+
+def test_a_run_of_nul_bytes_mid_file_is_one_corrupt_entry(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + b"\0" * 4096 + b"\n" + rec(2))
+    with Transcript.open(path) as t:
+        w = t.window(content_limit=64)
+        assert [bool(m.corrupt) for m in w.messages] == [False, True, False]
+        assert w.messages[1].cut_bytes == 4096 - 64
+
+
+def test_empty_file_opens_with_no_messages(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"")
+    with Transcript.open(path) as t:
+        w = t.window(preset="renderer")
+        assert (t.message_count, w.message_start, w.has_more_before, w.messages) == (0, 0, False, [])
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(TranscriptNotFound, match="no transcript at .*create=True") as exc:
+        Transcript.open(tmp_path / "nope.jsonl")
+    assert isinstance(exc.value, FileNotFoundError)
+
+
+def test_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(TranscriptNotAFile, match="is a directory"):
+        Transcript.open(tmp_path)
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(TranscriptNotAFile, match="not a regular file"):
+        Transcript.open(fifo)
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path):
+    if running_as_root():
+        pytest.skip("root reads files whatever their mode")
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0))
+    path.chmod(0)
+    with pytest.raises(TranscriptPermission, match="permission denied"):
+        Transcript.open(path)
+
+
+def test_file_truncated_while_open_is_reread_not_crashed_on(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(rec(i) for i in range(100)))
+    with Transcript.open(path) as t:
+        assert t.message_count == 100
+        keep = sum(len(rec(i)) for i in range(40))
+        os.truncate(path, keep + 7)  # cut inside message 40
+        w = t.window()
+        assert t.message_count == 40 and t.torn_bytes == 7
+        assert [m.record["id"] for m in w.messages] == [f"m{i}" for i in range(40)]
+
+
+def test_a_50_mb_line_opens_in_a_bounded_window(tmp_path):
+    path = tmp_path / "t.jsonl"
+    huge = "y" * (50 << 20)
+    with open(path, "wb") as f:
+        f.write(rec(0))
+        f.write(encode_record({"type": "message", "id": "huge", "message": {"role": "tool", "content": huge}}))
+        f.write(rec(2))
+    del huge
+    with Transcript.open(path) as t:
+        w = t.window(preset="renderer")
+        big = w.messages[1]
+        assert big.truncated and big.cut_bytes > (50 << 20) - 70_000
+        assert len(json.dumps(big.record)) < 65536 + 65536 + 200
+        assert big.record["id"] == "huge" and big.record["message"]["role"] == "tool"
+        assert w.messages[2].record["id"] == "m2"
