@@ -10,6 +10,7 @@ and long lines; deep nesting.
 from __future__ import annotations
 
 import json
+import random
 
 from hypothesis import strategies as st
 
@@ -22,7 +23,9 @@ TYPE_VALUES = TYPE_NAMES + ["", "Message", "message ", "m\u00e9ssage", "\u6d88\u
 PI_DIALECT = {"message": 1, "compaction": 2, "session": 3}
 
 # Bytes that matter to the framer and the classifier, to make random bytes interesting.
-_SIGNIFICANT = b'{}[]":,\\ \t\r\n/ubfnrt0123456789aAeEfF-+.' + BOM + b"\x00\x1f\x7f\x80\xc3\xe2\xf0\xff"
+_SIGNIFICANT = (
+    b'{}[]":,\\ \t\r\n/ubfnrt0123456789aAeEfF-+.' + BOM + b"\x00\x1f\x7f\x80\xc3\xe2\xf0\xff"
+)
 
 
 def dialects() -> st.SearchStrategy[dict[str, int]]:
@@ -65,14 +68,21 @@ _scalars = st.one_of(
 
 
 def json_values(max_leaves: int = 12) -> st.SearchStrategy[object]:
+    """JSON values: scalars, lists and objects (keys may be "type")."""
     return st.recursive(
         _scalars,
         lambda inner: st.one_of(
             st.lists(inner, max_size=4),
-            st.dictionaries(st.one_of(_text, st.just("type")), inner, max_size=4),
+            st.lists(st.tuples(st.one_of(_text, st.just("type")), inner), max_size=4).map(dict),
         ),
         max_leaves=max_leaves,
     )
+
+
+# Built once: constructing a recursive strategy inside a composite on every draw is slow.
+_small_values = json_values(6)
+_values = json_values()
+_non_string_values = json_values(4).filter(lambda v: not isinstance(v, str))
 
 
 def objects_with_type() -> st.SearchStrategy[list[tuple[str, object]]]:
@@ -81,7 +91,7 @@ def objects_with_type() -> st.SearchStrategy[list[tuple[str, object]]]:
 
     @st.composite
     def build(draw):
-        members = draw(st.lists(st.tuples(_text, json_values(6)), max_size=4))
+        members = draw(st.lists(st.tuples(_text, _small_values), max_size=4))
         members = [(k, v) for k, v in members if k != "type"]
         placement = draw(st.sampled_from(["first", "later", "missing", "twice", "not-string"]))
         value = draw(st.sampled_from(TYPE_VALUES))
@@ -93,39 +103,44 @@ def objects_with_type() -> st.SearchStrategy[list[tuple[str, object]]]:
             members.insert(0, ("type", value))
             members.append(("type", draw(st.sampled_from(TYPE_VALUES))))
         elif placement == "not-string":
-            members.insert(0, ("type", draw(json_values(4).filter(lambda v: not isinstance(v, str)))))
+            members.insert(0, ("type", draw(_non_string_values)))
         return members
 
     return build()
 
 
-class _Renderer:
-    """Serialize JSON with drawn whitespace and escapes; the output always parses."""
+_objects = objects_with_type()
 
-    def __init__(self, draw, spacing: bool, escaping: bool) -> None:
-        self.draw = draw
+
+class _Renderer:
+    """Serialize JSON with random whitespace and escapes; the output always parses.
+
+    Choices come from a ``random.Random`` seeded by one draw rather than a draw each,
+    which keeps generating long lines cheap."""
+
+    def __init__(self, rng: random.Random, spacing: bool, escaping: bool) -> None:
+        self.rng = rng
         self.spacing = spacing
         self.escaping = escaping
 
     def ws(self) -> str:
         if not self.spacing:
             return ""
-        return self.draw(st.sampled_from(["", "", "", " ", "  ", "\t", "\r", " \t\r "]))
+        return self.rng.choice(["", "", "", " ", "  ", "\t", "\r", " \t\r "])
 
     def string(self, text: str) -> str:
         if not self.escaping:
-            return json.dumps(text, ensure_ascii=self.draw(st.booleans()))
+            return json.dumps(text, ensure_ascii=self.rng.random() < 0.5)
         parts = []
         for ch in text:
-            plain = json.dumps(ch, ensure_ascii=False)[1:-1]
-            choice = self.draw(st.integers(0, 3))
-            if choice == 0 and ord(ch) < 0x10000:
+            choice = self.rng.randrange(4)
+            if choice == 0 and ord(ch) < 0x10000:  # e.g. "ty\u0070e"
                 code = f"{ord(ch):04x}"
-                parts.append("\\u" + (code.upper() if self.draw(st.booleans()) else code))
+                parts.append("\\u" + (code.upper() if self.rng.random() < 0.5 else code))
             elif choice == 1 and ch == "/":
                 parts.append("\\/")
             else:
-                parts.append(plain)
+                parts.append(json.dumps(ch, ensure_ascii=False)[1:-1])
         return '"' + "".join(parts) + '"'
 
     def value(self, value: object) -> str:
@@ -149,9 +164,10 @@ class _Renderer:
 @st.composite
 def json_lines(draw, values: st.SearchStrategy[object] | None = None) -> bytes:
     """One complete JSON line (no ``\\n``): a transcript-like object by default."""
-    renderer = _Renderer(draw, spacing=draw(st.booleans()), escaping=draw(st.booleans()))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    renderer = _Renderer(rng, spacing=draw(st.booleans()), escaping=draw(st.booleans()))
     if values is None:
-        text = renderer.members(draw(objects_with_type()))
+        text = renderer.members(draw(_objects))
     else:
         text = renderer.value(draw(values))
     return (renderer.ws() + text + renderer.ws()).encode("utf-8", "surrogatepass")
@@ -163,7 +179,8 @@ def deeply_nested_lines() -> st.SearchStrategy[bytes]:
     @st.composite
     def build(draw):
         depth = draw(st.integers(250, 262))
-        brackets = draw(st.lists(st.sampled_from(["[", '{"k":'], min_size=depth, max_size=depth))
+        kinds = draw(st.integers(0, 2**depth - 1))  # bit k: array or object at level k
+        brackets = ['{"k":' if kinds >> k & 1 else "[" for k in range(depth)]
         closers = "".join("]" if b == "[" else "}" for b in reversed(brackets))
         leaf = draw(st.sampled_from(['"leaf text"', "1", "[]", "{}"]))
         return ('{"type":"message","v":' + "".join(brackets) + leaf + closers + "}").encode()
@@ -183,14 +200,15 @@ def jsonl_lines(draw) -> bytes:
     if kind == "object":
         line = draw(json_lines())
     elif kind == "value":
-        line = draw(json_lines(json_values()))
+        line = draw(json_lines(_values))
     elif kind == "blank":
         line = draw(st.sampled_from([b"", b" ", b"\t \r", b"\r"]))
     elif kind == "truncated":
         whole = draw(json_lines())
         line = whole[: draw(st.integers(0, len(whole)))]
     elif kind == "long":
-        filler = "x" * draw(st.integers(100, 3000)) + draw(st.sampled_from(["", "\u00e9", "\\u00e9"]))
+        filler = "x" * draw(st.integers(100, 3000))
+        filler += draw(st.sampled_from(["", "\u00e9", "\\u00e9"]))
         before = draw(st.booleans())
         line = (
             '{"pad":"' + filler + '","type":"message"}'
@@ -251,7 +269,7 @@ def display_inputs(draw) -> tuple[bytes, bytes, int, int]:
     line = draw(
         st.one_of(
             json_lines(),
-            json_lines(json_values()),
+            json_lines(_values),
             deeply_nested_lines(),
         )
     )

@@ -12,7 +12,7 @@ from boundctx.transcript import encode_record
 
 def write(path, n):
     path.write_bytes(b"".join(encode_record({"type": "message", "id": f"m{i}",
-                                             "message": {"role": "user", "content": "w " * (i + 1)}})
+                                             "message": {"role": "user", "content": "w " * (i + 100)}})
                               for i in range(n)))
     return path
 

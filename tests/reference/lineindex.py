@@ -31,6 +31,7 @@ UNDECIDED = 6
 
 DEFAULT_CLASSIFY_WINDOW = 1 << 20
 MAX_DEPTH = 256  # deepest nesting the display projection follows
+SHORT_STRING = 128  # string values at most this long (as written) are kept whole
 
 BOM = b"\xef\xbb\xbf"
 WHITESPACE = b" \t\r"  # JSON whitespace less "\n", which never occurs inside a line
@@ -286,6 +287,7 @@ ROLLED_BACK = "rolled back"  # the prefix ended elsewhere: output rolled back to
 NOT_JSON = "not json"  # wrong token, control character, too deep, bytes after the root
 LINE_ENDS_EARLY = "line ends early"  # whole line, between tokens: not JSON
 LINE_ENDS_IN_STRING = "line ends in a string"  # whole line, inside a key or string value
+NOTHING_COMPLETE = "nothing complete"  # the prefix ends before any value could be shown
 
 
 @dataclass(frozen=True)
@@ -325,9 +327,11 @@ def project_display(
 
 
 def project(prefix: bytes, total_len: int, content_limit: int) -> Projection:
-    """Copy the JSON value in ``prefix`` without whitespace between tokens, keeping at
-    most ``content_limit`` bytes of string values; a cut string value ends with a marker
-    and every open container is closed. ``total_len`` is the length of the whole line."""
+    """Copy the JSON value in ``prefix`` without whitespace between tokens. Keys,
+    scalars and short string values (at most ``SHORT_STRING`` bytes as written) are kept
+    whole; at most ``content_limit`` bytes of the longer string values are kept; a cut
+    string value ends with a marker and every open container is closed. ``total_len``
+    is the length of the whole line."""
     prefix = bytes(prefix)
     if content_limit < 0:
         raise ValueError(f"content_limit must be >= 0, got {content_limit}")
@@ -398,6 +402,8 @@ class _Projector:
         self.safe = _SafePoint(len(self.out), tuple(self.open), self.src.pos)
 
     def rolled_back(self, total_len: int) -> Projection:
+        if self.safe.out_len == 0:
+            return Projection(None, self.kept, total_len, NOTHING_COMPLETE)
         display = bytes(self.out[: self.safe.out_len]) + _closers(self.safe.open)
         return Projection(display, self.kept, total_len - self.safe.src, ROLLED_BACK)
 
@@ -464,9 +470,22 @@ class _Projector:
         self.out.append(COLON)
 
     def string_value(self) -> None:
-        """Text content: copied one character or escape at a time under the budget."""
-        self.out.append(self.src.take())  # the opening quote
+        """A short string (metadata: ids, roles, timestamps) is copied whole outside the
+        budget; a longer one is text content, copied one character or escape at a time
+        under the budget."""
         data = self.src.data
+        start = self.src.pos
+        # Does the string close within SHORT_STRING bytes of content (and the prefix)?
+        window = Cursor(data[: min(len(data), start + 2 + SHORT_STRING)], start + 1)
+        try:
+            read_string(window)
+        except RanOut:
+            pass  # longer, or the prefix ends first: text content
+        else:
+            self.out += data[start : window.pos]
+            self.src.pos = window.pos
+            return
+        self.out.append(self.src.take())  # the opening quote
         while True:
             pos = self.src.pos
             if pos == len(data):
@@ -483,6 +502,15 @@ class _Projector:
                 unit = utf8_unit_length(lead)
             if pos + unit > len(data):
                 raise _StringCut(pos, by_prefix_end=True)
+            if lead == BACKSLASH:
+                escape = data[pos + 1]
+                if escape == ord("u"):
+                    if not all(d in HEX_DIGITS for d in data[pos + 2 : pos + 6]):
+                        raise Malformed("bad \\u escape")
+                elif escape not in SIMPLE_ESCAPES:
+                    raise Malformed("unknown escape")
+            elif unit > 1 and not all(0x80 <= b <= 0xBF for b in data[pos + 1 : pos + unit]):
+                unit = 1  # invalid UTF-8: the lead byte alone, never swallowing a quote
             if unit > self.budget:
                 raise _StringCut(pos, by_prefix_end=False)
             self.out += self.src.take_many(unit)

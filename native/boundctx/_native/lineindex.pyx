@@ -17,6 +17,17 @@ from libc.string cimport memchr, memcpy, strerror
 cdef extern from "<unistd.h>" nogil:
     ssize_t pread(int fd, void *buf, size_t count, long long offset)
 
+cdef extern from *:
+    """
+    #ifndef BOUNDCTX_CHECKS
+    #define BOUNDCTX_CHECKS 0
+    #endif
+    """
+    int BOUNDCTX_CHECKS
+
+#: True when built with -DBOUNDCTX_CYTHON_CHECKS=ON (bounds and wraparound checks on).
+BUILT_WITH_CHECKS = bool(BOUNDCTX_CHECKS)
+
 MESSAGE = KIND_MESSAGE
 COMPACTION = KIND_COMPACTION
 OTHER = KIND_OTHER
@@ -35,6 +46,7 @@ cdef enum:
 cdef enum:
     NAME_CAP = 64     # longest decoded "type" value a dialect may name
     MAX_DEPTH = 256   # deepest nesting the display projection follows
+    SHORT_STRING = 128  # string values this short are metadata, kept whole for display
 
 
 cdef inline bint _is_ws(unsigned char c) noexcept nogil:
@@ -342,6 +354,8 @@ cdef class DialectTable:
         if len(kinds) > 32:
             raise ValueError(f"a dialect table holds at most 32 type names, got {len(kinds)}")
         for key, kind in kinds.items():
+            if not isinstance(key, str) or not key.isascii():
+                raise ValueError(f"type name {key!r} must be a str of ASCII characters")
             name = key.encode("ascii")
             if not 0 < len(name) <= NAME_CAP:
                 raise ValueError(f"type name {key!r} must be 1-{NAME_CAP} ASCII bytes")
@@ -437,8 +451,8 @@ def scan_bytes(const unsigned char[::1] data not None, DialectTable dialect not 
     cdef LineBuf out
     cdef int rc
     cdef Py_ssize_t n = data.shape[0]
-    if base_offset < 0:
-        raise ValueError(f"base_offset must be >= 0, got {base_offset}")
+    if base_offset < 0 or base_offset > (1 << 62) - n:
+        raise ValueError(f"base_offset must be in 0..2**62 - len(data), got {base_offset}")
     _init(&st, &out, classify_window)
     try:
         with nogil:
@@ -552,12 +566,31 @@ cdef inline Py_ssize_t _utf8_len(unsigned char c) noexcept nogil:
     return 1  # a stray continuation byte: copied alone; the decoder will flag it
 
 
+cdef inline bint _valid_escape(const unsigned char *e) noexcept nogil:
+    """Whether the escape at e[0] == '\\' is valid JSON (its bytes are all present)."""
+    cdef unsigned char c = e[1]
+    if c == 117:
+        return (_hexval(e[2]) >= 0 and _hexval(e[3]) >= 0 and _hexval(e[4]) >= 0
+                and _hexval(e[5]) >= 0)
+    return (c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110
+            or c == 114 or c == 116)
+
+
+cdef inline bint _valid_continuation(const unsigned char *p, Py_ssize_t u) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(1, u):
+        if p[k] < 0x80 or p[k] > 0xBF:
+            return False
+    return True
+
+
 def project_display(const unsigned char[::1] prefix not None, long long total_len,
                     Py_ssize_t content_limit):
     """Build the display form of one JSON line from a prefix of it.
 
-    Copies the line's structure and keys, and at most ``content_limit`` bytes (as
-    written, escapes included) of its string values. Where text is cut, the cut string
+    Copies the line's structure, keys, scalars and short string values (at most
+    128 bytes as written: ids, roles, timestamps), and at most ``content_limit`` bytes
+    (as written, escapes included) of its longer string values: the text. Where text is cut, the cut string
     ends with a marker ``" [... N more bytes not shown]"`` and every open container is
     closed, so the result is valid JSON. Bytes past ``prefix`` are never needed.
 
@@ -573,8 +606,9 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
     Returns
     -------
     tuple of (bytes or None, int, int)
-        ``(display, kept, cut)``: the display JSON (None when the prefix is not JSON),
-        string-value bytes kept, and bytes of the line not represented (0 when whole).
+        ``(display, kept, cut)``: the display JSON (None when the prefix is not JSON,
+        or holds nothing complete to show), bytes of long string values kept, and bytes
+        of the line not represented (0 when whole).
     """
     cdef const unsigned char *p = &prefix[0] if prefix.shape[0] else NULL
     cdef Py_ssize_t n = prefix.shape[0]
@@ -583,7 +617,7 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
     cdef Py_ssize_t depth = 0, i = 0, o = 0, j, u, budget = content_limit, kept = 0
     cdef Py_ssize_t safe_o = 0, safe_depth = 0, safe_src = 0
     cdef PState state = P_VALUE
-    cdef bint malformed = False, cut = False, in_text = False
+    cdef bint malformed = False, cut = False, in_text = False, cut_by_end = False
     cdef unsigned char c
     cdef bytes marker, result
     if content_limit < 0:
@@ -655,38 +689,55 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
                         state = P_KEY_OR_CLOSE if c == 123 else P_VALUE_OR_CLOSE
                         safe_o = o; safe_depth = depth; safe_src = i
                 elif c == 34:
-                    # A string value: text content, copied under the budget one whole
-                    # character or escape at a time, so a cut never splits either.
-                    out[o] = c; o += 1
-                    j = i + 1
-                    while True:
-                        if j >= n:
-                            cut = True; in_text = True
-                            break
-                        c = p[j]
-                        if c == 34:
-                            break
-                        if c == 92:
-                            u = 6 if (j + 1 < n and p[j + 1] == 117) else 2
-                        elif c < 32:
-                            malformed = True
-                            break
-                        else:
-                            u = _utf8_len(c)
-                        if j + u > n:
-                            cut = True; in_text = True
-                            break
-                        if u > budget:
-                            cut = True; in_text = True
-                            break
-                        memcpy(out + o, p + j, u); o += u; j += u
-                        budget -= u; kept += u
-                    if not malformed:
-                        i = j + 1 if not cut else j
-                        if not cut:
-                            out[o] = 34; o += 1
-                            state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                            safe_o = o; safe_depth = depth; safe_src = i
+                    # A short string value (ids, roles, timestamps, type names) is
+                    # metadata: copied whole, outside the budget. Looking ahead only
+                    # SHORT_STRING bytes keeps this O(1) on a multi-megabyte string.
+                    j = _read_string(p, min(n, i + 2 + SHORT_STRING), i + 1, NULL, 0, &u)
+                    if j == MALFORMED:
+                        malformed = True
+                    elif j > 0:
+                        memcpy(out + o, p + i, j - i); o += j - i; i = j
+                        state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                        safe_o = o; safe_depth = depth; safe_src = i
+                    else:
+                        # Text content: copied under the budget one whole character or
+                        # escape at a time, so a cut never splits either.
+                        out[o] = 34; o += 1
+                        j = i + 1
+                        while True:
+                            if j >= n:
+                                cut = True; in_text = True; cut_by_end = True
+                                break
+                            c = p[j]
+                            if c == 34:
+                                break
+                            if c == 92:
+                                u = 6 if (j + 1 < n and p[j + 1] == 117) else 2
+                            elif c < 32:
+                                malformed = True
+                                break
+                            else:
+                                u = _utf8_len(c)
+                            if j + u > n:
+                                cut = True; in_text = True; cut_by_end = True
+                                break
+                            if c == 92:
+                                if not _valid_escape(p + j):
+                                    malformed = True
+                                    break
+                            elif u > 1 and not _valid_continuation(p + j, u):
+                                u = 1  # invalid UTF-8: one byte alone, never the quote after it
+                            if u > budget:
+                                cut = True; in_text = True
+                                break
+                            memcpy(out + o, p + j, u); o += u; j += u
+                            budget -= u; kept += u
+                        if not malformed:
+                            i = j + 1 if not cut else j
+                            if not cut:
+                                out[o] = 34; o += 1
+                                state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
+                                safe_o = o; safe_depth = depth; safe_src = i
                 else:
                     # A scalar (number, true, false, null): copied whole or not at all.
                     j = i
@@ -713,6 +764,10 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
                 return (None, kept, total_len)  # the whole line ends early: not JSON
         if not cut:
             return (PyBytes_FromStringAndSize(<char *>out, o), kept, 0)
+        if total_len == n and (cut_by_end or not in_text):
+            return (None, kept, total_len)  # the whole line ends inside a key or string
+        if not in_text and safe_o == 0:
+            return (None, kept, total_len)  # nothing complete to show yet
         if in_text:
             # Close the cut string with the marker; it is then a complete value.
             marker = f" [... {total_len - i} more bytes not shown]\"".encode("ascii")

@@ -1,0 +1,608 @@
+"""``boundctx._native.lineindex`` against its slow twin ``tests/reference/lineindex.py``.
+
+Property tests assert native == reference on arbitrary bytes and on JSONL-ish files;
+fixed fixtures pin the edges (empty file, torn tail, CRLF, BOM, a multi-byte character
+on a block boundary, offsets above 2**31, bad arguments).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from boundctx._native import lineindex as native
+from reference import lineindex as ref
+from strategies import (
+    BOM,
+    PI_DIALECT,
+    classify_windows,
+    dialects,
+    display_inputs,
+    jsonl_documents,
+    jsonl_lines,
+    large_documents,
+    noisy_bytes,
+)
+
+MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED = 1, 2, 3, 4, 5, 6  # sidecar format
+PI = native.DialectTable(PI_DIALECT)
+BLOCK_SIZES = [4096, 4097, 5003, 8192, 65536]
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def fields(result) -> tuple[list[int], list[int], int, int]:
+    """A scan result (native or reference) as plain comparable values."""
+    if isinstance(result, ref.ScanResult):
+        return (result.starts, result.kinds, result.indexed_end, result.scanned_end)
+    starts = array.array("q", result.starts).tolist()
+    return (starts, list(result.kinds), result.indexed_end, result.scanned_end)
+
+
+def scan_both(data: bytes, dialect: dict[str, int], **options):
+    got = fields(native.scan_bytes(data, native.DialectTable(dialect), **options))
+    want = fields(ref.scan_bytes(data, dialect, **options))
+    return got, want
+
+
+def kinds_of(data: bytes, dialect=PI_DIALECT, **options) -> list[int]:
+    got, want = scan_both(data, dialect, **options)
+    assert got == want
+    return got[1]
+
+
+def scan_file(data: bytes, dialect=PI, *, offset: int = 0, **options):
+    """scan_fd over a real temporary file holding ``data`` at ``offset``."""
+    with tempfile.TemporaryFile() as f:
+        os.pwrite(f.fileno(), data, offset)
+        return native.scan_fd(f.fileno(), dialect, **options)
+
+
+def compare_projection(prefix: bytes, total_len: int, content_limit: int):
+    """Assert native == reference for one projection (in @given tests only)."""
+    want = ref.project(prefix, total_len, content_limit)
+    got = native.project_display(prefix, total_len, content_limit)
+    assert got == want.as_tuple()
+    return got
+
+
+def string_spans(line: bytes) -> list[tuple[int, int]]:
+    """(opening quote, closing quote) of every string in a valid JSON line."""
+    spans, i = [], 0
+    while i < len(line):
+        if line[i] == ord('"'):
+            j = i + 1
+            while line[j] != ord('"'):
+                j += 2 if line[j] == ord("\\") else 1
+            spans.append((i, j))
+            i = j
+        i += 1
+    return spans
+
+
+def value_spans(line: bytes) -> list[tuple[int, int]]:
+    """The string spans that are values: not followed by ':'."""
+    return [(a, b) for a, b in string_spans(line) if line[b + 1 :].lstrip(b" \t\r")[:1] != b":"]
+
+
+def max_depth(prefix: bytes, spans: list[tuple[int, int]]) -> int:
+    inside = {k for a, b in spans for k in range(a, b + 1)}
+    depth = deepest = 0
+    for i, byte in enumerate(prefix):
+        if i in inside:
+            continue
+        if byte in b"{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"}]":
+            depth -= 1
+    return deepest
+
+
+def test_kind_numbers_are_part_of_the_format():
+    assert (native.MESSAGE, native.COMPACTION, native.OTHER, native.CORRUPT, native.BLANK,
+            native.UNDECIDED) == (MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED)
+    assert (ref.MESSAGE, ref.COMPACTION, ref.OTHER, ref.CORRUPT, ref.BLANK,
+            ref.UNDECIDED) == (MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED)
+
+
+# ---------------------------------------------------------------------------
+# scan_bytes == reference
+# ---------------------------------------------------------------------------
+
+
+@given(noisy_bytes(), dialects(), classify_windows(), st.sampled_from([0, 1, 2**31 + 3]))
+def test_scan_bytes_matches_reference_on_arbitrary_bytes(data, dialect, window, base):
+    got, want = scan_both(data, dialect, base_offset=base, classify_window=window)
+    assert got == want
+
+
+@settings(max_examples=60)
+@given(jsonl_documents(), dialects(), classify_windows())
+def test_scan_bytes_matches_reference_on_jsonl_documents(data, dialect, window):
+    got, want = scan_both(data, dialect, classify_window=window)
+    assert got == want
+    longest = max((len(line) for line in data.split(b"\n")[:-1]), default=0)
+    if window >= longest:  # a window that holds every line leaves none undecided
+        assert UNDECIDED not in got[1]
+
+
+@given(jsonl_lines(), dialects(), classify_windows(), st.booleans())
+def test_classify_line_matches_native_on_single_lines(line, dialect, window, at_file_start):
+    base = 0 if at_file_start else 1
+    result = native.scan_bytes(line + b"\n", native.DialectTable(dialect),
+                               base_offset=base, classify_window=window)
+    expected = ref.classify_line(line, dialect, classify_window=window,
+                                 at_file_start=at_file_start)
+    assert list(result.kinds) == [expected]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=600), classify_windows(), st.integers(0, 2**40), st.integers(0, 99))
+def test_native_never_crashes_on_random_bytes(data, window, base, limit):
+    result = native.scan_bytes(data, PI, base_offset=base, classify_window=window)
+    starts = array.array("q", result.starts).tolist()
+    assert len(starts) == len(result.kinds) == data.count(b"\n")
+    assert set(result.kinds) <= {MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED}
+    assert result.scanned_end == base + len(data)
+    assert result.torn_bytes == len(data) - (data.rfind(b"\n") + 1)
+    total_len = len(data) + window % 7
+    display, kept, cut = native.project_display(data, total_len, limit)
+    assert kept <= limit and 0 <= cut <= total_len
+
+
+# ---------------------------------------------------------------------------
+# classification: fixed examples
+# ---------------------------------------------------------------------------
+
+CLASSIFY_EXAMPLES = [
+    (b'{"type":"message","id":"a"}', MESSAGE),
+    (b'{"type":"compaction"}', COMPACTION),
+    (b'{"type":"session","version":3}', OTHER),
+    (b'{"type":"unknown"}', OTHER),
+    (b'{"id":"a","type":"message"}', MESSAGE),
+    (b'{ "type" : "message" }', MESSAGE),
+    (b'\t{"type":"message"}\r', MESSAGE),
+    (b'{"ty\\u0070e":"message"}', MESSAGE),
+    (b'{"type":"mess\\u0061ge"}', MESSAGE),
+    (b'{"type":"MESS\\u0041GE"}', OTHER),
+    (b'{"type":"m\\u00e9ssage"}', OTHER),
+    (b'{"type":"message","type":"compaction"}', MESSAGE),
+    (b'{"type":1}', OTHER),
+    (b'{"type":null,"x":"message"}', OTHER),
+    (b'{}', OTHER),
+    (b'{"a":{"type":"message"}}', OTHER),
+    (b'{"a":[}, "type":"message"}', MESSAGE),  # bracket kinds are not matched
+    (b'{"a":"\\"}", "type":"message"}', MESSAGE),
+    (b'', BLANK),
+    (b' \t\r', BLANK),
+    (b'[{"type":"message"}]', CORRUPT),
+    (b'{"type":"message"', CORRUPT),
+    (b'{"type":"message"} x', CORRUPT),
+    (b'{"a":1,}', CORRUPT),
+    (b'{"a":1 "type":"message"}', CORRUPT),
+    (b'{"a" 1}', CORRUPT),
+    (b'{"a":tr"ue}', CORRUPT),
+    (b'{"a":,"type":"message"}', CORRUPT),
+    (b'{"a":"\\q","type":"message"}', CORRUPT),
+    (b'{"a":"\\u12G4","type":"message"}', CORRUPT),
+    (b'{"a":"\x01","type":"message"}', CORRUPT),
+    (b'{"type":"mess\x01age"}', CORRUPT),
+    (b'{type:"message"}', CORRUPT),
+]
+
+
+@pytest.mark.parametrize(("line", "kind"), CLASSIFY_EXAMPLES)
+def test_classify_line_fixed_examples(line, kind):
+    assert ref.classify_line(line, PI_DIALECT) == kind
+    assert kinds_of(line + b"\n", base_offset=1) == [kind]
+
+
+@pytest.mark.parametrize(
+    ("line", "window", "kind"),
+    [
+        (b'{"type":"message"}', 5, UNDECIDED),  # the walk runs out inside the window
+        (b'{"type":"message"}', 1, UNDECIDED),
+        (b'{"type":"message"}', 16, UNDECIDED),  # the value's closing quote is not seen
+        (b'{"type":"message"}', 17, MESSAGE),  # the closing brace need not be seen
+        (b"    ", 2, UNDECIDED),  # whitespace so far, more to come
+        (b"    ", 4, BLANK),
+        (b'{"type":"message"] ', 5, CORRUPT),  # last significant byte is not "}"
+        (b'{"a":"\\q"} ', 8, CORRUPT),  # the bad escape is inside the window
+        (b'{"a":"\\q"} ', 7, UNDECIDED),  # only its backslash is
+        (b'{"a":12345,"type":"message"}', 8, UNDECIDED),  # scalar reaches the window end
+    ],
+)
+def test_classify_window_cuts_the_walk(line, window, kind):
+    assert kinds_of(line + b"\n", classify_window=window, base_offset=1) == [kind]
+
+
+def test_empty_input_has_no_lines():
+    result = native.scan_bytes(b"", PI)
+    assert fields(result) == ([], [], 0, 0) == fields(ref.scan_bytes(b"", PI_DIALECT))
+    assert result.torn_bytes == 0
+
+
+def test_input_without_trailing_newline_leaves_a_torn_tail():
+    data = b'{"type":"message"}\n{"type":"message"'
+    result = native.scan_bytes(data, PI)
+    assert fields(result) == ([0], [MESSAGE], 19, len(data))
+    assert result.torn_bytes == len(data) - 19
+    assert kinds_of(b'{"type":"message"}') == []  # a lone unterminated line is no record
+
+
+def test_crlf_lines_classify_like_lf_lines():
+    data = b'{"type":"message"}\r\n\r\n{"type":"compaction"} \r\n'
+    result = native.scan_bytes(data, PI)
+    assert fields(result) == ([0, 20, 22], [MESSAGE, BLANK, COMPACTION], len(data), len(data))
+    assert kinds_of(data) == [MESSAGE, BLANK, COMPACTION]
+
+
+def test_bom_at_file_start_is_skipped():
+    assert kinds_of(BOM + b'{"type":"message"}\n') == [MESSAGE]
+    assert kinds_of(BOM + b"\n") == [BLANK]
+
+
+def test_bom_not_at_file_start_is_not_skipped():
+    line = BOM + b'{"type":"message"}\n'
+    assert kinds_of(b"\n" + line) == [BLANK, CORRUPT]
+    assert kinds_of(line, base_offset=1) == [CORRUPT]
+    assert kinds_of(line, classify_window=2) == [CORRUPT]  # BOM cut by the window
+
+
+def test_base_offset_above_2_31_shifts_every_offset():
+    base = 2**31 + 17
+    data = b'{"type":"message"}\n\n{"type":"compaction"}\ntorn'
+    low = fields(native.scan_bytes(data, PI))
+    high = fields(native.scan_bytes(data, PI, base_offset=base))
+    assert high[0] == [s + base for s in low[0]]
+    assert high[1] == low[1]
+    assert (high[2], high[3]) == (low[2] + base, low[3] + base)
+    assert high == fields(ref.scan_bytes(data, PI_DIALECT, base_offset=base))
+    assert max(high[0]) > 2**31
+
+
+def test_scan_accepts_any_contiguous_buffer():
+    data = b'{"type":"message"}\nx\n'
+    expected = fields(native.scan_bytes(data, PI))
+    assert fields(native.scan_bytes(bytearray(data), PI)) == expected
+    assert fields(native.scan_bytes(memoryview(data), PI)) == expected
+
+
+# ---------------------------------------------------------------------------
+# scan_fd
+# ---------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(large_documents(), st.sampled_from(BLOCK_SIZES), classify_windows())
+def test_scan_fd_matches_scan_bytes_for_every_block_size(data, block_size, window):
+    got = fields(scan_file(data, block_size=block_size, classify_window=window))
+    assert got == fields(native.scan_bytes(data, PI, classify_window=window))
+    assert got == fields(ref.scan_bytes(data, PI_DIALECT, classify_window=window))
+
+
+@settings(max_examples=50, deadline=None)
+@given(jsonl_documents(max_lines=6), st.data())
+def test_scan_fd_sub_range_matches_scan_bytes_of_the_slice(data, draw):
+    line_starts = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")]
+    start = draw.draw(st.one_of(st.sampled_from(line_starts), st.integers(0, len(data) + 5)))
+    end = draw.draw(st.one_of(st.just(-1), st.integers(start, len(data) + 5)))
+    window = draw.draw(classify_windows())
+    got = fields(scan_file(data, start=start, end=end, block_size=4096, classify_window=window))
+    piece = data[start:] if end == -1 else data[start:end]
+    assert got == fields(ref.scan_bytes(piece, PI_DIALECT, base_offset=start,
+                                        classify_window=window))
+
+
+def test_scan_fd_line_longer_than_a_block():
+    text = "y" * 3 * 4096
+    data = (b'{"type":"message","text":"' + text.encode() + b'"}\n'
+            + b'{"text":"' + text.encode() + b'","type":"compaction"}\n')
+    for block_size in (4096, 4097, 65536):
+        result = scan_file(data, block_size=block_size)
+        assert fields(result) == ([0, 4096 * 3 + 29], [MESSAGE, COMPACTION], len(data), len(data))
+    assert fields(scan_file(data, block_size=4096, classify_window=4096))[1] == [MESSAGE, UNDECIDED]
+
+
+@pytest.mark.parametrize("shift", range(-4, 5))
+def test_scan_fd_multibyte_character_on_a_block_boundary(shift):
+    # A 4-byte character whose bytes straddle offset 4096 for some shifts; the line's
+    # "type" comes after it, and its closing brace lies in the next block.
+    head = b'{"text":"' + b"x" * (4096 - 9 - 2 + shift)
+    data = head + "\U0001f600".encode() + b'","type":"message"}\n{"type":"compaction"}\n'
+    expected = fields(ref.scan_bytes(data, PI_DIALECT))
+    assert expected[1] == [MESSAGE, COMPACTION]
+    for block_size in (4096, 4097):
+        assert fields(scan_file(data, block_size=block_size)) == expected
+    assert fields(native.scan_bytes(data, PI)) == expected
+
+
+def test_scan_fd_lines_straddling_blocks():
+    line = b'{"type":"message","n":12345678}\n'  # 32 bytes: boundaries fall inside lines
+    data = (line[:-1] + b" \n") * 1000 + b'{"type":"compaction"}\n' + line[:10]
+    for block_size in (4096, 4099, 8191):
+        assert fields(scan_file(data, block_size=block_size)) == fields(
+            ref.scan_bytes(data, PI_DIALECT))
+
+
+def test_scan_fd_offsets_above_2_31_in_a_sparse_file():
+    start = 2**32 + 5
+    data = b'{"type":"message"}\n\n{"type":"compaction"}\n{"torn"'
+    result = scan_file(data, offset=start, start=start, block_size=4096)
+    assert fields(result) == fields(ref.scan_bytes(data, PI_DIALECT, base_offset=start))
+    assert result.scanned_end == start + len(data)
+
+
+def test_scan_fd_stops_at_end_of_file_before_end():
+    data = b'{"type":"message"}\n{"type":"mess'
+    result = scan_file(data, end=len(data) + 1000, block_size=4096)
+    assert (result.indexed_end, result.scanned_end) == (19, len(data))
+
+
+def test_scan_fd_reports_progress_after_each_block():
+    data = b'{"type":"message"}\n' * 1000
+    seen = []
+    scan_file(data, start=19, block_size=4096, progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == len(data) - 19
+    assert len(seen) == -(-(len(data) - 19) // 4096)
+
+
+def test_scan_fd_on_a_closed_fd_raises_oserror():
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    os.unlink(path)
+    with pytest.raises(OSError):
+        native.scan_fd(fd, PI)
+
+
+def test_scan_fd_on_a_write_only_fd_raises_oserror():
+    with tempfile.NamedTemporaryFile() as f:
+        fd = os.open(f.name, os.O_WRONLY)
+        try:
+            with pytest.raises(OSError):
+                native.scan_fd(fd, PI)
+        finally:
+            os.close(fd)
+
+
+def test_scan_fd_on_a_directory_raises_oserror():
+    with tempfile.TemporaryDirectory() as d:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            with pytest.raises(OSError):
+                native.scan_fd(fd, PI)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# project_display == reference, and its properties
+# ---------------------------------------------------------------------------
+
+
+@given(noisy_bytes(200), st.integers(0, 50), st.booleans(), st.integers(0, 300))
+def test_project_display_matches_reference_on_arbitrary_bytes(prefix, extra, whole, limit):
+    total_len = len(prefix) if whole else len(prefix) + extra
+    display, kept, cut = compare_projection(prefix, total_len, limit)
+    assert kept <= limit
+    assert 0 <= cut <= total_len
+
+
+@given(display_inputs())
+def test_project_display_matches_reference_on_json_line_prefixes(case):
+    _line, prefix, total_len, limit = case
+    compare_projection(prefix, total_len, limit)
+
+
+@given(display_inputs())
+def test_project_display_of_a_json_prefix_is_bounded_json(case):
+    line, prefix, total_len, limit = case
+    display, kept, cut = native.project_display(prefix, total_len, limit)
+    assert kept <= limit
+    assert 0 <= cut <= total_len
+    spans = string_spans(line)
+    if display is None:
+        # refused only when nested deeper than 256, or when nothing complete can be
+        # shown yet (only whitespace so far, or a root scalar that may go on)
+        assert (max_depth(prefix, spans) > ref.MAX_DEPTH
+                or prefix.lstrip(b" \t\r")[:1] not in (b"{", b"[", b'"'))
+        assert cut == total_len
+        return
+    assert display != b""
+    assert len(display) <= len(prefix) + 300 + len(ref.marker(cut))
+    parsed = json.loads(display)
+    if cut == 0:
+        assert parsed == json.loads(line)
+    # The marker appears iff the cut index lies inside a string of the line.
+    index = total_len - cut
+    in_string = any(a < index <= b for a, b in spans)
+    assert (ref.marker(cut)[:-1] in display) == in_string
+
+
+@given(display_inputs())
+def test_project_display_of_a_whole_line_with_ample_budget_is_the_line(case):
+    line = case[0]
+    display, kept, cut = native.project_display(line, len(line), len(line))
+    if display is not None:  # None only when nested deeper than 256
+        text_bytes = [b - a - 1 for a, b in value_spans(line) if b - a - 1 > ref.SHORT_STRING]
+        assert (kept, cut) == (sum(text_bytes), 0)
+        assert json.loads(display) == json.loads(line)
+
+
+TEXT = b"w" * 140  # longer than SHORT_STRING (128): text, under the budget
+HEAD = b'{"type":"message","text":"'
+PROJECT_EXAMPLES = [
+    # (prefix, total_len, content_limit) -> (display, kept, cut)
+    ((HEAD + TEXT + b'"}', None, 1000), (HEAD + TEXT + b'"}', 140, 0)),
+    ((b'{ "type" : "message" , "n" : [ 1 , 2 ] }', None, 100),
+     (b'{"type":"message","n":[1,2]}', 0, 0)),  # short strings are not text: kept 0
+    ((HEAD + TEXT + b'"}', None, 10),
+     (HEAD + b"w" * 10 + b' [... 132 more bytes not shown]"}', 10, 132)),
+    ((b'{"a":"x","b":"yz', 100, 100),
+     (b'{"a":"x","b":"yz [... 84 more bytes not shown]"}', 2, 84)),
+    ((b'{"a":"x","b', 100, 100), (b'{"a":"x"}', 0, 92)),  # the key is dropped
+    ((b'{"a":[1,2', 100, 100), (b'{"a":[1]}', 0, 93)),  # 2 may go on: dropped
+    ((b'{"a":[1,2,', 100, 100), (b'{"a":[1,2]}', 0, 91)),
+    ((b'{"a":"\\u00e9\\n' + TEXT + b'"}', None, 7),
+     (b'{"a":"\\u00e9 [... 144 more bytes not shown]"}', 6, 144)),
+    (('{"a":"\u00e9\u00e9'.encode() + TEXT + b'"}', None, 3),
+     ('{"a":"\u00e9 [... 144 more bytes not shown]"}'.encode(), 2, 144)),
+    (('{"a":"\u20ac'.encode()[:-1], 50, 99), (b'{"a":" [... 44 more bytes not shown]"}', 0, 44)),
+    ((b'{"a":"\\u00', 50, 99), (b'{"a":" [... 44 more bytes not shown]"}', 0, 44)),
+    ((b'[]', None, 0), (b"[]", 0, 0)),
+    ((b'"text"', None, 2), (b'"text"', 0, 0)),  # a short root string is kept whole
+    ((b'"' + TEXT + b'"', None, 2), (b'"ww [... 139 more bytes not shown]"', 2, 139)),
+    ((b'{"a":"x"} {}', None, 99), (None, 0, 12)),  # bytes after the root value
+    ((b'{"a":"x\x01"}', None, 99), (None, 0, 10)),  # control character in a string
+    ((b'{"a":1,}', None, 99), (None, 0, 8)),
+    ((b'{"a":[1}}', None, 99), (None, 0, 9)),  # brackets must match here
+    ((b'{"a":1', None, 99), (None, 0, 6)),  # the whole line ends early
+    ((b"", 0, 99), (None, 0, 0)),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), PROJECT_EXAMPLES)
+def test_project_display_fixed_examples(args, expected):
+    prefix, total_len, limit = args
+    total_len = len(prefix) if total_len is None else total_len
+    assert native.project_display(prefix, total_len, limit) == expected
+    assert ref.project_display(prefix, total_len, limit) == expected
+
+
+@pytest.mark.parametrize("depth", [255, 256, 257])
+def test_project_display_follows_nesting_up_to_256(depth):
+    line = b"[" * depth + b"]" * depth
+    expected = (line, 0, 0) if depth <= 256 else (None, 0, len(line))
+    assert native.project_display(line, len(line), 0) == expected
+    assert ref.project_display(line, len(line), 0) == expected
+
+
+def test_project_display_on_a_multibyte_character_cut_by_the_prefix():
+    line = '{"t":"ab\U0001f600cd"}'.encode()
+    for cut_at in range(len(line) + 1):
+        prefix = line[:cut_at]
+        got = native.project_display(prefix, len(line), 100)
+        assert got == ref.project_display(prefix, len(line), 100)
+        if got[0] is not None and got[0]:
+            json.loads(got[0])  # never splits the character
+
+
+def test_whole_line_ending_inside_a_string_value_is_not_json():
+    assert native.project_display(b'{"a":"x', 7, 100) == (None, 1, 7)
+
+
+def test_whole_line_ending_inside_a_key_is_not_json():
+    assert native.project_display(b'{"ab', 4, 100) == (None, 0, 4)
+
+
+def test_short_string_values_are_metadata_kept_whole_outside_the_budget():
+    text = "x" * 500
+    line = json.dumps({"type": "message", "id": "a" * 128, "role": "user", "text": text},
+                      separators=(",", ":")).encode()
+    display, kept, cut = native.project_display(line, len(line), 10)
+    rec = json.loads(display)
+    assert rec["type"] == "message" and rec["id"] == "a" * 128 and rec["role"] == "user"
+    assert rec["text"] == "x" * 10 + f" [... {cut} more bytes not shown]"
+    assert kept == 10 and (display, kept, cut) == ref.project_display(line, len(line), 10)
+    # one byte longer than the metadata limit is text, and counts
+    line = b'{"id":"' + b"a" * 129 + b'"}'
+    assert native.project_display(line, len(line), 5)[1] == 5
+
+
+@pytest.mark.parametrize("line", [
+    b'{"a":"' + b"x" * 200 + b'\\q"}',      # unknown escape in a long string
+    b'{"a":"' + b"x" * 200 + b'\\u12G4"}',  # bad hex digit
+])
+def test_invalid_escapes_in_long_strings_are_not_json(line):
+    line = line.replace(b"\\\\", b"\\")
+    assert native.project_display(line, len(line), 1000) == (None, 200, len(line))
+    assert ref.project_display(line, len(line), 1000) == (None, 200, len(line))
+
+
+def test_invalid_utf8_lead_byte_never_swallows_the_closing_quote():
+    line = b'{"a":"' + b"x" * 200 + b'\xe0"}'
+    line = line.replace(b"\\xe0", b"\xe0")
+    got = native.project_display(line, len(line), 1000)
+    assert got == ref.project_display(line, len(line), 1000)
+    assert got[0] is not None and got[0].endswith(b'\xe0"}') and got[2] == 0
+
+
+def test_a_prefix_with_nothing_complete_to_show_is_none():
+    assert native.project_display(b"12", 5, 10) == (None, 0, 5)
+    assert ref.project_display(b"12", 5, 10) == (None, 0, 5)
+
+
+@pytest.mark.parametrize("names, message", [
+    ({"m\u00e9": 1}, "ASCII"),
+    ({b"x": 1}, "ASCII"),
+])
+def test_dialect_table_names_must_be_ascii_strings(names, message):
+    names = {(k.encode().decode("unicode_escape") if isinstance(k, str) else k): v for k, v in names.items()}
+    with pytest.raises(ValueError, match=message):
+        native.DialectTable(names)
+
+
+def test_scan_bytes_refuses_offsets_that_would_overflow():
+    with pytest.raises(ValueError, match="base_offset"):
+        native.scan_bytes(b"{}\n", PI, base_offset=2**63 - 2)
+
+
+def test_build_flag_says_whether_native_checks_are_on():
+    assert isinstance(native.BUILT_WITH_CHECKS, bool)
+
+
+# ---------------------------------------------------------------------------
+# arguments
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: native.scan_bytes(b"", PI, classify_window=0), "classify_window must be >= 1"),
+        (lambda: native.scan_bytes(b"", PI, base_offset=-1), "base_offset must be in 0"),
+        (lambda: native.scan_fd(0, PI, classify_window=0), "classify_window must be >= 1"),
+        (lambda: native.scan_fd(0, PI, block_size=4095), "block_size must be >= 4096"),
+        (lambda: native.scan_fd(0, PI, start=-1), "start must be >= 0"),
+        (lambda: native.scan_fd(0, PI, start=10, end=9), "end must be -1 or >= start"),
+        (lambda: native.project_display(b"{}", 2, -1), "content_limit must be >= 0"),
+        (lambda: native.project_display(b"{}", 1, 5), "shorter than the prefix"),
+        (lambda: native.DialectTable({f"t{i}": 1 for i in range(33)}), "at most 32"),
+        (lambda: native.DialectTable({"": 1}), "must be 1-64 ASCII bytes"),
+        (lambda: native.DialectTable({"x" * 65: 1}), "must be 1-64 ASCII bytes"),
+        (lambda: native.DialectTable({"m\u00e9ssage": 1}), "ASCII characters"),
+        (lambda: native.DialectTable({"message": 4}), "must be MESSAGE, COMPACTION or OTHER"),
+        (lambda: native.DialectTable({"message": 0}), "must be MESSAGE, COMPACTION or OTHER"),
+    ],
+)
+def test_invalid_arguments_raise_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_reference_rejects_the_same_arguments():
+    with pytest.raises(ValueError, match="classify_window"):
+        ref.scan_bytes(b"", PI_DIALECT, classify_window=0)
+    with pytest.raises(ValueError, match="base_offset"):
+        ref.scan_bytes(b"", PI_DIALECT, base_offset=-1)
+    with pytest.raises(ValueError, match="content_limit"):
+        ref.project_display(b"{}", 2, -1)
+    with pytest.raises(ValueError, match="shorter than the prefix"):
+        ref.project_display(b"{}", 1, 5)
+
+
+def test_dialect_table_accepts_32_names_of_64_bytes():
+    names = {f"{i:02d}" + "n" * 62: MESSAGE for i in range(32)}
+    table = native.DialectTable(names)
+    line = b'{"type":"31' + b"n" * 62 + b'"}\n'
+    assert list(native.scan_bytes(line, table).kinds) == [MESSAGE]
+    assert kinds_of(line, names) == [MESSAGE]
