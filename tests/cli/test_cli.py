@@ -91,3 +91,18 @@ def test_python_dash_m_runs_the_cli(tmp_path):
     out = subprocess.run([sys.executable, "-m", "boundctx", "session", "get", str(path), "--json"],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["message_count"] == 2
+
+
+def test_progress_bar_is_drawn_only_when_enabled_and_work_is_reported(capsys):
+    from boundctx.cli._progress import byte_progress
+
+    with byte_progress(100, "x", enabled=True) as report:
+        report(0)
+    assert capsys.readouterr().err == ""  # no work reported: no bar
+    with byte_progress(100, "x", enabled=True) as report:
+        report(40)
+        report(100)
+    assert "x:" in capsys.readouterr().err  # tqdm redraws at most every 0.1 s
+    with byte_progress(1 << 40, "x") as report:  # not a terminal: never drawn
+        report(1 << 39)
+    assert capsys.readouterr().err == ""

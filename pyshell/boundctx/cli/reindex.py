@@ -46,16 +46,12 @@ def reindex_paths(paths: list[str], *, dialect: str = "auto",
             total += os.path.getsize(f)
         except OSError:
             pass
-    with byte_progress(total, "reindex", enabled=progress) as advance:
+    base = 0
+    with byte_progress(total, "reindex", enabled=progress) as report:
         for f in files:
-            done = 0
-
-            def tick(n: int) -> None:
-                nonlocal done
-                advance(n - done)
-                done = n
-
-            reports.append(reindex(f, dialect=dialect, progress=tick))
+            r = reindex(f, dialect=dialect, progress=lambda n: report(base + n))
+            base += r.bytes
+            reports.append(r)
     return reports
 
 

@@ -46,15 +46,8 @@ def run(args) -> int:
     if os.path.exists(args.path) and not args.force:
         print(f"boundctx sample: {args.path!r} exists; pass --force to replace it", file=sys.stderr)
         return 2
-    with byte_progress(size, "sample") as advance:
-        done = 0
-
-        def tick(n: int) -> None:
-            nonlocal done
-            advance(n - done)
-            done = n
-
-        counts = write_sample(args.path, target_bytes=size, seed=args.seed, progress=tick)
+    with byte_progress(size, "sample") as report:
+        counts = write_sample(args.path, target_bytes=size, seed=args.seed, progress=report)
     print(f"{args.path}: {counts['messages']} messages, {counts['compactions']} compactions, "
           f"{counts['bytes']} bytes")
     return 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import msgspec
 
+from boundctx.cli._progress import byte_progress
 from boundctx.errors import TranscriptError
 from boundctx.transcript import RENDERER_PRESET, Entry, Transcript
 
@@ -66,7 +68,11 @@ def entry_text(entry: Entry) -> tuple[str, str]:
 
 def run_get(args) -> int:
     try:
-        with Transcript.open(args.path, dialect=args.dialect) as t:
+        size = os.path.getsize(args.path) if os.path.isfile(args.path) else 0
+        # A first open of a big transcript scans it: show that, not a frozen terminal.
+        with byte_progress(size, "indexing") as report:
+            t = Transcript.open(args.path, dialect=args.dialect, progress=report)
+        with t:
             w = t.window(args.before, args.limit, args.content_limit)
     except (TranscriptError, ValueError, TypeError) as exc:
         print(f"boundctx session get: {exc}", file=sys.stderr)

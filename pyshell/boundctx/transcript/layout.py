@@ -145,6 +145,18 @@ class Chunked:
                 return self._bounds[c] + int(np.searchsorted(arr, value, side="right"))
         return 0
 
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        """Elements at ``indices`` (each in range), gathered chunk by chunk."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if len(self._chunks) == 1:
+            return self._chunks[0][indices]
+        out = np.empty(len(indices), dtype=np.int64)
+        which = np.searchsorted(np.asarray(self._bounds), indices, side="right") - 1
+        for c in np.unique(which).tolist():
+            sel = which == c
+            out[sel] = self._chunks[c][indices[sel] - self._bounds[c]]
+        return out
+
     def all(self) -> np.ndarray:
         return self.slice(0, len(self))
 
@@ -209,6 +221,17 @@ class Layout:
 
     def line_end(self, line: int) -> int:
         return self.starts[line + 1] if line + 1 < len(self.starts) else self.indexed_end
+
+    def spans(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end offsets (end = after the ``\n``) of each of ``lines``."""
+        lines = np.asarray(lines, dtype=np.int64)
+        starts = self.starts.take(lines)
+        nxt = lines + 1
+        last = nxt >= len(self.starts)
+        ends = np.empty_like(starts)
+        ends[~last] = self.starts.take(nxt[~last])
+        ends[last] = self.indexed_end
+        return starts, ends
 
     def kind(self, line: int) -> int:
         return self.kinds[line]

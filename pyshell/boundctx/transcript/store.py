@@ -57,6 +57,8 @@ RENDERER_PRESET = {"message_limit": 100, "content_limit": 65536}
 ENVELOPE = 64 * 1024
 # Consecutive lines closer than this are fetched with one read.
 COALESCE_GAP = 64 * 1024
+# ...but no single read of a run grows past this (a full-history read stays in steps).
+MAX_RUN_BYTES = 8 << 20
 
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
@@ -324,12 +326,12 @@ class Transcript:
     def _read_lines(self, lines: np.ndarray, content_limit: int | None, *,
                     first_index: int | None, any_kind: bool = False) -> list[Entry]:
         layout = self._layout
-        plan = []  # (line, start, end, read_len)
-        for ln in lines.tolist():
-            s, e = layout.starts[ln], layout.line_end(ln)
-            body = e - s - 1
-            project = content_limit is not None and body > content_limit
-            plan.append((ln, s, e, project))
+        starts, ends = layout.spans(lines)
+        if content_limit is None:
+            projected = [False] * len(lines)
+        else:
+            projected = ((ends - starts - 1) > content_limit).tolist()
+        plan = list(zip(lines.tolist(), starts.tolist(), ends.tolist(), projected))
         entries: list[Entry] = []
         i = 0
         while i < len(plan):
@@ -342,7 +344,8 @@ class Transcript:
             # Coalesce a run of whole lines that sit close together into one read; the
             # byte before the first line comes along to check it really starts a line.
             j = i + 1
-            while j < len(plan) and not plan[j][3] and plan[j][1] - plan[j - 1][2] < COALESCE_GAP:
+            while (j < len(plan) and not plan[j][3] and plan[j][1] - plan[j - 1][2] < COALESCE_GAP
+                   and plan[j][2] - plan[i][1] <= MAX_RUN_BYTES):
                 j += 1
             run_start, run_end = plan[i][1], plan[j - 1][2]
             pre = 1 if run_start > 0 else 0

@@ -1,0 +1,46 @@
+"""The sdist builds, the wheel built from it holds only the package and its extensions."""
+
+import pathlib
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not (ROOT / "pyproject.toml").exists(),
+                                reason="needs a source checkout (pyproject.toml not found)")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)],
+                   check=True, capture_output=True)
+    sdist = next(out.glob("boundctx-*.tar.gz"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(sdist)],
+                   check=True, capture_output=True)
+    wheel = next(out.glob("boundctx-*.whl"))
+    return sdist, wheel
+
+
+def test_sdist_holds_the_sources_and_no_build_output(built):
+    sdist, _ = built
+    with tarfile.open(sdist) as tf:
+        names = [n.split("/", 1)[1] for n in tf.getnames() if "/" in n]
+    for needed in ("pyproject.toml", "CMakeLists.txt", "native/boundctx/_native/lineindex.pyx",
+                   "pyshell/boundctx/__init__.py", "README.md"):
+        assert needed in names, needed
+    assert not any(n.startswith(("build/", "dist/")) or n.endswith((".so", ".c")) for n in names)
+
+
+def test_wheel_from_the_sdist_holds_only_the_package(built):
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert all(n.startswith(("boundctx/", "boundctx-")) for n in names), names
+    assert any(n.startswith("boundctx/_native/lineindex.") and n.endswith(".so") for n in names)
+    assert "boundctx/_native/lineindex.pyi" in names and "boundctx/py.typed" in names
+    assert not any(n.endswith((".pyx", ".pxd", ".c")) for n in names)
