@@ -167,3 +167,22 @@ def test_short_write_becomes_a_torn_tail_not_a_lost_record(tmp_path, monkeypatch
         t.append(msg(2))
         assert [m.record["id"] for m in t.window().messages] == ["m0", "m2"]
         assert Path(t.torn_files[0]).read_bytes() == encode_record(msg(1))[:10]
+
+
+def test_append_after_the_file_was_replaced_goes_to_the_new_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with Transcript.open(path, create=True) as t:
+        t.append(msg(0))
+        other = tmp_path / "other.jsonl"
+        other.write_bytes(encode_record(msg("x")))
+        os.replace(other, path)  # an editor that ignores the lock saved over it
+        t.append(msg(1))
+        assert [m.record["id"] for m in t.window().messages] == ["mx", "m1"]
+    assert path.read_bytes() == encode_record(msg("x")) + encode_record(msg(1))
+
+
+def test_create_in_a_missing_folder_says_so(tmp_path):
+    from boundctx import TranscriptNotFound
+
+    with pytest.raises(TranscriptNotFound, match="folder does not exist"):
+        Transcript.open(tmp_path / "no" / "t.jsonl", create=True)

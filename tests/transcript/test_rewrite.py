@@ -130,3 +130,20 @@ def test_no_sequence_of_window_and_edit_calls_deletes_older_messages(tmp_path_fa
             with pytest.raises(PartialHistoryRewrite):
                 t.rewrite(w)
         assert t.message_count == n
+
+
+def test_history_from_a_lying_sidecar_is_read_after_one_rebuild(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(encode_record({"type": "message", "id": f"m{i}", "pad": "x" * (i % 5)})
+                              for i in range(600)))
+    Transcript.open(path).close()
+    st = os.stat(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[151], lines[303] = lines[303], lines[151]  # different lengths, same total size
+    path.write_bytes(b"".join(lines))  # in place: same inode, size, head and tail
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        h = t.history()
+        assert t.layout_outcome == "rebuilt"
+        assert h.message(151)["id"] == "m303" and h.message(303)["id"] == "m151"

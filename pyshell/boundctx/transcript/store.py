@@ -152,6 +152,9 @@ class Transcript:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             except FileExistsError:
                 pass
+            except FileNotFoundError:
+                raise TranscriptNotFound(
+                    2, f"cannot create {path!r}: its folder does not exist") from None
             except OSError as exc2:
                 raise _map_open_error(path, exc2) from None
             st = os.stat(path)
@@ -270,10 +273,15 @@ class Transcript:
         _check_limit("message_limit", message_limit, 0)
         _check_limit("content_limit", content_limit, 0)
         self._check_open()
+        return self._checked_read(lambda: self._read_window(message_before, message_limit, content_limit))
+
+    def _checked_read(self, read: Callable[[], Any]) -> Any:
+        """Run ``read`` on a fresh view of the file; if a line does not match the
+        layout, rebuild the layout from the file once and run it again."""
         for attempt in (0, 1):
             self._refresh()
             try:
-                return self._read_window(message_before, message_limit, content_limit)
+                return read()
             except _StaleLayout as exc:
                 if attempt:
                     raise TranscriptChanged(
@@ -311,17 +319,13 @@ class Transcript:
         _check_limit("stop", stop, 0)
         _check_limit("content_limit", content_limit, 0)
         self._check_open()
-        for attempt in (0, 1):
-            self._refresh()
+
+        def read() -> list[Entry]:
             stop_ = min(stop, self._layout.line_count)
             lines = np.arange(start, max(start, stop_), dtype=np.int64)
-            try:
-                return self._read_lines(lines, content_limit, first_index=None, any_kind=True)
-            except _StaleLayout as exc:
-                if attempt:
-                    raise TranscriptChanged(f"{self.path!r} changed while it was being read ({exc})") from None
-                self._rebuild("a line did not match the layout")
-        raise AssertionError("unreachable")
+            return self._read_lines(lines, content_limit, first_index=None, any_kind=True)
+
+        return self._checked_read(read)
 
     def _read_lines(self, lines: np.ndarray, content_limit: int | None, *,
                     first_index: int | None, any_kind: bool = False) -> list[Entry]:
@@ -463,6 +467,9 @@ class Transcript:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             os.close(self._fd)
             self._fd = fd
+            if self._wfd is not None:
+                os.close(self._wfd)  # never append to the file that was replaced
+                self._wfd = None
             self._layout = _load_or_build(self.path, fd, self.dialect, self._window, None)
             return
         ident = self._layout.identity
@@ -533,8 +540,9 @@ class Transcript:
         EntryInvalid, TranscriptLocked, TranscriptPermission
         """
         line = encode_record(record)
+        self._acquire_writer()
+        self._refresh()  # may follow the path to a replaced file (and drop the old fd)
         wfd = self._acquire_writer()
-        self._refresh()
         if self._layout.torn_bytes:
             self._quarantine_tail()
         n = os.write(wfd, line)
@@ -545,6 +553,11 @@ class Transcript:
                           "the disk may be full")
         if sync:
             os.fsync(wfd)
+        if os.fstat(wfd).st_ino != os.stat(self.path).st_ino:
+            # Something that ignores the write lock replaced the file mid-append.
+            raise TranscriptChanged(
+                f"{self.path!r} was replaced by another program during the append; the "
+                "record went to the replaced file. Append it again.")
         before = self._layout.line_count
         extend_layout(self._layout, self._fd)
         return before
@@ -567,7 +580,9 @@ class Transcript:
     def history(self) -> History:
         """Read the whole transcript, uncapped, for a full-history rewrite."""
         self._check_open()
-        self._refresh()
+        return self._checked_read(self._read_history)
+
+    def _read_history(self) -> History:
         layout = self._layout
         if layout.torn_bytes:
             raise TranscriptChanged(
@@ -579,9 +594,8 @@ class Transcript:
         records: list = []
         is_msg: list[bool] = []
         for entry, kind in zip(entries, kinds.tolist()):
-            if entry.record is None or kind == _li.BLANK:
-                raw = pread_exact(self._fd, entry.offset, entry.length)
-                records.append(RawLine(raw))
+            if entry.record is None:
+                records.append(RawLine(pread_exact(self._fd, entry.offset, entry.length)))
             else:
                 records.append(entry.record)
             is_msg.append(kind in (_li.MESSAGE, _li.CORRUPT))
