@@ -9,12 +9,14 @@ from boundctx.errors import (
     TranscriptNotFound,
     PartialHistoryRewrite,
 )
-from boundctx.transcript import Transcript, Window, reindex
+from boundctx.transcript import Entry, History, Transcript, Window, reindex
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BoundctxError",
+    "Entry",
+    "History",
     "PartialHistoryRewrite",
     "Transcript",
     "TranscriptChanged",

@@ -147,3 +147,15 @@ def test_a_50_mb_line_opens_in_a_bounded_window(tmp_path):
         assert len(json.dumps(big.record)) < 65536 + 65536 + 200
         assert big.record["id"] == "huge" and big.record["message"]["role"] == "tool"
         assert w.messages[2].record["id"] == "m2"
+
+
+def test_require_record_raises_transcript_corrupt_for_a_corrupt_line(tmp_path):
+    from boundctx import TranscriptCorrupt
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + b"garbage\n")
+    with Transcript.open(path) as t:
+        good, bad = t.window().messages
+        assert good.require_record()["id"] == "m0"
+        with pytest.raises(TranscriptCorrupt, match=r"message 1 \(bytes .*\) is not a record.*delete"):
+            bad.require_record()

@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from boundctx.errors import TranscriptCorrupt
+
 __all__ = ["Entry", "History", "RawLine", "Window"]
 
 
@@ -47,6 +49,17 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
             return None
         t = self.record.get("type")
         return t if isinstance(t, str) else None
+
+    def require_record(self) -> dict[str, Any]:
+        """The record, or :class:`~boundctx.errors.TranscriptCorrupt` for a corrupt line
+        (for callers, such as a model path, that cannot use a line that is not a record)."""
+        if self.record is None:
+            where = f"message {self.index}" if self.index is not None else f"line {self.line}"
+            raise TranscriptCorrupt(
+                f"{where} (bytes {self.offset}..{self.offset + self.length}) is not a record: "
+                f"{self.corrupt}. The file keeps it as it is; repair it with "
+                "Transcript.edit(index, record) or remove it with Transcript.delete(index).")
+        return self.record
 
     @property
     def truncated(self) -> bool:
