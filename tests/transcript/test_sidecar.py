@@ -214,3 +214,23 @@ def test_a_valid_open_costs_no_scan(tmp_path, monkeypatch):
     with Transcript.open(path) as t:
         t.window(preset="renderer")
     assert calls == []
+
+
+def test_sidecar_is_as_readable_as_its_transcript(tmp_path):
+    path = make(tmp_path / "t.jsonl", 3)
+    path.chmod(0o644)
+    Transcript.open(path).close()
+    assert os.stat(str(path) + ".layout").st_mode & 0o777 == 0o644
+
+
+def test_reindex_scans_once_even_without_a_sidecar(tmp_path, monkeypatch):
+    from boundctx.transcript import reindex
+
+    path = make(tmp_path / "t.jsonl", 30)
+    calls = []
+    real = layout_mod._li.scan_fd
+    monkeypatch.setattr(layout_mod._li, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    report = reindex(path)
+    assert report.ok and report.messages == 30 and calls == [1]
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"

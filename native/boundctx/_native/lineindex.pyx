@@ -36,7 +36,7 @@ BLANK = KIND_BLANK
 UNDECIDED = KIND_UNDECIDED
 
 DEFAULT_CLASSIFY_WINDOW = 1 << 20
-DEFAULT_BLOCK_SIZE = 8 << 20
+DEFAULT_BLOCK_SIZE = 1 << 20  # 256 KiB-2 MiB measured best here (bench/RESULTS.md)
 
 # Return codes of the string/value skippers below.
 cdef enum:
@@ -470,7 +470,7 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     """Frame and classify the lines of an open file with ``pread``, from ``start`` up to
     ``end`` (or end of file when ``end`` is -1).
 
-    ``pread`` is used rather than a mapping: another process may truncate a transcript
+    ``pread`` (1 MiB blocks by default) is used rather than a mapping: another process may truncate a transcript
     while it is being scanned, and a read then simply returns fewer bytes where a
     mapping would raise SIGBUS. The GIL is released for each block.
 

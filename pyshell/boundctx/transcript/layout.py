@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import mmap
 import os
+import stat
 import struct
 import tempfile
 import zlib
@@ -260,12 +261,12 @@ class Layout:
         self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
 
 
+class _TypeOnly(msgspec.Struct):
+    type: object = None
+
+
 def _classify_by_parse(fd: int, start: int, end: int, table: dict[str, int]) -> int:
     """The slow path for a line whose "type" key lies past the classify window."""
-
-    class _TypeOnly(msgspec.Struct):
-        type: object = None
-
     raw = pread_exact(fd, start, end - start)
     if start == 0 and raw.startswith(BOM):
         raw = raw[3:]
@@ -430,6 +431,10 @@ def _append_segment(layout: Layout, real: str) -> bool:
 
 def _write_whole(layout: Layout, real: str, target: str) -> bool:
     data = MAGIC + _segment_bytes(layout, real, 0, 0)
+    try:
+        transcript_mode = stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        transcript_mode = 0
     folder = os.path.dirname(target)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -439,6 +444,9 @@ def _write_whole(layout: Layout, real: str, target: str) -> bool:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            # mkstemp makes 0600; a sidecar is as readable as its transcript, so other
+            # users of a shared transcript can use it instead of rebuilding on every open.
+            os.fchmod(f.fileno(), transcript_mode & 0o666 if transcript_mode else 0o644)
         os.replace(tmp, target)
     except OSError:
         try:

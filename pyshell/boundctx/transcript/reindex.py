@@ -8,10 +8,14 @@ from collections.abc import Callable
 
 import msgspec
 
+from boundctx._native import load
+from boundctx.transcript.dialects import dialect_kinds
 from boundctx.transcript.layout import build_layout, save_layout
-from boundctx.transcript.store import Transcript
+from boundctx.transcript.store import open_transcript_fd
 
 __all__ = ["ReindexReport", "reindex"]
+
+_li = load("lineindex")
 
 
 class ReindexReport(msgspec.Struct, kw_only=True):
@@ -32,29 +36,27 @@ class ReindexReport(msgspec.Struct, kw_only=True):
 
 def reindex(path: str | os.PathLike, *, dialect: str = "auto",
             progress: Callable[[int], object] | None = None) -> ReindexReport:
-    """Scan ``path`` from scratch and write its layout sidecar.
+    """Scan ``path`` from scratch (one scan, whatever sidecar exists) and write its
+    layout sidecar.
 
     Never raises for a bad file: the report says what went wrong (``ok=False``).
     """
-    from boundctx._native import load
-
-    li = load("lineindex")
     path = os.fspath(path)
     t0 = time.perf_counter()
     try:
-        # Transcript.open validates the path the same way a reader would.
-        with Transcript.open(path, dialect=dialect) as t:
-            fd = t._fd
+        dialect_kinds(dialect)
+        fd = open_transcript_fd(path)
+        try:
             layout = build_layout(fd, dialect=dialect, progress=progress)
-            layout.outcome = "rebuilt"
-            sidecar = save_layout(layout, path)
-            kinds = layout.kinds.all()
-            t._layout = layout
-            return ReindexReport(
-                path=path, ok=True, bytes=layout.scanned_end, lines=layout.line_count,
-                messages=layout.message_count, compactions=len(layout.compactions),
-                corrupt=int((kinds == li.CORRUPT).sum()), torn_bytes=layout.torn_bytes,
-                sidecar=sidecar, seconds=time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+        sidecar = save_layout(layout, path)
+        kinds = layout.kinds.all()
+        return ReindexReport(
+            path=path, ok=True, bytes=layout.scanned_end, lines=layout.line_count,
+            messages=layout.message_count, compactions=len(layout.compactions),
+            corrupt=int((kinds == _li.CORRUPT).sum()), torn_bytes=layout.torn_bytes,
+            sidecar=sidecar, seconds=time.perf_counter() - t0)
     except (OSError, ValueError) as exc:
         return ReindexReport(path=path, ok=False, error=str(exc),
                              seconds=time.perf_counter() - t0)

@@ -16,7 +16,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -62,6 +62,17 @@ MAX_RUN_BYTES = 8 << 20
 
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
+
+
+class _Line(NamedTuple):
+    """One line to read: where it is, what the layout says it is."""
+
+    line: int
+    index: int | None
+    start: int
+    end: int  # just past its "\n"
+    kind: int
+    projected: bool
 
 
 class _StaleLayout(Exception):
@@ -142,34 +153,7 @@ class Transcript:
         """
         path = os.fspath(path)
         dialect_kinds(dialect)  # a clear ValueError for an unknown dialect, before any I/O
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError as exc:
-            if not create:
-                raise _map_open_error(path, exc) from None
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            except FileExistsError:
-                pass
-            except FileNotFoundError:
-                raise TranscriptNotFound(
-                    2, f"cannot create {path!r}: its folder does not exist") from None
-            except OSError as exc2:
-                raise _map_open_error(path, exc2) from None
-            st = os.stat(path)
-        except OSError as exc:
-            raise _map_open_error(path, exc) from None
-        if stat.S_ISDIR(st.st_mode):
-            raise TranscriptNotAFile(
-                21, f"{path!r} is a directory; give the path of a .jsonl transcript file")
-        if not stat.S_ISREG(st.st_mode):
-            raise TranscriptNotAFile(
-                21, f"{path!r} is not a regular file; transcripts are plain .jsonl files")
-        try:
-            fd = os.open(path, flags)
-        except OSError as exc:
-            raise _map_open_error(path, exc) from None
+        fd = open_transcript_fd(path, create=create)
         try:
             layout = _load_or_build(path, fd, dialect, classify_window, progress)
         except BaseException:
@@ -331,113 +315,97 @@ class Transcript:
                     first_index: int | None, any_kind: bool = False) -> list[Entry]:
         layout = self._layout
         starts, ends = layout.spans(lines)
+        kinds = layout.kinds.take(lines).tolist()
         if content_limit is None:
             projected = [False] * len(lines)
         else:
             projected = ((ends - starts - 1) > content_limit).tolist()
-        plan = list(zip(lines.tolist(), starts.tolist(), ends.tolist(), projected))
+        indices = (range(first_index, first_index + len(lines)) if first_index is not None
+                   else [None] * len(lines))
+        plan = [_Line(*t) for t in zip(lines.tolist(), indices, starts.tolist(), ends.tolist(),
+                                        kinds, projected)]
         entries: list[Entry] = []
         i = 0
         while i < len(plan):
-            ln, s, e, project = plan[i]
-            if project:
-                entries.append(self._read_projected(ln, s, e, content_limit,
-                                                    None if first_index is None else first_index + i, any_kind))
+            if plan[i].projected:
+                entries.append(self._read_projected(plan[i], content_limit, any_kind))
                 i += 1
                 continue
             # Coalesce a run of whole lines that sit close together into one read; the
             # byte before the first line comes along to check it really starts a line.
             j = i + 1
-            while (j < len(plan) and not plan[j][3] and plan[j][1] - plan[j - 1][2] < COALESCE_GAP
-                   and plan[j][2] - plan[i][1] <= MAX_RUN_BYTES):
+            while (j < len(plan) and not plan[j].projected
+                   and plan[j].start - plan[j - 1].end < COALESCE_GAP
+                   and plan[j].end - plan[i].start <= MAX_RUN_BYTES):
                 j += 1
-            run_start, run_end = plan[i][1], plan[j - 1][2]
+            run_start, run_end = plan[i].start, plan[j - 1].end
             pre = 1 if run_start > 0 else 0
             buf = pread_exact(self._fd, run_start - pre, run_end - run_start + pre)
-            if len(buf) != run_end - run_start + pre or (pre and buf[0] != 10):
-                raise _StaleLayout(f"line {ln} does not start after a newline")
-            for k in range(i, j):
-                ln_k, s_k, e_k, _ = plan[k]
-                raw = buf[s_k - run_start + pre : e_k - run_start + pre]
-                if s_k > run_start and buf[s_k - run_start + pre - 1] != 10:
-                    raise _StaleLayout(f"line {ln_k} does not start after a newline")
-                entries.append(self._entry_from_whole(
-                    ln_k, s_k, raw, None if first_index is None else first_index + k, any_kind,
-                    content_limit))
+            if len(buf) != run_end - run_start + pre:
+                raise _StaleLayout(f"line {plan[j - 1].line} runs past the end of the file")
+            for ln in plan[i:j]:
+                at = ln.start - run_start + pre
+                if at and buf[at - 1] != 10:
+                    raise _StaleLayout(f"line {ln.line} does not start after a newline")
+                if buf[at + ln.end - ln.start - 1] != 10:
+                    raise _StaleLayout(f"line {ln.line} does not end with a newline")
+                body = buf[at : at + ln.end - ln.start - 1]
+                if ln.start == 0 and body.startswith(BOM):
+                    body = body[3:]
+                entries.append(self._entry(ln, body, body, 0, any_kind, content_limit))
             i = j
         return entries
 
-    def _expect_kind(self, line: int, rec: Any, any_kind: bool) -> None:
-        """A sidecar could put us on the wrong line; a parsed record whose type does not
-        map to the indexed kind proves it."""
-        if any_kind:
-            return
-        kind = self._layout.kind(line)
-        if kind not in (_li.MESSAGE, _li.COMPACTION):
-            return
-        t = rec.get("type") if isinstance(rec, dict) else None
-        if dialect_kinds(self.dialect).get(t) != kind:
-            if self._layout.from_sidecar:
-                raise _StaleLayout(f"line {line} is a {t!r} record, not the indexed kind")
-
-    def _entry_from_whole(self, line: int, start: int, raw: bytes, index: int | None,
-                          any_kind: bool, content_limit: int | None) -> Entry:
-        if not raw.endswith(b"\n"):
-            raise _StaleLayout(f"line {line} does not end with a newline")
-        body = raw[:-1]
-        if start == 0 and body.startswith(BOM):
-            body = body[3:]
-        try:
-            rec = _decoder.decode(body)
-            if not isinstance(rec, dict):
-                raise ValueError("a record must be a JSON object")
-        except (msgspec.DecodeError, ValueError) as exc:
-            return self._corrupt(line, index, start, len(raw), body, str(exc), content_limit)
-        self._expect_kind(line, rec, any_kind)
-        return Entry(line=line, index=index, offset=start, length=len(raw), record=rec)
-
-    def _read_projected(self, line: int, s: int, e: int, content_limit: int,
-                        index: int | None, any_kind: bool) -> Entry:
-        body_len = e - s - 1
-        bom = 3 if s == 0 else 0
+    def _read_projected(self, ln: "_Line", content_limit: int, any_kind: bool) -> Entry:
+        """A line longer than the display budget: read a prefix and project it."""
+        body_len = ln.end - ln.start - 1
+        bom = 3 if ln.start == 0 else 0
         want = min(body_len, content_limit + ENVELOPE + bom)
-        pre = 1 if s > 0 else 0
-        buf = pread_exact(self._fd, s - pre, want + pre)
+        pre = 1 if ln.start > 0 else 0
+        buf = pread_exact(self._fd, ln.start - pre, want + pre)
         if len(buf) != want + pre or (pre and buf[0] != 10):
-            raise _StaleLayout(f"line {line} does not start after a newline")
+            raise _StaleLayout(f"line {ln.line} does not start after a newline")
+        if pread_exact(self._fd, ln.end - 1, 1) != b"\n":
+            raise _StaleLayout(f"line {ln.line} does not end with a newline")
         prefix = buf[pre:]
-        last = pread_exact(self._fd, e - 1, 1)
-        if last != b"\n":
-            raise _StaleLayout(f"line {line} does not end with a newline")
         if bom and prefix.startswith(BOM):
             prefix, body_len = prefix[3:], body_len - 3
-        else:
-            bom = 0
         display, _kept, cut = _li.project_display(prefix, body_len, content_limit)
         if display is None:
-            return self._corrupt(line, index, s, e - s, prefix,
-                                 "not JSON within the bytes read for display", content_limit,
-                                 total=body_len)
+            return self._corrupt(ln, prefix, "not JSON within the bytes read for display",
+                                 content_limit, total=body_len)
+        return self._entry(ln, display, prefix, cut, any_kind, content_limit, total=body_len)
+
+    def _entry(self, ln: "_Line", source: bytes, raw: bytes, cut: int, any_kind: bool,
+               content_limit: int | None, total: int | None = None) -> Entry:
+        """Parse ``source`` (the line, or its display projection) into an Entry; ``raw``
+        is what a corrupt entry shows."""
         try:
-            rec = _decoder.decode(display)
+            rec = _decoder.decode(source)
             if not isinstance(rec, dict):
                 raise ValueError("a record must be a JSON object")
         except (msgspec.DecodeError, ValueError) as exc:
-            return self._corrupt(line, index, s, e - s, prefix, str(exc), content_limit,
-                                 total=body_len)
-        self._expect_kind(line, rec, any_kind)
-        return Entry(line=line, index=index, offset=s, length=e - s, record=rec, cut_bytes=cut)
+            return self._corrupt(ln, raw, str(exc), content_limit, total=total)
+        if (not any_kind and self._layout.from_sidecar
+                and ln.kind in (_li.MESSAGE, _li.COMPACTION)
+                and dialect_kinds(self.dialect).get(rec.get("type")) != ln.kind):
+            # A sidecar could put us on the wrong line; a record whose type does not map
+            # to the indexed kind proves it.
+            raise _StaleLayout(f"line {ln.line} is a {rec.get('type')!r} record, not the indexed kind")
+        return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
+                     record=rec, cut_bytes=cut)
 
-    def _corrupt(self, line, index, start, length, body, why, content_limit, total=None) -> Entry:
+    def _corrupt(self, ln: "_Line", body: bytes, why: str, content_limit: int | None,
+                 total: int | None = None) -> Entry:
         layout = self._layout
-        if layout.kind(line) not in (_li.CORRUPT, _li.BLANK) and line not in layout.known_bad:
+        if ln.kind not in (_li.CORRUPT, _li.BLANK) and ln.line not in layout.known_bad:
             if layout.from_sidecar:
                 # A sidecar said this was a good record: believe the bytes, not the
                 # sidecar, until a fresh scan of this file says the same.
-                raise _StaleLayout(f"line {line} is not the record the layout indexed")
-            layout.known_bad.add(line)
+                raise _StaleLayout(f"line {ln.line} is not the record the layout indexed")
+            layout.known_bad.add(ln.line)
             layout.bad_dirty = True
-        if layout.kind(line) == _li.BLANK:
+        if ln.kind == _li.BLANK:
             why = "blank line"
         total = len(body) if total is None else total
         shown = body if content_limit is None else body[:content_limit]
@@ -445,8 +413,8 @@ class Transcript:
         cut = total - len(shown)
         if cut > 0:
             text += f" [... {cut} more bytes not shown]"
-        return Entry(line=line, index=index, offset=start, length=length, record=None,
-                     cut_bytes=max(cut, 0), corrupt=why, raw=text)
+        return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
+                     record=None, cut_bytes=max(cut, 0), corrupt=why, raw=text)
 
     # -- layout upkeep --------------------------------------------------------------
 
@@ -678,6 +646,42 @@ class Transcript:
         self.rewrite(h)
 
 
+def open_transcript_fd(path: str, *, create: bool = False) -> int:
+    """Open a transcript for reading, with the errors a user can act on.
+
+    Refuses directories and anything that is not a regular file (a FIFO would block).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        if not create:
+            raise _map_open_error(path, exc) from None
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            raise TranscriptNotFound(
+                2, f"cannot create {path!r}: its folder does not exist") from None
+        except OSError as exc2:
+            raise _map_open_error(path, exc2) from None
+        st = os.stat(path)
+    except OSError as exc:
+        raise _map_open_error(path, exc) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TranscriptNotAFile(
+            21, f"{path!r} is a directory; give the path of a .jsonl transcript file")
+    if not stat.S_ISREG(st.st_mode):
+        raise TranscriptNotAFile(
+            21, f"{path!r} is not a regular file; transcripts are plain .jsonl files")
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _map_open_error(path, exc) from None
+    return fd
+
+
 def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
     """One record as one JSONL line: ``"type"`` first, no raw line separators."""
     if isinstance(record, msgspec.Struct):
@@ -695,7 +699,8 @@ def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
         raise EntryInvalid(f"record of type {t!r} cannot be written as JSON: {exc}") from None
     # U+2028/U+2029 are line breaks to some other readers; they can only occur inside
     # strings here, so escaping them keeps the line one line for everyone.
-    data = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
+    if b"\xe2\x80" in data:  # one fast search before the two replaces (rarely needed)
+        data = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
     return data + b"\n"
 
 
