@@ -606,3 +606,13 @@ def test_dialect_table_accepts_32_names_of_64_bytes():
     line = b'{"type":"31' + b"n" * 62 + b'"}\n'
     assert list(native.scan_bytes(line, table).kinds) == [MESSAGE]
     assert kinds_of(line, names) == [MESSAGE]
+
+
+@given(st.lists(st.sampled_from(["a", "\u2028", "\u2029", "\u2027", "\u202a", "\u00e2", "—", "\u20ac", '"', "\\"]), max_size=40))
+def test_escape_line_separators_matches_two_replaces(chars):
+    data = "".join(chars).encode()
+    want = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
+    got = native.escape_line_separators(data)
+    assert got == want
+    if want == data:
+        assert got is data  # nothing to escape: no copy

@@ -11,6 +11,7 @@ BLANK: Final[int]
 UNDECIDED: Final[int]
 DEFAULT_CLASSIFY_WINDOW: Final[int]
 DEFAULT_BLOCK_SIZE: Final[int]
+BUILT_WITH_CHECKS: Final[bool]
 
 class DialectTable:
     def __init__(self, kinds: dict[str, int]) -> None: ...
@@ -39,3 +40,4 @@ def scan_fd(
 def project_display(
     prefix: Buffer, total_len: int, content_limit: int
 ) -> tuple[bytes | None, int, int]: ...
+def escape_line_separators(data: bytes) -> bytes: ...

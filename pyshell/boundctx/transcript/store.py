@@ -367,9 +367,9 @@ class Transcript:
             raise _StaleLayout(f"line {ln.line} does not start after a newline")
         if pread_exact(self._fd, ln.end - 1, 1) != b"\n":
             raise _StaleLayout(f"line {ln.line} does not end with a newline")
-        prefix = buf[pre:]
-        if bom and prefix.startswith(BOM):
-            prefix, body_len = prefix[3:], body_len - 3
+        skip = pre + (3 if bom and buf[pre : pre + 3] == BOM else 0)
+        body_len -= skip - pre
+        prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
         display, _kept, cut = _li.project_display(prefix, body_len, content_limit)
         if display is None:
             return self._corrupt(ln, prefix, "not JSON within the bytes read for display",
@@ -408,7 +408,7 @@ class Transcript:
         if ln.kind == _li.BLANK:
             why = "blank line"
         total = len(body) if total is None else total
-        shown = body if content_limit is None else body[:content_limit]
+        shown = bytes(body if content_limit is None else body[:content_limit])
         text = shown.decode("utf-8", "replace")
         cut = total - len(shown)
         if cut > 0:
@@ -697,11 +697,9 @@ def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
         data = _encoder.encode(ordered)
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
         raise EntryInvalid(f"record of type {t!r} cannot be written as JSON: {exc}") from None
-    # U+2028/U+2029 are line breaks to some other readers; they can only occur inside
-    # strings here, so escaping them keeps the line one line for everyone.
-    if b"\xe2\x80" in data:  # one fast search before the two replaces (rarely needed)
-        data = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
-    return data + b"\n"
+    # U+2028/U+2029 are line breaks to some other readers; escaped, the line stays one
+    # line for everyone.
+    return _li.escape_line_separators(data) + b"\n"
 
 
 def _fsync_dir(folder: str) -> None:
