@@ -106,3 +106,15 @@ def test_progress_bar_is_drawn_only_when_enabled_and_work_is_reported(capsys):
     with byte_progress(1 << 40, "x") as report:  # not a terminal: never drawn
         report(1 << 39)
     assert capsys.readouterr().err == ""
+
+
+def test_session_get_prints_compactions_in_file_order(tmp_path, capsys):
+    path = tmp_path / "c.jsonl"
+    lines = [encode_record({"type": "compaction", "summary": "early"})]
+    lines += [encode_record({"type": "message", "message": {"role": "user", "content": f"m{i}"}}) for i in range(3)]
+    lines.insert(3, encode_record({"type": "compaction", "summary": "late"}))
+    path.write_bytes(b"".join(lines))
+    assert main(["session", "get", str(path)]) == 0
+    heads = [l for l in capsys.readouterr().out.splitlines() if l.startswith("## ")]
+    assert heads == ["## compaction (line 0)", "## [0] user", "## [1] user",
+                     "## compaction (line 3)", "## [2] user"]

@@ -47,7 +47,9 @@ def run(args) -> int:
         print(f"boundctx sample: {args.path!r} exists; pass --force to replace it", file=sys.stderr)
         return 2
     with byte_progress(size, "sample") as report:
-        counts = write_sample(args.path, target_bytes=size, seed=args.seed, progress=report)
+        # A compaction every 500 messages, so even a small sample shows one in force.
+        counts = write_sample(args.path, target_bytes=size, seed=args.seed, compaction_every=500,
+                              progress=report)
     print(f"{args.path}: {counts['messages']} messages, {counts['compactions']} compactions, "
           f"{counts['bytes']} bytes")
     return 0

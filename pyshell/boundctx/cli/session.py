@@ -84,10 +84,9 @@ def run_get(args) -> int:
     span = f"{w.message_start}-{last}" if w.messages else "none"
     print(f"# {args.path}: messages {span} of {w.message_count}"
           f"{' (older messages before; use --before ' + str(w.message_start) + ')' if w.has_more_before else ''}")
-    for c in w.compactions:
-        _, text = entry_text(c)
-        print(f"\n## compaction (line {c.line})\n{text}")
-    for m in w.messages:
-        role, text = entry_text(m)
-        print(f"\n## [{m.index}] {role}\n{text}")
+    # File order: the compaction in force first, later ones where they happened.
+    for e in sorted([*w.compactions, *w.messages], key=lambda e: e.line):
+        role, text = entry_text(e)
+        head = f"compaction (line {e.line})" if e.index is None else f"[{e.index}] {role}"
+        print(f"\n## {head}\n{text}")
     return 0
