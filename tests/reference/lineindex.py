@@ -507,6 +507,14 @@ class _Projector:
                 if escape == ord("u"):
                     if not all(d in HEX_DIGITS for d in data[pos + 2 : pos + 6]):
                         raise Malformed("bad \\u escape")
+                    if 0xD800 <= int(data[pos + 2 : pos + 6], 16) <= 0xDBFF:
+                        # a high surrogate: never cut from its low half
+                        if pos + 12 > len(data):
+                            raise _StringCut(pos, by_prefix_end=True)
+                        second = data[pos + 6 : pos + 12]
+                        if (second[:2] == b"\\u" and all(d in HEX_DIGITS for d in second[2:])
+                                and 0xDC00 <= int(second[2:], 16) <= 0xDFFF):
+                            unit = 12
                 elif escape not in SIMPLE_ESCAPES:
                     raise Malformed("unknown escape")
             elif unit > 1 and not all(0x80 <= b <= 0xBF for b in data[pos + 1 : pos + unit]):

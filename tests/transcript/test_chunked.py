@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boundctx.transcript.layout import Chunked
+from boundctx.transcript.arrays import Chunked
 
 chunk_lists = st.lists(st.lists(st.integers(0, 50), max_size=20), max_size=6)
 

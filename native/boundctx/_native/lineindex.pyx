@@ -723,6 +723,15 @@ cdef inline bint _valid_escape(const unsigned char *e) noexcept nogil:
             or c == 114 or c == 116)
 
 
+cdef inline int _surrogate(const unsigned char *e) noexcept nogil:
+    """For a \\uXXXX escape at e (six bytes present): 1 for a high surrogate
+    (D800-DBFF), 2 for a low one (DC00-DFFF), 0 otherwise."""
+    cdef int h0 = _hexval(e[2]), h1 = _hexval(e[3]), h2 = _hexval(e[4]), h3 = _hexval(e[5])
+    if h0 != 13 or h1 < 8 or h2 < 0 or h3 < 0:
+        return 0
+    return 1 if h1 < 12 else 2
+
+
 cdef inline bint _valid_continuation(const unsigned char *p, Py_ssize_t u) noexcept nogil:
     cdef Py_ssize_t k
     for k in range(1, u):
@@ -880,6 +889,15 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
                                 if not _valid_escape(p + j):
                                     malformed = True
                                     break
+                                if u == 6 and _surrogate(p + j) == 1:
+                                    # A high surrogate and its low half are one character:
+                                    # never cut between them (the half alone is not JSON
+                                    # any decoder accepts).
+                                    if j + 12 > n:
+                                        cut = True; in_text = True; cut_by_end = True
+                                        break
+                                    if p[j + 6] == 92 and p[j + 7] == 117 and _surrogate(p + j + 6) == 2:
+                                        u = 12
                             elif u > 1 and not _valid_continuation(p + j, u):
                                 u = 1  # invalid UTF-8: one byte alone, never the quote after it
                             if u > budget:

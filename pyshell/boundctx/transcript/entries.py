@@ -82,7 +82,10 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
         True when messages older than ``message_start`` exist.
     compactions : list of Entry
         The compaction in force at the window's first message (the nearest one before
-        it) and every compaction among the window's lines, in file order.
+        it) and the compactions among the window's lines, in file order: all of them
+        on the uncapped path, at most ``message_limit`` (the newest) otherwise.
+    compactions_omitted : int
+        Compactions among the window's lines left out by that bound.
     content_limit : int or None
         The per-message display budget this window was read with.
     """
@@ -93,6 +96,7 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     has_more_before: bool
     compactions: list[Entry]
     content_limit: int | None
+    compactions_omitted: int = 0
 
 
 class RawLine(msgspec.Struct, frozen=True):
@@ -102,24 +106,27 @@ class RawLine(msgspec.Struct, frozen=True):
 
 
 class History:
-    """The complete, uncapped contents of a transcript, for a full-history rewrite.
+    """The complete contents of a transcript, line by line, for a full-history rewrite.
 
     Obtain it with :meth:`Transcript.history`; edit it with the methods below (message
     indices are positions in the message sequence, as in windows); give it back to
-    :meth:`Transcript.rewrite`. It refuses to be built from anything but a complete read.
+    :meth:`Transcript.rewrite`. Lines that were not edited are written back byte for
+    byte, whatever they hold (CRLF endings, key order, lines that are not records).
     """
 
-    __slots__ = ("records", "_kinds_are_message", "_token", "_source")
+    __slots__ = ("_lines", "_offsets", "_is_message", "_token", "_source")
 
-    def __init__(self, records: list, is_message: list[bool], token, source) -> None:
-        self.records = records
-        self._kinds_are_message = is_message
+    def __init__(self, lines: list[bytes], offsets: list[int | None], is_message: list[bool],
+                 token, source) -> None:
+        self._lines = lines  # each ends with "\n"
+        self._offsets = offsets  # where each line was read from (None: added or edited)
+        self._is_message = is_message
         self._token = token
         self._source = source
 
     def _position(self, index: int) -> int:
         count = 0
-        for pos, is_msg in enumerate(self._kinds_are_message):
+        for pos, is_msg in enumerate(self._is_message):
             if is_msg:
                 if count == index:
                     return pos
@@ -128,29 +135,49 @@ class History:
 
     @property
     def message_count(self) -> int:
-        return sum(self._kinds_are_message)
+        return sum(self._is_message)
 
-    def message(self, index: int):
-        """The record (dict, or RawLine for a corrupt line) of message ``index``."""
-        return self.records[self._position(index)]
+    def message(self, index: int) -> dict[str, Any] | RawLine:
+        """A fresh copy of message ``index`` (a RawLine when it is not a record)."""
+        raw = self._lines[self._position(index)]
+        try:
+            rec = msgspec.json.decode(raw.removeprefix(b"\xef\xbb\xbf"))
+        except msgspec.DecodeError:
+            return RawLine(raw)
+        return rec if isinstance(rec, dict) else RawLine(raw)
+
+    def offset_of(self, index: int) -> int | None:
+        """Byte offset message ``index`` was read from (None once edited or added)."""
+        return self._offsets[self._position(index)]
 
     def replace_message(self, index: int, record: dict[str, Any]) -> None:
         """Replace message ``index`` with ``record``."""
-        self.records[self._position(index)] = record
+        from boundctx.transcript.store import encode_record  # encoding lives with the store
+
+        pos = self._position(index)
+        self._lines[pos] = encode_record(record)
+        self._offsets[pos] = None
 
     def delete_message(self, index: int) -> None:
         """Delete message ``index``; later messages move up by one."""
         pos = self._position(index)
-        del self.records[pos]
-        del self._kinds_are_message[pos]
+        for seq in (self._lines, self._offsets, self._is_message):
+            del seq[pos]
 
     def truncate_messages(self, index: int) -> None:
         """Delete message ``index`` and every line after it (abort, revision switch)."""
         pos = self._position(index)
-        del self.records[pos:]
-        del self._kinds_are_message[pos:]
+        for seq in (self._lines, self._offsets, self._is_message):
+            del seq[pos:]
 
     def append(self, record: dict[str, Any], *, is_message: bool = True) -> None:
         """Add a record at the end."""
-        self.records.append(record)
-        self._kinds_are_message.append(is_message)
+        from boundctx.transcript.store import encode_record
+
+        self._lines.append(encode_record(record))
+        self._offsets.append(None)
+        self._is_message.append(is_message)
+
+    def data(self) -> bytes:
+        """The transcript this history describes, as bytes."""
+        return b"".join(self._lines)

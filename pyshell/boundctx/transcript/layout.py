@@ -1,7 +1,7 @@
 """The layout of a transcript: where each line starts and what kind it is.
 
 A layout is a disposable cache. It is built by the native line index, kept in a sidecar
-file so the next open costs a ``stat``, two 4 KiB reads and a memory map, and checked
+file so the next open costs a ``stat``, two 4 KiB reads and a few small reads, and checked
 again on every read. Nothing in it is trusted: a missing, old, foreign, truncated or
 lying sidecar is rebuilt.
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import mmap
 import os
 import stat
 import struct
@@ -39,6 +38,7 @@ import msgspec
 import numpy as np
 
 from boundctx._native import load
+from boundctx.transcript.arrays import Chunked, FileArray, SidecarFile
 from boundctx.transcript.dialects import dialect_kinds, native_table
 
 _li = load("lineindex")
@@ -61,6 +61,8 @@ MAGIC = b"BCTXLAY\x01"
 FORMAT_VERSION = 1
 HASH_SPAN = 4096
 MAX_SEGMENTS = 16
+# Segments of at most this many lines are read into memory and checked whole on load.
+SMALL_SEGMENT = 1 << 16
 BOM = b"\xef\xbb\xbf"
 
 # Message sequence = message lines and corrupt lines (a corrupt line stays visible in
@@ -83,83 +85,6 @@ class Identity:
     @classmethod
     def of(cls, st: os.stat_result) -> "Identity":
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class Chunked:
-    """A read-only int64 sequence stored as a list of arrays (sidecar segments and
-    in-process appends), so extending it never copies what is already there."""
-
-    __slots__ = ("_chunks", "_bounds")
-
-    def __init__(self, chunks=()):
-        self._chunks: list[np.ndarray] = []
-        self._bounds: list[int] = [0]
-        for c in chunks:
-            self.extend(c)
-
-    def extend(self, arr: np.ndarray) -> None:
-        if len(arr) == 0:
-            return
-        last = self._chunks[-1] if self._chunks else None
-        if last is not None and last.flags.owndata and len(last) < (1 << 16):
-            # Merge small, owned tail chunks so many single-line appends stay one chunk.
-            self._chunks[-1] = np.concatenate([last, arr])
-            self._bounds[-1] += len(arr)
-        else:
-            self._chunks.append(arr)
-            self._bounds.append(self._bounds[-1] + len(arr))
-
-    def __len__(self) -> int:
-        return self._bounds[-1]
-
-    def _locate(self, i: int) -> tuple[int, int]:
-        # Few chunks: a linear scan from the end (recent data is read most).
-        for c in range(len(self._chunks) - 1, -1, -1):
-            if i >= self._bounds[c]:
-                return c, i - self._bounds[c]
-        raise IndexError(i)
-
-    def __getitem__(self, i: int) -> int:
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        c, j = self._locate(i)
-        return int(self._chunks[c][j])
-
-    def slice(self, lo: int, hi: int) -> np.ndarray:
-        """Elements ``lo:hi`` as one array."""
-        lo, hi = max(lo, 0), min(hi, len(self))
-        if lo >= hi:
-            return np.empty(0, dtype=np.int64)
-        parts = []
-        for c, arr in enumerate(self._chunks):
-            a, b = self._bounds[c], self._bounds[c + 1]
-            if b <= lo or a >= hi:
-                continue
-            parts.append(arr[max(lo - a, 0) : min(hi, b) - a])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    def bisect_right(self, value: int) -> int:
-        """Number of elements <= ``value`` (the sequence is sorted)."""
-        for c in range(len(self._chunks) - 1, -1, -1):
-            arr = self._chunks[c]
-            if arr[0] <= value:
-                return self._bounds[c] + int(np.searchsorted(arr, value, side="right"))
-        return 0
-
-    def take(self, indices: np.ndarray) -> np.ndarray:
-        """Elements at ``indices`` (each in range), gathered chunk by chunk."""
-        indices = np.asarray(indices, dtype=np.int64)
-        if len(self._chunks) == 1:
-            return self._chunks[0][indices]
-        out = np.empty(len(indices), dtype=np.int64)
-        which = np.searchsorted(np.asarray(self._bounds), indices, side="right") - 1
-        for c in np.unique(which).tolist():
-            sel = which == c
-            out[sel] = self._chunks[c][indices[sel] - self._bounds[c]]
-        return out
-
-    def all(self) -> np.ndarray:
-        return self.slice(0, len(self))
 
 
 @dataclass
@@ -237,6 +162,18 @@ class Layout:
     def kind(self, line: int) -> int:
         return self.kinds[line]
 
+    def agrees(self, starts: np.ndarray, kinds: np.ndarray) -> bool:
+        """Whether the arrays agree with each other throughout (O(lines): for reads that
+        touch every line anyway, such as a full history)."""
+        if len(starts) and (int(starts[0]) != 0 or int(starts[-1]) >= self.indexed_end):
+            return False
+        if len(starts) > 1 and not bool(np.all(np.diff(starts) > 0)):
+            return False
+        seq = np.flatnonzero(np.isin(kinds, SEQUENCE_KINDS))
+        comp = np.flatnonzero(kinds == _li.COMPACTION)
+        return bool(np.array_equal(seq, self.messages.all())
+                    and np.array_equal(comp, self.compactions.all()))
+
     # -- building -----------------------------------------------------------------
 
     def add_scan(self, fd: int, res, *, identity: Identity) -> None:
@@ -308,19 +245,25 @@ def file_hashes(fd: int, end: int) -> tuple[str, str]:
 def build_layout(fd: int, *, dialect: str, window: int = _li.DEFAULT_CLASSIFY_WINDOW,
                  progress=None) -> Layout:
     """Scan the whole file behind ``fd`` into a fresh layout."""
-    st = os.fstat(fd)
-    layout = Layout(dialect=dialect, window=window, identity=Identity.of(st))
-    res = _li.scan_fd(fd, native_table(dialect), classify_window=window, progress=progress)
-    layout.add_scan(fd, res, identity=Identity.of(os.fstat(fd)))
+    layout = Layout(dialect=dialect, window=window, identity=Identity(0, 0, -1, -1))
+    extend_layout(layout, fd, progress=progress)
     return layout
 
 
 def extend_layout(layout: Layout, fd: int, *, progress=None) -> None:
     """Scan only the bytes after ``indexed_end`` (the file grew, or a torn tail was
     completed or moved aside)."""
+    # The identity is taken *before* the scan, and the scan stops at that size: bytes
+    # appended meanwhile are then beyond the recorded size, and the next read sees the
+    # file grew. (Taken after, they would be recorded as seen without being indexed.)
+    st = os.fstat(fd)
     res = _li.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
+                      end=max(st.st_size, layout.indexed_end),
                       classify_window=layout.window, progress=progress)
-    layout.add_scan(fd, res, identity=Identity.of(os.fstat(fd)))
+    ident = Identity.of(st)
+    if res.scanned_end != st.st_size:
+        ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judge again
+    layout.add_scan(fd, res, identity=ident)
 
 
 # -- sidecar ------------------------------------------------------------------------
@@ -486,12 +429,17 @@ def load_layout(path: str, fd: int, *, dialect: str,
 
 
 def _read_sidecar(target: str, real: str, dialect: str, window: int) -> Layout:
-    with open(target, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < len(MAGIC):
-            raise ValueError("truncated")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    if mm[: len(MAGIC)] != MAGIC:
+    f = SidecarFile(target)
+    try:
+        return _read_segments(f, real, dialect, window)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layout:
+    size = os.fstat(f.fd).st_size
+    if size < len(MAGIC) or f.pread(0, len(MAGIC)) != MAGIC:
         raise ValueError("not a boundctx layout of this format")
     pos = len(MAGIC)
     layout: Layout | None = None
@@ -499,10 +447,12 @@ def _read_sidecar(target: str, real: str, dialect: str, window: int) -> Layout:
     while pos < size:
         if pos + _SEG_HEAD.size > size:
             raise ValueError("truncated segment")
-        hlen, crc = _SEG_HEAD.unpack_from(mm, pos)
+        hlen, crc = _SEG_HEAD.unpack(f.pread(pos, _SEG_HEAD.size))
         pos += _SEG_HEAD.size
-        hbytes = mm[pos : pos + hlen]
-        if len(hbytes) != hlen or zlib.crc32(hbytes) != crc:
+        if pos + hlen > size:
+            raise ValueError("truncated segment header")
+        hbytes = f.pread(pos, hlen)
+        if zlib.crc32(hbytes) != crc:
             raise ValueError("segment header checksum mismatch")
         h = msgspec.msgpack.decode(hbytes.rstrip(b"\0"), type=_Header)
         pos += hlen
@@ -510,26 +460,27 @@ def _read_sidecar(target: str, real: str, dialect: str, window: int) -> Layout:
             raise ValueError("made by another format, dialect or classify window")
         if h.path != real:
             raise ValueError(f"belongs to {h.path!r}")
-        if min(h.n, h.m, h.c, h.start, h.line0) < 0 or h.end < h.start or h.scanned < h.end:
+        if min(h.n, h.m, h.c, h.start, h.line0) < 0 or h.end < h.start or h.scanned < h.end \
+                or h.m + h.c > h.n:
             raise ValueError("inconsistent counts")
         need = 8 * h.n + _pad8(h.n) + 8 * h.m + 8 * h.c
         if pos + need > size:
             raise ValueError("truncated arrays")
-        starts = np.frombuffer(mm, dtype=_i8, count=h.n, offset=pos)
-        pos += 8 * h.n
-        kinds = np.frombuffer(mm, dtype=np.uint8, count=h.n, offset=pos)
-        pos += _pad8(h.n)
-        messages = np.frombuffer(mm, dtype=_i8, count=h.m, offset=pos)
-        pos += 8 * h.m
-        compactions = np.frombuffer(mm, dtype=_i8, count=h.c, offset=pos)
-        pos += 8 * h.c
+        arrays = []
+        for dtype, count, width in ((_i8, h.n, 8 * h.n), (np.uint8, h.n, _pad8(h.n)),
+                                    (_i8, h.m, 8 * h.m), (_i8, h.c, 8 * h.c)):
+            arrays.append(FileArray(f, pos, count, dtype))
+            pos += width
+        if h.n <= SMALL_SEGMENT:
+            # Small segments (every appended one) are read whole and checked whole.
+            arrays = [a.read(0, len(a)) for a in arrays]
+        starts, kinds, messages, compactions = arrays
         if layout is None:
             layout = Layout(dialect=dialect, window=window, identity=Identity(*h.identity))
         # Segments must tile the file and the line numbering without gaps.
         if h.start != layout.indexed_end or h.line0 != len(layout.starts):
             raise ValueError("segments do not join up")
-        if h.n and (int(starts[0]) != h.start or int(starts[-1]) >= h.end):
-            raise ValueError("line offsets outside the segment")
+        _check_segment(h, starts, kinds, messages, compactions)
         layout.starts.extend(starts)
         layout.kinds.extend(kinds)
         layout.messages.extend(messages)
@@ -546,9 +497,27 @@ def _read_sidecar(target: str, real: str, dialect: str, window: int) -> Layout:
     layout.persisted_segments = segments
     layout.persisted_lines = len(layout.starts)
     layout.persisted_end = layout.indexed_end
-    layout.sidecar_path = target
+    layout.sidecar_path = f.path
     layout.sidecar_size = size
     return layout
+
+
+def _check_segment(h: _Header, starts, kinds, messages, compactions) -> None:
+    """What a sidecar segment claims, checked as far as is cheap: whole for arrays held
+    in memory, at both ends for arrays read on demand (reads check the rest)."""
+    lo, hi = h.line0, h.line0 + h.n
+    if h.n and (int(starts[0]) != h.start or int(starts[h.n - 1]) >= h.end):
+        raise ValueError("line offsets outside the segment")
+    for name, arr in (("messages", messages), ("compactions", compactions)):
+        if len(arr) and not (lo <= int(arr[0]) and int(arr[len(arr) - 1]) < hi):
+            raise ValueError(f"{name} outside the segment")
+    if isinstance(starts, np.ndarray):
+        if h.n > 1 and not bool(np.all(np.diff(starts) > 0)):
+            raise ValueError("line offsets not increasing")
+        seq = np.flatnonzero(np.isin(kinds, SEQUENCE_KINDS)) + lo
+        comp = np.flatnonzero(kinds == _li.COMPACTION) + lo
+        if not (np.array_equal(seq, messages) and np.array_equal(comp, compactions)):
+            raise ValueError("message or compaction lines disagree with the line kinds")
 
 
 def judge(layout: Layout, fd: int) -> str:
@@ -564,8 +533,12 @@ def judge(layout: Layout, fd: int) -> str:
     head, tail = file_hashes(fd, layout.indexed_end)
     if (head, tail) != (layout.head_hash, layout.tail_hash):
         return "content changed (fingerprint mismatch)"
-    if now == old or (now.size == old.size and now.mtime_ns == old.mtime_ns):
+    if now.size == old.size and now.mtime_ns == old.mtime_ns:
         return "valid"
-    return "extend"
+    if now.size > old.size:
+        return "extend"  # grew, and what was indexed still fingerprints the same
+    # Same size or smaller with a new mtime: written in place. Extending would scan
+    # nothing and keep stale offsets, so start over.
+    return "rewritten in place (size did not grow, mtime changed)"
 
 

@@ -10,6 +10,7 @@ every line read is checked against the file, and a layout caught lying is rebuil
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -31,10 +32,12 @@ from boundctx.errors import (
     TranscriptNotFound,
     TranscriptPermission,
 )
+from boundctx.transcript.arrays import SidecarGone
 from boundctx.transcript.dialects import dialect_kinds
 from boundctx.transcript.entries import Entry, History, RawLine, Window
 from boundctx.transcript.layout import (
     BOM,
+    SEQUENCE_KINDS,
     Layout,
     build_layout,
     extend_layout,
@@ -266,7 +269,7 @@ class Transcript:
             self._refresh()
             try:
                 return read()
-            except _StaleLayout as exc:
+            except (_StaleLayout, SidecarGone) as exc:
                 if attempt:
                     raise TranscriptChanged(
                         f"{self.path!r} changed while it was being read ({exc}); "
@@ -283,19 +286,47 @@ class Transcript:
             raise ValueError(
                 f"message_before={before} is past the last message; the transcript has {total}")
         start = 0 if limit is None else max(0, before - limit)
-        lines = layout.messages.slice(start, before)
+        # One message either side comes along, so a line the arrays skip or repeat at
+        # the window's edges shows up in the check below.
+        ext_lo, ext_hi = max(start - 1, 0), min(before + 1, total)
+        ext = layout.messages.slice(ext_lo, ext_hi)
+        self._check_lines(ext, SEQUENCE_KINDS)
+        lines = ext[start - ext_lo : before - ext_lo]
         messages = self._read_lines(lines, content_limit, first_index=start)
         if len(lines):
             lo, hi = int(lines[0]), int(lines[-1])
         else:
             lo = hi = layout.messages[before] if before < total else layout.line_count
-        c_first = max(layout.compactions.bisect_right(lo) - 1, 0)
+        # The compaction in force at the first message, and those among the window's
+        # lines; a bounded window returns at most `limit` of the latter (the newest).
+        in_force = layout.compactions.bisect_right(lo)
         c_last = layout.compactions.bisect_right(hi)
-        comp_lines = layout.compactions.slice(c_first, c_last)
+        inside = c_last - in_force
+        keep = inside if limit is None else min(inside, limit)
+        comp_lines = layout.compactions.slice(c_last - keep, c_last)
+        if in_force:
+            comp_lines = np.concatenate([layout.compactions.slice(in_force - 1, in_force), comp_lines])
+        self._check_lines(comp_lines, (_li.COMPACTION,))
         compactions = self._read_lines(comp_lines, content_limit, first_index=None)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
-                      content_limit=content_limit)
+                      compactions_omitted=inside - keep, content_limit=content_limit)
+
+    def _check_lines(self, lines: np.ndarray, kinds: tuple[int, ...]) -> None:
+        """The layout's own arrays must agree on these lines: in range, increasing, of
+        the expected kinds, and none of those kinds missing between them. A sidecar
+        whose arrays lie fails here (its arrays carry no checksum: decision 0002)."""
+        if not len(lines):
+            return
+        layout = self._layout
+        if int(lines[0]) < 0 or int(lines[-1]) >= layout.line_count:
+            raise _StaleLayout("indexed line numbers out of range")
+        if len(lines) > 1 and not bool(np.all(np.diff(lines) > 0)):
+            raise _StaleLayout("indexed line numbers not increasing")
+        span = layout.kinds.slice(int(lines[0]), int(lines[-1]) + 1)
+        if int(np.isin(span, kinds).sum()) != len(lines) or \
+                not bool(np.all(np.isin(span[lines - lines[0]], kinds))):
+            raise _StaleLayout("indexed lines disagree with the line kinds")
 
     def read_lines(self, start: int, stop: int, *, content_limit: int | None = None) -> list[Entry]:
         """Read physical lines ``start:stop`` of any kind (sessions, model changes...)."""
@@ -371,10 +402,19 @@ class Transcript:
         body_len -= skip - pre
         prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
         display, _kept, cut = _li.project_display(prefix, body_len, content_limit)
-        if display is None:
-            return self._corrupt(ln, prefix, "not JSON within the bytes read for display",
-                                 content_limit, total=body_len)
-        return self._entry(ln, display, prefix, cut, any_kind, content_limit, total=body_len)
+        if display is not None:
+            try:
+                rec = _decoder.decode(display)
+            except msgspec.DecodeError:
+                rec = None
+            if isinstance(rec, dict):
+                return self._record_entry(ln, rec, cut, any_kind)
+        # The prefix is not a record we can show. That may be the line's fault (it is
+        # corrupt) or the projection's (nesting deeper than it follows): only a full
+        # parse can tell, and the whole point here is not to do one. Show the raw
+        # prefix, and leave the verdict on the line to a full read.
+        return self._raw_entry(ln, prefix, "not displayable within the content limit",
+                               content_limit, total=body_len)
 
     def _entry(self, ln: "_Line", source: bytes, raw: bytes, cut: int, any_kind: bool,
                content_limit: int | None, total: int | None = None) -> Entry:
@@ -386,6 +426,9 @@ class Transcript:
                 raise ValueError("a record must be a JSON object")
         except (msgspec.DecodeError, ValueError) as exc:
             return self._corrupt(ln, raw, str(exc), content_limit, total=total)
+        return self._record_entry(ln, rec, cut, any_kind)
+
+    def _record_entry(self, ln: "_Line", rec: dict, cut: int, any_kind: bool) -> Entry:
         if (not any_kind and self._layout.from_sidecar
                 and ln.kind in (_li.MESSAGE, _li.COMPACTION)
                 and dialect_kinds(self.dialect).get(rec.get("type")) != ln.kind):
@@ -407,12 +450,29 @@ class Transcript:
             layout.bad_dirty = True
         if ln.kind == _li.BLANK:
             why = "blank line"
+        return self._raw_entry(ln, body, why, content_limit, total=total)
+
+    def _raw_entry(self, ln: "_Line", body, why: str, content_limit: int | None,
+                   total: int | None = None) -> Entry:
+        """An entry that shows a line's bytes, not a record: decoded with replacement
+        characters and, under a content limit, cut to that many bytes *after* decoding
+        (each invalid byte becomes a 3-byte replacement character)."""
         total = len(body) if total is None else total
-        shown = bytes(body if content_limit is None else body[:content_limit])
-        text = shown.decode("utf-8", "replace")
-        cut = total - len(shown)
-        if cut > 0:
-            text += f" [... {cut} more bytes not shown]"
+        if content_limit is None:
+            text, cut = bytes(body).decode("utf-8", "replace"), 0
+        else:
+            # The longest prefix whose decoded text fits the budget, by bisection.
+            def fits(k: int) -> bool:
+                return len(bytes(body[:k]).decode("utf-8", "replace").encode()) <= content_limit
+
+            lo, hi = 0, min(len(body), content_limit)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+            text = bytes(body[:lo]).decode("utf-8", "replace")
+            cut = total - lo
+            if cut > 0:
+                text += f" [... {cut} more bytes not shown]"
         return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
                      record=None, cut_bytes=max(cut, 0), corrupt=why, raw=text)
 
@@ -466,9 +526,12 @@ class Transcript:
             lock_path = os.path.realpath(self.path) + ".lock"
             try:
                 lfd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except PermissionError as exc:
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
                 raise TranscriptPermission(
-                    exc.errno, f"cannot write beside {self.path!r}: its folder is read-only") from None
+                    exc.errno, f"cannot write beside {self.path!r}: its folder is read-only "
+                               f"({exc.strerror}); copy the transcript somewhere writable") from None
             try:
                 fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -556,19 +619,34 @@ class Transcript:
             raise TranscriptChanged(
                 f"{self.path!r} ends with {layout.torn_bytes} bytes of an unfinished write; "
                 "append or reopen once the writer is done, then take the history")
-        lines = np.arange(layout.line_count, dtype=np.int64)
-        entries = self._read_lines(lines, None, first_index=None, any_kind=True)
+        starts = layout.starts.all()
         kinds = layout.kinds.all()
-        records: list = []
-        is_msg: list[bool] = []
-        for entry, kind in zip(entries, kinds.tolist()):
-            if entry.record is None:
-                records.append(RawLine(pread_exact(self._fd, entry.offset, entry.length)))
-            else:
-                records.append(entry.record)
-            is_msg.append(kind in (_li.MESSAGE, _li.CORRUPT))
+        if layout.from_sidecar and not layout.agrees(starts, kinds):
+            raise _StaleLayout("the layout's arrays disagree with each other")
+        ends = np.append(starts[1:], layout.indexed_end)
+        lines: list[bytes] = []
+        i = 0
+        # Read in runs of at most MAX_RUN_BYTES (or one longer line), checking that
+        # every line starts after a newline and ends with one.
+        while i < len(starts):
+            j = i + 1
+            while j < len(starts) and ends[j] - starts[i] <= MAX_RUN_BYTES:
+                j += 1
+            lo, hi = int(starts[i]), int(ends[j - 1])
+            pre = 1 if lo > 0 else 0
+            buf = pread_exact(self._fd, lo - pre, hi - lo + pre)
+            if len(buf) != hi - lo + pre or (pre and buf[0] != 10):
+                raise _StaleLayout(f"line {i} does not start after a newline")
+            view = memoryview(buf)
+            for k in range(i, j):
+                a, b = int(starts[k]) - lo + pre, int(ends[k]) - lo + pre
+                if buf[b - 1] != 10:
+                    raise _StaleLayout(f"line {k} does not end with a newline")
+                lines.append(bytes(view[a:b]))
+            i = j
+        is_msg = np.isin(kinds, SEQUENCE_KINDS).tolist()
         token = (layout.identity, layout.indexed_end)
-        return History(records, is_msg, token, self)
+        return History(lines, starts.tolist(), is_msg, token, self)
 
     def rewrite(self, history: History) -> None:
         """Replace the transcript with ``history``: temp file, fsync, rename.
@@ -593,9 +671,9 @@ class Transcript:
         if (self._layout.identity, self._layout.indexed_end) != history._token:
             raise TranscriptChanged(
                 f"{self.path!r} changed since its history was read; read history() again")
-        data = b"".join(r.data if isinstance(r, RawLine) else encode_record(r)
-                        for r in history.records)
-        folder = os.path.dirname(os.path.realpath(self.path))
+        data = history.data()
+        real = os.path.realpath(self.path)  # through a symlink, replace the file, not the link
+        folder = os.path.dirname(real)
         fd, tmp = tempfile.mkstemp(prefix=".rewrite-", dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -603,7 +681,7 @@ class Transcript:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, stat.S_IMODE(os.fstat(self._fd).st_mode))
-            os.replace(tmp, self.path)
+            os.replace(tmp, real)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -627,23 +705,38 @@ class Transcript:
         save_layout(self._layout, self.path)
         history._token = (self._layout.identity, self._layout.indexed_end)
 
-    def edit(self, index: int, record: dict[str, Any]) -> None:
-        """Replace message ``index``: rehydrates the full history, then rewrites."""
+    def edit(self, message: int | Entry, record: dict[str, Any]) -> None:
+        """Replace a message: rehydrates the full history, then rewrites.
+
+        ``message`` is a message index, or the :class:`Entry` a window returned; given
+        an Entry, the edit is refused (TranscriptChanged) unless that index still holds
+        the line the entry was read from.
+        """
         h = self.history()
-        h.replace_message(index, record)
+        h.replace_message(self._index_in(h, message), record)
         self.rewrite(h)
 
-    def delete(self, index: int) -> None:
-        """Delete message ``index``: rehydrates the full history, then rewrites."""
+    def delete(self, message: int | Entry) -> None:
+        """Delete a message (index or Entry, as for :meth:`edit`), then rewrite."""
         h = self.history()
-        h.delete_message(index)
+        h.delete_message(self._index_in(h, message))
         self.rewrite(h)
 
-    def truncate(self, index: int) -> None:
-        """Delete message ``index`` and all after it (abort, switch to another revision)."""
+    def truncate(self, message: int | Entry) -> None:
+        """Delete a message and all after it (abort, switch to another revision)."""
         h = self.history()
-        h.truncate_messages(index)
+        h.truncate_messages(self._index_in(h, message))
         self.rewrite(h)
+
+    def _index_in(self, history: History, message: int | Entry) -> int:
+        if not isinstance(message, Entry):
+            _check_limit("message index", message, 0)
+            return message
+        if message.index is None or history.offset_of(message.index) != message.offset:
+            raise TranscriptChanged(
+                f"message {message.index} of {self.path!r} is no longer the line it was read "
+                "from; read the window again before editing")
+        return message.index
 
 
 def open_transcript_fd(path: str, *, create: bool = False) -> int:

@@ -1,0 +1,194 @@
+"""The layout's integer arrays: in memory, or read from the sidecar on demand.
+
+A sidecar's arrays are not memory-mapped: a mapped file that another process truncates
+raises SIGBUS in the reader, and that kills the host program (decision 0006). They are
+read with ``pread`` when used instead; a window needs a few hundred elements, so an open
+costs the same for a 10 MB and a 10 GB transcript.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone"]
+
+# Below this many elements a file-backed chunk is simply read whole when searched.
+_SMALL = 1 << 16
+
+
+class SidecarGone(OSError):
+    """The sidecar ended early under a read (truncated by someone else)."""
+
+
+class SidecarFile:
+    """An open sidecar, shared by the arrays read from it; closed with its last user."""
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1  # so __del__ is safe when the open below fails
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def pread(self, offset: int, length: int) -> bytes:
+        data = os.pread(self.fd, length, offset)
+        while 0 < len(data) < length:  # short reads happen; a truncated file ends them
+            more = os.pread(self.fd, length - len(data), offset + len(data))
+            if not more:
+                break
+            data += more
+        if len(data) != length:
+            raise SidecarGone(f"layout sidecar {self.path!r} was truncated under a read")
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class FileArray:
+    """``count`` elements of ``dtype`` stored at ``offset`` in a sidecar, read on demand."""
+
+    __slots__ = ("file", "offset", "count", "dtype")
+
+    def __init__(self, file: SidecarFile, offset: int, count: int, dtype) -> None:
+        self.file = file
+        self.offset = offset
+        self.count = count
+        self.dtype = np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        size = self.dtype.itemsize
+        raw = self.file.pread(self.offset + lo * size, (hi - lo) * size)
+        return np.frombuffer(raw, dtype=self.dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(self.count)
+            assert step == 1
+            return self.read(lo, max(lo, hi))
+        if isinstance(key, np.ndarray):
+            if len(key) == 0:
+                return np.empty(0, dtype=self.dtype)
+            lo, hi = int(key.min()), int(key.max()) + 1
+            if lo < 0 or hi > self.count:
+                raise IndexError(f"index out of range 0..{self.count - 1}")
+            return self.read(lo, hi)[key - lo]  # one read of the span the indices cover
+        i = int(key)
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return self.read(i, i + 1)[0]
+
+    def searchsorted_right(self, value: int) -> int:
+        """Elements <= ``value``, by binary search over reads (the array is sorted)."""
+        if self.count <= _SMALL:
+            return int(np.searchsorted(self.read(0, self.count), value, side="right"))
+        lo, hi = 0, self.count
+        while hi - lo > 512:
+            mid = (lo + hi) // 2
+            if self[mid] <= value:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo + int(np.searchsorted(self.read(lo, hi), value, side="right"))
+
+
+def _searchsorted_right(arr, value: int) -> int:
+    if isinstance(arr, FileArray):
+        return arr.searchsorted_right(value)
+    return int(np.searchsorted(arr, value, side="right"))
+
+
+class Chunked:
+    """A read-only integer sequence stored as a list of chunks (sidecar segments and
+    in-process appends), so extending it never copies what is already there."""
+
+    __slots__ = ("_chunks", "_bounds")
+
+    def __init__(self, chunks=()):
+        self._chunks: list = []
+        self._bounds: list[int] = [0]
+        for c in chunks:
+            self.extend(c)
+
+    def extend(self, arr) -> None:
+        if len(arr) == 0:
+            return
+        last = self._chunks[-1] if self._chunks else None
+        if last is not None and len(last) < _SMALL and not isinstance(arr, FileArray):
+            # Merge into a small tail chunk, so many single-line appends stay one chunk
+            # (lookups walk the chunks).
+            if isinstance(last, FileArray):
+                last = last.read(0, len(last))
+            self._chunks[-1] = np.concatenate([last, arr])
+            self._bounds[-1] += len(arr)
+        else:
+            self._chunks.append(arr)
+            self._bounds.append(self._bounds[-1] + len(arr))
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self._chunks)
+
+    def __len__(self) -> int:
+        return self._bounds[-1]
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        # Few chunks: a linear scan from the end (recent data is read most).
+        for c in range(len(self._chunks) - 1, -1, -1):
+            if i >= self._bounds[c]:
+                return c, i - self._bounds[c]
+        raise IndexError(i)
+
+    def __getitem__(self, i: int) -> int:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        c, j = self._locate(i)
+        return int(self._chunks[c][j])
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        """Elements ``lo:hi`` as one array."""
+        lo, hi = max(lo, 0), min(hi, len(self))
+        if lo >= hi:
+            return np.empty(0, dtype=np.int64)
+        parts = []
+        for c, arr in enumerate(self._chunks):
+            a, b = self._bounds[c], self._bounds[c + 1]
+            if b <= lo or a >= hi:
+                continue
+            parts.append(arr[max(lo - a, 0) : min(hi, b) - a])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def bisect_right(self, value: int) -> int:
+        """Number of elements <= ``value`` (the sequence is sorted)."""
+        for c in range(len(self._chunks) - 1, -1, -1):
+            arr = self._chunks[c]
+            if arr[0] <= value:
+                return self._bounds[c] + _searchsorted_right(arr, value)
+        return 0
+
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        """Elements at ``indices``, gathered chunk by chunk (IndexError when out of range)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= len(self)):
+            raise IndexError(f"index out of range 0..{len(self) - 1}")
+        if len(self._chunks) == 1:
+            return np.asarray(self._chunks[0][indices])
+        out = np.empty(len(indices), dtype=np.int64)
+        which = np.searchsorted(np.asarray(self._bounds), indices, side="right") - 1
+        for c in np.unique(which).tolist():
+            sel = which == c
+            out[sel] = self._chunks[c][indices[sel] - self._bounds[c]]
+        return out
+
+    def all(self) -> np.ndarray:
+        return self.slice(0, len(self))
