@@ -204,3 +204,13 @@ def test_edit_by_entry_is_refused_when_the_message_moved(tmp_path):
         fresh = t.window(message_limit=2).messages[0]
         t.edit(fresh, {"type": "message", "id": "x"})
         assert ids(t) == ["m1", "m2", "x", "m4"]
+
+
+def test_bounded_compactions_with_one_in_force_and_some_omitted(tmp_path):
+    path = tmp_path / "t.jsonl"
+    comp = [encode_record({"type": "compaction", "summary": f"s{i}"}) for i in range(10)]
+    path.write_bytes(comp[0] + msg(0) + msg(1) + b"".join(comp[1:]) + msg(2))
+    with Transcript.open(path) as t:
+        w = t.window(message_limit=2)
+        assert [c.record["summary"] for c in w.compactions] == ["s0", "s8", "s9"]
+        assert w.compactions_omitted == 7 and t.layout_outcome == "built"

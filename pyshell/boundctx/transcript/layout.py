@@ -70,6 +70,11 @@ BOM = b"\xef\xbb\xbf"
 SEQUENCE_KINDS = (_li.MESSAGE, _li.CORRUPT)
 
 _SEG_HEAD = struct.Struct("<II")
+
+
+def is_sequence(kinds: np.ndarray) -> np.ndarray:
+    """Mask of the lines that are in the message sequence (faster than np.isin)."""
+    return (kinds == _li.MESSAGE) | (kinds == _li.CORRUPT)
 _i8 = np.dtype("<i8")
 
 
@@ -148,16 +153,27 @@ class Layout:
     def line_end(self, line: int) -> int:
         return self.starts[line + 1] if line + 1 < len(self.starts) else self.indexed_end
 
-    def spans(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end offsets (end = after the ``\n``) of each of ``lines``."""
+    def line_info(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Start offset, end offset (after the ``\\n``) and kind of each of ``lines``
+        (sorted). Dense lines (a window) cost one read of each array's span."""
         lines = np.asarray(lines, dtype=np.int64)
+        if not len(lines):
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        lo, hi = int(lines[0]), int(lines[-1]) + 1
+        if hi - lo <= 64 * len(lines) + 1024:
+            offs = self.starts.slice(lo, hi + 1)
+            if hi == len(self.starts):
+                offs = np.append(offs, self.indexed_end)
+            rel = lines - lo
+            return offs[rel], offs[rel + 1], self.kinds.slice(lo, hi)[rel]
         starts = self.starts.take(lines)
         nxt = lines + 1
         last = nxt >= len(self.starts)
         ends = np.empty_like(starts)
         ends[~last] = self.starts.take(nxt[~last])
         ends[last] = self.indexed_end
-        return starts, ends
+        return starts, ends, self.kinds.take(lines)
 
     def kind(self, line: int) -> int:
         return self.kinds[line]
@@ -169,7 +185,7 @@ class Layout:
             return False
         if len(starts) > 1 and not bool(np.all(np.diff(starts) > 0)):
             return False
-        seq = np.flatnonzero(np.isin(kinds, SEQUENCE_KINDS))
+        seq = np.flatnonzero(is_sequence(kinds))
         comp = np.flatnonzero(kinds == _li.COMPACTION)
         return bool(np.array_equal(seq, self.messages.all())
                     and np.array_equal(comp, self.compactions.all()))
@@ -190,7 +206,7 @@ class Layout:
         line0 = len(self.starts)
         self.starts.extend(starts.astype(_i8, copy=False))
         self.kinds.extend(kinds)
-        self.messages.extend(np.flatnonzero(np.isin(kinds, SEQUENCE_KINDS)) + line0)
+        self.messages.extend(np.flatnonzero(is_sequence(kinds)) + line0)
         self.compactions.extend(np.flatnonzero(kinds == _li.COMPACTION) + line0)
         self.indexed_end = res.indexed_end
         self.scanned_end = res.scanned_end
@@ -474,6 +490,9 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
         if h.n <= SMALL_SEGMENT:
             # Small segments (every appended one) are read whole and checked whole.
             arrays = [a.read(0, len(a)) for a in arrays]
+        elif len(arrays[3]) <= SMALL_SEGMENT:
+            # Compactions are few: hold them, for the binary searches every window does.
+            arrays[3] = arrays[3].read(0, len(arrays[3]))
         starts, kinds, messages, compactions = arrays
         if layout is None:
             layout = Layout(dialect=dialect, window=window, identity=Identity(*h.identity))
@@ -514,7 +533,7 @@ def _check_segment(h: _Header, starts, kinds, messages, compactions) -> None:
     if isinstance(starts, np.ndarray):
         if h.n > 1 and not bool(np.all(np.diff(starts) > 0)):
             raise ValueError("line offsets not increasing")
-        seq = np.flatnonzero(np.isin(kinds, SEQUENCE_KINDS)) + lo
+        seq = np.flatnonzero(is_sequence(kinds)) + lo
         comp = np.flatnonzero(kinds == _li.COMPACTION) + lo
         if not (np.array_equal(seq, messages) and np.array_equal(comp, compactions)):
             raise ValueError("message or compaction lines disagree with the line kinds")

@@ -39,6 +39,7 @@ from boundctx.transcript.layout import (
     BOM,
     SEQUENCE_KINDS,
     Layout,
+    is_sequence,
     build_layout,
     extend_layout,
     judge,
@@ -306,16 +307,16 @@ class Transcript:
         comp_lines = layout.compactions.slice(c_last - keep, c_last)
         if in_force:
             comp_lines = np.concatenate([layout.compactions.slice(in_force - 1, in_force), comp_lines])
-        self._check_lines(comp_lines, (_li.COMPACTION,))
+        self._check_lines(comp_lines, (_li.COMPACTION,), complete=keep == inside)
         compactions = self._read_lines(comp_lines, content_limit, first_index=None)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
                       compactions_omitted=inside - keep, content_limit=content_limit)
 
-    def _check_lines(self, lines: np.ndarray, kinds: tuple[int, ...]) -> None:
+    def _check_lines(self, lines: np.ndarray, kinds: tuple[int, ...], *, complete: bool = True) -> None:
         """The layout's own arrays must agree on these lines: in range, increasing, of
-        the expected kinds, and none of those kinds missing between them. A sidecar
-        whose arrays lie fails here (its arrays carry no checksum: decision 0002)."""
+        the expected kinds, and (``complete``) none of those kinds missing between them.
+        A sidecar whose arrays lie fails here (they carry no checksum: decision 0006)."""
         if not len(lines):
             return
         layout = self._layout
@@ -324,8 +325,8 @@ class Transcript:
         if len(lines) > 1 and not bool(np.all(np.diff(lines) > 0)):
             raise _StaleLayout("indexed line numbers not increasing")
         span = layout.kinds.slice(int(lines[0]), int(lines[-1]) + 1)
-        if int(np.isin(span, kinds).sum()) != len(lines) or \
-                not bool(np.all(np.isin(span[lines - lines[0]], kinds))):
+        mask = is_sequence(span) if kinds is SEQUENCE_KINDS else span == kinds[0]
+        if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
             raise _StaleLayout("indexed lines disagree with the line kinds")
 
     def read_lines(self, start: int, stop: int, *, content_limit: int | None = None) -> list[Entry]:
@@ -345,8 +346,8 @@ class Transcript:
     def _read_lines(self, lines: np.ndarray, content_limit: int | None, *,
                     first_index: int | None, any_kind: bool = False) -> list[Entry]:
         layout = self._layout
-        starts, ends = layout.spans(lines)
-        kinds = layout.kinds.take(lines).tolist()
+        starts, ends, kinds = layout.line_info(lines)
+        kinds = kinds.tolist()
         if content_limit is None:
             projected = [False] * len(lines)
         else:
@@ -644,7 +645,7 @@ class Transcript:
                     raise _StaleLayout(f"line {k} does not end with a newline")
                 lines.append(bytes(view[a:b]))
             i = j
-        is_msg = np.isin(kinds, SEQUENCE_KINDS).tolist()
+        is_msg = is_sequence(kinds).tolist()
         token = (layout.identity, layout.indexed_end)
         return History(lines, starts.tolist(), is_msg, token, self)
 
