@@ -214,3 +214,20 @@ def test_bounded_compactions_with_one_in_force_and_some_omitted(tmp_path):
         w = t.window(message_limit=2)
         assert [c.record["summary"] for c in w.compactions] == ["s0", "s8", "s9"]
         assert w.compactions_omitted == 7 and t.layout_outcome == "built"
+
+
+def test_a_duplicate_type_key_does_not_force_a_rebuild_on_every_open(tmp_path, monkeypatch):
+    from boundctx.transcript import store as store_mod
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(msg(0) + b'{"type":"message","id":"dup","type":["not", "a", "str"]}\n' + msg(2))
+    with Transcript.open(path) as t:
+        assert [m.record["id"] for m in t.window().messages] == ["m0", "dup", "m2"]
+    builds = []
+    real = store_mod.build_layout
+    monkeypatch.setattr(store_mod, "build_layout", lambda *a, **k: builds.append(1) or real(*a, **k))
+    for _ in range(2):
+        with Transcript.open(path) as t:
+            assert t.message_count == 3 and len(t.window().messages) == 3
+            assert t.layout_outcome == "valid"
+    assert builds == []

@@ -122,6 +122,7 @@ class Transcript:
                  classify_window: int) -> None:
         self.path = path
         self.dialect = dialect
+        self._type_kinds = dialect_kinds(dialect)
         self._fd = fd
         self._layout = layout
         self._window = classify_window
@@ -430,12 +431,18 @@ class Transcript:
         return self._record_entry(ln, rec, cut, any_kind)
 
     def _record_entry(self, ln: "_Line", rec: dict, cut: int, any_kind: bool) -> Entry:
-        if (not any_kind and self._layout.from_sidecar
-                and ln.kind in (_li.MESSAGE, _li.COMPACTION)
-                and dialect_kinds(self.dialect).get(rec.get("type")) != ln.kind):
-            # A sidecar could put us on the wrong line; a record whose type does not map
-            # to the indexed kind proves it.
-            raise _StaleLayout(f"line {ln.line} is a {rec.get('type')!r} record, not the indexed kind")
+        layout = self._layout
+        t = rec.get("type")
+        if (not any_kind and (self._type_kinds.get(t) if isinstance(t, str) else None) != ln.kind
+                and ln.kind in (_li.MESSAGE, _li.COMPACTION) and ln.line not in layout.known_bad):
+            if layout.from_sidecar:
+                # A sidecar could put us on the wrong line; a record whose type does not
+                # map to the indexed kind proves it.
+                raise _StaleLayout(f"line {ln.line} is a {rec.get('type')!r} record, not the indexed kind")
+            # A fresh scan said so all the same (a second "type" key): remember that,
+            # so the sidecar is not taken for a liar on every open.
+            layout.known_bad.add(ln.line)
+            layout.bad_dirty = True
         return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
                      record=rec, cut_bytes=cut)
 
