@@ -376,16 +376,23 @@ def _append_segment(layout: Layout, real: str) -> bool:
         if os.fstat(fd).st_size != layout.sidecar_size:
             return False  # it changed since we read it: leave it to a whole rewrite
         os.write(fd, seg)
-        layout.sidecar_size += len(seg)
     except OSError:
         return False
     finally:
         os.close(fd)
-    layout.persisted_segments += 1
-    layout.bad_dirty = False
+    _mark_persisted(layout, layout.sidecar_path, layout.sidecar_size + len(seg),
+                    layout.persisted_segments + 1)
+    return True
+
+
+def _mark_persisted(layout: Layout, target: str, size: int, segments: int) -> None:
+    """Record that the sidecar at ``target`` now holds all of ``layout``."""
+    layout.sidecar_path = target
+    layout.sidecar_size = size
+    layout.persisted_segments = segments
     layout.persisted_lines = len(layout.starts)
     layout.persisted_end = layout.indexed_end
-    return True
+    layout.bad_dirty = False
 
 
 def _write_whole(layout: Layout, real: str, target: str) -> bool:
@@ -413,12 +420,7 @@ def _write_whole(layout: Layout, real: str, target: str) -> bool:
         except OSError:
             pass
         return False
-    layout.sidecar_path = target
-    layout.sidecar_size = len(data)
-    layout.persisted_segments = 1
-    layout.bad_dirty = False
-    layout.persisted_lines = len(layout.starts)
-    layout.persisted_end = layout.indexed_end
+    _mark_persisted(layout, target, len(data), 1)
     return True
 
 
@@ -513,11 +515,7 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
     if layout is None:
         raise ValueError("no segments")
     layout.from_sidecar = True
-    layout.persisted_segments = segments
-    layout.persisted_lines = len(layout.starts)
-    layout.persisted_end = layout.indexed_end
-    layout.sidecar_path = f.path
-    layout.sidecar_size = size
+    _mark_persisted(layout, f.path, size, segments)
     return layout
 
 

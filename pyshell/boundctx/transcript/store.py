@@ -771,8 +771,7 @@ def open_transcript_fd(path: str, *, create: bool = False) -> int:
     except OSError as exc:
         raise _map_open_error(path, exc) from None
     if stat.S_ISDIR(st.st_mode):
-        raise TranscriptNotAFile(
-            21, f"{path!r} is a directory; give the path of a .jsonl transcript file")
+        raise _map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
     if not stat.S_ISREG(st.st_mode):
         raise TranscriptNotAFile(
             21, f"{path!r} is not a regular file; transcripts are plain .jsonl files")
