@@ -99,9 +99,9 @@ class Layout:
     Attributes
     ----------
     starts : Chunked
-        Start offset of every complete line; line ``i`` spans
-        ``starts[i]:line_end(i)`` including its ``\\n``.
-    kinds : list of numpy.ndarray
+        Start offset of every complete line; line ``i`` spans up to the next line's
+        start (or ``indexed_end``), its ``\\n`` included.
+    kinds : Chunked
         Kind byte per line, chunked like ``starts``.
     messages, compactions : Chunked
         Line numbers of the message sequence and of compaction lines.
@@ -150,9 +150,6 @@ class Layout:
     def torn_bytes(self) -> int:
         return self.scanned_end - self.indexed_end
 
-    def line_end(self, line: int) -> int:
-        return self.starts[line + 1] if line + 1 < len(self.starts) else self.indexed_end
-
     def line_info(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start offset, end offset (after the ``\\n``) and kind of each of ``lines``
         (sorted). Dense lines (a window) cost one read of each array's span."""
@@ -174,9 +171,6 @@ class Layout:
         ends[~last] = self.starts.take(nxt[~last])
         ends[last] = self.indexed_end
         return starts, ends, self.kinds.take(lines)
-
-    def kind(self, line: int) -> int:
-        return self.kinds[line]
 
     def agrees(self, starts: np.ndarray, kinds: np.ndarray) -> bool:
         """Whether the arrays agree with each other throughout (O(lines): for reads that
