@@ -29,3 +29,12 @@ def pi_session(tmp_path):
         return dst
 
     return copy
+
+
+# `HYPOTHESIS_PROFILE=fuzz python -m pytest tests/native` runs the property tests as a
+# longer fuzz campaign (native code must never crash, and must agree with its twins).
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("fuzz", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

@@ -1,0 +1,66 @@
+"""The token-counter interface every counter implements (llama.cpp, byte estimate, ...)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Message", "TokenCounter", "message_text"]
+
+#: A chat message as the OpenAI-compatible APIs spell it: ``{"role": ..., "content": ...}``
+#: where content is a string or a list of parts (``{"type": "text", "text": ...}``).
+Message = Mapping[str, Any]
+
+
+def message_text(message: Message) -> str:
+    """All the text a message carries to the model: content (string or text parts),
+    tool calls and tool-call ids, as they would be rendered."""
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, Sequence):
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+        parts.append(str(fn.get("name", "")))
+        parts.append(str(fn.get("arguments", "")))
+    for key in ("name", "tool_call_id"):
+        if isinstance(message.get(key), str):
+            parts.append(message[key])
+    return "".join(parts)
+
+
+class TokenCounter(ABC):
+    """Counts tokens the way one model sees them.
+
+    Attributes
+    ----------
+    exact : bool
+        True when counts are what the model will process; False for an estimate, which
+        must then never count fewer tokens than the model would.
+    """
+
+    exact: bool = False
+
+    @abstractmethod
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` on its own (no template, no special tokens)."""
+
+    @abstractmethod
+    def count_prompt(self, messages: Sequence[Message], *,
+                     tools: Sequence[Mapping[str, Any]] | None = None,
+                     add_generation_prompt: bool = True) -> int:
+        """Tokens of the whole rendered prompt for ``messages`` (and ``tools``)."""
+
+    @abstractmethod
+    def piece_bytes(self, text: str) -> np.ndarray:
+        """UTF-8 byte length of each token of ``text``, in order (int64); they add up
+        to the text's UTF-8 length."""
