@@ -499,6 +499,25 @@ cdef struct Prefetch:
     pthread_cond_t cv
 
 
+cdef void _prefetch_once(Prefetch *pf) noexcept nogil:
+    """Without a reader thread: fill slot 0 with the (only) block and slot 1 with the
+    end of the range, which is all the scan loop will ask for."""
+    cdef ssize_t got = 0
+    cdef size_t want = <size_t>(pf.end - pf.pos)
+    pf.err[0] = 0
+    if want:
+        got = pread(pf.fd, pf.buf[0], want, pf.pos)
+        while got < 0 and errno == EINTR:
+            got = pread(pf.fd, pf.buf[0], want, pf.pos)
+        if got < 0:
+            pf.err[0] = errno
+    pf.got[0] = got
+    pf.full[0] = 1
+    pf.got[1] = 0
+    pf.err[1] = 0
+    pf.full[1] = 1
+
+
 cdef void *_prefetch_main(void *arg) noexcept nogil:
     """Reader thread: fill slots 0, 1, 0, ... until end of file, an error, or stop."""
     cdef Prefetch *pf = <Prefetch *>arg
@@ -596,10 +615,15 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     try:
         if pf.buf[0] == NULL or pf.buf[1] == NULL:
             raise MemoryError()
-        err = pthread_create(&reader, NULL, _prefetch_main, &pf)
-        if err:
-            raise OSError(err, "cannot start the reader thread: " + strerror(err).decode("utf-8", "replace"))
-        started = 1
+        if end != -1 and end - start <= block_size:
+            # One block at most: read it here; a thread would cost more than it saves.
+            with nogil:
+                _prefetch_once(&pf)
+        else:
+            err = pthread_create(&reader, NULL, _prefetch_main, &pf)
+            if err:
+                raise OSError(err, "cannot start the reader thread: " + strerror(err).decode("utf-8", "replace"))
+            started = 1
         while True:
             with nogil:
                 pthread_mutex_lock(&pf.mu)

@@ -260,16 +260,21 @@ def build_layout(fd: int, *, dialect: str, window: int = _li.DEFAULT_CLASSIFY_WI
     return layout
 
 
-def extend_layout(layout: Layout, fd: int, *, progress=None) -> None:
+def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | None = None) -> None:
     """Scan only the bytes after ``indexed_end`` (the file grew, or a torn tail was
-    completed or moved aside)."""
+    completed or moved aside). ``written``: the bytes this process just appended there,
+    scanned from memory when the file holds exactly them after ``indexed_end``."""
     # The identity is taken *before* the scan, and the scan stops at that size: bytes
     # appended meanwhile are then beyond the recorded size, and the next read sees the
     # file grew. (Taken after, they would be recorded as seen without being indexed.)
     st = os.fstat(fd)
-    res = _li.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
-                      end=max(st.st_size, layout.indexed_end),
-                      classify_window=layout.window, progress=progress)
+    if written is not None and st.st_size == layout.indexed_end + len(written):
+        res = _li.scan_bytes(written, native_table(layout.dialect), base_offset=layout.indexed_end,
+                             classify_window=layout.window)
+    else:
+        res = _li.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
+                          end=max(st.st_size, layout.indexed_end),
+                          classify_window=layout.window, progress=progress)
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judge again

@@ -598,7 +598,7 @@ class Transcript:
                 f"{self.path!r} was replaced by another program during the append; the "
                 "record went to the replaced file. Append it again.")
         before = self._layout.line_count
-        extend_layout(self._layout, self._fd)
+        extend_layout(self._layout, self._fd, written=line)
         return before
 
     def _quarantine_tail(self) -> str:
