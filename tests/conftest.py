@@ -31,10 +31,13 @@ def pi_session(tmp_path):
     return copy
 
 
+# Hypothesis profiles. The machines are shared and noisy, so no test may fail on time:
+# no per-example deadline, and slow input generation is not a health failure.
 # `HYPOTHESIS_PROFILE=fuzz python -m pytest tests/native` runs the property tests as a
 # longer fuzz campaign (native code must never crash, and must agree with its twins).
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile("fuzz", max_examples=5000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+_calm = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("boundctx", **_calm)
+settings.register_profile("fuzz", max_examples=5000, **_calm)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "boundctx"))
