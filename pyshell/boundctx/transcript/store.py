@@ -474,6 +474,8 @@ class Transcript:
                 return len(bytes(body[:k]).decode("utf-8", "replace").encode()) <= content_limit
 
             lo, hi = 0, min(len(body), content_limit)
+            if fits(hi):  # the usual case (no invalid bytes to widen): one decode
+                lo = hi
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
