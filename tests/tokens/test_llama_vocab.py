@@ -11,6 +11,18 @@ from boundctx._native import tokenmap  # noqa: E402
 from boundctx.tokens.llama import LlamaVocab, default_model_path  # noqa: E402
 
 
+def assert_pieces_tile(vocab, text) -> int:
+    """The text's pieces cover its bytes, one per token, and map onto the whole text."""
+    pieces = vocab.piece_bytes(text)
+    assert int(pieces.sum()) == len(text.encode())
+    assert len(pieces) == vocab.count_text(text)
+    s, e = np.empty(len(pieces), np.int64), np.empty(len(pieces), np.int64)
+    tokenmap.token_spans(text, pieces, s, e)
+    if len(pieces):
+        assert s[0] == 0 and e[-1] == len(text)
+    return len(pieces)
+
+
 @pytest.fixture(scope="module")
 def vocab():
     return LlamaVocab()
@@ -38,13 +50,7 @@ def test_special_token_text_in_a_message_stays_text(vocab):
                           st.sampled_from(["👩\u200d💻", "中文", "   ", "\n\n", "\t", "é\u0301"])),
                 max_size=12).map("".join))
 def test_piece_bytes_tile_the_text_and_map_to_spans(vocab, text):
-    pieces = vocab.piece_bytes(text)
-    assert int(pieces.sum()) == len(text.encode())
-    assert len(pieces) == vocab.count_text(text)
-    s, e = np.empty(len(pieces), np.int64), np.empty(len(pieces), np.int64)
-    tokenmap.token_spans(text, pieces, s, e)
-    if len(pieces):
-        assert s[0] == 0 and e[-1] == len(text)
+    assert_pieces_tile(vocab, text)
 
 
 def test_long_whitespace_runs_count_as_the_model_counts_them(vocab):
@@ -59,12 +65,7 @@ def test_long_whitespace_runs_count_as_the_model_counts_them(vocab):
     "\x04\x06start", "end\x13\x14\x16", "\U00040000\x1d\U00050000 mixed 中文\x1d",
 ])
 def test_texts_the_tokenizer_changes_still_get_tiling_token_spans(vocab, text):
-    pieces = vocab.piece_bytes(text)
-    assert int(pieces.sum()) == len(text.encode())
-    assert len(pieces) == vocab.count_text(text)
-    s, e = np.empty(len(pieces), np.int64), np.empty(len(pieces), np.int64)
-    tokenmap.token_spans(text, pieces, s, e)
-    assert s[0] == 0 and e[-1] == len(text)
+    assert len(text) and assert_pieces_tile(vocab, text) > 0
 
 
 @settings(max_examples=60)

@@ -2,8 +2,8 @@
 
 Token bytes come from ``llama_token_to_piece`` with a retry buffer: some pieces are
 longer than the 32 bytes llama-cpp-python's own ``detokenize`` allows for (SmolLM2 has
-pieces of up to 81 bytes). The table of piece byte lengths is built once per vocabulary
-and process.
+pieces of up to 81 bytes). The table of pieces (and their byte lengths) is built once
+per vocabulary and process.
 
 This is the vocabulary half of the llama.cpp counter; rendering the chat template and
 counting whole prompts build on it.
@@ -51,21 +51,20 @@ def default_model_path() -> str:
 
 @lru_cache(maxsize=8)
 def _load(path: str, size: int, mtime_ns: int):
-    """(Llama with vocabulary only, piece byte lengths): once per model file version."""
+    """(Llama with vocabulary only, the bytes of every token's piece): once per model
+    file version."""
     llama_cpp = _llama_cpp()
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False, n_ctx=512)
     vocab = llm._model.vocab
-    n = llama_cpp.llama_vocab_n_tokens(vocab)
-    lengths = np.empty(n, dtype=np.int64)
+    pieces = []
     buf = ctypes.create_string_buffer(64)
-    for tok in range(n):
+    for tok in range(llama_cpp.llama_vocab_n_tokens(vocab)):
         k = llama_cpp.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
         if k < 0:  # the piece is longer than the buffer: ask again with room for it
             buf = ctypes.create_string_buffer(-k)
             k = llama_cpp.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
-        lengths[tok] = k
-    lengths.setflags(write=False)
-    return llm, lengths
+        pieces.append(buf.raw[:k])
+    return llm, tuple(pieces)
 
 
 class LlamaVocab:
@@ -85,8 +84,9 @@ class LlamaVocab:
         except FileNotFoundError:
             raise FileNotFoundError(f"no GGUF model at {path!r}") from None
         self.model_path = path
-        self._llama_cpp = _llama_cpp()
-        self._llm, self.piece_lengths = _load(path, st.st_size, st.st_mtime_ns)
+        self._llm, self.pieces = _load(path, st.st_size, st.st_mtime_ns)
+        self.piece_lengths = np.fromiter(map(len, self.pieces), dtype=np.int64, count=len(self.pieces))
+        self.piece_lengths.setflags(write=False)
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -110,25 +110,17 @@ class LlamaVocab:
         a neighbouring token and every token still maps onto the text.
         """
         ids = np.asarray(self.tokenize(text), dtype=np.int64)
-        pieces = self.piece_lengths[ids] if len(ids) else np.empty(0, dtype=np.int64)
+        lengths = self.piece_lengths[ids] if len(ids) else np.empty(0, dtype=np.int64)
         raw = text.encode("utf-8", "surrogatepass")
-        if int(pieces.sum()) == len(raw) and self._reproduces(raw, ids):
-            return pieces
-        return np.asarray(align_pieces(raw, [self._piece(int(i)) for i in ids]), dtype=np.int64)
-
-    def _piece(self, token: int) -> bytes:
-        """The bytes of one token (llama-cpp-python's own helpers pad or drop them)."""
-        n = int(self.piece_lengths[token])
-        buf = ctypes.create_string_buffer(max(n, 1))
-        k = self._llama_cpp.llama_token_to_piece(self._llm._model.vocab, token, buf, len(buf), 0, False)
-        return buf.raw[:k]
-
-    def _reproduces(self, raw: bytes, ids: np.ndarray) -> bool:
+        if int(lengths.sum()) == len(raw) and raw.isascii() and not any(
+                b < 0x20 and b not in (9, 10, 13) for b in raw):
+            return lengths  # nothing llama.cpp changes: the pieces are the text
         # Sums can agree by accident (a dropped byte and a widened character); the
-        # bytes cannot. Only texts with characters llama.cpp may change need the check.
-        if raw.isascii() and not any(b < 0x20 and b not in (9, 10, 13) for b in raw):
-            return True
-        return b"".join(self._piece(int(i)) for i in ids) == raw
+        # bytes cannot.
+        pieces = [self.pieces[i] for i in ids.tolist()]
+        if int(lengths.sum()) == len(raw) and b"".join(pieces) == raw:
+            return lengths
+        return np.asarray(align_pieces(raw, pieces), dtype=np.int64)
 
 
 #: How far (text bytes, tokens) the alignment looks to resynchronise after a change.

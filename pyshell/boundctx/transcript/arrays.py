@@ -12,10 +12,26 @@ import os
 
 import numpy as np
 
-__all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone"]
+__all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "pread_exact"]
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
+
+
+def pread_exact(fd: int, offset: int, length: int) -> bytes:
+    """Read ``length`` bytes at ``offset``; fewer only when the file ends first."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class SidecarGone(OSError):
@@ -33,12 +49,7 @@ class SidecarFile:
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     def pread(self, offset: int, length: int) -> bytes:
-        data = os.pread(self.fd, length, offset)
-        while 0 < len(data) < length:  # short reads happen; a truncated file ends them
-            more = os.pread(self.fd, length - len(data), offset + len(data))
-            if not more:
-                break
-            data += more
+        data = pread_exact(self.fd, offset, length)
         if len(data) != length:
             raise SidecarGone(f"layout sidecar {self.path!r} was truncated under a read")
         return data

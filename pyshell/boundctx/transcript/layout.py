@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 
 from boundctx._native import load
-from boundctx.transcript.arrays import Chunked, FileArray, SidecarFile
+from boundctx.transcript.arrays import Chunked, FileArray, SidecarFile, pread_exact
 from boundctx.transcript.dialects import dialect_kinds, native_table
 
 _li = load("lineindex")
@@ -75,6 +75,27 @@ _SEG_HEAD = struct.Struct("<II")
 def is_sequence(kinds: np.ndarray) -> np.ndarray:
     """Mask of the lines that are in the message sequence (faster than np.isin)."""
     return (kinds == _li.MESSAGE) | (kinds == _li.CORRUPT)
+
+
+def lines_of_kinds(kinds: np.ndarray, line0: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Line numbers of the message sequence and of compactions, derived from kinds
+    (``line0`` is the number of the first line)."""
+    return (np.flatnonzero(is_sequence(kinds)) + line0,
+            np.flatnonzero(kinds == _li.COMPACTION) + line0)
+
+
+def arrays_disagree(starts: np.ndarray, kinds: np.ndarray, messages: np.ndarray,
+                    compactions: np.ndarray, *, line0: int, start: int, end: int) -> str | None:
+    """Why arrays held in memory for lines ``line0...`` (bytes ``start:end``) do not
+    agree with each other, or None when they do."""
+    if len(starts) and (int(starts[0]) != start or int(starts[-1]) >= end):
+        return "line offsets outside their range"
+    if len(starts) > 1 and not bool(np.all(np.diff(starts) > 0)):
+        return "line offsets not increasing"
+    seq, comp = lines_of_kinds(kinds, line0)
+    if not (np.array_equal(seq, messages) and np.array_equal(comp, compactions)):
+        return "message or compaction lines disagree with the line kinds"
+    return None
 _i8 = np.dtype("<i8")
 
 
@@ -175,14 +196,8 @@ class Layout:
     def agrees(self, starts: np.ndarray, kinds: np.ndarray) -> bool:
         """Whether the arrays agree with each other throughout (O(lines): for reads that
         touch every line anyway, such as a full history)."""
-        if len(starts) and (int(starts[0]) != 0 or int(starts[-1]) >= self.indexed_end):
-            return False
-        if len(starts) > 1 and not bool(np.all(np.diff(starts) > 0)):
-            return False
-        seq = np.flatnonzero(is_sequence(kinds))
-        comp = np.flatnonzero(kinds == _li.COMPACTION)
-        return bool(np.array_equal(seq, self.messages.all())
-                    and np.array_equal(comp, self.compactions.all()))
+        return arrays_disagree(starts, kinds, self.messages.all(), self.compactions.all(),
+                               line0=0, start=0, end=self.indexed_end) is None
 
     # -- building -----------------------------------------------------------------
 
@@ -200,8 +215,9 @@ class Layout:
         line0 = len(self.starts)
         self.starts.extend(starts.astype(_i8, copy=False))
         self.kinds.extend(kinds)
-        self.messages.extend(np.flatnonzero(is_sequence(kinds)) + line0)
-        self.compactions.extend(np.flatnonzero(kinds == _li.COMPACTION) + line0)
+        messages, compactions = lines_of_kinds(kinds, line0)
+        self.messages.extend(messages)
+        self.compactions.extend(compactions)
         self.indexed_end = res.indexed_end
         self.scanned_end = res.scanned_end
         self.identity = identity
@@ -225,22 +241,6 @@ def _classify_by_parse(fd: int, start: int, end: int, table: dict[str, int]) -> 
 
 
 # -- file helpers -------------------------------------------------------------------
-
-
-def pread_exact(fd: int, offset: int, length: int) -> bytes:
-    """Read ``length`` bytes at ``offset``; fewer only when the file ends first."""
-    data = os.pread(fd, length, offset)
-    if len(data) == length or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < length:
-        more = os.pread(fd, length - got, offset + got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
 
 
 def file_hashes(fd: int, end: int) -> tuple[str, str]:
@@ -521,19 +521,18 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
 def _check_segment(h: _Header, starts, kinds, messages, compactions) -> None:
     """What a sidecar segment claims, checked as far as is cheap: whole for arrays held
     in memory, at both ends for arrays read on demand (reads check the rest)."""
+    if isinstance(starts, np.ndarray):
+        why = arrays_disagree(starts, kinds, messages, compactions,
+                              line0=h.line0, start=h.start, end=h.end)
+        if why:
+            raise ValueError(why)
+        return
     lo, hi = h.line0, h.line0 + h.n
     if h.n and (int(starts[0]) != h.start or int(starts[h.n - 1]) >= h.end):
         raise ValueError("line offsets outside the segment")
     for name, arr in (("messages", messages), ("compactions", compactions)):
         if len(arr) and not (lo <= int(arr[0]) and int(arr[len(arr) - 1]) < hi):
             raise ValueError(f"{name} outside the segment")
-    if isinstance(starts, np.ndarray):
-        if h.n > 1 and not bool(np.all(np.diff(starts) > 0)):
-            raise ValueError("line offsets not increasing")
-        seq = np.flatnonzero(is_sequence(kinds)) + lo
-        comp = np.flatnonzero(kinds == _li.COMPACTION) + lo
-        if not (np.array_equal(seq, messages) and np.array_equal(comp, compactions)):
-            raise ValueError("message or compaction lines disagree with the line kinds")
 
 
 def judge(layout: Layout, fd: int) -> str:
