@@ -276,3 +276,30 @@ def display_inputs(draw) -> tuple[bytes, bytes, int, int]:
     cut = draw(st.one_of(st.just(len(line)), st.integers(0, len(line))))
     limit = draw(st.one_of(st.integers(0, 40), st.integers(0, 2 * len(line) + 1)))
     return line, line[:cut], len(line), limit
+
+
+# -- text for tokenizers and the section splitter ------------------------------------
+
+#: Pieces that are hard to cut: grapheme clusters of several code points (ZWJ
+#: sequences, skin tones, VS16, flags, tags, combining marks, Hangul jamo, an Indic
+#: conjunct), CRLF, whitespace runs, special-token text, CJK and long runs without
+#: spaces.
+HARD_PIECES = [
+    "\U0001F469\u200D\U0001F4BB", "\U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466",
+    "\U0001F44D\U0001F3FD", "\u2764\uFE0F", "\U0001F1EB\U0001F1F7", "\U0001F1EF\U0001F1F5\U0001F1FA\U0001F1F8",
+    "\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F", "e\u0301", "a\u0300\u0316\u0323",
+    "\u1100\u1161\u11A8", "\uAC00\u11A8", "\u0915\u094D\u0937", "\r\n", "\r\n\r\n", "\n", "\n\n", "\t", " ",
+    "   ", "\u3000", "\u00A0", "<|im_end|>", "<|endoftext|>", "\u4E2D\u6587\u30C6\u30AD\u30B9\u30C8", "\uD55C\uAD6D\uC5B4",
+    "=" * 40, "x" * 50, "aGVsbG8gd29ybGQ=", "https://example.com/a/b?c=d&e=f", "{\"k\":[1,2,3]}",
+]
+
+
+def hard_texts(max_pieces: int = 40, *, surrogates: bool = False) -> st.SearchStrategy[str]:
+    """Text made of hard pieces, words and arbitrary characters, in any order."""
+    chars = st.characters(codec="utf-8") if not surrogates else st.characters()
+    piece = st.one_of(
+        st.sampled_from(HARD_PIECES),
+        st.text("abcdefghij ", min_size=1, max_size=12),
+        st.text(chars, min_size=1, max_size=6),
+    )
+    return st.lists(piece, max_size=max_pieces).map("".join)
