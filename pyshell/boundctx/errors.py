@@ -12,6 +12,10 @@ would already catch for that kind of failure. This module imports nothing from b
     │   ├── SourceTooLarge                          more characters than analysis.max_source_chars
     │   ├── TooManySections                         more sections than analysis.max_sections
     │   └── SectionBudgetTooSmall                   the prompt leaves no room for a section
+    ├── ServerError                              a model server could not be used as asked
+    │   ├── ServerUnreachable(ConnectionError)      no connection: refused, unknown host, reset
+    │   │   └── ServerTimeout(TimeoutError)         no answer within the timeout
+    │   └── ServerResponseError(RuntimeError)       an error status, or a body of the wrong shape
     └── TranscriptError
         ├── TranscriptNotFound(FileNotFoundError)   no file at the path
         ├── TranscriptNotAFile(IsADirectoryError)   the path is a directory or a device
@@ -21,16 +25,23 @@ would already catch for that kind of failure. This module imports nothing from b
         ├── TranscriptLocked(BlockingIOError)       another writer holds the transcript
         ├── EntryInvalid(ValueError)                an entry given to append/rewrite is unusable
         └── PartialHistoryRewrite(ValueError)       a rewrite would drop history it never read
+
+Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estimate.
 """
 
 __all__ = [
     "BoundctxError",
     "ConfigError",
     "EntryInvalid",
+    "InexactCountWarning",
     "PartialHistoryRewrite",
     "PromptTemplateError",
     "SectionBudgetTooSmall",
     "SectionPlanError",
+    "ServerError",
+    "ServerResponseError",
+    "ServerTimeout",
+    "ServerUnreachable",
     "SourceTooLarge",
     "TooManySections",
     "TranscriptChanged",
@@ -95,6 +106,27 @@ class TooManySections(SectionPlanError):
 
 class SectionBudgetTooSmall(SectionPlanError):
     """The worker prompt leaves too few tokens for a section longer than the overlap."""
+
+
+class ServerError(BoundctxError):
+    """A model server could not be used as asked."""
+
+
+class ServerUnreachable(ServerError, ConnectionError):
+    """No connection to the server: refused, unknown host, TLS failure, reset."""
+
+
+class ServerTimeout(ServerUnreachable, TimeoutError):
+    """The server did not answer within the timeout."""
+
+
+class ServerResponseError(ServerError, RuntimeError):
+    """The server answered with an error status or a body without the documented shape."""
+
+
+class InexactCountWarning(UserWarning):
+    """Counts will not be exact: a conservative estimate stands in, or the server cannot
+    count some text exactly."""
 
 
 class TranscriptError(BoundctxError):

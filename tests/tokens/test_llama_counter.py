@@ -140,8 +140,11 @@ def test_counts_equal_the_prompt_tokens_the_real_model_evaluates(counter):
     llama-cpp-python evaluated."""
     import llama_cpp
     llm = llama_cpp.Llama(model_path=default_model_path(), n_ctx=1024, n_threads=2, verbose=False)
-    for name in ("unicode", "tools", "whitespace_runs"):
-        messages = CONVERSATIONS[name]
-        tools = TOOLS if name == "tools" else None
-        out = llm.create_chat_completion(messages=messages, tools=tools, max_tokens=1, temperature=0)
-        assert out["usage"]["prompt_tokens"] == counter.count_prompt(messages, tools=tools), name
+    try:
+        for name in ("unicode", "tools", "whitespace_runs"):
+            messages = CONVERSATIONS[name]
+            tools = TOOLS if name == "tools" else None
+            out = llm.create_chat_completion(messages=messages, tools=tools, max_tokens=1, temperature=0)
+            assert out["usage"]["prompt_tokens"] == counter.count_prompt(messages, tools=tools), name
+    finally:
+        llm.close()  # free the model now, not during interpreter shutdown
