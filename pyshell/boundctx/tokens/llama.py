@@ -12,6 +12,7 @@ model, so a count is the number of tokens evaluated, not an estimate.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib.util
 import os
@@ -65,12 +66,25 @@ class SpecialToken(NamedTuple):
     rstrip: bool  # whitespace after it is absorbed
 
 
+_LOADED: list = []
+
+
+@atexit.register
+def _close_loaded() -> None:
+    # Free the cached models while llama_cpp is still whole: left to interpreter
+    # shutdown, its finalizers run after the module's globals are gone and print
+    # "TypeError: 'NoneType' object is not callable".
+    while _LOADED:
+        _LOADED.pop().close()
+
+
 @lru_cache(maxsize=8)
 def _load(path: str, size: int, mtime_ns: int):
     """(Llama with vocabulary only, the bytes of every token's piece, the special
     tokens): once per model file version."""
     llama_cpp = _llama_cpp()
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False, n_ctx=512)
+    _LOADED.append(llm)
     vocab = llm._model.vocab
     pieces = []
     specials = []
