@@ -1,0 +1,149 @@
+"""Section splitting: the invariants on every input, native == twin, real tokenizers."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boundctx._native import sections as native
+from boundctx.errors import SectionBudgetTooSmall
+from boundctx.sections import split
+from boundctx.tokens import ByteEstimateCounter
+from reference import graphemes
+from reference import sections as ref
+from strategies import hard_texts
+
+regex = pytest.importorskip("regex", reason="the grapheme oracle needs the regex module (pip install regex)")
+
+
+def check_invariants(text, sections, counter, max_tokens, overlap):
+    """Everything the splitter promises, checked from the outside."""
+    assert sections[0].start == 0 and sections[-1].end == len(text)
+    inside = set()
+    for m in regex.finditer(r"\X", text):
+        inside.update(range(m.start() + 1, m.end()))
+    for i, s in enumerate(sections):
+        assert s.index == i and s.start < s.end or len(text) == 0
+        assert s.tokens == counter.count_text(text[s.start:s.end]) <= max_tokens
+        if s.cut == "newline":
+            assert text[s.end - 1] == "\n"
+        elif s.cut == "whitespace":
+            assert text[s.end - 1].isspace()
+        if s.cut != "hard":
+            assert s.end not in inside, f"section {i} ends inside a grapheme cluster"
+    for prev, nxt in zip(sections, sections[1:]):
+        # Exact overlap, moved back only to a cluster boundary and only a little.
+        assert prev.start < nxt.start <= prev.end - overlap
+        wanted = prev.end - overlap
+        if nxt.start != wanted:
+            assert wanted - nxt.start < native.MAX_SNAP
+            assert graphemes.is_boundary(text, nxt.start) and not graphemes.is_boundary(text, wanted)
+        elif not graphemes.is_boundary(text, wanted):
+            # Left inside a cluster only when no boundary lay between it and the
+            # previous start (within the snap limit).
+            assert not any(graphemes.is_boundary(text, j)
+                           for j in range(max(prev.start + 1, wanted - native.MAX_SNAP + 1), wanted))
+
+
+estimate = ByteEstimateCounter()
+
+
+@given(hard_texts(60, surrogates=True), st.integers(8, 80), st.integers(0, 6))
+def test_invariants_hold_on_adversarial_text_and_the_twin_agrees(text, max_tokens, overlap):
+    try:
+        sections = split(text, counter=estimate, max_tokens=max_tokens, overlap=overlap)
+    except SectionBudgetTooSmall:
+        with pytest.raises(ValueError, match="budget"):
+            ref.split(text, counter=estimate, max_tokens=max_tokens, overlap=overlap)
+        return
+    check_invariants(text, sections, estimate, max_tokens, overlap)
+    assert [(s.start, s.end, s.tokens, s.cut) for s in sections] == ref.split(
+        text, counter=estimate, max_tokens=max_tokens, overlap=overlap)
+
+
+@pytest.fixture(scope="module")
+def cl100k():
+    pytest.importorskip("tiktoken", reason="tiktoken is not installed")
+    from boundctx.tokens import TiktokenCounter
+    try:
+        return TiktokenCounter("cl100k_base")
+    except ValueError as exc:
+        pytest.skip(f"cl100k_base unavailable: {exc}")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from boundctx.tokens.llama import LlamaCounter
+    return LlamaCounter()
+
+
+@pytest.fixture(scope="module", params=["cl100k", "smollm2"])
+def real_counter(request):
+    return request.getfixturevalue(request.param)
+
+
+@settings(max_examples=40)
+@given(hard_texts(80), st.integers(12, 64))
+def test_invariants_hold_with_real_tokenizers(real_counter, text, max_tokens):
+    try:
+        sections = split(text, counter=real_counter, max_tokens=max_tokens, overlap=8)
+    except SectionBudgetTooSmall:  # emoji take up to 7 tokens each: 8 of them may not fit
+        with pytest.raises(ValueError, match="budget"):
+            ref.split(text, counter=real_counter, max_tokens=max_tokens, overlap=8)
+        return
+    check_invariants(text, sections, real_counter, max_tokens, 8)
+    assert [(s.start, s.end, s.tokens, s.cut) for s in sections] == ref.split(
+        text, counter=real_counter, max_tokens=max_tokens, overlap=8)
+
+
+PATHOLOGICAL = {
+    "line_without_spaces": "aGVsbG8gd29ybGQ" * 2000,
+    "equals_run": "=" * 9000,
+    "cjk_run": "\u4E2D\u6587\u65E5\u672C\u8A9E\u306E\u30C6\u30AD\u30B9\u30C8" * 1200,
+    "emoji_run": "\U0001F469\u200D\U0001F4BB\U0001F44D\U0001F3FD\U0001F1EB\U0001F1F7" * 800,
+    "crlf_lines": "line of text\r\n" * 2000,
+    "zalgo": "Z" + "\u0300\u0301\u0302\u0316" * 3000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
+def test_pathological_shapes_keep_every_invariant(real_counter, name):
+    text = PATHOLOGICAL[name]
+    sections = split(text, counter=real_counter, max_tokens=512, overlap=64)
+    check_invariants(text, sections, real_counter, 512, 64)
+    if name == "crlf_lines":
+        assert all(s.cut in ("newline", "end") for s in sections)
+    if name in ("emoji_run", "cjk_run"):
+        assert all(s.cut in ("grapheme", "end") for s in sections)
+    if name == "zalgo":  # one cluster wider than any window: the only honest cut is inside it
+        assert {s.cut for s in sections[:-1]} == {"hard"}
+
+
+def test_newline_is_preferred_over_whitespace_and_whitespace_over_anywhere(cl100k):
+    text = ("word " * 60 + "\n") * 20
+    assert {s.cut for s in split(text, counter=cl100k, max_tokens=100, overlap=16)[:-1]} == {"newline"}
+    text = "word " * 2000
+    assert {s.cut for s in split(text, counter=cl100k, max_tokens=100, overlap=16)[:-1]} == {"whitespace"}
+
+
+def test_special_token_text_is_split_as_text(cl100k):
+    text = "<|endoftext|> " * 500
+    sections = split(text, counter=cl100k, max_tokens=50, overlap=10)
+    check_invariants(text, sections, cl100k, 50, 10)
+
+
+def test_empty_text_is_one_empty_section():
+    (only,) = split("", counter=estimate, max_tokens=10)
+    assert (only.start, only.end, only.cut) == (0, 0, "end")
+
+
+def test_a_budget_that_cannot_pass_the_overlap_is_refused_clearly(cl100k):
+    with pytest.raises(SectionBudgetTooSmall, match="raise max_tokens or lower overlap"):
+        split("\u4E2D\u6587" * 500, counter=cl100k, max_tokens=10, overlap=64)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="max_tokens"):
+        split("x", counter=estimate, max_tokens=0)
+    with pytest.raises(ValueError, match="overlap"):
+        split("x", counter=estimate, max_tokens=5, overlap=-1)
