@@ -139,7 +139,7 @@ def test_counts_equal_the_prompt_tokens_the_real_model_evaluates(counter):
     """Load the full model and run a chat completion: usage.prompt_tokens is what
     llama-cpp-python evaluated."""
     import llama_cpp
-    llm = llama_cpp.Llama(model_path=default_model_path(), n_ctx=1024, n_threads=2, verbose=False)
+    llm = llama_cpp.Llama(model_path=default_model_path(), n_ctx=1024, n_threads=1, verbose=False)
     try:
         for name in ("unicode", "tools", "whitespace_runs"):
             messages = CONVERSATIONS[name]
@@ -148,3 +148,15 @@ def test_counts_equal_the_prompt_tokens_the_real_model_evaluates(counter):
             assert out["usage"]["prompt_tokens"] == counter.count_prompt(messages, tools=tools), name
     finally:
         llm.close()  # free the model now, not during interpreter shutdown
+
+
+def test_the_per_message_cache_never_says_fits_when_the_exact_count_does_not(counter):
+    from boundctx.tokens import PromptCountCache
+    cache = PromptCountCache(counter)
+    convo = []
+    for i in range(12):
+        convo.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + "word " * (5 * i)})
+        exact = counter.count_prompt(convo)
+        for limit in (exact - 1, exact, exact + 40, exact * 2):
+            assert cache.fits(convo, limit) == (exact <= limit)
+    assert cache.hits > cache.misses  # earlier turns were not counted again
