@@ -118,3 +118,35 @@ def test_session_get_prints_compactions_in_file_order(tmp_path, capsys):
     heads = [l for l in capsys.readouterr().out.splitlines() if l.startswith("## ")]
     assert heads == ["## compaction (line 0)", "## [0] user", "## [1] user",
                      "## compaction (line 3)", "## [2] user"]
+
+
+def test_split_lists_sections_that_tile_the_file_and_keep_undecodable_bytes(tmp_path, capsys):
+    path = tmp_path / "log.txt"
+    path.write_bytes(("step ok\n" * 300).encode() + b"bad \xff byte\n" + "\u4E2D\u6587 done\n".encode())
+    assert main(["split", str(path), "--tokenizer", "estimate", "--max-tokens", "200", "--overlap", "16",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    sections = report["sections"]
+    assert report["chars"] == len(text) and sections[0]["start"] == 0 and sections[-1]["end"] == len(text)
+    assert all(b["start"] == a["end"] - 16 for a, b in zip(sections, sections[1:]))
+    assert all(s["tokens"] <= 200 for s in sections)
+
+
+def test_split_with_the_embedded_model_prints_a_table(tmp_path, capsys):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    path = tmp_path / "t.txt"
+    path.write_text("hello world\n" * 50)
+    assert main(["split", str(path), "--max-tokens", "40", "--overlap", "8"]) == 0
+    captured = capsys.readouterr()
+    assert "newline" in captured.out and "sections over 600 characters" in captured.err
+
+
+def test_split_refuses_bad_input_clearly(tmp_path, capsys):
+    assert main(["split", str(tmp_path / "missing.txt"), "--tokenizer", "estimate"]) == 2
+    assert "No such file" in capsys.readouterr().err
+    (tmp_path / "t.txt").write_text("x")
+    assert main(["split", str(tmp_path / "t.txt"), "--tokenizer", "nope"]) == 2
+    assert "unknown tokenizer 'nope'" in capsys.readouterr().err
+    assert main(["split", str(tmp_path / "t.txt"), "--tokenizer", "estimate", "--max-tokens", "0"]) == 2
+    assert "max_tokens must be >= 1" in capsys.readouterr().err

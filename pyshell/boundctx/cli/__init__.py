@@ -9,6 +9,7 @@ import sys
 from boundctx.cli import reindex as _reindex
 from boundctx.cli import sample as _sample
 from boundctx.cli import session as _session
+from boundctx.cli import split as _split
 
 __all__ = ["main"]
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     _reindex.add_parser(sub)
     _session.add_parser(sub)
     _sample.add_parser(sub)
+    _split.add_parser(sub)
     return parser
 
 
