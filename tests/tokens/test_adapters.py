@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from boundctx._native import tokenmap
 from strategies import hard_texts
@@ -82,3 +83,31 @@ def test_hf_counter_loads_a_tokenizer_json(hf_counter, tmp_path):
     hf_counter.tokenizer.save(str(path))
     again = HFTokenizerCounter(str(path))
     assert again.count_text("hello world") == hf_counter.count_text("hello world")
+
+
+@given(hard_texts(surrogates=True), st.data())
+def test_cl100k_counts_add_up_across_newline_sync_points(cl100k, text, data):
+    # The claim behind TokenCounter.newline_sync, checked against full counts.
+    assert cl100k.newline_sync
+    syncs = [i for i in range(1, len(text)) if text[i - 1] == "\n" and not text[i].isspace()]
+    if not syncs:
+        return
+    i = data.draw(st.sampled_from(syncs))
+    a = data.draw(st.integers(0, i))
+    b = data.draw(st.integers(i, len(text)))
+    assert cl100k.count_text(text[a:b]) == cl100k.count_text(text[a:i]) + cl100k.count_text(text[i:b])
+
+
+def test_only_the_analysed_pattern_claims_newline_sync(cl100k):
+    import tiktoken
+
+    from boundctx.tokens.adapters import TiktokenCounter
+    # The same vocabulary behind another pre-tokenizer (GPT-2's) makes no such claim.
+    other = tiktoken.Encoding("other", pat_str=r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+                              mergeable_ranks=cl100k.encoding._mergeable_ranks, special_tokens={})
+    assert not TiktokenCounter(other).newline_sync
+
+
+def test_surrogate_pairs_stay_two_code_points(cl100k):
+    text = "a\ud83d\ude00b"  # two lone surrogates that UTF-16 would join into one emoji
+    assert int(cl100k.piece_bytes(text).sum()) == len(text.encode("utf-8", "surrogatepass"))

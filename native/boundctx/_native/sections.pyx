@@ -160,6 +160,18 @@ cdef Py_ssize_t _bisect_right(const int64_t[::1] a, int64_t x) noexcept nogil:
     return lo
 
 
+cdef Py_ssize_t _bisect_left(const int64_t[::1] a, int64_t x) noexcept nogil:
+    # First index whose value is >= x (a is non-decreasing).
+    cdef Py_ssize_t lo = 0, hi = a.shape[0], mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def next_cut(str text not None, const int64_t[::1] tok_start not None,
              const int64_t[::1] tok_end not None, Py_ssize_t start,
              Py_ssize_t max_tokens, Py_ssize_t overlap, Py_ssize_t floor=-1):
@@ -264,6 +276,57 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
             if snap < SNAP_LIMIT and ns - snap > start:
                 ns -= snap
     return c, ns, kind
+
+
+cdef inline bint _sync(const Text *t, Py_ssize_t i) noexcept nogil:
+    # A newline followed by a character that is not whitespace (in str.isspace's
+    # sense, a superset of regex \s), or either end of the text.
+    if i <= 0 or i >= t.n:
+        return True
+    return _at(t, i - 1) == 10 and not _is_space(_at(t, i))
+
+
+def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ssize_t start,
+                 Py_ssize_t end):
+    """The first and last newline sync points in ``[start, end]``, and the whole-text
+    tokens between them.
+
+    A sync point is a position right after ``\n`` whose next character is not
+    whitespace (or an end of the text). For counters that declare ``newline_sync``,
+    ``count(text[a:b]) == count(text[a:i]) + count(text[i:b])`` at every sync point
+    ``i``, so a section's count is its head and tail re-counted plus the whole text's
+    tokens in between.
+
+    Returns
+    -------
+    (first, last, tokens_between) : tuple of int
+        ``(-1, -1, 0)`` when there is none.
+    """
+    cdef Text t = _text(text)
+    cdef Py_ssize_t u1 = -1, u2 = -1, i
+    if not 0 <= start <= end <= t.n:
+        raise ValueError(f"need 0 <= start <= end <= {t.n}, got {start}, {end}")
+    with nogil:
+        # Invariant: no sync point in [start, i).
+        i = start
+        while i <= end:
+            if _sync(&t, i):
+                u1 = i
+                break
+            i += 1
+        if u1 >= 0:
+            # Invariant: no sync point in (i, end].
+            i = end
+            while i >= u1:
+                if _sync(&t, i):
+                    u2 = i
+                    break
+                i -= 1
+    if u1 < 0:
+        return -1, -1, 0
+    # Sync points are token boundaries of the whole text: the tokens between them are
+    # those starting in [u1, u2).
+    return u1, u2, _bisect_left(tok_start, u2) - _bisect_left(tok_start, u1)
 
 
 def is_boundary(str text not None, Py_ssize_t i, Py_ssize_t floor=0):

@@ -103,14 +103,17 @@ def _token_spans(text: str, counter: TokenCounter) -> tuple[np.ndarray, np.ndarr
     return starts, ends
 
 
-def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int], limit: int,
+def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | None, limit: int,
          estimate: int, overlap: int, too_small: Callable[[int, int], Exception]) -> list[Section]:
     """Sections whose ``measure(start, end)`` is at most ``limit``, starting from an
-    estimate of ``estimate`` whole-text tokens per section."""
+    estimate of ``estimate`` whole-text tokens per section. ``measure=None`` counts
+    the section text itself."""
     n = len(text)
     if n == 0:
-        return [Section(0, 0, 0, measure(0, 0), "end")]
+        return [Section(0, 0, 0, counter.count_text("") if measure is None else measure(0, 0), "end")]
     tok_start, tok_end = _token_spans(text, counter)
+    if measure is None:
+        measure = _text_measure(text, counter, tok_start)
     sections: list[Section] = []
     # floor: the last start known to be a cluster boundary (a start that could not be
     # moved back to one, after a section barely longer than the overlap, is not).
@@ -135,6 +138,25 @@ def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int], l
         if _sections.is_boundary(text, next_start, floor):
             floor = next_start
         start = next_start
+
+
+def _text_measure(text: str, counter: TokenCounter, tok_start: np.ndarray) -> Callable[[int, int], int]:
+    """``count_text(text[s:e])``, exactly. For a counter whose counts add up across
+    newline sync points (``TokenCounter.newline_sync``), only the stretches before the
+    first and after the last sync point are re-counted; the whole text's tokens stand
+    for the rest. The twin and the tests use the full count."""
+    if not counter.newline_sync:
+        return lambda s, e: counter.count_text(text[s:e])
+
+    def measure(s: int, e: int) -> int:
+        first, last, between = _sections.newline_sync(text, tok_start, s, e)
+        if first < 0:
+            return counter.count_text(text[s:e])
+        head = counter.count_text(text[s:first]) if first > s else 0
+        tail = counter.count_text(text[last:e]) if last < e else 0
+        return head + between + tail
+
+    return measure
 
 
 def _check_overlap(overlap: int) -> None:
@@ -183,8 +205,7 @@ def split(text: str, *, counter: TokenCounter, max_tokens: int, overlap: int = 6
             f"a section of at most {max_tokens} tokens cannot hold more than the "
             f"{overlap}-character overlap at character {at}; raise max_tokens or lower overlap")
 
-    return _cut(text, counter, lambda s, e: counter.count_text(text[s:e]), max_tokens,
-                max_tokens, overlap, too_small)
+    return _cut(text, counter, None, max_tokens, max_tokens, overlap, too_small)
 
 
 def plan(text: str, *, counter: TokenCounter, prompt: Callable[[str], Sequence[Message]],

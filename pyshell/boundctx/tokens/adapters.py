@@ -84,6 +84,18 @@ def _tiktoken_lengths(encoding) -> np.ndarray:
     return lengths
 
 
+#: The pre-tokenizer pattern of cl100k_base. Every alternative stops at a newline
+#: followed by a non-space character: letter runs cannot hold a newline and their
+#: optional prefix excludes \r and \n; digit runs hold none; a punctuation run
+#: takes the newlines after it and stops at the next other character; the whitespace
+#: alternatives end at or before it, and where ``\s++$`` (end of a slice) and
+#: ``\s*[\r\n]`` (inside a longer text) compete they match the same run. So
+#: such a position is a pre-token boundary however the text around it was sliced, and
+#: counts add up across it (``TokenCounter.newline_sync``).
+_CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+                   r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+
+
 class TiktokenCounter(_FramedCounter):
     """A tiktoken encoding (OpenAI models).
 
@@ -108,15 +120,25 @@ class TiktokenCounter(_FramedCounter):
         super().__init__(per_message_overhead, per_prompt_overhead)
         self.encoding = _encoding(encoding) if isinstance(encoding, str) else encoding
         self.name = self.encoding.name
+        self.newline_sync = getattr(self.encoding, "_pat_str", None) == _CL100K_PATTERN
 
     def tokenize(self, text: str) -> list[int]:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                # Lone surrogates: tiktoken would re-decode the text through UTF-16,
+                # which joins a high and a low surrogate into one character and shifts
+                # every offset after it. Replace each by U+FFFD instead (one code
+                # point, 3 bytes, like the surrogate itself).
+                text = _SURROGATE.sub("\ufffd", text)
         return self.encoding.encode_ordinary(text)
 
     def count_text(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
+        return len(self.tokenize(text))
 
     def piece_bytes(self, text: str) -> np.ndarray:
-        ids = np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
+        ids = np.asarray(self.tokenize(text), dtype=np.int64)
         return _tiktoken_lengths(self.encoding)[ids] if len(ids) else np.empty(0, dtype=np.int64)
 
 

@@ -46,9 +46,16 @@ class TokenCounter(ABC):
     exact : bool
         True when counts are what the model will process; False for an estimate, which
         must then never count fewer tokens than the model would.
+    newline_sync : bool
+        True when text counts split exactly at every position right after ``\n`` whose
+        next character is not whitespace: ``count_text(t[a:b]) == count_text(t[a:i]) +
+        count_text(t[i:b])``. The section splitter then re-counts only the edges of each
+        section. Declare it only for a tokenizer whose pre-tokenizer is known to
+        guarantee it (see ``TiktokenCounter``); the default is the full count.
     """
 
     exact: bool = False
+    newline_sync: bool = False
 
     @abstractmethod
     def count_text(self, text: str) -> int:
