@@ -35,13 +35,11 @@ import collections
 import cProfile
 import datetime as _dt
 import gc
-import importlib.metadata
 import io
 import json
 import math
 import os
 import pathlib
-import platform
 import pstats
 import shutil
 import statistics
@@ -53,8 +51,10 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # for the reference twin (tests/reference/)
+sys.path.insert(0, str(ROOT / "bench"))
 
-import boundctx  # noqa: E402
+from _environment import command_output, run_facts  # noqa: E402
+
 from boundctx._native import load  # noqa: E402
 from boundctx.transcript import Transcript, reindex  # noqa: E402
 from boundctx.transcript.dialects import dialect_kinds, native_table  # noqa: E402
@@ -158,52 +158,16 @@ def warm_page_cache(path: str, passes: int = 2) -> float:
     return time.perf_counter() - t0
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def versions() -> dict:
-    def ver(name):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    def cmd(*argv):
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT,
-                                  timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    status = cmd("git", "status", "--porcelain")
-    return {
-        "python": sys.version.split()[0],
-        "python_impl": platform.python_implementation(),
+    facts = run_facts(("msgspec", "orjson", "cython", "boundctx"))
+    facts.update({
         "numpy": np.__version__,
-        "msgspec": ver("msgspec"),
-        "orjson": ver("orjson"),
-        "cython": ver("cython") or ver("Cython"),
-        "boundctx": getattr(boundctx, "__version__", None) or ver("boundctx"),
         "boundctx_native": getattr(_li, "__file__", None),
-        "git_commit": cmd("git", "rev-parse", "HEAD"),
-        "git_dirty_files": None if status is None else len(status.splitlines()),
-        "wc": (cmd("wc", "--version") or "").splitlines()[0:1],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
+        "wc": (command_output("wc", "--version") or "").splitlines()[0:1],
         "openblas_env": {k: v for k, v in os.environ.items()
                          if k.startswith(("OPENBLAS", "OMP_", "MKL_"))},
-        "openblas_vars_set": any(k.startswith("OPENBLAS") for k in os.environ),
-    }
+    })
+    return facts
 
 
 # -- data -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boundctx._native import lineindex as native

@@ -43,5 +43,10 @@ def test_errors_inherit_the_matching_builtin():
     assert issubclass(errors.TranscriptCorrupt, ValueError)
     assert issubclass(errors.PartialHistoryRewrite, ValueError)
     assert issubclass(errors.TranscriptLocked, BlockingIOError)
+    assert issubclass(errors.ServerUnreachable, ConnectionError)
+    assert issubclass(errors.ServerTimeout, TimeoutError)
+    assert issubclass(errors.TooManySections, ValueError)
+    assert issubclass(errors.PromptTemplateError, ValueError)
     for name in errors.__all__:
-        assert issubclass(getattr(errors, name), errors.BoundctxError)
+        cls = getattr(errors, name)
+        assert issubclass(cls, Warning if name.endswith("Warning") else errors.BoundctxError), name

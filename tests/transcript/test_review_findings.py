@@ -6,7 +6,6 @@ import struct
 from pathlib import Path
 
 import msgspec
-import numpy as np
 import pytest
 
 from boundctx import Transcript, TranscriptChanged

@@ -59,7 +59,6 @@ from boundctx.tokens.llama import align_pieces
 
 from boundctx.errors import (
     InexactCountWarning,
-    ServerError,
     ServerResponseError,
     ServerTimeout,
     ServerUnreachable,

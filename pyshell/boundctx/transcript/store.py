@@ -34,7 +34,7 @@ from boundctx.errors import (
 )
 from boundctx.transcript.arrays import SidecarGone
 from boundctx.transcript.dialects import dialect_kinds
-from boundctx.transcript.entries import Entry, History, RawLine, Window
+from boundctx.transcript.entries import Entry, History, Window
 from boundctx.transcript.layout import (
     BOM,
     SEQUENCE_KINDS,
