@@ -911,6 +911,65 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+# -- scaling on pathological shapes ---------------------------------------------------
+
+#: Texts made of one hard shape repeated: each is split at two sizes, and a linear
+#: splitter takes about SCALE times as long on the larger one.
+SHAPES = {
+    "prose lines": lambda rng: _sentence(rng) + "\n",
+    "line without spaces": lambda rng: base64.b64encode(rng.randbytes(3000)).decode(),
+    "'=' run": lambda rng: "=" * 5000,
+    "CJK run": lambda rng: "".join(chr(rng.randrange(0x4E00, 0x9FA5)) for _ in range(500)),
+    "emoji ZWJ/flags run": lambda rng: rng.choice(["\U0001F469\u200D\U0001F4BB", "\U0001F1EB\U0001F1F7",
+                                                   "\U0001F44D\U0001F3FD"]),
+    "combining marks (zalgo)": lambda rng: "Z" + "\u0300\u0316\u0301" * 400,
+}
+SCALE_SIZES = (100_000, 400_000)
+
+
+def shape_text(shape: str, n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    parts, size = [], 0
+    while size < n:
+        parts.append(SHAPES[shape](rng))
+        size += len(parts[-1])
+    return "".join(parts)[:n]
+
+
+def scaling(enc, runs: int, seed: int) -> list[dict]:
+    """CPU time of boundctx's split on each shape at two sizes."""
+    from boundctx.sections import split
+    from boundctx.tokens import TiktokenCounter
+
+    counter = TiktokenCounter("cl100k_base")
+    out = []
+    for shape in SHAPES:
+        row = {"shape": shape}
+        for n in SCALE_SIZES:
+            text = shape_text(shape, n, seed)
+            times = []
+            for _ in range(runs):
+                t = time.process_time()
+                sections = split(text, counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)
+                times.append(time.process_time() - t)
+            t = time.process_time()
+            enc.encode_ordinary(text)
+            row[str(n)] = {"cpu_s": statistics.median(times), "sections": len(sections),
+                           "encode_cpu_s": time.process_time() - t}
+        small, large = (row[str(n)]["cpu_s"] for n in SCALE_SIZES)
+        e_small, e_large = (row[str(n)]["encode_cpu_s"] for n in SCALE_SIZES)
+        # The tokenizer itself may grow faster than linearly (tiktoken's BPE on one
+        # huge pre-token, such as a long '=' run), so the encode's growth is reported
+        # beside the splitter's.
+        row["growth"] = large / small if small else None
+        row["encode_growth"] = e_large / e_small if e_small else None
+        print(f"[scale] {shape}: {small:.3f} s -> {large:.3f} s (x{row['growth']:.2f}; "
+              f"one encode x{row['encode_growth']:.2f}) for x{SCALE_SIZES[1] / SCALE_SIZES[0]:g} the text",
+              flush=True)
+        out.append(row)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -975,10 +1034,17 @@ def main(argv=None) -> int:
         meta["loadavg_end"] = os.getloadavg()
         out_path.write_text(json.dumps({"meta": meta, "rows": results}, indent=1,
                                        ensure_ascii=False))
+    scale = [] if args.quick or args.only else scaling(enc, 3, args.seed)
     meta["wall_s"] = time.perf_counter() - t0
-    out_path.write_text(json.dumps({"meta": meta, "rows": results}, indent=1, ensure_ascii=False))
+    out_path.write_text(json.dumps({"meta": meta, "rows": results, "scaling": scale}, indent=1,
+                                   ensure_ascii=False))
     print()
     print(markdown(results))
+    if scale:
+        print("\n| shape | split CPU s, 100K → 400K | growth | one encode's growth |\n|---|---|---|---|")
+        for r in scale:
+            a, b = (r[str(n)]["cpu_s"] for n in SCALE_SIZES)
+            print(f"| {r['shape']} | {a:.3f} → {b:.3f} | ×{r['growth']:.2f} | ×{r['encode_growth']:.2f} |")
     print(f"\n[json] {out_path}")
     return 0
 

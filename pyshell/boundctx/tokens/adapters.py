@@ -122,7 +122,8 @@ class TiktokenCounter(_FramedCounter):
         self.name = self.encoding.name
         self.newline_sync = getattr(self.encoding, "_pat_str", None) == _CL100K_PATTERN
 
-    def tokenize(self, text: str) -> list[int]:
+    @staticmethod
+    def _clean(text: str) -> str:
         if not text.isascii():
             try:
                 text.encode("utf-8")
@@ -131,14 +132,22 @@ class TiktokenCounter(_FramedCounter):
                 # which joins a high and a low surrogate into one character and shifts
                 # every offset after it. Replace each by U+FFFD instead (one code
                 # point, 3 bytes, like the surrogate itself).
-                text = _SURROGATE.sub("\ufffd", text)
-        return self.encoding.encode_ordinary(text)
+                return _SURROGATE.sub("\ufffd", text)
+        return text
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.encoding.encode_ordinary(self._clean(text))
 
     def count_text(self, text: str) -> int:
         return len(self.tokenize(text))
 
     def piece_bytes(self, text: str) -> np.ndarray:
-        ids = np.asarray(self.tokenize(text), dtype=np.int64)
+        text = self._clean(text)
+        to_numpy = getattr(self.encoding, "encode_to_numpy", None)
+        if to_numpy is not None:  # no Python list of a million ints on the way
+            ids = to_numpy(text, allowed_special=set(), disallowed_special=()).astype(np.int64)
+        else:
+            ids = np.asarray(self.encoding.encode_ordinary(text), dtype=np.int64)
         return _tiktoken_lengths(self.encoding)[ids] if len(ids) else np.empty(0, dtype=np.int64)
 
 
