@@ -970,6 +970,36 @@ def scaling(enc, runs: int, seed: int) -> list[dict]:
     return out
 
 
+def paired_ratio(text: str, runs: int) -> dict:
+    """boundctx split / one whole-text encode, timed in alternating pairs.
+
+    tiktoken's own encode time drifts by up to ~1.6x between rows of one run on this
+    shared machine, so a ratio of two rows' medians is noisy; alternating the two in
+    one loop and taking the median of the per-pair ratios is not.
+    """
+    from boundctx.sections import split
+    from boundctx.tokens import TiktokenCounter
+
+    counter = TiktokenCounter("cl100k_base")
+    split(text[:10_000], counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)  # warm
+    ratios, enc_s, split_s = [], [], []
+    for _ in range(runs):
+        t = time.process_time()
+        counter.encoding.encode_ordinary(text)
+        e = time.process_time() - t
+        t = time.process_time()
+        split(text, counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)
+        sp = time.process_time() - t
+        enc_s.append(e)
+        split_s.append(sp)
+        ratios.append(sp / e)
+    out = {"runs": runs, "ratio_median": statistics.median(ratios), "ratios": ratios,
+           "encode_cpu_s": enc_s, "split_cpu_s": split_s}
+    print(f"[paired] boundctx split / one encode (cl100k): median x{out['ratio_median']:.2f} "
+          f"over {runs} alternating pairs", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1035,9 +1065,10 @@ def main(argv=None) -> int:
         out_path.write_text(json.dumps({"meta": meta, "rows": results}, indent=1,
                                        ensure_ascii=False))
     scale = [] if args.quick or args.only else scaling(enc, 3, args.seed)
+    paired = paired_ratio(text, max(args.runs, 3) * 2)
     meta["wall_s"] = time.perf_counter() - t0
-    out_path.write_text(json.dumps({"meta": meta, "rows": results, "scaling": scale}, indent=1,
-                                   ensure_ascii=False))
+    out_path.write_text(json.dumps({"meta": meta, "rows": results, "scaling": scale,
+                                    "paired": paired}, indent=1, ensure_ascii=False))
     print()
     print(markdown(results))
     if scale:
