@@ -14,6 +14,11 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     # Layout sidecars that cannot live beside a transcript go to the cache directory;
     # keep the tests' ones out of the user's ~/.cache.
     monkeypatch.setenv("BOUNDCTX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    # Settings: never the user's config file or BOUNDCTX_* variables.
+    monkeypatch.setenv("BOUNDCTX_CONFIG", str(tmp_path_factory.mktemp("config") / "config.toml"))
+    for name in list(os.environ):
+        if name.startswith("BOUNDCTX_") and name not in ("BOUNDCTX_CACHE_DIR", "BOUNDCTX_CONFIG"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture

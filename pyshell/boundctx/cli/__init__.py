@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from boundctx.cli import config as _config
 from boundctx.cli import reindex as _reindex
 from boundctx.cli import sample as _sample
 from boundctx.cli import session as _session
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     _session.add_parser(sub)
     _sample.add_parser(sub)
     _split.add_parser(sub)
+    _config.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,330 @@
+"""Settings: one declared schema, four sources.
+
+Every setting is a :class:`Key` in :data:`KEYS`: its type, default, accepted values,
+environment name and help. Values come from, in increasing precedence:
+
+1. the defaults declared here;
+2. a TOML file: ``$BOUNDCTX_CONFIG``, else ``$XDG_CONFIG_HOME/boundctx/config.toml``
+   (``~/.config/boundctx/config.toml``), with one table per group::
+
+       [chat]
+       analysis_workers = 3
+
+3. the environment: ``BOUNDCTX_CHAT_ANALYSIS_WORKERS=3``;
+4. overrides from the command line or the API (``load(overrides={...})``).
+
+A value outside its accepted range, of the wrong type, or under an unknown key is
+refused with :class:`~boundctx.errors.ConfigError`, naming where it came from and what
+is accepted. :func:`schema` is what a settings screen renders.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import pathlib
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from boundctx.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["KEYS", "Key", "Settings", "config_path", "load", "schema", "write_value"]
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+class Key(msgspec.Struct, frozen=True):
+    """One setting.
+
+    Attributes
+    ----------
+    name : str
+        ``group.key``, e.g. ``"chat.analysis_workers"``.
+    type : str
+        ``"int"``, ``"float"``, ``"bool"`` or ``"str"``.
+    default : Any
+    help : str
+    minimum, maximum : float, optional
+        Inclusive bounds for numbers.
+    exclusive_minimum : bool
+        The minimum itself is not accepted (``> 0``).
+    choices : tuple, optional
+        The accepted values, for a closed set.
+    """
+
+    name: str
+    type: str
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets this key."""
+        return "BOUNDCTX_" + self.name.replace(".", "_").upper()
+
+    def accepted(self) -> str:
+        """The accepted values in words, for error messages and help."""
+        if self.choices is not None:
+            return "one of " + ", ".join(map(repr, self.choices))
+        if self.minimum is not None and self.maximum is not None:
+            return f"{_num(self.minimum)}–{_num(self.maximum)}"
+        if self.minimum is not None:
+            return f"{'>' if self.exclusive_minimum else '≥'} {_num(self.minimum)}"
+        return f"any {self.type}"
+
+    def check(self, value: Any, source: str, *, parse: bool = True) -> Any:
+        """``value`` converted to this key's type and checked. With ``parse``, a string
+        (from the environment or the command line) is read as the key's type; a typed
+        source (a TOML file) must give the type itself."""
+        value = _convert(self, value, source, parse)
+        problem = None
+        if self.choices is not None and value not in self.choices:
+            problem = "is not accepted"
+        elif self.minimum is not None and (value < self.minimum or (self.exclusive_minimum and value == self.minimum)):
+            problem = "is too small"
+        elif self.maximum is not None and value > self.maximum:
+            problem = "is too large"
+        if problem:
+            raise ConfigError(f"{self.name} = {value!r} (from {source}) {problem}: accepted {self.accepted()}")
+        return value
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+def _a(type_name: str) -> str:
+    return ("an " if type_name[0] in "aeiou" else "a ") + type_name
+
+
+def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
+    want = _TYPES[key.type]
+    if parse and isinstance(value, str) and want is not str:
+        text = value.strip()
+        try:
+            if want is bool:
+                lowered = text.lower()
+                if lowered in ("1", "true", "yes", "on"):
+                    return True
+                if lowered in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+            if want is int:
+                return int(text.replace("_", "").replace(",", ""))
+            number = float(text)
+            if not math.isfinite(number):
+                raise ValueError(text)
+            return number
+        except ValueError:
+            raise ConfigError(f"{key.name} = {value!r} (from {source}) is not {_a(key.type)}: "
+                              f"accepted {key.accepted()}") from None
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+        raise ConfigError(f"{key.name} = {value!r} (from {source}) is not {_a(key.type)}: "
+                          f"accepted {key.accepted()}")
+    if want is float and not math.isfinite(value):
+        raise ConfigError(f"{key.name} = {value!r} (from {source}) is not a finite number")
+    return value
+
+
+def _declare(*keys: Key) -> dict[str, Key]:
+    return {k.name: k for k in keys}
+
+
+#: Every setting boundctx reads (DESIGN.md, "Limits").
+KEYS: dict[str, Key] = _declare(
+    Key("chat.analysis_workers", "int", 2, "note-taking workers that read inputs too large for "
+        "the context, one at a time; 0 turns section analysis off", minimum=0, maximum=8),
+    Key("chat.n_ctx", "int", 8192, "the chat model's context window in tokens (remote models; "
+        "local models are opened with it)", minimum=512),
+    Key("chat.tool_result_clip_chars", "int", 4000, "with analysis off, tool results are cut "
+        "to this many characters", minimum=0),
+    Key("analysis.worker_n_ctx", "int", 4096, "context of each note-taking worker prompt, in "
+        "tokens", minimum=512),
+    Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one worker "
+        "generation, in seconds", minimum=0, exclusive_minimum=True),
+    Key("analysis.notes_max_tokens", "int", 384, "most tokens a worker's notes may take",
+        minimum=16),
+    Key("analysis.max_source_chars", "int", 1_000_000, "longest input analysed in one reply, "
+        "in characters", minimum=1),
+    Key("analysis.max_sections", "int", 64, "most sections analysed in one reply", minimum=1),
+    Key("analysis.overlap_chars", "int", 64, "characters each section repeats from the one "
+        "before", minimum=0),
+    Key("transcript.window_messages", "int", 100, "messages in a renderer window", minimum=1),
+    Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
+        "a renderer window", minimum=1),
+)
+
+
+def config_path(env: Mapping[str, str] | None = None) -> pathlib.Path:
+    """Where the config file is read from and written to."""
+    env = os.environ if env is None else env
+    if env.get("BOUNDCTX_CONFIG"):
+        return pathlib.Path(env["BOUNDCTX_CONFIG"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return pathlib.Path(base) / "boundctx" / "config.toml"
+
+
+def _unknown(name: str, source: str) -> ConfigError:
+    near = difflib.get_close_matches(name, KEYS, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(KEYS)}"
+    return ConfigError(f"unknown setting {name!r} (from {source}){hint}")
+
+
+def _read_file(path: pathlib.Path) -> dict[str, Any]:
+    """``{"group.key": value}`` from a TOML file; a missing file is empty."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except IsADirectoryError:
+        raise ConfigError(f"the config path {str(path)!r} is a directory, not a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from None
+    out: dict[str, Any] = {}
+    for group, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{group!r} in {str(path)!r} should be a table such as [{group}] "
+                              f"with keys under it, not a value")
+        for key, value in table.items():
+            out[f"{group}.{key}"] = value
+    return out
+
+
+class Settings(Mapping[str, Any]):
+    """Resolved settings: a read-only mapping of key name to value, plus where each
+    value came from (:meth:`source`)."""
+
+    def __init__(self, values: dict[str, Any], sources: dict[str, str]) -> None:
+        self._values = values
+        self._sources = sources
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._values:
+            raise _unknown(name, "a lookup")
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def source(self, name: str) -> str:
+        """``"default"``, ``"file <path>"``, ``"environment <NAME>"`` or ``"override"``."""
+        self[name]
+        return self._sources[name]
+
+    def __repr__(self) -> str:
+        return f"Settings({self._values!r})"
+
+
+def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
+         overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Resolve every setting from its four sources.
+
+    Parameters
+    ----------
+    path : path, optional
+        The config file (default :func:`config_path`). A missing file is no error.
+    env : mapping, optional
+        The environment (default ``os.environ``).
+    overrides : mapping, optional
+        ``{"chat.analysis_workers": 3}`` from the command line or the API; strings are
+        parsed as the environment's are.
+
+    Raises
+    ------
+    ConfigError
+        An unknown key, a value of the wrong type or out of range, a file that is not
+        TOML; the message names the source and the accepted values.
+    """
+    env = os.environ if env is None else env
+    file = pathlib.Path(path) if path is not None else config_path(env)
+    values = {name: key.default for name, key in KEYS.items()}
+    sources = dict.fromkeys(KEYS, "default")
+    for name, value in _read_file(file).items():
+        if name not in KEYS:
+            raise _unknown(name, f"file {file}")
+        values[name] = KEYS[name].check(value, f"file {file}", parse=False)
+        sources[name] = f"file {file}"
+    for name, key in KEYS.items():
+        if key.env in env:
+            values[name] = key.check(env[key.env], f"environment {key.env}")
+            sources[name] = f"environment {key.env}"
+    for name, value in (overrides or {}).items():
+        if name not in KEYS:
+            raise _unknown(name, "an override")
+        values[name] = KEYS[name].check(value, "an override")
+        sources[name] = "override"
+    return Settings(values, sources)
+
+
+def schema() -> list[dict[str, Any]]:
+    """Every key as a settings screen needs it: name, type, default, accepted values
+    (``minimum``/``maximum``/``exclusive_minimum`` or ``choices``), environment name, help."""
+    out = []
+    for key in KEYS.values():
+        item: dict[str, Any] = {"name": key.name, "type": key.type, "default": key.default,
+                                "env": key.env, "help": key.help, "accepted": key.accepted()}
+        for attr in ("minimum", "maximum", "choices"):
+            if getattr(key, attr) is not None:
+                item[attr] = getattr(key, attr)
+        if key.exclusive_minimum:
+            item["exclusive_minimum"] = True
+        out.append(item)
+    return out
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return msgspec.json.encode(value).decode()  # a JSON string is a valid TOML basic string
+
+
+def write_value(name: str, value: Any, *, path: str | os.PathLike | None = None) -> pathlib.Path:
+    """Check ``value`` and store it under ``name`` in the config file, keeping the
+    file's other settings. Comments in the file are not kept.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+    """
+    if name not in KEYS:
+        raise _unknown(name, "config set")
+    file = pathlib.Path(path) if path is not None else config_path()
+    value = KEYS[name].check(value, "config set")
+    current = _read_file(file)
+    for other, v in current.items():  # refuse to rewrite a file that is already wrong
+        if other not in KEYS:
+            raise _unknown(other, f"file {file}")
+        KEYS[other].check(v, f"file {file}", parse=False)
+    current[name] = value
+    groups: dict[str, list[str]] = {}
+    for full, v in sorted(current.items()):
+        group, key = full.split(".", 1)
+        groups.setdefault(group, []).append(f"{key} = {_toml_value(v)}")
+    text = "\n\n".join(f"[{g}]\n" + "\n".join(lines) for g, lines in groups.items()) + "\n"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(file.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, file)
+    return file

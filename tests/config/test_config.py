@@ -1,0 +1,142 @@
+"""Settings: declared keys, four sources in precedence order, clear refusals."""
+
+import json
+import os
+
+import pytest
+
+from boundctx import config
+from boundctx.cli import main
+from boundctx.errors import ConfigError
+
+# DESIGN.md's limits table: key -> (default, a value just outside what is accepted).
+DESIGN_LIMITS = {
+    "chat.analysis_workers": (2, 9),
+    "chat.n_ctx": (8192, 511),
+    "chat.tool_result_clip_chars": (4000, -1),
+    "analysis.worker_n_ctx": (4096, 511),
+    "analysis.worker_timeout_s": (120, 0),
+    "analysis.notes_max_tokens": (384, 15),
+    "analysis.max_source_chars": (1_000_000, 0),
+    "analysis.max_sections": (64, 0),
+    "analysis.overlap_chars": (64, -1),
+    "transcript.window_messages": (100, 0),
+    "transcript.window_content_bytes": (65536, 0),
+}
+
+
+def test_every_design_limit_is_declared_with_its_default():
+    settings = config.load()
+    assert set(config.KEYS) == set(DESIGN_LIMITS)
+    for name, (default, _) in DESIGN_LIMITS.items():
+        assert settings[name] == default and settings.source(name) == "default"
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN_LIMITS))
+def test_a_value_outside_the_accepted_range_is_refused_with_the_range(name):
+    bad = DESIGN_LIMITS[name][1]
+    with pytest.raises(ConfigError, match="accepted") as info:
+        config.load(overrides={name: bad})
+    assert name in str(info.value) and config.KEYS[name].accepted() in str(info.value)
+
+
+def test_analysis_workers_accepts_zero_to_eight():
+    for n in range(9):
+        assert config.load(overrides={"chat.analysis_workers": n})["chat.analysis_workers"] == n
+    with pytest.raises(ConfigError, match="0–8"):
+        config.load(overrides={"chat.analysis_workers": -1})
+
+
+def test_precedence_is_defaults_then_file_then_environment_then_overrides(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[chat]\nanalysis_workers = 3\nn_ctx = 4096\n\n[analysis]\nmax_sections = 10\n")
+    env = {"BOUNDCTX_CHAT_ANALYSIS_WORKERS": "4", "BOUNDCTX_ANALYSIS_MAX_SECTIONS": "12"}
+    s = config.load(path=path, env=env, overrides={"analysis.max_sections": 20})
+    assert (s["chat.n_ctx"], s.source("chat.n_ctx")) == (4096, f"file {path}")
+    assert (s["chat.analysis_workers"], s.source("chat.analysis_workers")) == (4, "environment BOUNDCTX_CHAT_ANALYSIS_WORKERS")
+    assert (s["analysis.max_sections"], s.source("analysis.max_sections")) == (20, "override")
+    assert (s["analysis.overlap_chars"], s.source("analysis.overlap_chars")) == (64, "default")
+
+
+def test_the_file_comes_from_boundctx_config_or_the_user_config_dir(tmp_path):
+    assert config.config_path({"BOUNDCTX_CONFIG": str(tmp_path / "x.toml")}) == tmp_path / "x.toml"
+    assert config.config_path({"XDG_CONFIG_HOME": str(tmp_path)}) == tmp_path / "boundctx" / "config.toml"
+    (tmp_path / "boundctx").mkdir()
+    (tmp_path / "boundctx" / "config.toml").write_text("[analysis]\noverlap_chars = 32\n")
+    assert config.load(env={"XDG_CONFIG_HOME": str(tmp_path)})["analysis.overlap_chars"] == 32
+
+
+def test_strings_from_the_environment_are_parsed_and_checked():
+    s = config.load(env={"BOUNDCTX_ANALYSIS_WORKER_TIMEOUT_S": "2.5", "BOUNDCTX_CHAT_N_CTX": "16_384"})
+    assert s["analysis.worker_timeout_s"] == 2.5 and s["chat.n_ctx"] == 16384
+    for bad in ("two", "", "nan", "inf"):
+        with pytest.raises(ConfigError, match="BOUNDCTX_ANALYSIS_WORKER_TIMEOUT_S"):
+            config.load(env={"BOUNDCTX_ANALYSIS_WORKER_TIMEOUT_S": bad})
+
+
+def test_wrong_types_in_the_file_are_refused(tmp_path):
+    path = tmp_path / "c.toml"
+    for body in ("[chat]\nanalysis_workers = \"2\"\n", "[chat]\nanalysis_workers = true\n",
+                 "[chat]\nanalysis_workers = 2.5\n"):
+        path.write_text(body)
+        with pytest.raises(ConfigError, match="is not an int"):
+            config.load(path=path, env={})
+
+
+def test_unknown_keys_and_broken_files_say_what_is_wrong(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[chat]\nanalysis_worker = 2\n")
+    with pytest.raises(ConfigError, match="did you mean 'chat.analysis_workers'"):
+        config.load(path=path, env={})
+    path.write_text("[chat\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config.load(path=path, env={})
+    path.write_text("chat = 3\n")
+    with pytest.raises(ConfigError, match="should be a table"):
+        config.load(path=path, env={})
+    with pytest.raises(ConfigError, match="is a directory"):
+        config.load(path=tmp_path, env={})
+    with pytest.raises(ConfigError, match="unknown setting"):
+        config.load(overrides={"nope": 1})
+    assert config.load(path=tmp_path / "missing.toml", env={})["chat.n_ctx"] == 8192
+
+
+def test_write_value_keeps_other_settings_and_refuses_bad_ones(tmp_path):
+    path = tmp_path / "sub" / "c.toml"
+    config.write_value("chat.analysis_workers", "5", path=path)
+    config.write_value("analysis.worker_timeout_s", 30, path=path)
+    s = config.load(path=path, env={})
+    assert s["chat.analysis_workers"] == 5 and s["analysis.worker_timeout_s"] == 30.0
+    before = path.read_text()
+    with pytest.raises(ConfigError, match="accepted 0–8"):
+        config.write_value("chat.analysis_workers", 9, path=path)
+    assert path.read_text() == before
+    assert not [p for p in os.listdir(path.parent) if p.endswith(".tmp")]
+
+
+def test_schema_lists_every_key_with_its_accepted_values():
+    items = {item["name"]: item for item in json.loads(json.dumps(config.schema()))}
+    assert set(items) == set(config.KEYS)
+    workers = items["chat.analysis_workers"]
+    assert (workers["minimum"], workers["maximum"], workers["default"], workers["env"]) == (
+        0, 8, 2, "BOUNDCTX_CHAT_ANALYSIS_WORKERS")
+    assert items["analysis.worker_timeout_s"]["exclusive_minimum"] is True
+
+
+def test_the_config_command_shows_gets_sets_and_prints_the_schema(capsys, monkeypatch):
+    assert main(["config", "set", "chat.analysis_workers", "0"]) == 0
+    assert "chat.analysis_workers = 0" in capsys.readouterr().out
+    monkeypatch.setenv("BOUNDCTX_CHAT_N_CTX", "2048")
+    assert main(["config", "get", "chat.n_ctx"]) == 0
+    assert capsys.readouterr().out.strip() == "2048"
+    assert main(["config", "show", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["chat.analysis_workers"]["value"] == 0 and shown["chat.analysis_workers"]["source"].startswith("file ")
+    assert shown["chat.n_ctx"] == {"value": 2048, "source": "environment BOUNDCTX_CHAT_N_CTX"}
+    assert main(["config", "schema"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == len(config.KEYS)
+    assert main(["config", "set", "chat.analysis_workers", "12"]) == 2
+    assert "accepted 0–8" in capsys.readouterr().err
+    monkeypatch.setenv("BOUNDCTX_CHAT_N_CTX", "lots")
+    assert main(["config", "show"]) == 2
+    assert "is not an int" in capsys.readouterr().err
