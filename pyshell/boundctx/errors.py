@@ -12,6 +12,9 @@ would already catch for that kind of failure. This module imports nothing from b
     │   ├── SourceTooLarge                          more characters than analysis.max_source_chars
     │   ├── TooManySections                         more sections than analysis.max_sections
     │   └── SectionBudgetTooSmall                   the prompt leaves no room for a section
+    ├── GenerationError                          a model call did not complete
+    │   ├── GenerationTimeout(TimeoutError)         it ran past its wall-clock limit
+    │   └── ContextOverflow(ValueError)             the prompt does not fit the model's window
     ├── ServerError                              a model server could not be used as asked
     │   ├── ServerUnreachable(ConnectionError)      no connection: refused, unknown host, reset
     │   │   └── ServerTimeout(TimeoutError)         no answer within the timeout
@@ -32,7 +35,10 @@ Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estim
 __all__ = [
     "BoundctxError",
     "ConfigError",
+    "ContextOverflow",
     "EntryInvalid",
+    "GenerationError",
+    "GenerationTimeout",
     "InexactCountWarning",
     "PartialHistoryRewrite",
     "PromptTemplateError",
@@ -106,6 +112,31 @@ class TooManySections(SectionPlanError):
 
 class SectionBudgetTooSmall(SectionPlanError):
     """The worker prompt leaves too few tokens for a section longer than the overlap."""
+
+
+class GenerationError(BoundctxError):
+    """A model call did not complete."""
+
+
+class GenerationTimeout(GenerationError, TimeoutError):
+    """A generation ran past its wall-clock limit; its generator has been closed."""
+
+
+class ContextOverflow(GenerationError, ValueError):
+    """The prompt does not fit the model's context window.
+
+    Attributes
+    ----------
+    prompt_tokens : int or None
+        The prompt's size, when known.
+    context_window : int or None
+    """
+
+    def __init__(self, message: str, *, prompt_tokens: int | None = None,
+                 context_window: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.context_window = context_window
 
 
 class ServerError(BoundctxError):

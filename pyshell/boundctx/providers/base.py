@@ -1,0 +1,151 @@
+"""The provider interface: stream a chat completion, count a prompt, know the window."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from boundctx.errors import ContextOverflow
+from boundctx.tokens.base import Message, TokenCounter
+
+__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "TextChunk", "ToolCallChunk"]
+
+
+class TextChunk(msgspec.Struct, frozen=True):
+    """Generated text."""
+
+    text: str
+
+
+class ToolCallChunk(msgspec.Struct, frozen=True):
+    """One complete tool call (providers assemble streamed pieces before yielding)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Finish(msgspec.Struct, frozen=True):
+    """The last chunk of every stream.
+
+    Attributes
+    ----------
+    reason : str
+        ``"stop"``, ``"length"``, ``"tool_calls"`` or ``"cancelled"``.
+    prompt_tokens, completion_tokens : int or None
+        As counted (local) or reported (remote).
+    """
+
+    reason: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+Chunk = TextChunk | ToolCallChunk | Finish
+
+
+class ChatRequest(msgspec.Struct, frozen=True):
+    """Everything one call asked for (what the scripted provider records)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int = 256
+    temperature: float = 0.2
+    stop: list[str] | None = None
+    schema: dict[str, Any] | None = None
+
+
+class Reply(msgspec.Struct, frozen=True):
+    """A whole completion, collected from a stream by :meth:`Provider.chat`."""
+
+    text: str
+    tool_calls: list[ToolCallChunk]
+    finish: Finish
+
+
+class Provider(ABC):
+    """A chat model.
+
+    Subclasses implement :meth:`_stream` and set ``counter`` (the model's token counter)
+    and ``context_window``.
+    """
+
+    name: str = "provider"
+    counter: TokenCounter
+    context_window: int
+
+    def count_prompt(self, messages: Sequence[Message], *,
+                     tools: Sequence[Mapping[str, Any]] | None = None) -> int:
+        """Tokens the prompt for ``messages`` takes (exact where the counter is)."""
+        return self.counter.count_prompt(messages, tools=tools)
+
+    def stream_chat(self, messages: Sequence[Message], *,
+                    tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
+                    temperature: float = 0.2, stop: Sequence[str] | None = None,
+                    schema: Mapping[str, Any] | None = None, cancel: Any = None,
+                    timeout_s: float | None = None) -> Iterator[Chunk]:
+        """Stream a completion: :class:`TextChunk` and :class:`ToolCallChunk`, then one
+        :class:`Finish`.
+
+        Parameters
+        ----------
+        messages : sequence of dict
+        tools : sequence of dict, optional
+            OpenAI-style function tools.
+        max_tokens : int
+            Most tokens to generate.
+        temperature : float
+        stop : sequence of str, optional
+        schema : dict, optional
+            A JSON schema the output must follow (grammar-constrained where supported).
+        cancel : threading.Event, optional
+            When set, generation stops before the next chunk and the stream ends with
+            ``Finish("cancelled")``.
+        timeout_s : float, optional
+            Wall-clock limit for the whole generation; past it the generator is closed
+            and :class:`~boundctx.errors.GenerationTimeout` raised.
+
+        Raises
+        ------
+        ContextOverflow
+            The prompt plus ``max_tokens`` does not fit ``context_window``; checked before
+            any model call where counts are exact.
+        """
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        request = ChatRequest([dict(m) for m in messages], [dict(t) for t in tools] if tools else None,
+                              max_tokens, float(temperature), list(stop) if stop else None,
+                              dict(schema) if schema else None)
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        return self._stream(request, cancel=cancel, timeout_s=timeout_s)
+
+    @abstractmethod
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+        """The provider's stream for one checked request (a generator: nothing runs
+        until the first chunk is asked for; the time limit counts from then)."""
+
+    def chat(self, messages: Sequence[Message], **options: Any) -> Reply:
+        """The whole completion (see :meth:`stream_chat` for the options)."""
+        text: list[str] = []
+        calls: list[ToolCallChunk] = []
+        finish = Finish("stop")
+        for chunk in self.stream_chat(messages, **options):
+            if isinstance(chunk, TextChunk):
+                text.append(chunk.text)
+            elif isinstance(chunk, ToolCallChunk):
+                calls.append(chunk)
+            else:
+                finish = chunk
+        return Reply("".join(text), calls, finish)
+
+    def _check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
+        if prompt_tokens + max_tokens > self.context_window:
+            raise ContextOverflow(
+                f"the prompt takes {prompt_tokens} tokens and the reply may take {max_tokens}, "
+                f"more than the {self.context_window}-token context window of {self.name}; "
+                "shorten the prompt or lower max_tokens", prompt_tokens=prompt_tokens,
+                context_window=self.context_window)

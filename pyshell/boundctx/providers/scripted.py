@@ -1,0 +1,103 @@
+"""A provider that answers from a Python function: exact, deterministic tests of logic."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Union
+
+from boundctx.errors import GenerationTimeout
+from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk
+from boundctx.tokens.base import TokenCounter
+from boundctx.tokens.estimate import ByteEstimateCounter
+
+__all__ = ["ScriptedProvider"]
+
+Script = Callable[[ChatRequest], Union[str, Iterable[Union[str, ToolCallChunk]], BaseException]]
+
+
+class ScriptedProvider(Provider):
+    """Answers each request with ``respond(request)``.
+
+    ``respond`` returns the reply as a string, as an iterable of text pieces and
+    :class:`ToolCallChunk` (streamed one by one, so cancellation and time limits can fall
+    between them), or an exception, which the call raises. Every request is recorded in
+    :attr:`requests`; :attr:`max_active` is the most generations that were ever running
+    at once (1 when calls are strictly sequential).
+
+    Parameters
+    ----------
+    respond : callable
+    context_window : int
+    counter : TokenCounter, optional
+        Counts prompts and replies (default: the byte estimate).
+    clock : callable
+        Seconds, for time limits (tests may pass a fake clock).
+    """
+
+    name = "scripted"
+
+    def __init__(self, respond: Script, *, context_window: int = 8192,
+                 counter: TokenCounter | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.respond = respond
+        self.context_window = context_window
+        self.counter = counter if counter is not None else ByteEstimateCounter()
+        self.clock = clock
+        self.requests: list[ChatRequest] = []
+        self.active = 0
+        self.max_active = 0
+        self.closed_early = 0
+
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+        self.requests.append(request)
+        prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
+        self._check_fits(prompt_tokens, request.max_tokens)
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        finished = False
+        try:
+            result = self.respond(request)
+            if isinstance(result, BaseException):
+                raise result
+            pieces = [result] if isinstance(result, str) else result
+            text = ""
+            called = False
+            for piece in pieces:
+                if cancel is not None and cancel.is_set():
+                    finished = True
+                    yield Finish("cancelled", prompt_tokens, self.counter.count_text(text))
+                    return
+                if deadline is not None and self.clock() > deadline:
+                    raise GenerationTimeout(f"the scripted generation ran past its {timeout_s} s limit")
+                if isinstance(piece, ToolCallChunk):
+                    called = True
+                    yield piece
+                    continue
+                fitting = self._fit(text, piece, request.max_tokens)
+                text += fitting
+                if fitting:
+                    yield TextChunk(fitting)
+                if fitting != piece:
+                    finished = True
+                    yield Finish("length", prompt_tokens, self.counter.count_text(text))
+                    return
+            finished = True
+            yield Finish("tool_calls" if called else "stop", prompt_tokens, self.counter.count_text(text))
+        finally:
+            self.active -= 1
+            if not finished:
+                self.closed_early += 1
+
+    def _fit(self, text: str, piece: str, max_tokens: int) -> str:
+        """The longest prefix of ``piece`` that keeps the reply within ``max_tokens``."""
+        if self.counter.count_text(text + piece) <= max_tokens:
+            return piece
+        lo, hi = 0, len(piece)
+        while lo < hi:  # invariant: piece[:lo] fits, piece[:hi + 1] does not
+            mid = (lo + hi + 1) // 2
+            if self.counter.count_text(text + piece[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return piece[:lo]
