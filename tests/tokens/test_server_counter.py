@@ -3,14 +3,8 @@ server backed by the real SmolLM2 tokenizer, the estimate fallback against the r
 ``python -m llama_cpp.server``, and clear errors when there is no server at all."""
 
 import contextlib
-import importlib.util
-import os
 import socket
-import subprocess
-import sys
-import time
 
-import httpx
 import numpy as np
 import pytest
 
@@ -20,6 +14,7 @@ jinja2 = pytest.importorskip("jinja2", reason="jinja2 renders the GGUF chat temp
 import llama_cpp  # noqa: E402
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 from llama_server_double import LlamaServerDouble  # noqa: E402
+from servers import free_port, llama_cpp_server, missing_server_extra  # noqa: E402
 
 from boundctx._native import tokenmap  # noqa: E402
 from boundctx.errors import BoundctxError, ConfigError  # noqa: E402
@@ -80,12 +75,6 @@ def started_double(**options):
             yield server, c
     finally:
         server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- exact counts ------------------------------------------------------------------
@@ -209,53 +198,25 @@ def test_an_endpoint_vanishing_later_switches_to_the_estimate_once():
         assert len(record) == 1 and c.exact is False
 
 
-_SERVER_EXTRA = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
 
 
 def test_llama_cpp_python_server_has_no_tokenizer_endpoints_so_the_estimate_is_used(
         tmp_path, reference_llm, reference_template):
-    missing = [m for m in _SERVER_EXTRA if importlib.util.find_spec(m) is None]
+    missing = missing_server_extra()
     if missing:
         pytest.skip(f"llama-cpp-python's server extra is not installed (missing {', '.join(missing)}): "
                     "pip install 'llama-cpp-python[server]'")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", default_model_path(),
-         "--n_ctx", "512", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 120
-        while True:  # ready when the OpenAI API answers
-            assert proc.poll() is None, (tmp_path / "server.log").read_text(errors="replace")[-2000:]
-            try:
-                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "llama_cpp.server did not become ready in 120 s"
-            time.sleep(0.05)
-
-        with LlamaServerCounter(url, timeout=10) as c:
-            with pytest.warns(InexactCountWarning, match=r"GET /props answered 404") as record:
-                assert c.exact is False
-            assert "estimate" in str(record[0].message)
-            assert c.context_window is None and c.props is None
-            messages = CONVERSATIONS[1]
-            rendered = reference_template.render(messages=messages, add_generation_prompt=True)
-            exact = len(reference_llm.tokenize(rendered.encode(), add_bos=True, special=True))
-            assert c.count_prompt(messages) >= exact
-            text = messages[1]["content"]
-            assert c.count_text(text) >= len(reference_llm.tokenize(text.encode(), add_bos=False, special=False))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
+    with llama_cpp_server(tmp_path / "server.log") as url, LlamaServerCounter(url, timeout=10) as c:
+        with pytest.warns(InexactCountWarning, match=r"GET /props answered 404") as record:
+            assert c.exact is False
+        assert "estimate" in str(record[0].message)
+        assert c.context_window is None and c.props is None
+        messages = CONVERSATIONS[1]
+        rendered = reference_template.render(messages=messages, add_generation_prompt=True)
+        exact = len(reference_llm.tokenize(rendered.encode(), add_bos=True, special=True))
+        assert c.count_prompt(messages) >= exact
+        text = messages[1]["content"]
+        assert c.count_text(text) >= len(reference_llm.tokenize(text.encode(), add_bos=False, special=False))
 
 
 # -- no server -----------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""The remote provider: against llama-cpp-python's real OpenAI-compatible server on
+loopback, and against a scripted HTTP server for the failures a real one rarely shows."""
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from boundctx.errors import ContextOverflow, ServerResponseError, ServerUnreachable
+from boundctx.providers import TextChunk
+from boundctx.providers.remote import OpenAICompatibleProvider
+from boundctx.tokens import ByteEstimateCounter
+from servers import free_port, llama_cpp_server, missing_server_extra
+
+HI = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    missing = missing_server_extra()
+    if missing:
+        pytest.skip(f"llama-cpp-python's server extra is missing ({', '.join(missing)}): "
+                    "pip install 'llama-cpp-python[server]'")
+    with llama_cpp_server(tmp_path_factory.mktemp("server") / "server.log", n_ctx=1024) as url:
+        yield url
+
+
+def test_a_reply_streams_from_the_real_server(server_url):
+    with OpenAICompatibleProvider(server_url + "/v1", context_window=1024) as p:
+        chunks = list(p.stream_chat(HI, max_tokens=8, temperature=0))
+        assert any(isinstance(c, TextChunk) and c.text for c in chunks)
+        assert chunks[-1].reason in ("stop", "length")
+
+
+def test_the_estimate_never_counts_fewer_tokens_than_the_model_sees(server_url):
+    from boundctx.tokens.llama import LlamaCounter
+    exact = LlamaCounter()
+    messages = [{"role": "user", "content": "ünïcode 中文 {\"id\": 12345678} " * 20}]
+    with OpenAICompatibleProvider(server_url, context_window=1024) as p:
+        assert p.count_prompt(messages) >= exact.count_prompt(messages)
+
+
+def test_a_schema_is_honoured_whichever_form_the_server_takes(server_url):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    with OpenAICompatibleProvider(server_url, context_window=1024) as p:
+        reply = p.chat([{"role": "user", "content": "Is the sky blue? Answer in JSON."}], max_tokens=20,
+                       temperature=0, schema=schema)
+        assert isinstance(json.loads(reply.text)["ok"], bool)
+
+
+def test_cancel_closes_the_stream(server_url):
+    cancel = threading.Event()
+    with OpenAICompatibleProvider(server_url, context_window=1024) as p:
+        seen = []
+        for chunk in p.stream_chat([{"role": "user", "content": "Count from one to fifty."}], max_tokens=80,
+                                   cancel=cancel, temperature=0):
+            seen.append(chunk)
+            if len(seen) == 2:
+                cancel.set()
+        assert seen[-1].reason == "cancelled" and len(seen) == 3
+
+
+def test_a_prompt_the_server_cannot_hold_is_a_context_overflow(server_url):
+    counter = ByteEstimateCounter()
+    counter.ratio = 0.25  # a calibration that went wrong: it thinks the prompt fits
+    with OpenAICompatibleProvider(server_url, context_window=8192, counter=counter) as p:
+        with pytest.raises(ContextOverflow):
+            p.chat([{"role": "user", "content": "word " * 1500}], max_tokens=10)
+    assert counter.ratio == 1.0  # the overflow reset the estimate to the byte bound
+
+
+# -- failures, from a scripted HTTP server ---------------------------------------------
+
+
+class Scripted(http.server.ThreadingHTTPServer):
+    """Answers POST /v1/chat/completions from a list of (status, body or SSE events)."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        status, payload = self.server.answers.pop(0)
+        self.send_response(status)
+        if isinstance(payload, list):  # SSE events; None = drop the connection there
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for event in payload:
+                if event is None:
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+        else:
+            data = json.dumps(payload).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+
+def delta(text=None, finish=None, **extra):
+    d = {"content": text} if text is not None else {}
+    d.update(extra)
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+
+@pytest.fixture
+def scripted():
+    servers = []
+
+    def start(*answers):
+        servers.append(Scripted(answers))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_a_busy_server_is_asked_again_before_anything_is_generated(scripted):
+    s = scripted((503, {"error": {"message": "loading model"}}), (200, [delta("hi"), delta(finish="stop")]))
+    with OpenAICompatibleProvider(s.url, max_retries=2) as p:
+        assert p.chat(HI).text == "hi"
+    assert len(s.requests) == 2
+
+
+def test_a_stream_cut_midway_is_an_error_and_never_resent(scripted):
+    s = scripted((200, [delta("partial "), None]), (200, [delta("again")]))
+    with OpenAICompatibleProvider(s.url, max_retries=2) as p, pytest.raises(ServerUnreachable, match="not resent"):
+        p.chat(HI)
+    assert len(s.requests) == 1
+
+
+def test_tool_calls_are_assembled_from_their_pieces_and_usage_calibrates(scripted):
+    pieces = [delta(tool_calls=[{"index": 0, "id": "c1", "function": {"name": "read_chat_", "arguments": ""}}]),
+              delta(tool_calls=[{"index": 0, "function": {"name": "section", "arguments": "{\"start\": "}}]),
+              delta(tool_calls=[{"index": 0, "function": {"arguments": "0}"}}]),
+              delta(finish="tool_calls"),
+              {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9}}]
+    s = scripted((200, pieces))
+    with OpenAICompatibleProvider(s.url) as p:
+        reply = p.chat(HI, tools=[{"type": "function", "function": {"name": "read_chat_section"}}])
+    (call,) = reply.tool_calls
+    assert (call.id, call.name, call.arguments) == ("c1", "read_chat_section", "{\"start\": 0}")
+    assert reply.finish.reason == "tool_calls" and reply.finish.prompt_tokens == 12
+    assert s.requests[0]["stream"] is True and s.requests[0]["tools"][0]["function"]["name"] == "read_chat_section"
+
+
+def test_llama_server_overflow_errors_carry_the_real_numbers(scripted):
+    s = scripted((400, {"error": {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 9000,
+                                  "n_ctx": 4096, "message": "request (9000 tokens) exceeds the available context"}}))
+    with OpenAICompatibleProvider(s.url) as p, pytest.raises(ContextOverflow) as info:
+        p.chat(HI)
+    assert (info.value.prompt_tokens, info.value.context_window) == (9000, 4096)
+
+
+def test_auth_errors_say_what_to_do(scripted):
+    s = scripted((401, {"error": {"message": "invalid api key"}}))
+    with OpenAICompatibleProvider(s.url, api_key="wrong") as p, pytest.raises(ServerResponseError,
+                                                                             match="invalid api key; pass api_key"):
+        p.chat(HI)
+
+
+def test_no_server_is_a_clear_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    with OpenAICompatibleProvider(url, max_retries=0) as p, pytest.raises(ServerUnreachable, match="cannot connect"):
+        p.chat(HI)

@@ -1,0 +1,62 @@
+"""Real servers on loopback for tests: llama-cpp-python's OpenAI-compatible server
+running the embedded model."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+SERVER_EXTRA = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def missing_server_extra() -> list[str]:
+    return [m for m in SERVER_EXTRA if importlib.util.find_spec(m) is None]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ()):
+    """``python -m llama_cpp.server`` on the embedded model; yields its base URL once
+    ``/v1/models`` answers, and stops it (by its own pid) afterwards."""
+    from boundctx.tokens.llama import default_model_path
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", default_model_path(), "--n_ctx", str(n_ctx),
+             "--n_threads", "1", "--host", "127.0.0.1", "--port", str(port), *extra],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            deadline = time.monotonic() + 120
+            while True:  # ready when the OpenAI API answers
+                if proc.poll() is not None:
+                    raise RuntimeError("llama_cpp.server exited:\n" + open(log_path, errors="replace").read()[-2000:])
+                try:
+                    if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("llama_cpp.server did not become ready in 120 s")
+                time.sleep(0.05)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
