@@ -12,6 +12,9 @@ would already catch for that kind of failure. This module imports nothing from b
     │   ├── SourceTooLarge                          more characters than analysis.max_source_chars
     │   ├── TooManySections                         more sections than analysis.max_sections
     │   └── SectionBudgetTooSmall                   the prompt leaves no room for a section
+    ├── AnalysisError                            section analysis could not read the whole input
+    │   ├── IncompleteCoverage                      a failure or limit left sections unread
+    │   └── SectionReadError(LookupError)           read_chat_section got a bad id or range
     ├── GenerationError                          a model call did not complete
     │   ├── GenerationTimeout(TimeoutError)         it ran past its wall-clock limit
     │   └── ContextOverflow(ValueError)             the prompt does not fit the model's window
@@ -33,17 +36,20 @@ Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estim
 """
 
 __all__ = [
+    "AnalysisError",
     "BoundctxError",
     "ConfigError",
     "ContextOverflow",
     "EntryInvalid",
     "GenerationError",
     "GenerationTimeout",
+    "IncompleteCoverage",
     "InexactCountWarning",
     "PartialHistoryRewrite",
     "PromptTemplateError",
     "SectionBudgetTooSmall",
     "SectionPlanError",
+    "SectionReadError",
     "ServerError",
     "ServerResponseError",
     "ServerTimeout",
@@ -112,6 +118,29 @@ class TooManySections(SectionPlanError):
 
 class SectionBudgetTooSmall(SectionPlanError):
     """The worker prompt leaves too few tokens for a section longer than the overlap."""
+
+
+class AnalysisError(BoundctxError):
+    """Section analysis could not read the whole input as asked."""
+
+
+class IncompleteCoverage(AnalysisError):
+    """A worker failure, a timeout or a limit left sections unread; the reply fails
+    rather than answer from part of the input.
+
+    Attributes
+    ----------
+    uncovered : list of tuple
+        ``(section_number, start, end)`` of each section not read.
+    """
+
+    def __init__(self, message: str, *, uncovered: list[tuple[int, int, int]]) -> None:
+        super().__init__(message)
+        self.uncovered = uncovered
+
+
+class SectionReadError(AnalysisError, LookupError):
+    """``read_chat_section`` was given an id this reply does not have, or a bad range."""
 
 
 class GenerationError(BoundctxError):

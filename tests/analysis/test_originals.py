@@ -1,0 +1,62 @@
+"""read_chat_section: exact bounded ranges of this reply's originals only."""
+
+import json
+
+import pytest
+
+from boundctx.analysis import READ_TOOL_NAME, Originals
+from boundctx.errors import SectionReadError
+
+LOG = "line 1: ok\nline 2: id=7f3a9c11 failed\nline 3: ok\n" * 10
+
+
+def test_a_read_returns_exactly_the_range():
+    o = Originals(max_read_chars=100)
+    oid = o.add(LOG, "build.log")
+    assert o.read(oid, 11, 36) == LOG[11:36]
+    assert o.call(json.dumps({"section_id": oid, "start": 0, "end": 10})) == LOG[:10]
+    assert o.read(oid, len(LOG), len(LOG)) == ""
+
+
+def test_ids_belong_to_one_reply():
+    a, b = Originals(), Originals()
+    oid = a.add(LOG, "x")
+    assert oid not in b
+    with pytest.raises(SectionReadError, match="no original"):
+        b.read(oid, 0, 5)
+
+
+@pytest.mark.parametrize("start,end", [(-1, 5), (5, 4), (0, 10_000), (True, 5), ("0", 5), (0, 5.0)])
+def test_bad_ranges_are_refused(start, end):
+    o = Originals(max_read_chars=10_000)
+    oid = o.add(LOG, "x")
+    with pytest.raises(SectionReadError):
+        o.read(oid, start, end)
+
+
+def test_a_read_is_bounded():
+    o = Originals(max_read_chars=20)
+    oid = o.add(LOG, "x")
+    with pytest.raises(SectionReadError, match="at most 20"):
+        o.read(oid, 0, 21)
+
+
+def test_it_cannot_be_pointed_at_a_path_or_given_other_arguments(tmp_path):
+    o = Originals()
+    o.add(LOG, "x")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read")
+    with pytest.raises(SectionReadError, match="no original"):
+        o.call({"section_id": str(secret), "start": 0, "end": 5})
+    with pytest.raises(SectionReadError, match="takes section_id, start and end"):
+        o.call({"section_id": "x", "start": 0, "end": 5, "path": str(secret)})
+    with pytest.raises(SectionReadError, match="not JSON"):
+        o.call("{nope")
+
+
+def test_the_tool_schema_names_only_this_replys_ids():
+    o = Originals()
+    ids = [o.add("a", "one"), o.add("b", "two")]
+    schema = o.tool_schema()
+    assert schema["function"]["name"] == READ_TOOL_NAME
+    assert schema["function"]["parameters"]["properties"]["section_id"]["enum"] == ids
