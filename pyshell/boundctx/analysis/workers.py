@@ -1,0 +1,178 @@
+"""Sequential note-taking workers: read an input too large for the context, completely.
+
+The input is planned into sections whose whole worker prompt fits the worker context
+(:func:`boundctx.sections.plan`: prompt + the worker's notes at their maximum + output
+headroom). Then ``workers`` logical workers take the sections in turn — section ``k``
+goes to worker ``k mod workers`` — strictly one generation at a time, on the same
+provider, with no tools. Each worker rewrites its own notes from its previous notes and
+the new section; notes are bounded by ``notes_max_tokens`` output tokens and cite the
+sections they come from (``[S3 1200-2400]``) so the coordinator knows what to reread.
+
+Every section is read or the call fails: a worker error, a timeout or a limit raises
+:class:`~boundctx.errors.IncompleteCoverage` naming the sections left unread. A
+cancellation stops before the next section starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from boundctx.analysis.originals import Originals
+from boundctx.errors import GenerationError, IncompleteCoverage, ServerError
+from boundctx.events import AnalysisProgress
+from boundctx.providers.base import Provider, TextChunk
+from boundctx.sections import plan as plan_sections
+
+__all__ = ["WORKER_INSTRUCTIONS", "Notes", "read_in_sections", "worker_messages"]
+
+WORKER_INSTRUCTIONS = (
+    "You read one section of a long text and keep notes that will be used to answer a question. "
+    "Write your notes again in full: keep every earlier note that still matters; add what this section "
+    "says that bears on the question; when the section corrects an earlier note, replace it and say "
+    "'corrected'. Copy exact strings verbatim: ids, numbers, names, paths, error messages. End each note "
+    "with the section and characters it comes from, like [S2 1200-2400]. If the section has nothing "
+    "relevant, repeat your notes unchanged. Never invent anything the text does not say."
+)
+
+
+class Notes(msgspec.Struct, frozen=True):
+    """One worker's notes after the analysis.
+
+    Attributes
+    ----------
+    worker : int
+    text : str
+    sections : list of int
+        The sections (1-based) this worker read, in order.
+    """
+
+    worker: int
+    text: str
+    sections: list[int]
+
+
+def worker_messages(question: str, notes: str, section: str, *, number: int, total: int, source_id: str,
+                    start: int, end: int) -> list[dict[str, Any]]:
+    """The prompt of one worker call. The instructions and the question come first and
+    never change within a reply, so a local model's prompt cache keeps them."""
+    return [
+        {"role": "system", "content": WORKER_INSTRUCTIONS},
+        {"role": "user", "content": (
+            f"Question: {question}\n\n"
+            f"Your notes so far:\n{notes if notes else '(none yet)'}\n\n"
+            f"Section S{number} of {total} ({source_id}, characters {start}-{end}):\n{section}")},
+    ]
+
+
+def read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
+                     settings: Mapping[str, Any], on_event: Callable[[AnalysisProgress], None] = lambda e: None,
+                     cancel: Any = None, started: float | None = None) -> list[Notes] | None:
+    """Read ``text`` completely with sequential note-taking workers.
+
+    Parameters
+    ----------
+    provider : Provider
+        The model every worker runs on.
+    text : str
+        The input to read (kept in ``originals`` for exact rereads).
+    question : str
+        What the notes are for.
+    originals : Originals
+        This reply's originals; ``text`` is added under a new id.
+    label : str
+        Where the text came from (a file name, "tool result 2"), for the prompts.
+    settings : mapping
+        ``chat.analysis_workers`` and the ``analysis.*`` keys (see ``boundctx.config``).
+    on_event : callable
+        Receives an :class:`AnalysisProgress` before and after each section.
+    cancel : threading.Event, optional
+        Checked before each section and passed to the provider.
+
+    Returns
+    -------
+    list of Notes, or None
+        One entry per worker that read something; None when cancelled.
+
+    Raises
+    ------
+    SourceTooLarge, TooManySections, SectionBudgetTooSmall
+        Before any model call.
+    IncompleteCoverage
+        A worker failed or timed out; names every section left unread.
+    """
+    workers = int(settings["chat.analysis_workers"])
+    if workers < 1:
+        raise ValueError("section analysis is off (chat.analysis_workers = 0)")
+    context = min(int(settings["analysis.worker_n_ctx"]), provider.context_window)
+    notes_max = int(settings["analysis.notes_max_tokens"])
+    started = time.monotonic() if started is None else started
+    source_id = f"src-planning-{'9' * 8}"  # as wide as any real id, for planning
+
+    def planning_prompt(section: str) -> list[dict[str, Any]]:
+        # The widest header any section can get: numbers at their largest.
+        widest = len(text)
+        return worker_messages(question, "", section, number=int(settings["analysis.max_sections"]),
+                               total=int(settings["analysis.max_sections"]), source_id=source_id,
+                               start=widest, end=widest)
+
+    planned = plan_sections(text, counter=provider.counter, prompt=planning_prompt, context=context,
+                            output_tokens=notes_max, notes_tokens=notes_max,
+                            overlap=int(settings["analysis.overlap_chars"]),
+                            max_source_chars=int(settings["analysis.max_source_chars"]),
+                            max_sections=int(settings["analysis.max_sections"]))
+    oid = originals.add(text, label)
+    total = len(planned.sections)
+    notes = [""] * workers
+    read: list[list[int]] = [[] for _ in range(workers)]
+    for section in planned.sections:
+        number = section.index + 1
+        worker = section.index % workers
+        if cancel is not None and cancel.is_set():
+            return None
+        on_event(AnalysisProgress(number, total, worker, "reading", time.monotonic() - started))
+        messages = worker_messages(question, notes[worker], text[section.start:section.end], number=number,
+                                   total=total, source_id=oid, start=section.start, end=section.end)
+        messages = _fit_notes(provider, messages, notes[worker], planned.limit,
+                              lambda n: worker_messages(question, n, text[section.start:section.end], number=number,
+                                                        total=total, source_id=oid, start=section.start,
+                                                        end=section.end))
+        pieces: list[str] = []
+        try:
+            for chunk in provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
+                                              timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel):
+                if isinstance(chunk, TextChunk):
+                    pieces.append(chunk.text)
+                elif getattr(chunk, "reason", None) == "cancelled":
+                    return None
+        except (GenerationError, ServerError, OSError, ValueError) as exc:
+            unread = [(s.index + 1, s.start, s.end) for s in planned.sections[section.index:]]
+            raise IncompleteCoverage(
+                f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "
+                f"sections {', '.join(str(u[0]) for u in unread)} of {label} were not read, so the reply "
+                "cannot be answered from the whole input", uncovered=unread) from exc
+        notes[worker] = "".join(pieces).strip()
+        read[worker].append(number)
+        on_event(AnalysisProgress(number, total, worker, "noted", time.monotonic() - started))
+    on_event(AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started))
+    return [Notes(w, notes[w], read[w]) for w in range(workers) if read[w]]
+
+
+def _fit_notes(provider: Provider, messages: list[dict[str, Any]], notes: str, limit: int,
+               rebuild: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The prompt, with the notes shortened from the end if re-tokenized notes came out
+    longer than the allowance they were planned with (rare: a model's own token choices
+    can be less compact than its tokenizer's)."""
+    if provider.count_prompt(messages) <= limit or not notes:
+        return messages
+    lo, hi = 0, len(notes)
+    while lo < hi:  # invariant: notes[:lo] fits; notes[:hi + 1] does not
+        mid = (lo + hi + 1) // 2
+        if provider.count_prompt(rebuild(notes[:mid] + " [notes cut to fit]")) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return rebuild(notes[:lo] + " [notes cut to fit]")

@@ -1,0 +1,138 @@
+"""Sequential note-taking workers, checked exactly with the scripted provider."""
+
+import re
+import threading
+
+import pytest
+
+from boundctx import config
+from boundctx.analysis import Originals
+from boundctx.analysis.workers import read_in_sections
+from boundctx.errors import GenerationTimeout, IncompleteCoverage, SourceTooLarge, TooManySections
+from boundctx.events import AnalysisProgress
+from boundctx.providers import ScriptedProvider
+
+LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(900))
+
+
+def settings(**over):
+    return config.load(env={}, overrides={"analysis.worker_n_ctx": 2048, "analysis.notes_max_tokens": 128,
+                                          **{k.replace("__", "."): v for k, v in over.items()}})
+
+
+def section_of(request):
+    """(number, total, start, end, text) of the section in a worker prompt."""
+    body = request.messages[-1]["content"]
+    m = re.search(r"Section S(\d+) of (\d+) \((\S+), characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+    return int(m.group(1)), int(m.group(2)), int(m.group(4)), int(m.group(5)), m.group(6)
+
+
+def notes_of(request):
+    return re.search(r"Your notes so far:\n(.*?)\n\nSection", request.messages[-1]["content"], re.S).group(1)
+
+
+def note_taker(request):
+    number, _, start, end, _ = section_of(request)
+    previous = notes_of(request)
+    previous = "" if previous == "(none yet)" else previous + "\n"
+    return f"{previous}read [S{number} {start}-{end}]"
+
+
+def run(provider, text=LOG, **over):
+    events = []
+    notes = read_in_sections(provider, text, question="What failed?", originals=Originals(), label="build.log",
+                             settings=settings(**over), on_event=events.append)
+    return notes, events
+
+
+def test_every_section_is_read_once_in_order_one_generation_at_a_time():
+    p = ScriptedProvider(note_taker, context_window=4096)
+    notes, events = run(p)
+    numbers = [section_of(r)[0] for r in p.requests]
+    total = section_of(p.requests[0])[1]
+    assert numbers == list(range(1, total + 1)) and total > 3
+    assert p.max_active == 1  # strictly sequential
+    spans = [section_of(r)[2:4] for r in p.requests]
+    assert spans[0][0] == 0 and spans[-1][1] == len(LOG)
+    assert all(b[0] == a[1] - 64 for a, b in zip(spans, spans[1:]))  # contiguous, 64-char overlap
+    for r in p.requests:  # each prompt holds exactly its slice of the original
+        _, _, start, end, body = section_of(r)
+        assert body == LOG[start:end]
+
+
+def test_assignments_rotate_and_each_worker_keeps_its_own_notes():
+    p = ScriptedProvider(note_taker, context_window=4096)
+    notes, _ = run(p, chat__analysis_workers=3, analysis__notes_max_tokens=384, analysis__worker_n_ctx=4096)
+    assert [n.worker for n in notes] == [0, 1, 2]
+    total = len(p.requests)
+    for n in notes:
+        assert n.sections == list(range(n.worker + 1, total + 1, 3))
+        assert n.text.count("read [S") == len(n.sections)  # rewritten from its own notes only
+
+
+def test_a_worker_sees_only_its_own_previous_notes():
+    p = ScriptedProvider(note_taker, context_window=4096)
+    run(p, chat__analysis_workers=2)
+    for i, r in enumerate(p.requests):
+        mine = re.findall(r"\[S(\d+) ", notes_of(r))
+        assert all((int(k) - 1) % 2 == i % 2 for k in mine)
+
+
+def test_every_worker_prompt_fits_the_worker_context():
+    p = ScriptedProvider(lambda r: "note " * 200, context_window=4096)  # notes at their limit
+    run(p)
+    assert all(p.count_prompt(r.messages) + 128 <= 2048 for r in p.requests)
+    assert all(p.counter.count_text(notes_of(r)) <= 128 + 16 for r in p.requests[1:])
+
+
+def test_progress_events_bracket_each_section_and_carry_no_notes():
+    p = ScriptedProvider(lambda r: "SECRET NOTE", context_window=4096)
+    _, events = run(p)
+    assert all(isinstance(e, AnalysisProgress) for e in events)
+    total = events[0].sections
+    assert [(e.section, e.phase) for e in events[:2]] == [(1, "reading"), (1, "noted")]
+    assert events[-1].phase == "done" and len(events) == 2 * total + 1
+    assert not any("SECRET" in repr(e) for e in events)
+
+
+def test_a_failing_worker_fails_the_call_and_names_the_unread_sections():
+    p = ScriptedProvider(lambda r: GenerationTimeout("too slow") if section_of(r)[0] == 3 else "ok",
+                         context_window=4096)
+    with pytest.raises(IncompleteCoverage, match="failed on section 3") as info:
+        run(p)
+    total = section_of(p.requests[0])[1]
+    assert [u[0] for u in info.value.uncovered] == list(range(3, total + 1))
+    assert len(p.requests) == 3  # nothing ran after the failure
+
+
+def test_limits_refuse_before_any_model_call():
+    p = ScriptedProvider(note_taker, context_window=4096)
+    with pytest.raises(TooManySections, match="needs"):
+        run(p, analysis__max_sections=2)
+    with pytest.raises(SourceTooLarge):
+        run(p, analysis__max_source_chars=1000)
+    assert p.requests == []
+
+
+def test_cancel_stops_before_the_next_section():
+    cancel = threading.Event()
+
+    def respond(request):
+        if section_of(request)[0] == 2:
+            cancel.set()
+        return "ok"
+
+    p = ScriptedProvider(respond, context_window=4096)
+    result = read_in_sections(p, LOG, question="q", originals=Originals(), label="x", settings=settings(),
+                              cancel=cancel)
+    assert result is None and len(p.requests) == 2
+
+
+def test_the_original_is_kept_for_exact_rereads():
+    originals = Originals()
+    p = ScriptedProvider(note_taker, context_window=4096)
+    read_in_sections(p, LOG, question="q", originals=originals, label="build.log", settings=settings())
+    (oid,) = list(originals._texts)
+    assert originals.read(oid, 0, 100) == LOG[:100]
+    assert section_of(p.requests[0])[2:4] == (0, section_of(p.requests[0])[3])
+    assert f"({oid}, characters" in p.requests[0].messages[-1]["content"]
