@@ -27,7 +27,7 @@ from boundctx.events import AnalysisProgress
 from boundctx.providers.base import Provider, TextChunk
 from boundctx.sections import plan as plan_sections
 
-__all__ = ["WORKER_INSTRUCTIONS", "Notes", "read_in_sections", "worker_messages"]
+__all__ = ["WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "read_in_sections", "worker_messages"]
 
 WORKER_INSTRUCTIONS = (
     "You read one section of a long text and keep notes that will be used to answer a question. "
@@ -71,7 +71,22 @@ def worker_messages(question: str, notes: str, section: str, *, number: int, tot
 def read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
                      settings: Mapping[str, Any], on_event: Callable[[AnalysisProgress], None] = lambda e: None,
                      cancel: Any = None, started: float | None = None) -> list[Notes] | None:
-    """Read ``text`` completely with sequential note-taking workers.
+    """Read ``text`` completely; progress goes to ``on_event``. See
+    :func:`iter_read_in_sections` for the parameters and errors."""
+    steps = iter_read_in_sections(provider, text, question=question, originals=originals, label=label,
+                                  settings=settings, cancel=cancel, started=started)
+    while True:
+        try:
+            on_event(next(steps))
+        except StopIteration as done:
+            return done.value
+
+
+def iter_read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
+                          settings: Mapping[str, Any], cancel: Any = None, started: float | None = None):
+    """Read ``text`` completely with sequential note-taking workers, yielding an
+    :class:`AnalysisProgress` before and after each section; the generator's return
+    value is the notes (``notes = yield from iter_read_in_sections(...)``).
 
     Parameters
     ----------
@@ -87,8 +102,6 @@ def read_in_sections(provider: Provider, text: str, *, question: str, originals:
         Where the text came from (a file name, "tool result 2"), for the prompts.
     settings : mapping
         ``chat.analysis_workers`` and the ``analysis.*`` keys (see ``boundctx.config``).
-    on_event : callable
-        Receives an :class:`AnalysisProgress` before and after each section.
     cancel : threading.Event, optional
         Checked before each section and passed to the provider.
 
@@ -133,7 +146,7 @@ def read_in_sections(provider: Provider, text: str, *, question: str, originals:
         worker = section.index % workers
         if cancel is not None and cancel.is_set():
             return None
-        on_event(AnalysisProgress(number, total, worker, "reading", time.monotonic() - started))
+        yield AnalysisProgress(number, total, worker, "reading", time.monotonic() - started)
         messages = worker_messages(question, notes[worker], text[section.start:section.end], number=number,
                                    total=total, source_id=oid, start=section.start, end=section.end)
         messages = _fit_notes(provider, messages, notes[worker], planned.limit,
@@ -156,8 +169,8 @@ def read_in_sections(provider: Provider, text: str, *, question: str, originals:
                 "cannot be answered from the whole input", uncovered=unread) from exc
         notes[worker] = "".join(pieces).strip()
         read[worker].append(number)
-        on_event(AnalysisProgress(number, total, worker, "noted", time.monotonic() - started))
-    on_event(AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started))
+        yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started)
+    yield AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started)
     return [Notes(w, notes[w], read[w]) for w in range(workers) if read[w]]
 
 

@@ -76,6 +76,8 @@ class Provider(ABC):
     name: str = "provider"
     counter: TokenCounter
     context_window: int
+    #: Whether the model can be offered tools (function calling).
+    supports_tools: bool = True
 
     def count_prompt(self, messages: Sequence[Message], *,
                      tools: Sequence[Mapping[str, Any]] | None = None) -> int:

@@ -60,6 +60,10 @@ class LlamaCppProvider(Provider):
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
         self.counter = LlamaCounter(model_path, chat_template=chat_template)
         self.model_path = self.counter.vocab.model_path
+        # Tools reach the model only through its chat template; a template that never
+        # mentions them (SmolLM2's) would drop them silently.
+        template = self.counter.template
+        self.supports_tools = template is not None and "tools" in template.source
         self.context_window = n_ctx
         self.n_threads = n_threads
         self.seed = seed

@@ -1,0 +1,190 @@
+"""One reply, bounded: fit the conversation, analyse what cannot fit, answer.
+
+:meth:`Engine.reply` yields typed events. Analysis progress
+(:class:`~boundctx.events.AnalysisProgress`) and reply text
+(:class:`~boundctx.events.ReplyDelta`) never mix, so a voice route that speaks only
+``ReplyDelta`` never speaks notes. Every model call is counted against its window
+before it is made; a failure that would leave part of the input unread ends the reply
+with :class:`~boundctx.events.Failed` rather than an answer from part of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from boundctx import config
+from boundctx.analysis.fitting import fit_conversation
+from boundctx.analysis.originals import READ_TOOL_NAME, Originals
+from boundctx.analysis.workers import Notes, iter_read_in_sections
+from boundctx.errors import BoundctxError, ContextOverflow, SectionReadError
+from boundctx.events import Done, Event, Failed, ReplyDelta, ToolCall, ToolResult
+from boundctx.providers.base import Finish, Provider, TextChunk, ToolCallChunk
+
+__all__ = ["COORDINATOR_NOTES", "Engine"]
+
+COORDINATOR_NOTES = (
+    "Part of this conversation was too long to show you whole. It was read completely, section by section, "
+    "by note-taking workers; their notes follow. Notes cite sections as [S<k> start-end], character ranges "
+    "of the original named by its id."
+)
+_REREAD = (" When an exact string matters (an id, a number, a quote), call read_chat_section with the "
+           "original's id and a range the notes cite, and answer from what it returns.")
+
+#: Tokens kept for the headers around each worker's notes in the coordinator prompt.
+_NOTES_HEADER_TOKENS = 48
+
+
+def _files_as_messages(files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"File {label}:\n{text}"} for label, text in files]
+
+
+class Engine:
+    """Replies from one provider within its bounds.
+
+    Parameters
+    ----------
+    provider : Provider
+    settings : mapping, optional
+        Resolved settings (default: :func:`boundctx.config.load`).
+    max_reply_tokens : int
+        The reply's own output budget; always kept free in the window.
+    max_tool_rounds : int
+        Most ``read_chat_section`` rounds in one reply.
+    """
+
+    def __init__(self, provider: Provider, *, settings: Mapping[str, Any] | None = None,
+                 max_reply_tokens: int = 512, max_tool_rounds: int = 4) -> None:
+        self.provider = provider
+        self.settings = settings if settings is not None else config.load()
+        if max_reply_tokens < 1:
+            raise ValueError(f"max_reply_tokens must be >= 1, got {max_reply_tokens}")
+        self.max_reply_tokens = max_reply_tokens
+        self.max_tool_rounds = max_tool_rounds
+
+    def reply(self, messages: Sequence[Mapping[str, Any]], *, files: Sequence[tuple[str, str]] = (),
+              cancel: Any = None) -> Iterator[Event]:
+        """Answer the last user message of ``messages`` (with ``files`` attached to it).
+
+        Yields
+        ------
+        Event
+            ``AnalysisProgress`` while inputs are read, ``ReplyDelta`` for the answer,
+            ``ToolCall``/``ToolResult`` around rereads, then ``Done`` or ``Failed``.
+        """
+        started = time.monotonic()
+        try:
+            yield from self._reply(list(map(dict, messages)), files, cancel, started)
+        except BoundctxError as exc:
+            yield Failed(str(exc), type(exc).__name__)
+
+    def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
+               started: float) -> Iterator[Event]:
+        s = self.settings
+        provider = self.provider
+        workers = int(s["chat.analysis_workers"])
+        limit = provider.context_window - self.max_reply_tokens
+        if limit < 1:
+            raise ContextOverflow(f"max_reply_tokens ({self.max_reply_tokens}) leaves no room in the "
+                                  f"{provider.context_window}-token window", context_window=provider.context_window)
+        question_at = len(messages) - 1
+        while question_at >= 0 and messages[question_at].get("role") != "user":
+            question_at -= 1
+        if question_at < 0:
+            raise ValueError("the conversation has no user message to answer")
+        question = str(messages[question_at].get("content") or "")
+        convo = messages[:question_at] + _files_as_messages(files) + messages[question_at:]
+        turn_start = question_at
+        tools_room = 0
+        if workers and provider.supports_tools:
+            probe = Originals()
+            for k in range(len(files) + len(convo) - question_at):
+                probe.add("", str(k))
+            tools_room = provider.count_prompt([], tools=[probe.tool_schema()]) - provider.count_prompt([])
+        notes_room = workers * (int(s["analysis.notes_max_tokens"]) + _NOTES_HEADER_TOKENS) + tools_room
+        fit = fit_conversation(convo, count=provider.count_prompt, limit=limit, analysis_on=workers > 0,
+                               notes_room=notes_room, clip_chars=int(s["chat.tool_result_clip_chars"]),
+                               turn_start=turn_start)
+        final = list(fit.messages)
+        originals = Originals()
+        blocks: list[str] = []
+        attached = {m["content"]: (label, text) for m, (label, text) in zip(_files_as_messages(files), files)}
+        for index in fit.analyse:
+            item = final[index]
+            content = str(item.get("content") or "")
+            # An attached file is kept (and reread) as the file itself, without its header.
+            label, text = attached.get(content) or (
+                "the user's message" if item.get("role") == "user" else f"tool result {index}", content)
+            notes = yield from iter_read_in_sections(provider, text, question=question, originals=originals,
+                                                     label=label, settings=s, cancel=cancel, started=started)
+            if notes is None:
+                yield Done("cancelled")
+                return
+            oid = list(originals._texts)[-1]
+            final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
+                                               f"note-taking workers; see the notes on {oid}]"}
+            blocks.append(self._notes_block(oid, label, len(text), notes))
+        tools = None
+        if blocks:
+            instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "")
+            final.insert(0, {"role": "system", "content": instructions + "\n\n" + "\n\n".join(blocks)})
+            if provider.supports_tools:
+                tools = [originals.tool_schema()]
+        yield from self._coordinate(final, tools, originals, limit, cancel)
+
+    @staticmethod
+    def _notes_block(oid: str, label: str, length: int, notes: list[Notes]) -> str:
+        parts = [f"Notes on {label} (id {oid}, {length:,} characters):"]
+        for n in notes:
+            parts.append(f"Worker {n.worker + 1} (sections {', '.join(map(str, n.sections))}):\n"
+                         f"{n.text or '(nothing relevant)'}")
+        return "\n".join(parts)
+
+    def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    originals: Originals, limit: int, cancel: Any) -> Iterator[Event]:
+        provider = self.provider
+        for round_ in range(self.max_tool_rounds + 1):
+            used = provider.count_prompt(messages, tools=tools)
+            if used > limit:
+                raise ContextOverflow(
+                    f"the coordinator prompt takes {used} tokens, over the {limit} available", prompt_tokens=used,
+                    context_window=limit)
+            calls: list[ToolCallChunk] = []
+            finish = Finish("stop")
+            offered = tools if round_ < self.max_tool_rounds else None
+            for chunk in provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
+                                              cancel=cancel):
+                if isinstance(chunk, TextChunk):
+                    yield ReplyDelta(chunk.text)
+                elif isinstance(chunk, ToolCallChunk):
+                    calls.append(chunk)
+                else:
+                    finish = chunk
+            if finish.reason == "cancelled" or not calls:
+                yield Done(finish.reason, {"prompt_tokens": finish.prompt_tokens,
+                                           "completion_tokens": finish.completion_tokens})
+                return
+            messages = messages + [{"role": "assistant", "content": "", "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in calls]}]
+            for c in calls:
+                yield ToolCall(c.id, c.name, c.arguments)
+                result = self._run_tool(c, originals)
+                trial = messages + [{"role": "tool", "tool_call_id": c.id, "content": result}]
+                if provider.count_prompt(trial, tools=tools) > limit:
+                    result = (f"error: {len(result)} characters do not fit the remaining context; "
+                              "ask for a narrower range")
+                    trial = messages + [{"role": "tool", "tool_call_id": c.id, "content": result}]
+                yield ToolResult(c.id, result)
+                messages = trial
+        yield Done("tool_rounds_exhausted")
+
+    @staticmethod
+    def _run_tool(call: ToolCallChunk, originals: Originals) -> str:
+        if call.name != READ_TOOL_NAME:
+            return f"error: no tool named {call.name!r}; the only tool is {READ_TOOL_NAME}"
+        try:
+            return originals.call(call.arguments)
+        except SectionReadError as exc:
+            return f"error: {exc}"

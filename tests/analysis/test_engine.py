@@ -1,0 +1,193 @@
+"""The reply engine with the scripted provider: every rule of section analysis, exactly."""
+
+import json
+import re
+import threading
+
+import pytest
+
+from boundctx import config
+from boundctx.analysis import READ_TOOL_NAME, Engine
+from boundctx.analysis.workers import WORKER_INSTRUCTIONS
+from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta, ToolCall, ToolResult
+from boundctx.providers import ScriptedProvider, ToolCallChunk
+
+LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
+
+
+def settings(**over):
+    return config.load(env={}, overrides={"analysis.notes_max_tokens": 256,
+                                          **{k.replace("__", "."): v for k, v in over.items()}})
+
+
+def is_worker(request):
+    return request.messages[0]["content"] == WORKER_INSTRUCTIONS
+
+
+class Model:
+    """Workers note the failing line with its range; the coordinator answers from the
+    notes, optionally rereading the cited range first."""
+
+    def __init__(self, reread=False):
+        self.reread = reread
+
+    def __call__(self, request):
+        body = request.messages[-1]["content"] if request.messages else ""
+        if is_worker(request):
+            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            notes = re.search(r"Your notes so far:\n(.*?)\n\nSection", body, re.S).group(1)
+            notes = "" if notes == "(none yet)" else notes
+            k, start = int(m.group(1)), int(m.group(2))
+            hit = m.group(4).find("FAILED")
+            if hit >= 0:
+                line_start = start + hit
+                notes += f"step failed [S{k} {line_start}-{line_start + 18}]"
+            return notes
+        system = request.messages[0]["content"] if request.messages[0]["role"] == "system" else ""
+        if self.reread and request.messages[-1]["role"] != "tool" and "[S" in system:
+            oid = re.search(r"id (src-\S+),", system).group(1)
+            start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
+            return [ToolCallChunk("c1", READ_TOOL_NAME, json.dumps({"section_id": oid, "start": start,
+                                                                    "end": end + 12}))]
+        if request.messages[-1]["role"] == "tool":
+            return "The failing step: " + request.messages[-1]["content"]
+        return "answer: " + ("from notes" if "[S" in system else "direct")
+
+
+def run(provider, messages, files=(), **over):
+    engine = Engine(provider, settings=settings(**over), max_reply_tokens=256)
+    return list(engine.reply(messages, files=files))
+
+
+ASK = [{"role": "user", "content": "Which step failed, and with what id?"}]
+
+
+def test_a_short_conversation_goes_direct_in_one_call():
+    p = ScriptedProvider(Model(), context_window=8192)
+    events = run(p, ASK)
+    assert [type(e) for e in events] == [ReplyDelta, Done] and events[0].text == "answer: direct"
+    assert len(p.requests) == 1 and p.requests[0].messages == ASK and p.requests[0].tools is None
+
+
+def test_old_history_is_dropped_research_first_then_oldest_exchanges():
+    big = "x" * 5000
+    history = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "old question " + big},
+        {"role": "assistant", "content": "old answer"},
+        {"role": "user", "content": "look something up"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "type": "function",
+                                                             "function": {"name": "grep", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "research " + big},
+        {"role": "assistant", "content": "found it"},
+    ]
+    p = ScriptedProvider(Model(), context_window=8192)
+    run(p, history + ASK)
+    sent = p.requests[-1].messages
+    assert not any(m.get("role") == "tool" for m in sent)  # research went first...
+    assert {"role": "user", "content": "old question " + big} in sent  # ...and was enough
+    p = ScriptedProvider(Model(), context_window=1200)
+    run(p, history + ASK)
+    sent = p.requests[-1].messages
+    assert sent[0] == {"role": "system", "content": "be brief"} and sent[-1] == ASK[-1]
+    assert not any("old question" in str(m.get("content")) for m in sent)
+
+
+def test_an_input_too_big_for_the_context_is_read_in_sections_and_answered_from_notes():
+    p = ScriptedProvider(Model(), context_window=8192)
+    events = run(p, ASK, files=[("build.log", LOG)])
+    workers = [r for r in p.requests if is_worker(r)]
+    coordinator = [r for r in p.requests if not is_worker(r)]
+    assert len(workers) > 3 and len(coordinator) == 1
+    assert p.max_active == 1
+    system = coordinator[0].messages[0]["content"]
+    assert "step failed [S" in system  # the notes reached the coordinator
+    assert p.count_prompt(coordinator[0].messages) < p.counter.count_text(LOG)  # smaller than the input
+    progress = [e for e in events if isinstance(e, AnalysisProgress)]
+    replies = [e for e in events if isinstance(e, ReplyDelta)]
+    assert progress and replies and events.index(progress[-1]) < events.index(replies[0])
+    assert "".join(r.text for r in replies) == "answer: from notes"
+    assert isinstance(events[-1], Done)
+
+
+def test_a_voice_route_that_speaks_only_reply_text_never_speaks_notes():
+    p = ScriptedProvider(Model(), context_window=8192)
+    spoken = "".join(e.text for e in run(p, ASK, files=[("build.log", LOG)])
+                     if isinstance(e, ReplyDelta))
+    assert "step failed [S" not in spoken and "[S" not in spoken
+
+
+def test_the_coordinator_rereads_exact_ranges_of_this_replys_originals():
+    p = ScriptedProvider(Model(reread=True), context_window=8192)
+    events = run(p, ASK, files=[("build.log", LOG)])
+    (call,) = [e for e in events if isinstance(e, ToolCall)]
+    (result,) = [e for e in events if isinstance(e, ToolResult)]
+    args = json.loads(call.arguments)
+    assert result.content == LOG[args["start"]:args["end"]] and "id=7f3a9c11" in result.content
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)).endswith(LOG[args["start"]:args["end"]])
+    coordinator = [r for r in p.requests if not is_worker(r)]
+    assert coordinator[0].tools[0]["function"]["name"] == READ_TOOL_NAME
+    # The tool's schema was counted: every coordinator prompt fits with the reply budget.
+    assert all(p.count_prompt(r.messages, tools=r.tools) + 256 <= 8192 for r in coordinator)
+
+
+def test_ids_from_another_reply_cannot_be_read():
+    first = ScriptedProvider(Model(), context_window=8192)
+    run(first, ASK, files=[("build.log", LOG)])
+    old_id = re.search(r"id (src-\S+),", [r for r in first.requests if not is_worker(r)][0].messages[0]["content"]).group(1)
+
+    def coordinator_tries_old_id(request):
+        if is_worker(request):
+            return "nothing"
+        if request.messages[-1]["role"] == "tool":
+            return "done"
+        return [ToolCallChunk("c1", READ_TOOL_NAME, json.dumps({"section_id": old_id, "start": 0, "end": 5}))]
+
+    second = ScriptedProvider(coordinator_tries_old_id, context_window=8192)
+    events = run(second, ASK, files=[("build.log", LOG)])
+    (result,) = [e for e in events if isinstance(e, ToolResult)]
+    assert result.content.startswith("error: no original")
+
+
+def test_with_analysis_off_tool_results_are_clipped_and_oversized_input_fails_clearly():
+    convo = [{"role": "user", "content": "run the build"},
+             {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "type": "function",
+                                                                  "function": {"name": "sh", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "t1", "content": LOG[:20000]}]
+    p = ScriptedProvider(Model(), context_window=8192)
+    events = run(p, convo, chat__analysis_workers=0)
+    assert isinstance(events[-1], Done)
+    (tool,) = [m for m in p.requests[-1].messages if m["role"] == "tool"]
+    assert tool["content"] == LOG[:4000]
+    p = ScriptedProvider(Model(), context_window=4096)
+    events = run(p, ASK, files=[("build.log", LOG)], chat__analysis_workers=0)
+    assert isinstance(events[-1], Failed) and events[-1].kind == "ContextOverflow"
+    assert "chat.analysis_workers = 0" in events[-1].error and p.requests == []
+
+
+def test_a_worker_failure_fails_the_reply_and_names_the_unread_sections():
+    p = ScriptedProvider(lambda r: ValueError("bad output") if is_worker(r) and "Section S2 " in
+                         r.messages[-1]["content"] else Model()(r), context_window=8192)
+    events = run(p, ASK, files=[("build.log", LOG)])
+    assert isinstance(events[-1], Failed) and events[-1].kind == "IncompleteCoverage"
+    assert "sections 2, 3" in events[-1].error and not any(isinstance(e, ReplyDelta) for e in events)
+
+
+def test_limits_fail_the_reply_before_any_model_call():
+    p = ScriptedProvider(Model(), context_window=8192)
+    events = run(p, ASK, files=[("build.log", LOG)], analysis__max_sections=2)
+    assert isinstance(events[-1], Failed) and events[-1].kind == "TooManySections" and p.requests == []
+
+
+def test_cancelling_stops_before_another_section_runs():
+    cancel = threading.Event()
+
+    def respond(request):
+        if is_worker(request) and "Section S2 " in request.messages[-1]["content"]:
+            cancel.set()
+        return Model()(request)
+
+    p = ScriptedProvider(respond, context_window=8192)
+    engine = Engine(p, settings=settings(analysis__worker_n_ctx=2048), max_reply_tokens=256)
+    events = list(engine.reply(ASK, files=[("build.log", LOG)], cancel=cancel))
+    assert events[-1] == Done("cancelled") and len(p.requests) == 2 and p.active == 0
