@@ -4,7 +4,6 @@ import json
 import re
 import threading
 
-import pytest
 
 from boundctx import config
 from boundctx.analysis import READ_TOOL_NAME, Engine
