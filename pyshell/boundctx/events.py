@@ -26,6 +26,9 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
         ``"planned"``, ``"reading"``, ``"noted"`` or ``"done"``.
     elapsed_s : float
         Seconds since the reply started.
+    notes_tokens : int
+        After ``"noted"``: the tokens the worker's notes now take (bounded by
+        ``analysis.notes_max_tokens``).
     """
 
     section: int
@@ -33,6 +36,7 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     worker: int
     phase: str
     elapsed_s: float = 0.0
+    notes_tokens: int = 0
 
 
 class ReplyDelta(msgspec.Struct, frozen=True, tag="reply_delta"):

@@ -169,7 +169,8 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
                 "cannot be answered from the whole input", uncovered=unread) from exc
         notes[worker] = "".join(pieces).strip()
         read[worker].append(number)
-        yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started)
+        yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started,
+                               provider.counter.count_text(notes[worker]))
     yield AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started)
     return [Notes(w, notes[w], read[w]) for w in range(workers) if read[w]]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from boundctx.cli import ask as _ask
 from boundctx.cli import config as _config
 from boundctx.cli import reindex as _reindex
 from boundctx.cli import sample as _sample
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"boundctx {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _ask.add_parser(sub)
     _reindex.add_parser(sub)
     _session.add_parser(sub)
     _sample.add_parser(sub)

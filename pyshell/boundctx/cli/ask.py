@@ -1,0 +1,133 @@
+"""``boundctx ask "question"``: one bounded reply, on the embedded model or a server.
+
+Progress (which section, which worker, how long) goes to stderr, kept apart from the
+streamed answer on stdout, so ``boundctx ask ... > answer.txt`` holds only the answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import msgspec
+
+__all__ = ["add_parser", "build_messages"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "ask", help="answer a question, reading long inputs completely",
+        description="Answer QUESTION with the embedded local model (default) or an OpenAI-compatible "
+                    "server. Files too large for the context are read completely, section by section, "
+                    "by note-taking workers.")
+    p.add_argument("question", metavar="QUESTION")
+    p.add_argument("--file", action="append", default=[], metavar="F", help="attach a text file (repeatable)")
+    p.add_argument("--transcript", metavar="T", help="continue the conversation in transcript T (JSONL)")
+    p.add_argument("--history", type=int, default=50, metavar="N",
+                   help="newest N messages of the transcript to start from (default 50)")
+    p.add_argument("--provider", choices=["local", "remote"], default="local")
+    p.add_argument("--model", metavar="M", help="local: a GGUF path (default: the embedded SmolLM2); "
+                                                "remote: the model name")
+    p.add_argument("--base-url", metavar="URL", help="remote: the server, e.g. http://127.0.0.1:8080")
+    p.add_argument("--api-key", metavar="KEY", help="remote: bearer token")
+    p.add_argument("--n-ctx", type=int, metavar="N", help="context window (chat.n_ctx)")
+    p.add_argument("--analysis-workers", type=int, metavar="N", help="note-taking workers, 0-8 (chat.analysis_workers)")
+    p.add_argument("--max-tokens", type=int, default=512, help="reply budget in tokens (default 512)")
+    p.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    p.set_defaults(run=run)
+
+
+def build_messages(question: str, transcript: str | None, history: int) -> list[dict]:
+    """The conversation: the transcript's newest messages (if any), then the question."""
+    messages: list[dict] = []
+    if transcript:
+        from boundctx.transcript import Transcript
+
+        with Transcript.open(transcript) as t:
+            for entry in t.window(message_limit=history).messages:
+                message = (entry.require_record().get("message") or {})
+                if message.get("role") in ("user", "assistant", "system") and isinstance(message.get("content"), str):
+                    messages.append({"role": message["role"], "content": message["content"]})
+    messages.append({"role": "user", "content": question})
+    return messages
+
+
+def _progress_line(event) -> str:
+    return (f"reading section {event.section}/{event.sections} (worker {event.worker + 1}, "
+            f"{event.phase}) {event.elapsed_s:5.1f} s")
+
+
+def run(args) -> int:
+    from boundctx import config
+    from boundctx.analysis import Engine
+    from boundctx.errors import BoundctxError
+    from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta, ToolCall
+
+    overrides = {}
+    if args.n_ctx is not None:
+        overrides["chat.n_ctx"] = args.n_ctx
+    if args.analysis_workers is not None:
+        overrides["chat.analysis_workers"] = args.analysis_workers
+    try:
+        settings = config.load(overrides=overrides)
+        files = []
+        for path in args.file:
+            with open(path, "rb") as f:  # bytes that are not UTF-8 are kept, not dropped
+                files.append((path, f.read().decode("utf-8", "surrogateescape")))
+        messages = build_messages(args.question, args.transcript, args.history)
+        if args.provider == "local":
+            from boundctx.providers.local import LlamaCppProvider
+
+            provider = LlamaCppProvider(args.model, n_ctx=settings["chat.n_ctx"])
+        else:
+            if not args.base_url:
+                raise ValueError("--provider remote needs --base-url (an OpenAI-compatible server)")
+            from boundctx.providers.remote import OpenAICompatibleProvider
+
+            provider = OpenAICompatibleProvider(args.base_url, model=args.model or "default",
+                                                api_key=args.api_key, context_window=settings["chat.n_ctx"])
+    except (OSError, ValueError, ImportError, BoundctxError) as exc:
+        print(f"boundctx ask: {exc}", file=sys.stderr)
+        return 2
+    cancel = threading.Event()
+    live = sys.stderr.isatty() and not args.json
+    started = time.monotonic()
+    answered = False
+    status = 1
+    try:
+        for event in Engine(provider, settings=settings, max_reply_tokens=args.max_tokens).reply(
+                messages, files=files, cancel=cancel):
+            if args.json:
+                sys.stdout.buffer.write(msgspec.json.encode(event) + b"\n")
+                sys.stdout.flush()
+            elif isinstance(event, AnalysisProgress):
+                line = _progress_line(event)
+                print(("\r" + line + "\x1b[K") if live else line, end="" if live else "\n", file=sys.stderr,
+                      flush=True)
+            elif isinstance(event, ReplyDelta):
+                if live and not answered:
+                    print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+                answered = True
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, ToolCall):
+                print(f"[rereading: {event.arguments}]", file=sys.stderr, flush=True)
+            if isinstance(event, Done):
+                status = 0 if event.finish_reason != "cancelled" else 130
+            elif isinstance(event, Failed):
+                print(f"\nboundctx ask: {event.error}", file=sys.stderr)
+                status = 1
+    except KeyboardInterrupt:
+        cancel.set()
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    finally:
+        close = getattr(provider, "close", None)
+        if close is not None:
+            close()
+    if not args.json:
+        if answered:
+            print()
+        print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    return status
