@@ -20,8 +20,9 @@ def next_cut(text: str, tok_start: list[int], tok_end: list[int], start: int, ma
     n = len(text)
     floor = start if floor is None else floor
     assert 0 <= floor <= start < n and max_tokens >= 1 and overlap >= 0
+    overlap = min(overlap, n)
     # Tokens overlapping [start, ...): those ending after start.
-    first = next(i for i, e in enumerate(tok_end) if e > start)
+    first = next((i for i, e in enumerate(tok_end) if e > start), len(tok_end))
     k = first + max_tokens - 1
     if k >= len(tok_end) - 1:
         end_estimate = n
@@ -46,7 +47,12 @@ def next_cut(text: str, tok_start: list[int], tok_end: list[int], start: int, ma
         cut, kind = next(((p + 1, WHITESPACE) for p in range(e - 1, lo - 2, -1)
                           if text[p].isspace() and ok(p + 1)), (None, None))
     if cut is None:
-        cut, kind = next(((p, GRAPHEME) for p in range(e, lo - 1, -1) if ok(p)), (e, HARD))
+        cut, kind = next(((p, GRAPHEME) for p in range(e, lo - 1, -1) if ok(p)), (None, None))
+    if cut is None:
+        half = start + (e - start) // 2
+        if any(ok(p) for p in range(lo - 1, start, -1) if p >= half):
+            return -1, -1, END  # the overlap left no room for a whole cluster
+        cut, kind = e, HARD
     next_start = cut - overlap
     for back in range(MAX_SNAP):
         if next_start - back <= start:
@@ -65,7 +71,7 @@ def split(text: str, *, counter, max_tokens: int, overlap: int = 64) -> list[tup
     """(start, end, tokens, cut kind) of each section, as ``boundctx.sections.split``."""
     if not text:
         return [(0, 0, counter.count_text(""), "end")]
-    tok_start, tok_end = spans(text, counter)
+    tok_start, tok_end = spans(text, counter) if int(sum(counter.piece_bytes(text))) else ([], [])
     out = []
     start = floor = 0
     while True:
@@ -77,9 +83,9 @@ def split(text: str, *, counter, max_tokens: int, overlap: int = 64) -> list[tup
             used = counter.count_text(text[start:end])
             if used <= max_tokens:
                 break
-            k -= max(1, used - max_tokens)
-            if k < 1:
+            if k == 1:
                 raise ValueError("budget too small")
+            k = max(1, min(k - 1, k * max_tokens // used))
         out.append((start, end, used, KINDS[kind]))
         if end == len(text):
             return out

@@ -115,3 +115,12 @@ def test_a_real_transcript_pasted_whole_is_planned_within_bounds():
     p = plan(text, counter=counter, prompt=worker_prompt, context=4096, output_tokens=512, notes_tokens=384)
     assert_tiles(text, p.sections, 64)
     assert all(s.tokens <= p.limit for s in p.sections)
+
+
+def test_a_prompt_that_quotes_the_section_twice_still_plans():
+    text = "lorem ipsum dolor sit amet " * 200
+    p = plan(text, counter=ByteEstimateCounter(), prompt=lambda s: [{"role": "user", "content": s + "\n---\n" + s}],
+             context=1000, output_tokens=0)
+    assert_tiles(text, p.sections, 64)
+    assert all(s.tokens <= 1000 for s in p.sections)
+    assert max(s.tokens for s in p.sections) > 800  # shrunk in proportion, not to nothing

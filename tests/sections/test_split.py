@@ -147,3 +147,32 @@ def test_bad_arguments_are_refused():
         split("x", counter=estimate, max_tokens=0)
     with pytest.raises(ValueError, match="overlap"):
         split("x", counter=estimate, max_tokens=5, overlap=-1)
+
+
+def test_a_budget_whose_overlap_leaves_no_whole_cluster_is_refused_not_cut_inside(cl100k):
+    # 64 characters of family emoji already take most of the budget: the only cut past
+    # the overlap would split a cluster, so the budget is too small.
+    family = "\U0001F468\u200D\U0001F469\u200D\U0001F467"
+    with pytest.raises(SectionBudgetTooSmall):
+        split(family * 60, counter=cl100k, max_tokens=169, overlap=64)
+    with pytest.raises(SectionBudgetTooSmall):
+        split("ab\r\ncd", counter=estimate, max_tokens=3, overlap=2)
+
+
+def test_a_text_the_tokenizer_drops_entirely_is_still_one_section(smollm2):
+    (only,) = split("\x16", counter=smollm2, max_tokens=5, overlap=0)
+    assert (only.start, only.end, only.tokens) == (0, 1, 0)
+
+
+def test_a_huge_overlap_means_everything_and_does_not_overflow():
+    import sys
+    with pytest.raises(SectionBudgetTooSmall):
+        split("abc def " * 20, counter=estimate, max_tokens=10, overlap=sys.maxsize)
+
+
+def test_a_calibrated_estimate_sizes_sections_by_its_ratio():
+    calibrated = ByteEstimateCounter()
+    calibrated.ratio = 0.25
+    text = "word " * 2000
+    sections = split(text, counter=calibrated, max_tokens=100, overlap=8)
+    assert max(s.tokens for s in sections) > 90  # ~400 bytes per section, not ~100

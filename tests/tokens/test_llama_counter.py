@@ -107,11 +107,42 @@ def test_a_template_that_trims_content_still_keeps_special_text_as_text():
     assert tokens.count(2) == 1
 
 
-def test_a_template_that_cuts_content_refuses_special_text_instead_of_miscounting():
-    c = LlamaCounter(chat_template="{% for m in messages %}<|im_start|>{{ m.content[4:] }}<|im_end|>{% endfor %}")
-    with pytest.raises(PromptTemplateError, match="special-token text"):
-        c.count_prompt([{"role": "user", "content": "abc<|im_end|>"}])
-    assert c.count_prompt([{"role": "user", "content": "abcdef"}]) == 2 + c.count_text("ef")
+def test_a_template_that_cuts_content_still_counts_special_text_as_text():
+    c = LlamaCounter(chat_template="{% for m in messages %}<|im_start|>{{ m.content[2:] }}<|im_end|>{% endfor %}")
+    tokens = c.prompt_tokens([{"role": "user", "content": "ab<|im_end|>c"}])
+    assert tokens.count(2) == 1 and tokens.count(1) == 1
+
+
+def test_special_text_split_across_two_data_strings_stays_text():
+    parts = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% for p in m.content %}{{ p.text }}{% endfor %}"
+             "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+    c = LlamaCounter(chat_template=parts)
+    tokens = c.prompt_tokens([{"role": "user", "content": [{"type": "text", "text": "x<|im_"},
+                                                           {"type": "text", "text": "end|>"}]}])
+    assert [t for t in tokens if t in (1, 2)] == [1, 2, 1]
+
+
+def test_special_text_in_a_key_of_a_tool_schema_stays_text():
+    c = LlamaCounter(chat_template="{{ tools | tojson }}{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>"
+                                   "{% endfor %}")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"<|im_end|>": {}}}}}]
+    tokens = c.prompt_tokens([{"role": "user", "content": "x"}], tools=tools)
+    assert [t for t in tokens if t in (1, 2)] == [1, 2]
+
+
+def test_a_template_that_prints_the_time_does_not_break_the_check():
+    c = LlamaCounter(chat_template="{{ strftime_now('%H:%M:%S.%f') }}{% for m in messages %}<|im_start|>"
+                                   "{{ m.content }}<|im_end|>{% endfor %}")
+    tokens = c.prompt_tokens([{"role": "user", "content": "a <|im_end|> b"}])
+    assert [t for t in tokens if t in (1, 2)] == [1, 2]
+
+
+def test_a_template_whose_output_changes_shape_with_special_characters_is_refused():
+    c = LlamaCounter(chat_template="{% for m in messages %}<|im_start|>{% if '<' in m.content %}long{% endif %}"
+                                   "{{ m.content }}<|im_end|>{% endfor %}")
+    with pytest.raises(PromptTemplateError, match="characters of special tokens"):
+        c.count_prompt([{"role": "user", "content": "a <|im_end|>"}])
+    assert c.count_prompt([{"role": "user", "content": "plain"}]) > 0
 
 
 def test_template_errors_are_clear(counter):

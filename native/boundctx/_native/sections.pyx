@@ -198,8 +198,9 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
     (end, next_start, kind) : tuple of int
         ``text[start:end]`` is the section; ``kind`` says how the cut was chosen: 0 end of
         text, 1 newline, 2 whitespace, 3 cluster boundary, 4 inside a cluster wider than
-        the window. ``end`` is -1 when the window holds no cut longer than the overlap
-        (the budget is too small for it); ``next_start`` is -1 after the last section.
+        the window's half (pathological text only). ``end`` is -1 when the budget holds
+        no cut longer than the overlap, or none that keeps a cluster whole past it (the
+        budget is too small); ``next_start`` is -1 after the last section.
     """
     cdef Text t = _text(text)
     cdef Py_ssize_t ntok = tok_end.shape[0], i0, k, e, lo, p, c, ns, kind, snap
@@ -217,6 +218,11 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
         floor = start
     if floor > start:
         raise ValueError(f"floor must be <= start ({start}), got {floor}")
+    # Clamp what can only mean "everything" so no sum below can overflow.
+    if overlap > t.n:
+        overlap = t.n
+    if max_tokens > ntok + 1:
+        max_tokens = ntok + 1
     with nogil:
         # The estimate: the end of the max_tokens-th token overlapping [start, ...),
         # stepped back past tokens that share a character with the next token.
@@ -264,8 +270,18 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
                             break
                         p -= 1
                 if c < 0:
-                    c = e
-                    kind = 4
+                    # No boundary past the overlap. If one lies in the window's usual
+                    # half before it, the overlap is what left no room: the budget is
+                    # too small (end stays -1). Otherwise one cluster covers the whole
+                    # half-window (pathological text): cut inside it.
+                    p = lo - 1
+                    while p > start and p >= start + (e - start) // 2:
+                        if _boundary(&t, p, floor):
+                            break
+                        p -= 1
+                    if not (p > start and p >= start + (e - start) // 2):
+                        c = e
+                        kind = 4
         ns = -1
         if 0 <= c < t.n:
             # Next start: overlap before the cut, moved back (a little) to a boundary.

@@ -19,7 +19,7 @@ exactly once; if it is over, the estimate shrinks by the excess and the cut is r
 
 Invariants, on every input: ``sections[0].start == 0``; ``sections[-1].end ==
 len(text)``; ``text[s.start:s.end]`` is the section (offsets by construction, never by
-search); ``next.start == prev.end - overlap``, moved back by at most
+search); ``next.start == prev.end - overlap``, moved back by fewer than
 ``boundctx._native.sections.MAX_SNAP`` code points only to keep a grapheme cluster (or
 ``\\r\\n``) whole (left inside the cluster only when moving back would reach the previous
 section's start); every measured count is within its limit.
@@ -97,6 +97,10 @@ class SectionPlan(msgspec.Struct, frozen=True):
 
 def _token_spans(text: str, counter: TokenCounter) -> tuple[np.ndarray, np.ndarray]:
     pieces = np.ascontiguousarray(counter.piece_bytes(text), dtype=np.int64)
+    if not len(pieces):
+        # The tokenizer drops the whole text (llama.cpp drops some control characters):
+        # no tokens to place cuts by; the cut rule then treats the rest as one estimate.
+        return pieces, pieces.copy()
     starts = np.empty(len(pieces), dtype=np.int64)
     ends = np.empty(len(pieces), dtype=np.int64)
     _tm.token_spans(text, pieces, starts, ends)
@@ -104,10 +108,10 @@ def _token_spans(text: str, counter: TokenCounter) -> tuple[np.ndarray, np.ndarr
 
 
 def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | None, limit: int,
-         estimate: int, overlap: int, too_small: Callable[[int, int], Exception]) -> list[Section]:
+         estimate: int, overlap: int, too_small: Callable[[int, int], Exception], fixed: int = 0) -> list[Section]:
     """Sections whose ``measure(start, end)`` is at most ``limit``, starting from an
     estimate of ``estimate`` whole-text tokens per section. ``measure=None`` counts
-    the section text itself."""
+    the section text itself; ``fixed`` is what ``measure`` gives an empty section."""
     n = len(text)
     if n == 0:
         return [Section(0, 0, 0, counter.count_text("") if measure is None else measure(0, 0), "end")]
@@ -127,11 +131,12 @@ def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | 
             used = measure(start, end)
             if used <= limit:
                 break
-            # Over: the slice tokenizes longer than the whole text suggested. Shrink
-            # the estimate by the excess and cut again (never by less than a token).
-            k -= max(1, used - limit)
-            if k < 1:
+            # Over: the slice tokenizes longer than the whole text suggested. Shrink the
+            # estimate in proportion to the section's share of the count (a prompt may
+            # hold the section more than once), by at least one token, and cut again.
+            if k == 1:
                 raise too_small(start, 0)
+            k = max(1, min(k - 1, k * (limit - fixed) // (used - fixed)))
         sections.append(Section(len(sections), start, end, used, CUT_KINDS[kind]))
         if end == n:
             return sections
@@ -279,7 +284,7 @@ def plan(text: str, *, counter: TokenCounter, prompt: Callable[[str], Sequence[M
 
     if room < 1:
         raise too_small(0, 0)
-    sections = _cut(text, counter, measure, limit, room, overlap, too_small)
+    sections = _cut(text, counter, measure, limit, room, overlap, too_small, fixed)
     if len(sections) > max_sections:
         raise TooManySections(
             f"the source ({n:,} characters) needs {len(sections)} sections at {limit} tokens "

@@ -92,8 +92,16 @@ class ByteEstimateCounter(TokenCounter):
                 + self._overhead(messages, add_generation_prompt))
 
     def piece_bytes(self, text: str) -> np.ndarray:
-        """Every byte a token: the boundaries of the worst case this estimate assumes."""
-        return np.ones(_tm.utf8_length(text), dtype=np.int64)
+        """Token boundaries as this estimate sees them: ``count_text(text)`` pieces
+        sharing the text's bytes evenly (one byte each until calibration lowers the
+        ratio)."""
+        total = _tm.utf8_length(text)
+        n = self.count_text(text)
+        if n <= 0:
+            return np.empty(0, dtype=np.int64)
+        pieces = np.full(n, total // n, dtype=np.int64)
+        pieces[: total % n] += 1
+        return pieces
 
     # -- calibration --------------------------------------------------------------
 

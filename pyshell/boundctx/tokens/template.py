@@ -90,7 +90,7 @@ class ChatTemplate:
 
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                tools: Sequence[Mapping[str, Any]] | None = None,
-               add_generation_prompt: bool = True) -> str:
+               add_generation_prompt: bool = True, now: datetime | None = None) -> str:
         """The prompt text for ``messages`` (and ``tools``), as llama-cpp-python renders it.
 
         Raises
@@ -99,12 +99,13 @@ class ChatTemplate:
             The template raised (for example on roles that do not alternate) or failed.
         """
         import jinja2
+        clock = now if now is not None else datetime.now()
         try:
             return self._template.render(
-                messages=[dict(m) for m in messages], tools=list(tools) if tools else None,
+                messages=[dict(m) for m in messages], tools=list(tools) if tools is not None else None,
                 add_generation_prompt=add_generation_prompt, bos_token=self.bos_token,
                 eos_token=self.eos_token, raise_exception=_raise_exception,
-                strftime_now=lambda fmt: datetime.now().strftime(fmt),
+                strftime_now=lambda fmt: clock.strftime(fmt),
                 functions=None, function_call=None, tool_choice=None)
         except PromptTemplateError:
             raise
@@ -116,35 +117,83 @@ class ChatTemplate:
     def render_marked(self, messages: Sequence[Mapping[str, Any]], *,
                       tools: Sequence[Mapping[str, Any]] | None = None,
                       add_generation_prompt: bool = True) -> tuple[str, list[tuple[int, int]]]:
-        """The prompt, and the ``[start, end)`` character ranges of special-token texts
-        that came from message or tool data (which must be tokenized as text).
+        """The prompt, and ``[start, end)`` character ranges that came from message or
+        tool data where a special-token text could form (the tokenizer must keep any
+        special-token match touching them as text).
 
-        Each such occurrence is wrapped in a unique marker before rendering, so it can be
-        told apart from the template's own special tokens after the template has done
-        whatever it does (trim, join, ``tojson``) with the data.
+        Special-token texts are made of delimiters (``<``, ``|``, ``>``, ``[`` ...) and
+        letters. The template is rendered a second time with every delimiter character
+        in the data (values and keys, so a special split across two strings or hidden in
+        a key is caught too) replaced by a private stand-in of the same length; the
+        positions where the two renders differ are the data's delimiters. Identifiers
+        the template compares (roles, key names) hold no delimiters and are untouched.
+        A special token with no delimiter at all is found whole inside data strings.
+
+        Raises
+        ------
+        PromptTemplateError
+            Data holds special-token characters and the template treats data in a way
+            neither method can follow (its output changes shape with them).
         """
-        plain = self.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
-        specials = [s for s in self.special_tokens if _appears_in(s, messages, tools)]
-        if not specials:
-            return plain, []
+        now = datetime.now()  # one clock for every render of this prompt
+        plain = self.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, now=now)
+        ranges: list[tuple[int, int]] = []
+        if self._delimiters and _any_char_in(self._delimiters, messages, tools):
+            swap = self._stand_ins
+            neutral_messages = [_swap_chars(m, swap) for m in messages]
+            neutral_tools = _swap_chars(list(tools), swap) if tools is not None else None
+            neutral = self.render(neutral_messages, tools=neutral_tools,
+                                  add_generation_prompt=add_generation_prompt, now=now)
+            back = {v: k for k, v in swap.items()}
+            differ = [i for i, (a, b) in enumerate(zip(plain, neutral)) if a != b]
+            if len(neutral) != len(plain) or any(back.get(neutral[i]) != plain[i] for i in differ):
+                raise PromptTemplateError(
+                    "a message contains characters of special tokens (such as "
+                    f"{self.special_tokens[0]!r}) and this chat template changes its output with them, "
+                    "so they cannot be kept as plain text safely; remove them from the message")
+            for i in differ:
+                if ranges and ranges[-1][1] == i:
+                    ranges[-1] = (ranges[-1][0], i + 1)
+                else:
+                    ranges.append((i, i + 1))
+        whole = [t for t in self._plain_specials if _appears_in(t, messages, tools)]
+        if whole:
+            ranges = sorted(ranges + self._whole_occurrences(plain, whole, messages, tools,
+                                                             add_generation_prompt, now))
+        return plain, ranges
+
+    @property
+    def _delimiters(self) -> frozenset[str]:
+        return frozenset(c for t in self.special_tokens for c in t if not (c.isalnum() or c == "_" or c.isspace()))
+
+    @property
+    def _stand_ins(self) -> dict[str, str]:
+        # One private-use character per delimiter, so the renders can be told apart.
+        return {c: chr(0xF0000 + i) for i, c in enumerate(sorted(self._delimiters))}
+
+    @property
+    def _plain_specials(self) -> list[str]:
+        """Special tokens with no delimiter, which the stand-ins cannot reveal."""
+        return [t for t in self.special_tokens if not any(c in self._delimiters for c in t)]
+
+    def _whole_occurrences(self, plain: str, specials: list[str], messages, tools, add_generation_prompt: bool,
+                           now: datetime) -> list[tuple[int, int]]:
+        """Ranges of whole special-token texts inside data strings, found by wrapping each
+        in unique markers and rendering once more."""
         nonce = secrets.token_hex(8)
         opener, closer = f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003"
 
         def wrap(value: Any) -> Any:
             if isinstance(value, str):
-                for s in specials:  # longest first, so a longer special wins
-                    if s in value:
-                        value = _wrap_occurrences(value, specials, opener, closer)
-                        break
-                return value
+                return _wrap_occurrences(value, specials, opener, closer) if any(s in value for s in specials) else value
             if isinstance(value, Mapping):
                 return {k: wrap(v) for k, v in value.items()}
             if isinstance(value, (list, tuple)):
                 return [wrap(v) for v in value]
             return value
 
-        marked = self.render([wrap(m) for m in messages], tools=wrap(list(tools)) if tools else None,
-                             add_generation_prompt=add_generation_prompt)
+        marked = self.render([wrap(m) for m in messages], tools=wrap(list(tools)) if tools is not None else None,
+                             add_generation_prompt=add_generation_prompt, now=now)
         ranges: list[tuple[int, int]] = []
         out: list[str] = []
         pos = length = 0
@@ -164,14 +213,36 @@ class ChatTemplate:
             length += len(inner)
             pos = j + len(closer)
         if "".join(out) != plain:
-            # The template changed data in a way the markers could not follow (it sliced
-            # or re-encoded a string). Counting it with special tokens parsed would be
-            # wrong; counting it without would not be what the model sees.
             raise PromptTemplateError(
-                "a message contains special-token text (such as "
-                f"{specials[0]!r}) and this chat template transforms message text, so it "
-                "cannot be kept as plain text safely; remove that text from the message")
-        return plain, ranges
+                f"a message contains special-token text (such as {specials[0]!r}) and this chat template "
+                "transforms message text, so it cannot be kept as plain text safely; remove that text")
+        return ranges
+
+
+def _any_char_in(chars: frozenset[str], messages, tools) -> bool:
+    stack: list[Any] = [list(messages), list(tools or ())]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if not chars.isdisjoint(value):
+                return True
+        elif isinstance(value, Mapping):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return False
+
+
+def _swap_chars(value: Any, swap: dict[str, str]) -> Any:
+    """``value`` with every character in ``swap`` replaced in its strings and keys."""
+    if isinstance(value, str):
+        return value.translate(str.maketrans(swap)) if not frozenset(swap).isdisjoint(value) else value
+    if isinstance(value, Mapping):
+        return {_swap_chars(k, swap): _swap_chars(v, swap) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_swap_chars(v, swap) for v in value]
+    return value
 
 
 def _appears_in(special: str, messages: Sequence[Mapping[str, Any]],
