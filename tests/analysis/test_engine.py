@@ -190,3 +190,21 @@ def test_cancelling_stops_before_another_section_runs():
     engine = Engine(p, settings=settings(analysis__worker_n_ctx=2048), max_reply_tokens=256)
     events = list(engine.reply(ASK, files=[("build.log", LOG)], cancel=cancel))
     assert events[-1] == Done("cancelled") and len(p.requests) == 2 and p.active == 0
+
+
+def test_tool_results_that_fit_pass_whole_while_the_one_that_does_not_is_read():
+    small = "exit 0, 3 files changed"
+    convo = [{"role": "user", "content": "run both"},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"id": "a", "type": "function", "function": {"name": "sh", "arguments": "{}"}},
+                 {"id": "b", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "a", "content": LOG},
+             {"role": "tool", "tool_call_id": "b", "content": small}]
+    p = ScriptedProvider(Model(), context_window=8192)
+    events = run(p, convo)
+    assert isinstance(events[-1], Done)
+    coordinator = [r for r in p.requests if not is_worker(r)][-1]
+    tools = {m["tool_call_id"]: m["content"] for m in coordinator.messages if m["role"] == "tool"}
+    assert tools["b"] == small and tools["a"].startswith("[tool result") and "read completely" in tools["a"]
+    workers = [r for r in p.requests if is_worker(r)]
+    assert workers and all(small not in r.messages[-1]["content"] for r in workers)
