@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from boundctx._native import load
+from boundctx import config as _config
 from boundctx.errors import (
     EntryInvalid,
     PartialHistoryRewrite,
@@ -54,7 +55,9 @@ _li = load("lineindex")
 __all__ = ["RENDERER_PRESET", "Transcript"]
 
 #: The ``renderer`` preset: the newest 100 messages, 64 KiB of text each.
-RENDERER_PRESET = {"message_limit": 100, "content_limit": 65536}
+# The renderer preset's defaults are the transcript.window_* settings' defaults.
+RENDERER_PRESET = {"message_limit": _config.KEYS["transcript.window_messages"].default,
+                   "content_limit": _config.KEYS["transcript.window_content_bytes"].default}
 
 # A projected line is read as its first content_limit + ENVELOPE bytes: room for the
 # keys, ids and structure around the text without reading the rest of a huge line.
