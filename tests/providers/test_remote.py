@@ -183,3 +183,40 @@ def test_no_server_is_a_clear_error():
     url = f"http://127.0.0.1:{free_port()}"
     with OpenAICompatibleProvider(url, max_retries=0) as p, pytest.raises(ServerUnreachable, match="cannot connect"):
         p.chat(HI)
+
+
+def test_the_async_stream_gives_the_same_chunks_and_errors(scripted):
+    import asyncio
+
+    pieces = [delta("hel"), delta("lo"), delta(tool_calls=[{"index": 0, "id": "c1", "function": {
+        "name": "f", "arguments": "{}"}}]), delta(finish="tool_calls")]
+    s = scripted((503, {"error": {"message": "loading"}}), (200, pieces), (200, [delta("partial "), None]))
+
+    async def go():
+        p = OpenAICompatibleProvider(s.url, max_retries=1)
+        try:
+            chunks = [c async for c in p.astream_chat(HI)]
+            with pytest.raises(ServerUnreachable, match="not resent"):
+                [c async for c in p.astream_chat(HI)]
+            return chunks
+        finally:
+            await p.aclose()
+
+    chunks = asyncio.run(go())
+    assert [c.text for c in chunks if isinstance(c, TextChunk)] == ["hel", "lo"]
+    assert chunks[-2].name == "f" and chunks[-1].reason == "tool_calls"
+    assert len(s.requests) == 3
+
+
+def test_the_async_stream_works_against_the_real_server(server_url):
+    import asyncio
+
+    async def go():
+        p = OpenAICompatibleProvider(server_url, context_window=1024)
+        try:
+            return [c async for c in p.astream_chat(HI, max_tokens=6, temperature=0)]
+        finally:
+            await p.aclose()
+
+    chunks = asyncio.run(go())
+    assert any(isinstance(c, TextChunk) for c in chunks) and chunks[-1].reason in ("stop", "length")

@@ -11,7 +11,7 @@ import msgspec
 from boundctx.errors import ContextOverflow
 from boundctx.tokens.base import Message, TokenCounter
 
-__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "TextChunk", "ToolCallChunk"]
+__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "TextChunk", "ToolCallChunk", "make_request"]
 
 
 class TextChunk(msgspec.Struct, frozen=True):
@@ -56,6 +56,18 @@ class ChatRequest(msgspec.Struct, frozen=True):
     temperature: float = 0.2
     stop: list[str] | None = None
     schema: dict[str, Any] | None = None
+
+
+def make_request(messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None, max_tokens: int,
+                 temperature: float, stop: Sequence[str] | None, schema: Mapping[str, Any] | None,
+                 timeout_s: float | None) -> ChatRequest:
+    """A checked :class:`ChatRequest` (shared by the sync and async entry points)."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    return ChatRequest([dict(m) for m in messages], [dict(t) for t in tools] if tools else None,
+                       max_tokens, float(temperature), list(stop) if stop else None, dict(schema) if schema else None)
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -116,13 +128,8 @@ class Provider(ABC):
             The prompt plus ``max_tokens`` does not fit ``context_window``; checked before
             any model call where counts are exact.
         """
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        request = ChatRequest([dict(m) for m in messages], [dict(t) for t in tools] if tools else None,
-                              max_tokens, float(temperature), list(stop) if stop else None,
-                              dict(schema) if schema else None)
-        if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        request = make_request(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stop=stop,
+                               schema=schema, timeout_s=timeout_s)
         return self._stream(request, cancel=cancel, timeout_s=timeout_s)
 
     @abstractmethod

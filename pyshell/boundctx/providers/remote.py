@@ -12,10 +12,11 @@ never silently resent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -28,7 +29,8 @@ from boundctx.errors import (
     ServerTimeout,
     ServerUnreachable,
 )
-from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk
+from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk, make_request
+from boundctx.tokens.base import Message
 from boundctx.tokens.base import TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
@@ -80,11 +82,19 @@ class OpenAICompatibleProvider(Provider):
         self.timeout = timeout
         self.max_retries = max_retries
         self._schema_style = "json_schema"
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=timeout,
                                     transport=transport)
+        self._async_client: httpx.AsyncClient | None = None
 
     def close(self) -> None:
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the async client (and the sync one)."""
+        if self._async_client is not None:
+            await self._async_client.aclose()
+            self._async_client = None
         self._client.close()
 
     def __enter__(self) -> OpenAICompatibleProvider:
@@ -111,28 +121,41 @@ class OpenAICompatibleProvider(Provider):
                 body["response_format"] = {"type": "json_object", "schema": request.schema}
         return body
 
+    # Retry policy, shared by the sync and async paths: a send that failed before any
+    # response (refused, or a kept-alive connection the server had already dropped) and
+    # a 429/503 answer are tried again; nothing had reached us, so it is safe.
+    _UNSENT = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+    def _unsent(self, exc: Exception, attempt: int) -> float:
+        """Seconds to wait before trying again, or raise when out of attempts."""
+        url = f"{self.base_url}/v1/chat/completions"
+        if isinstance(exc, httpx.TimeoutException):
+            raise ServerTimeout(f"{url} did not answer within {self.timeout:g} s") from exc
+        if attempt == self.max_retries:
+            raise ServerUnreachable(
+                f"cannot connect to {url} ({exc}); start the server or pass the right base_url") from exc
+        return 0.2 * 2 ** attempt
+
+    def _busy_wait(self, response: httpx.Response, attempt: int) -> float | None:
+        """Seconds to wait when the server is busy and attempts remain, else None."""
+        if response.status_code in _RETRY_STATUS and attempt < self.max_retries:
+            return min(_retry_after(response) or 0.5 * 2 ** attempt, 10.0)
+        return None
+
     def _open(self, body: dict[str, Any]) -> httpx.Response:
         """The streaming response, after the retries that are safe."""
         url = f"{self.base_url}/v1/chat/completions"
         for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
             try:
                 response = self._client.send(self._client.build_request("POST", "/v1/chat/completions", json=body),
                                              stream=True)
-            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-                # No response yet (refused, or a kept-alive connection the server had
-                # already dropped): nothing reached us, so trying again is safe.
-                if last:
-                    raise ServerUnreachable(
-                        f"cannot connect to {url} ({exc}); start the server or pass the right base_url") from exc
-                time.sleep(0.2 * 2 ** attempt)
+            except (*self._UNSENT, httpx.TimeoutException) as exc:
+                time.sleep(self._unsent(exc, attempt))
                 continue
-            except httpx.TimeoutException as exc:
-                raise ServerTimeout(f"{url} did not answer within {self.timeout:g} s") from exc
-            if response.status_code in _RETRY_STATUS and not last:
-                wait = _retry_after(response) or 0.5 * 2 ** attempt
+            wait = self._busy_wait(response, attempt)
+            if wait is not None:
                 response.close()
-                time.sleep(min(wait, 10.0))
+                time.sleep(wait)
                 continue
             if response.status_code >= 400:
                 try:
@@ -145,6 +168,87 @@ class OpenAICompatibleProvider(Provider):
                 raise self._error(url, response)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _aopen(self, body: dict[str, Any]) -> httpx.Response:
+        """:meth:`_open` for the async client."""
+        if self._async_client is None:
+            self._async_client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
+                                                   timeout=self.timeout)
+        client = self._async_client
+        url = f"{self.base_url}/v1/chat/completions"
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = await client.send(client.build_request("POST", "/v1/chat/completions", json=body),
+                                             stream=True)
+            except (*self._UNSENT, httpx.TimeoutException) as exc:
+                await asyncio.sleep(self._unsent(exc, attempt))
+                continue
+            wait = self._busy_wait(response, attempt)
+            if wait is not None:
+                await response.aclose()
+                await asyncio.sleep(wait)
+                continue
+            if response.status_code >= 400:
+                try:
+                    await response.aread()
+                except httpx.TransportError as exc:
+                    raise ServerUnreachable(f"{url} answered {response.status_code} and dropped the "
+                                            f"connection before saying why ({exc})") from exc
+                finally:
+                    await response.aclose()
+                raise self._error(url, response)
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def astream_chat(self, messages: Sequence[Message], *,
+                           tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
+                           temperature: float = 0.2, stop: Sequence[str] | None = None,
+                           schema: Mapping[str, Any] | None = None, cancel: Any = None,
+                           timeout_s: float | None = None) -> AsyncIterator[Chunk]:
+        """:meth:`stream_chat` for asyncio: the same chunks, the same errors. ``cancel``
+        may be a ``threading.Event`` or an ``asyncio.Event``."""
+        request = make_request(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stop=stop,
+                               schema=schema, timeout_s=timeout_s)
+        prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
+        self._check_fits(prompt_tokens, request.max_tokens)
+        started = time.monotonic()
+        try:
+            response = await self._aopen(self._body(request))
+        except ServerResponseError as exc:  # as in _stream: the other response_format form, once
+            if request.schema is None or self._schema_style != "json_schema" or "response_format" not in str(exc):
+                raise
+            self._schema_style = "json_object"
+            response = await self._aopen(self._body(request))
+        state = _StreamState(self.base_url)
+        try:
+            try:
+                async for line in response.aiter_lines():
+                    if state.interrupted(cancel, started, timeout_s):
+                        break
+                    if state.feed(line):
+                        for chunk in state.pending():
+                            yield chunk
+                    if state.done:
+                        break
+            except httpx.TimeoutException as exc:
+                raise ServerTimeout(f"{self.base_url} sent nothing for {self.timeout:g} s in the middle of a "
+                                    "reply") from exc
+            except httpx.TransportError as exc:
+                raise ServerUnreachable(f"the connection to {self.base_url} broke in the middle of a reply "
+                                        f"({exc}); the reply was not resent") from exc
+        finally:
+            await response.aclose()
+        if state.empty:  # as in _stream: ask once without streaming to learn why
+            response = await self._aopen(self._unstreamed_body(request))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            for chunk in _unstreamed_chunks(response, prompt_tokens):
+                yield chunk
+            return
+        for chunk in state.close(self, request, prompt_tokens):
+            yield chunk
 
     def _error(self, url: str, response: httpx.Response) -> Exception:
         try:
@@ -185,88 +289,137 @@ class OpenAICompatibleProvider(Provider):
                 raise
             self._schema_style = "json_object"
             response = self._open(self._body(request))
-        calls: dict[int, dict[str, str]] = {}
-        reason = "stop"
-        ended = False  # [DONE] or a finish_reason: the reply is complete
-        events = 0
-        usage: dict[str, Any] = {}
+        state = _StreamState(self.base_url)
         try:
             for line in _lines(response, self.base_url, self.timeout):
-                if cancel is not None and cancel.is_set():
-                    reason = "cancelled"
+                if state.interrupted(cancel, started, timeout_s):
                     break
-                if timeout_s is not None and time.monotonic() - started > timeout_s:
-                    raise GenerationTimeout(f"the remote generation ran past its {timeout_s:g} s limit; "
-                                            "the stream was closed")
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    ended = True
+                if state.feed(line):
+                    yield from state.pending()
+                if state.done:
                     break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    raise ServerResponseError(f"the server streamed a line that is not JSON: {data[:200]!r}") from None
-                events += 1
-                if "error" in event:
-                    raise ServerResponseError(f"the server failed mid-stream: {event['error']}")
-                usage = event.get("usage") or usage
-                for choice in event.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        yield TextChunk(delta["content"])
-                    for call in delta.get("tool_calls") or ():
-                        slot = calls.setdefault(call.get("index", len(calls)), {"id": "", "name": "", "arguments": ""})
-                        fn = call.get("function") or {}
-                        slot["id"] = call.get("id") or slot["id"]
-                        slot["name"] += fn.get("name") or ""
-                        slot["arguments"] += fn.get("arguments") or ""
-                    if choice.get("finish_reason"):
-                        reason = choice["finish_reason"]
-                        ended = True
         finally:
             response.close()
-        if not ended and not events and reason != "cancelled":
+        if state.empty:
             # Some servers (llama-cpp-python's) answer 200 and then close an empty stream
             # when the request fails, e.g. a prompt over the window. Nothing was
             # generated, so asking once without streaming is safe and gets the error.
             yield from self._without_streaming(request, prompt_tokens)
             return
-        if not ended and reason != "cancelled":
-            raise ServerUnreachable(f"the stream from {self.base_url} ended before the reply did; "
-                                    "the reply was not resent")
-        for index in sorted(calls):
-            slot = calls[index]
-            yield ToolCallChunk(slot["id"] or f"call_{index}", slot["name"], slot["arguments"])
-        reported = usage.get("prompt_tokens")
-        if isinstance(reported, int) and isinstance(self.counter, ByteEstimateCounter):
-            self.counter.observe(request.messages, reported, tools=request.tools)
-        yield Finish(reason, reported if isinstance(reported, int) else prompt_tokens,
-                     usage.get("completion_tokens"))
+        yield from state.close(self, request, prompt_tokens)
 
-
-    def _without_streaming(self, request: ChatRequest, prompt_tokens: int) -> Iterator[Chunk]:
+    def _unstreamed_body(self, request: ChatRequest) -> dict[str, Any]:
         body = {**self._body(request), "stream": False}
         body.pop("stream_options")
-        response = self._open(body)
+        return body
+
+    def _without_streaming(self, request: ChatRequest, prompt_tokens: int) -> Iterator[Chunk]:
+        response = self._open(self._unstreamed_body(request))
         try:
             response.read()
         finally:
             response.close()
+        yield from _unstreamed_chunks(response, prompt_tokens)
+
+
+def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int) -> list[Chunk]:
+    """The chunks of a whole (non-streamed) chat completion."""
+    try:
+        body = response.json()
+        choice = body["choices"][0]
+        usage = body.get("usage") or {}
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ServerResponseError(f"the server's reply has no choices: {response.text[:300]!r}") from None
+    message = choice.get("message") or {}
+    out: list[Chunk] = []
+    if message.get("content"):
+        out.append(TextChunk(message["content"]))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        fn = call.get("function") or {}
+        out.append(ToolCallChunk(call.get("id") or f"call_{index}", fn.get("name", ""), fn.get("arguments", "")))
+    out.append(Finish(choice.get("finish_reason") or "stop", usage.get("prompt_tokens", prompt_tokens),
+                      usage.get("completion_tokens")))
+    return out
+
+
+class _StreamState:
+    """What one SSE stream has said so far: text to pass on, tool calls being assembled,
+    the finish reason and the usage. Shared by the sync and async streams."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.calls: dict[int, dict[str, str]] = {}
+        self.reason = "stop"
+        self.ended = False  # [DONE] or a finish_reason: the reply is complete
+        self.done = False   # [DONE]: stop reading
+        self.events = 0
+        self.usage: dict[str, Any] = {}
+        self._text: list[str] = []
+
+    def interrupted(self, cancel: Any, started: float, timeout_s: float | None) -> bool:
+        """True when the caller cancelled (the stream then ends as "cancelled");
+        raises :class:`GenerationTimeout` past the time limit."""
+        if cancel is not None and cancel.is_set():
+            self.reason = "cancelled"
+            return True
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            raise GenerationTimeout(f"the remote generation ran past its {timeout_s:g} s limit; the stream was closed")
+        return False
+
+    def feed(self, line: str) -> bool:
+        """Take one line; True when it produced text to pass on (see :meth:`pending`)."""
+        if not line.startswith("data:"):
+            return False
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.ended = self.done = True
+            return False
         try:
-            choice = response.json()["choices"][0]
-            usage = response.json().get("usage") or {}
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ServerResponseError(f"the server's reply has no choices: {response.text[:300]!r}") from None
-        message = choice.get("message") or {}
-        if message.get("content"):
-            yield TextChunk(message["content"])
-        for index, call in enumerate(message.get("tool_calls") or ()):
-            fn = call.get("function") or {}
-            yield ToolCallChunk(call.get("id") or f"call_{index}", fn.get("name", ""), fn.get("arguments", ""))
-        yield Finish(choice.get("finish_reason") or "stop", usage.get("prompt_tokens", prompt_tokens),
-                     usage.get("completion_tokens"))
+            event = json.loads(data)
+        except ValueError:
+            raise ServerResponseError(f"the server streamed a line that is not JSON: {data[:200]!r}") from None
+        self.events += 1
+        if "error" in event:
+            raise ServerResponseError(f"the server failed mid-stream: {event['error']}")
+        self.usage = event.get("usage") or self.usage
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self._text.append(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                slot = self.calls.setdefault(call.get("index", len(self.calls)), {"id": "", "name": "", "arguments": ""})
+                fn = call.get("function") or {}
+                slot["id"] = call.get("id") or slot["id"]
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.reason = choice["finish_reason"]
+                self.ended = True
+        return bool(self._text)
+
+    def pending(self) -> list[TextChunk]:
+        out = [TextChunk(t) for t in self._text]
+        self._text.clear()
+        return out
+
+    @property
+    def empty(self) -> bool:
+        """Nothing at all came back (and the caller did not cancel)."""
+        return not self.ended and not self.events and self.reason != "cancelled"
+
+    def close(self, provider: OpenAICompatibleProvider, request: ChatRequest, prompt_tokens: int) -> list[Chunk]:
+        """The tool calls and the Finish, after checking the stream really ended."""
+        if not self.ended and self.reason != "cancelled":
+            raise ServerUnreachable(f"the stream from {self.base_url} ended before the reply did; "
+                                    "the reply was not resent")
+        out: list[Chunk] = [ToolCallChunk(slot["id"] or f"call_{i}", slot["name"], slot["arguments"])
+                            for i, slot in sorted(self.calls.items())]
+        reported = self.usage.get("prompt_tokens")
+        if isinstance(reported, int) and isinstance(provider.counter, ByteEstimateCounter):
+            provider.counter.observe(request.messages, reported, tools=request.tools)
+        out.append(Finish(self.reason, reported if isinstance(reported, int) else prompt_tokens,
+                          self.usage.get("completion_tokens")))
+        return out
 
 
 def _lines(response: httpx.Response, base_url: str, timeout: float) -> Iterator[str]:
