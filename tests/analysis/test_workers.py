@@ -136,3 +136,22 @@ def test_the_original_is_kept_for_exact_rereads():
     assert originals.read(oid, 0, 100) == LOG[:100]
     assert section_of(p.requests[0])[2:4] == (0, section_of(p.requests[0])[3])
     assert f"({oid}, characters" in p.requests[0].messages[-1]["content"]
+
+
+def test_notes_that_re_tokenize_longer_than_their_budget_are_cut_to_it_with_a_marker():
+    from boundctx.analysis.workers import NOTES_CUT
+    from boundctx.tokens import ByteEstimateCounter
+
+    class GeneratesMoreThanItCounts(ScriptedProvider):
+        """A model whose output passes its max_tokens when counted again (as a real
+        model's non-canonical token choices can)."""
+
+        def _fit(self, text, piece, max_tokens):
+            return piece
+
+    p = GeneratesMoreThanItCounts(lambda r: "line of notes\n" * 40, context_window=4096,
+                                  counter=ByteEstimateCounter())
+    _, events = run(p)
+    noted = [e for e in events if e.phase == "noted"]
+    assert noted and all(e.notes_tokens <= 128 for e in noted)
+    assert notes_of(p.requests[2]).endswith(NOTES_CUT)

@@ -167,12 +167,38 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
                 f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "
                 f"sections {', '.join(str(u[0]) for u in unread)} of {label} were not read, so the reply "
                 "cannot be answered from the whole input", uncovered=unread) from exc
-        notes[worker] = "".join(pieces).strip()
+        notes[worker] = _bound_notes(provider, "".join(pieces).strip(), notes_max)
         read[worker].append(number)
         yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started,
                                provider.counter.count_text(notes[worker]))
     yield AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started)
     return [Notes(w, notes[w], read[w]) for w in range(workers) if read[w]]
+
+
+#: Appended to notes that had to be cut to their budget.
+NOTES_CUT = " [notes cut to their budget]"
+
+
+def _bound_notes(provider: Provider, notes: str, limit: int) -> str:
+    """``notes`` within ``limit`` tokens as the model's tokenizer counts them.
+
+    Generation stops at ``limit`` generated tokens, but a model's own token choices can
+    re-tokenize longer than that; the notes then keep their longest prefix that fits,
+    ending at a line where possible, with a marker saying they were cut.
+    """
+    count = provider.counter.count_text
+    if count(notes) <= limit:
+        return notes
+    lo, hi = 0, len(notes)
+    while lo < hi:  # invariant: notes[:lo] + NOTES_CUT fits; notes[:hi + 1] + NOTES_CUT does not
+        mid = (lo + hi + 1) // 2
+        if count(notes[:mid] + NOTES_CUT) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    line_end = notes.rfind("\n", 0, lo)
+    keep = notes[:line_end] if line_end > lo // 2 else notes[:lo]
+    return keep + NOTES_CUT
 
 
 def _fit_notes(provider: Provider, messages: list[dict[str, Any]], notes: str, limit: int,
