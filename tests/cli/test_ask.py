@@ -28,7 +28,8 @@ def test_the_readme_command_reads_the_example_in_sections_on_the_embedded_model(
     assert sorted(e["section"] for e in progress if e["phase"] == "noted") == list(range(1, total + 1))
     assert {e["worker"] for e in progress} == {0, 1}
     assert all(e["notes_tokens"] <= 384 for e in progress if e["phase"] == "noted")
-    assert any(e["type"] == "reply_delta" for e in events)
+    # The coordinator ran (what it says is the tiny model's business: it may even stop at once).
+    assert events[-1]["usage"]["prompt_tokens"] > 0
     counter = LlamaCounter()
     assert counter.count_text(EXAMPLE.read_text()) > 2048  # it could not have been sent whole
     assert events[-1]["usage"]["prompt_tokens"] < counter.count_text(EXAMPLE.read_text())
