@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _environment import run_facts  # noqa: E402
 
 from boundctx import config  # noqa: E402
+from boundctx._search import longest_fitting  # noqa: E402
 from boundctx.analysis import READ_TOOL_NAME, Engine  # noqa: E402
 from boundctx.analysis.workers import WORKER_INSTRUCTIONS  # noqa: E402
 from boundctx.events import Done, ReplyDelta, ToolCall  # noqa: E402
@@ -198,14 +199,8 @@ def ask(condition: str, document: str, q: dict, counter, settings) -> tuple[str,
         files = [("document", document)]
     elif condition == "A":  # the old behaviour: the prefix that fits
         room = WINDOW - REPLY_TOKENS - counter.count_prompt([{"role": "user", "content": question}]) - 32
-        lo, hi = 0, len(document)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if counter.count_text(document[:mid]) <= room:
-                lo = mid
-            else:
-                hi = mid - 1
-        files = [("document", document[:lo])]
+        keep = longest_fitting(len(document), lambda k: counter.count_text(document[:k]) <= room)
+        files = [("document", document[:keep])]
     elif condition == "O":
         sentence = next(f.group(0) for f in FACT.finditer(document)
                         if f.group(1) == q["attribute"] and f.group(2) == q["entity"] and f.group(3) == q["answer"])

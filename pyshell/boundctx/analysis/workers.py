@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from boundctx._search import longest_fitting
 from boundctx.analysis.originals import Originals
 from boundctx.errors import GenerationError, IncompleteCoverage, ServerError
 from boundctx.events import AnalysisProgress
@@ -189,13 +190,7 @@ def _bound_notes(provider: Provider, notes: str, limit: int) -> str:
     count = provider.counter.count_text
     if count(notes) <= limit:
         return notes
-    lo, hi = 0, len(notes)
-    while lo < hi:  # invariant: notes[:lo] + NOTES_CUT fits; notes[:hi + 1] + NOTES_CUT does not
-        mid = (lo + hi + 1) // 2
-        if count(notes[:mid] + NOTES_CUT) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
+    lo = longest_fitting(len(notes), lambda k: count(notes[:k] + NOTES_CUT) <= limit)
     line_end = notes.rfind("\n", 0, lo)
     keep = notes[:line_end] if line_end > lo // 2 else notes[:lo]
     return keep + NOTES_CUT
@@ -208,11 +203,5 @@ def _fit_notes(provider: Provider, messages: list[dict[str, Any]], notes: str, l
     can be less compact than its tokenizer's)."""
     if provider.count_prompt(messages) <= limit or not notes:
         return messages
-    lo, hi = 0, len(notes)
-    while lo < hi:  # invariant: notes[:lo] fits; notes[:hi + 1] does not
-        mid = (lo + hi + 1) // 2
-        if provider.count_prompt(rebuild(notes[:mid] + " [notes cut to fit]")) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return rebuild(notes[:lo] + " [notes cut to fit]")
+    lo = longest_fitting(len(notes), lambda k: provider.count_prompt(rebuild(notes[:k] + NOTES_CUT)) <= limit)
+    return rebuild(notes[:lo] + NOTES_CUT)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Union
 
+from boundctx._search import longest_fitting
 from boundctx.errors import GenerationTimeout
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk
 from boundctx.tokens.base import TokenCounter
@@ -91,13 +92,4 @@ class ScriptedProvider(Provider):
 
     def _fit(self, text: str, piece: str, max_tokens: int) -> str:
         """The longest prefix of ``piece`` that keeps the reply within ``max_tokens``."""
-        if self.counter.count_text(text + piece) <= max_tokens:
-            return piece
-        lo, hi = 0, len(piece)
-        while lo < hi:  # invariant: piece[:lo] fits, piece[:hi + 1] does not
-            mid = (lo + hi + 1) // 2
-            if self.counter.count_text(text + piece[:mid]) <= max_tokens:
-                lo = mid
-            else:
-                hi = mid - 1
-        return piece[:lo]
+        return piece[:longest_fitting(len(piece), lambda k: self.counter.count_text(text + piece[:k]) <= max_tokens)]

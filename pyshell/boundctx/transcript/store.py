@@ -24,6 +24,7 @@ import numpy as np
 
 from boundctx._native import load
 from boundctx import config as _config
+from boundctx._search import longest_fitting
 from boundctx.errors import (
     EntryInvalid,
     PartialHistoryRewrite,
@@ -476,12 +477,7 @@ class Transcript:
             def fits(k: int) -> bool:
                 return len(bytes(body[:k]).decode("utf-8", "replace").encode()) <= content_limit
 
-            lo, hi = 0, min(len(body), content_limit)
-            if fits(hi):  # the usual case (no invalid bytes to widen): one decode
-                lo = hi
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+            lo = longest_fitting(min(len(body), content_limit), fits)
             text = bytes(body[:lo]).decode("utf-8", "replace")
             cut = total - lo
             if cut > 0:
