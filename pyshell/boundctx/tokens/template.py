@@ -82,6 +82,13 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.special_tokens = tuple(sorted({s for s in special_tokens if s}, key=len, reverse=True))
+        # The characters special tokens are built from besides letters, digits and "_"
+        # (``<``, ``|``, ``>``, ``[`` ...), one private stand-in for each, and the special
+        # tokens that hold none of them: worked out once per template, not per prompt.
+        self._delimiters = frozenset(c for t in self.special_tokens for c in t
+                                     if not (c.isalnum() or c == "_" or c.isspace()))
+        self._stand_ins = {c: chr(0xF0000 + i) for i, c in enumerate(sorted(self._delimiters))}
+        self._plain_specials = [t for t in self.special_tokens if self._delimiters.isdisjoint(t)]
         try:
             import jinja2
             self._template = _environment().from_string(source)
@@ -161,20 +168,6 @@ class ChatTemplate:
             ranges = sorted(ranges + self._whole_occurrences(plain, whole, messages, tools,
                                                              add_generation_prompt, now))
         return plain, ranges
-
-    @property
-    def _delimiters(self) -> frozenset[str]:
-        return frozenset(c for t in self.special_tokens for c in t if not (c.isalnum() or c == "_" or c.isspace()))
-
-    @property
-    def _stand_ins(self) -> dict[str, str]:
-        # One private-use character per delimiter, so the renders can be told apart.
-        return {c: chr(0xF0000 + i) for i, c in enumerate(sorted(self._delimiters))}
-
-    @property
-    def _plain_specials(self) -> list[str]:
-        """Special tokens with no delimiter, which the stand-ins cannot reveal."""
-        return [t for t in self.special_tokens if not any(c in self._delimiters for c in t)]
 
     def _whole_occurrences(self, plain: str, specials: list[str], messages, tools, add_generation_prompt: bool,
                            now: datetime) -> list[tuple[int, int]]:
