@@ -132,7 +132,7 @@ def test_the_original_is_kept_for_exact_rereads():
     originals = Originals()
     p = ScriptedProvider(note_taker, context_window=4096)
     read_in_sections(p, LOG, question="q", originals=originals, label="build.log", settings=settings())
-    (oid,) = list(originals._texts)
+    (oid,) = list(originals)
     assert originals.read(oid, 0, 100) == LOG[:100]
     assert section_of(p.requests[0])[2:4] == (0, section_of(p.requests[0])[3])
     assert f"({oid}, characters" in p.requests[0].messages[-1]["content"]

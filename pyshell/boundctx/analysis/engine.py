@@ -121,7 +121,7 @@ class Engine:
             if notes is None:
                 yield Done("cancelled")
                 return
-            oid = list(originals._texts)[-1]
+            oid = list(originals)[-1]
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
                                                f"note-taking workers; see the notes on {oid}]"}
             blocks.append(self._notes_block(oid, label, len(text), notes))
@@ -145,11 +145,8 @@ class Engine:
                     originals: Originals, limit: int, cancel: Any) -> Iterator[Event]:
         provider = self.provider
         for round_ in range(self.max_tool_rounds + 1):
-            used = provider.count_prompt(messages, tools=tools)
-            if used > limit:
-                raise ContextOverflow(
-                    f"the coordinator prompt takes {used} tokens, over the {limit} available", prompt_tokens=used,
-                    context_window=limit)
+            # The provider counts this prompt against its window (with max_tokens = the
+            # reply budget, the same bound as `limit`) before any model call.
             calls: list[ToolCallChunk] = []
             finish = Finish("stop")
             offered = tools if round_ < self.max_tool_rounds else None

@@ -56,6 +56,10 @@ class Originals:
     def __len__(self) -> int:
         return len(self._texts)
 
+    def __iter__(self):
+        """The ids, in the order they were added."""
+        return iter(self._texts)
+
     def label(self, oid: str) -> str:
         return self._get(oid).label
 
@@ -64,7 +68,7 @@ class Originals:
 
     def _get(self, oid: str) -> Original:
         if not isinstance(oid, str) or oid not in self._texts:
-            known = ", ".join(self._texts) or "none"
+            known = ", ".join(self) or "none"
             raise SectionReadError(f"no original {oid!r} in this reply (its originals: {known})")
         return self._texts[oid]
 
@@ -98,7 +102,7 @@ class Originals:
             "parameters": {"type": "object", "additionalProperties": False,
                            "required": ["section_id", "start", "end"],
                            "properties": {
-                               "section_id": {"type": "string", "enum": list(self._texts)},
+                               "section_id": {"type": "string", "enum": list(self)},
                                "start": {"type": "integer", "minimum": 0},
                                "end": {"type": "integer", "minimum": 0}}}}}
 
