@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import importlib.metadata
 import os
 import pathlib
@@ -52,4 +53,15 @@ def run_facts(packages: tuple[str, ...]) -> dict:
         "machine": platform.machine(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+    }
+
+
+def run_header(args, versions: dict) -> dict:
+    """The first keys of every benchmark's JSON: when, how it was invoked, with what."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "args": vars(args),
+        "versions": versions,
+        "loadavg_start": os.getloadavg(),
     }

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime as _dt
 import functools
 import gc
 import hashlib
@@ -64,7 +63,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # for the reference twin (tests/reference/)
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _environment import run_facts  # noqa: E402
+from _environment import run_facts, run_header  # noqa: E402
 
 SEED = 1234
 TEXT_CHARS = 1_000_000
@@ -620,43 +619,38 @@ def _sections_to_chunks(text, sections) -> Chunks:
                   tokens=[t for _, _, t in triples])
 
 
+def _boundctx_row(text, split, make_counter, described: dict) -> Row:
+    """A row timing one of boundctx's splitters with a fresh counter per run (no warm
+    caches)."""
+    def make():
+        counter = make_counter()
+        return lambda: split(text, counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)
+
+    return Row(make, lambda r: _sections_to_chunks(text, r),
+               {"overlap": f"{OVERLAP_CHARS} chars", **described}, overlap_chars=OVERLAP_CHARS)
+
+
 def boundctx_native(text, enc):
     from boundctx.sections import split
     from boundctx.tokens import TiktokenCounter
 
-    def make():
-        counter = TiktokenCounter("cl100k_base")  # fresh per run: no warm caches
-        return lambda: split(text, counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)
-
-    return Row(make, lambda r: _sections_to_chunks(text, r),
-               {"overlap": f"{OVERLAP_CHARS} chars", "counter": 'TiktokenCounter("cl100k_base")'},
-               overlap_chars=OVERLAP_CHARS)
+    return _boundctx_row(text, split, lambda: TiktokenCounter("cl100k_base"),
+                         {"counter": 'TiktokenCounter("cl100k_base")'})
 
 
 def boundctx_twin(text, enc):
     from boundctx.tokens import TiktokenCounter
     from reference.sections import split  # type: ignore[import-not-found]
 
-    def make():
-        counter = TiktokenCounter("cl100k_base")
-        return lambda: split(text, counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)
-
-    return Row(make, lambda r: _sections_to_chunks(text, r),
-               {"overlap": f"{OVERLAP_CHARS} chars", "module": "tests/reference/sections.py"},
-               overlap_chars=OVERLAP_CHARS)
+    return _boundctx_row(text, split, lambda: TiktokenCounter("cl100k_base"),
+                         {"module": "tests/reference/sections.py"})
 
 
 def boundctx_smollm2(text, enc):
     from boundctx.sections import split
     from boundctx.tokens.llama import LlamaCounter
 
-    def make():
-        counter = LlamaCounter()
-        return lambda: split(text, counter=counter, max_tokens=MAX_TOKENS, overlap=OVERLAP_CHARS)
-
-    return Row(make, lambda r: _sections_to_chunks(text, r),
-               {"overlap": f"{OVERLAP_CHARS} chars", "counter": "LlamaCounter() (SmolLM2)"},
-               overlap_chars=OVERLAP_CHARS)
+    return _boundctx_row(text, split, LlamaCounter, {"counter": "LlamaCounter() (SmolLM2)"})
 
 
 def semchunk_row(text, enc, *, overlap: bool):
@@ -1041,11 +1035,7 @@ def main(argv=None) -> int:
     counters = {"cl100k": lambda: (lambda s: len(enc.encode_ordinary(s))),
                 "smollm2": smollm2_counter}
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "args": vars(args),
-        "versions": versions(),
-        "loadavg_start": os.getloadavg(),
+        **run_header(args, versions()),
         "settings": {"max_tokens": MAX_TOKENS, "overlap_chars": OVERLAP_CHARS,
                      "overlap_tokens_for_peers": OVERLAP_TOKENS, "encoding": ENCODING,
                      "timing": "time.process_time (CPU, all threads), median; one untimed "

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
-import datetime as _dt
 import gc
 import io
 import json
@@ -53,7 +52,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # for the reference twin (tests/reference/)
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _environment import command_output, run_facts  # noqa: E402
+from _environment import command_output, run_facts, run_header  # noqa: E402
 
 from boundctx._native import load  # noqa: E402
 from boundctx.transcript import Transcript, reindex  # noqa: E402
@@ -833,11 +832,7 @@ def main(argv=None) -> int:
         return 0
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "args": vars(args),
-        "versions": versions(),
-        "loadavg_start": os.getloadavg(),
+        **run_header(args, versions()),
         "data": {"big": {"path": big, **big_meta, "facts": facts["big"]},
                  "small": {"path": small, **small_meta, "facts": facts["small"]}},
         "units": "seconds; GB = 1e9 bytes; p90 = nearest rank",
