@@ -1,14 +1,17 @@
-"""Real servers on loopback for tests: llama-cpp-python's OpenAI-compatible server
-running the embedded model."""
+"""Servers on loopback for tests: llama-cpp-python's OpenAI-compatible server running
+the embedded model, and a scripted HTTP server for exact replies and failures."""
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import importlib.util
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -60,3 +63,50 @@ def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ())
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+class Scripted(http.server.ThreadingHTTPServer):
+    """Answers POST /v1/chat/completions from a list of (status, body or SSE events)."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        status, payload = self.server.answers.pop(0)
+        self.send_response(status)
+        if isinstance(payload, list):  # SSE events; None = drop the connection there
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for event in payload:
+                if event is None:
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+        else:
+            data = json.dumps(payload).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+
+def delta(text=None, finish=None, **extra):
+    d = {"content": text} if text is not None else {}
+    d.update(extra)
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}

@@ -48,3 +48,64 @@ def test_ask_against_a_server_that_is_not_there_fails_with_the_reason(capsys):
     from servers import free_port
     code = main(["ask", "--provider", "remote", "--base-url", f"http://127.0.0.1:{free_port()}", "hello"])
     assert code == 1 and "cannot connect" in capsys.readouterr().err
+
+
+@pytest.fixture
+def scripted_server():
+    from servers import Scripted
+    servers = []
+
+    def start(*answers):
+        servers.append(Scripted(answers))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _sse(text):
+    from servers import delta
+    return 200, [delta(text), delta(finish="stop")]
+
+
+def test_ask_continues_a_transcript_and_appends_the_exchange(tmp_path, scripted_server, capsys):
+    from boundctx.transcript import Transcript
+    from boundctx.transcript.chat import chat_messages
+
+    server = scripted_server(_sse("Step 3 failed."), _sse("Job 77."))
+    path = tmp_path / "chat.jsonl"  # does not exist yet: a new conversation
+    remote = ["--provider", "remote", "--base-url", server.url, "--transcript", str(path)]
+    assert main(["ask", *remote, "Which step failed?"]) == 0
+    assert main(["ask", *remote, "And its job id?"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["Step 3 failed.", "Job 77."]
+    # The second request carried the first exchange before the new question.
+    assert [(m["role"], m["content"]) for m in server.requests[1]["messages"][-3:]] == [
+        ("user", "Which step failed?"), ("assistant", "Step 3 failed."), ("user", "And its job id?")]
+    with Transcript.open(path) as t:
+        messages = chat_messages(t.window()).messages
+    assert [m["content"] for m in messages] == ["Which step failed?", "Step 3 failed.", "And its job id?", "Job 77."]
+
+
+def test_ask_appends_nothing_when_the_reply_fails_and_never_writes_another_agents_file(
+        tmp_path, scripted_server, capsys):
+    server = scripted_server((400, {"error": {"message": "bad request"}}))
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"type": "message", "message": {"role": "user", "content": "hi"}}) + "\n")
+    before = path.read_bytes()
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(path), "q"]) == 1
+    assert "nothing was appended" in capsys.readouterr().err and path.read_bytes() == before
+
+    claude = tmp_path / "claude.jsonl"
+    claude.write_text(json.dumps({"type": "user", "message": {"role": "user", "content": "hi"}}) + "\n")
+    requests = len(server.requests)
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(claude), "q"]) == 2
+    assert "another agent's format" in capsys.readouterr().err
+    assert len(server.requests) == requests  # refused before any model call
+
+    server = scripted_server(_sse("read only"))
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(claude),
+                 "--no-save", "q"]) == 0
+    assert server.requests[0]["messages"][0] == {"role": "user", "content": "hi"}
+    assert claude.read_text().count("\n") == 1

@@ -1,7 +1,6 @@
 """The remote provider: against llama-cpp-python's real OpenAI-compatible server on
 loopback, and against a scripted HTTP server for the failures a real one rarely shows."""
 
-import http.server
 import json
 import threading
 
@@ -11,7 +10,7 @@ from boundctx.errors import ContextOverflow, ServerResponseError, ServerUnreacha
 from boundctx.providers import TextChunk
 from boundctx.providers.remote import OpenAICompatibleProvider
 from boundctx.tokens import ByteEstimateCounter
-from servers import free_port, llama_cpp_server, missing_server_extra
+from servers import Scripted, delta, free_port, llama_cpp_server, missing_server_extra
 
 HI = [{"role": "user", "content": "Say hello."}]
 
@@ -72,53 +71,6 @@ def test_a_prompt_the_server_cannot_hold_is_a_context_overflow(server_url):
 
 
 # -- failures, from a scripted HTTP server ---------------------------------------------
-
-
-class Scripted(http.server.ThreadingHTTPServer):
-    """Answers POST /v1/chat/completions from a list of (status, body or SSE events)."""
-
-    def __init__(self, answers):
-        self.answers = list(answers)
-        self.requests = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(body)
-        status, payload = self.server.answers.pop(0)
-        self.send_response(status)
-        if isinstance(payload, list):  # SSE events; None = drop the connection there
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            for event in payload:
-                if event is None:
-                    self.wfile.flush()
-                    self.connection.shutdown(2)
-                    return
-                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
-        else:
-            data = json.dumps(payload).encode()
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-
-def delta(text=None, finish=None, **extra):
-    d = {"content": text} if text is not None else {}
-    d.update(extra)
-    return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 
 import msgspec
 
-__all__ = ["add_parser", "build_messages"]
+__all__ = ["add_parser"]
 
 
 def add_parser(sub) -> None:
@@ -23,9 +23,13 @@ def add_parser(sub) -> None:
                     "by note-taking workers.")
     p.add_argument("question", metavar="QUESTION")
     p.add_argument("--file", action="append", default=[], metavar="F", help="attach a text file (repeatable)")
-    p.add_argument("--transcript", metavar="T", help="continue the conversation in transcript T (JSONL)")
+    p.add_argument("--transcript", metavar="T",
+                   help="continue the conversation in transcript T (JSONL; boundctx, pi, Claude Code or Codex "
+                        "CLI): its newest messages come first, and the question and answer are appended "
+                        "(a new file is started if T does not exist)")
     p.add_argument("--history", type=int, default=50, metavar="N",
                    help="newest N messages of the transcript to start from (default 50)")
+    p.add_argument("--no-save", action="store_true", help="read the transcript but do not append to it")
     p.add_argument("--provider", choices=["local", "remote"], default="local")
     p.add_argument("--model", metavar="M", help="local: a GGUF path (default: the embedded SmolLM2); "
                                                 "remote: the model name")
@@ -38,19 +42,37 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def build_messages(question: str, transcript: str | None, history: int) -> list[dict]:
-    """The conversation: the transcript's newest messages (if any), then the question."""
-    messages: list[dict] = []
-    if transcript:
-        from boundctx.transcript import Transcript
+def _read_transcript(args):
+    """(conversation or None, write style or None) of ``--transcript``.
 
-        with Transcript.open(transcript) as t:
-            for entry in t.window(message_limit=history).messages:
-                message = (entry.require_record().get("message") or {})
-                if message.get("role") in ("user", "assistant", "system") and isinstance(message.get("content"), str):
-                    messages.append({"role": message["role"], "content": message["content"]})
-    messages.append({"role": "user", "content": question})
-    return messages
+    The write style is settled here, before any model call, so a transcript boundctx
+    will not write into is refused before minutes of generation, not after. A missing
+    file is a new conversation (created when the answer is appended)."""
+    if not args.transcript:
+        return None, None
+    import os
+
+    from boundctx.transcript import Transcript
+    from boundctx.transcript.chat import Conversation, chat_messages, writable_style
+
+    if args.history < 0:
+        raise ValueError(f"--history must be >= 0, got {args.history}")
+    if not os.path.exists(args.transcript):
+        if args.no_save:
+            raise FileNotFoundError(f"no transcript at {args.transcript!r} (with --no-save it is only read)")
+        return Conversation([], []), "text"
+    with Transcript.open(args.transcript) as transcript:
+        window = transcript.window(message_limit=args.history)
+    return chat_messages(window), None if args.no_save else writable_style(window)
+
+
+def _save(args, conversation, style, answer: str, files) -> None:
+    from boundctx.transcript import Transcript
+    from boundctx.transcript.chat import append_exchange
+
+    with Transcript.open(args.transcript, create=True) as transcript:
+        append_exchange(transcript, args.question, answer, style=style, parent_id=conversation.last_id,
+                        attachments=[(path, len(text)) for path, text in files])
 
 
 def _progress_line(event) -> str:
@@ -69,13 +91,17 @@ def run(args) -> int:
         overrides["chat.n_ctx"] = args.n_ctx
     if args.analysis_workers is not None:
         overrides["chat.analysis_workers"] = args.analysis_workers
+    style = None
     try:
         settings = config.load(overrides=overrides)
         files = []
         for path in args.file:
             with open(path, "rb") as f:  # bytes that are not UTF-8 are kept, not dropped
                 files.append((path, f.read().decode("utf-8", "surrogateescape")))
-        messages = build_messages(args.question, args.transcript, args.history)
+        conversation, style = _read_transcript(args)
+        messages = (conversation.messages if conversation else []) + [{"role": "user", "content": args.question}]
+        for notice in conversation.notices if conversation else []:
+            print(f"boundctx ask: transcript: {notice}", file=sys.stderr)
         if args.provider == "local":
             from boundctx.providers.local import LlamaCppProvider
 
@@ -91,6 +117,7 @@ def run(args) -> int:
         print(f"boundctx ask: {exc}", file=sys.stderr)
         return 2
     cancel = threading.Event()
+    answer: list[str] = []
     live = sys.stderr.isatty() and not args.json
     started = time.monotonic()
     answered = False
@@ -109,12 +136,15 @@ def run(args) -> int:
                 if live and not answered:
                     print("\r\x1b[K", end="", file=sys.stderr, flush=True)
                 answered = True
+                answer.append(event.text)
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
             elif isinstance(event, ToolCall):
                 print(f"[rereading: {event.arguments}]", file=sys.stderr, flush=True)
             if isinstance(event, Done):
                 status = 0 if event.finish_reason != "cancelled" else 130
+                if status == 0 and style is not None:
+                    _save(args, conversation, style, "".join(answer), files)
             elif isinstance(event, Failed):
                 print(f"\nboundctx ask: {event.error}", file=sys.stderr)
                 status = 1
@@ -126,6 +156,8 @@ def run(args) -> int:
         close = getattr(provider, "close", None)
         if close is not None:
             close()
+        if style is not None and status != 0:
+            print("boundctx ask: nothing was appended to the transcript (no complete answer)", file=sys.stderr)
     if not args.json:
         if answered:
             print()
