@@ -208,3 +208,22 @@ def test_tool_results_that_fit_pass_whole_while_the_one_that_does_not_is_read():
     assert tools["b"] == small and tools["a"].startswith("[tool result") and "read completely" in tools["a"]
     workers = [r for r in p.requests if is_worker(r)]
     assert workers and all(small not in r.messages[-1]["content"] for r in workers)
+
+
+def test_a_real_agent_session_is_fitted_to_a_small_window_with_exact_counts(pi_session, smollm2):
+    """The newest 60 messages of a real pi session (tool calls, large tool results) as
+    history at 2,048 tokens: old research goes first, the reply runs, the prompt the
+    model got fits as the real template and tokenizer count it."""
+    from boundctx.transcript import Transcript
+    from boundctx.transcript.chat import chat_messages
+
+    with Transcript.open(pi_session("large-session.jsonl")) as t:
+        history = chat_messages(t.window(message_limit=60)).messages
+    question = {"role": "user", "content": "What did we change last?"}
+    assert smollm2.count_prompt(history + [question]) > 2048
+    provider = ScriptedProvider(lambda request: "the last change", context_window=2048, counter=smollm2)
+    events = run(provider, history + [question])
+    assert isinstance(events[-1], Done)
+    sent = provider.requests[-1].messages
+    assert sent[-1] == question and smollm2.count_prompt(sent) <= 2048 - 256
+    assert len(sent) < len(history) + 1
