@@ -164,6 +164,22 @@ KEYS: dict[str, Key] = _declare(
     Key("analysis.max_sections", "int", 64, "most sections analysed in one reply", minimum=1),
     Key("analysis.overlap_chars", "int", 64, "characters each section repeats from the one "
         "before", minimum=0),
+    Key("understanding.max_model_calls", "int", 24, "most model calls one turn of understanding "
+        "makes (repairs, votes and escalations included)", minimum=1),
+    Key("understanding.max_chain_depth", "int", 12, "most dependent model calls in a row in one "
+        "turn (each repair or escalation is one more)", minimum=1),
+    Key("understanding.max_parallel", "int", 4, "most understanding tasks running at once "
+        "(local models still take turns on the inference lock)", minimum=1, maximum=64),
+    Key("understanding.max_prompt_tokens", "int", 65536, "most prompt tokens one turn spends; "
+        "0 = no bound (a backend without usage reports needs 0)", minimum=0),
+    Key("understanding.wall_clock_s", "float", 300.0, "wall-clock limit of one turn in seconds; "
+        "0 = no bound", minimum=0),
+    Key("understanding.repairs", "int", 1, "extra attempts for a task whose output failed "
+        "validation, each told what was wrong", minimum=0, maximum=4),
+    Key("understanding.votes", "int", 1, "samples per task; an answer needs a strict majority",
+        minimum=1, maximum=9),
+    Key("understanding.max_units", "int", 8, "most units (separate requests) one message is "
+        "segmented into", minimum=1, maximum=32),
     Key("transcript.window_messages", "int", 100, "messages in a renderer window", minimum=1),
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
         "a renderer window", minimum=1),

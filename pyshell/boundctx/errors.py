@@ -38,6 +38,8 @@ Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estim
 __all__ = [
     "AnalysisError",
     "BoundctxError",
+    "BudgetExhausted",
+    "CatalogError",
     "ConfigError",
     "ContextOverflow",
     "EntryInvalid",
@@ -55,6 +57,7 @@ __all__ = [
     "ServerTimeout",
     "ServerUnreachable",
     "SourceTooLarge",
+    "TaskOutputInvalid",
     "TooManySections",
     "TranscriptChanged",
     "TranscriptCorrupt",
@@ -63,6 +66,8 @@ __all__ = [
     "TranscriptNotAFile",
     "TranscriptNotFound",
     "TranscriptPermission",
+    "UnderstandingError",
+    "UsageUnavailable",
 ]
 
 
@@ -223,3 +228,38 @@ class EntryInvalid(TranscriptError, ValueError):
 
 class PartialHistoryRewrite(TranscriptError, ValueError):
     """A rewrite was built from a partial window and would delete older history."""
+
+
+class UnderstandingError(BoundctxError):
+    """Understanding a message as a plan could not proceed as asked."""
+
+
+class CatalogError(UnderstandingError, ValueError):
+    """A catalog (workflows, operations, records) is not valid; the message names the
+    field and what is accepted."""
+
+
+class BudgetExhausted(UnderstandingError):
+    """A per-turn bound (model calls, chain depth, prompt tokens, wall clock) would be
+    passed by the next model call, which is therefore not made.
+
+    Attributes
+    ----------
+    bound : str
+        ``"max_model_calls"``, ``"max_chain_depth"``, ``"max_prompt_tokens"`` or
+        ``"wall_clock_s"``.
+    """
+
+    def __init__(self, message: str, *, bound: str) -> None:
+        super().__init__(message)
+        self.bound = bound
+
+
+class UsageUnavailable(UnderstandingError):
+    """A turn under a prompt-token bound met a backend that does not report token usage;
+    it is refused rather than guessed."""
+
+
+class TaskOutputInvalid(UnderstandingError, ValueError):
+    """A task's output failed validation (not JSON, outside its schema or closed sets, a
+    quote not in the message, cut at max_tokens)."""

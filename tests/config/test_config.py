@@ -9,7 +9,8 @@ from boundctx import config
 from boundctx.cli import main
 from boundctx.errors import ConfigError
 
-# DESIGN.md's limits table: key -> (default, a value just outside what is accepted).
+# DESIGN.md's limits table, and the understanding bounds decision 0011 adds:
+# key -> (default, a value just outside what is accepted).
 DESIGN_LIMITS = {
     "chat.analysis_workers": (2, 9),
     "chat.n_ctx": (8192, 511),
@@ -20,6 +21,14 @@ DESIGN_LIMITS = {
     "analysis.max_source_chars": (1_000_000, 0),
     "analysis.max_sections": (64, 0),
     "analysis.overlap_chars": (64, -1),
+    "understanding.max_model_calls": (24, 0),
+    "understanding.max_chain_depth": (12, 0),
+    "understanding.max_parallel": (4, 65),
+    "understanding.max_prompt_tokens": (65536, -1),
+    "understanding.wall_clock_s": (300, -1),
+    "understanding.repairs": (1, 5),
+    "understanding.votes": (1, 10),
+    "understanding.max_units": (8, 33),
     "transcript.window_messages": (100, 0),
     "transcript.window_content_bytes": (65536, 0),
 }

@@ -2,7 +2,7 @@
 HTTP) and scripted (tests)."""
 
 from boundctx.providers.base import ChatRequest, Finish, Provider, Reply, TextChunk, ToolCallChunk
-from boundctx.providers.scripted import ScriptedProvider
+from boundctx.providers.scripted import ScriptedProvider, ScriptedReply
 
 # LlamaCppProvider lives in boundctx.providers.local: importing it needs llama-cpp-python.
-__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "ScriptedProvider", "TextChunk", "ToolCallChunk"]
+__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "ScriptedProvider", "ScriptedReply", "TextChunk", "ToolCallChunk"]

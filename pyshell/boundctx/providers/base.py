@@ -90,6 +90,9 @@ class Provider(ABC):
     context_window: int
     #: Whether the model can be offered tools (function calling).
     supports_tools: bool = True
+    #: Whether replies carry token usage. False refuses a token-bounded turn up front;
+    #: a reply that comes back without usage anyway exhausts the bound (never guessed).
+    reports_usage: bool = True
 
     def count_prompt(self, messages: Sequence[Message], *,
                      tools: Sequence[Mapping[str, Any]] | None = None) -> int:

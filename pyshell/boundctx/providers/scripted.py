@@ -6,15 +6,34 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Union
 
+import msgspec
+
 from boundctx._search import longest_fitting
 from boundctx.errors import GenerationTimeout
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk
 from boundctx.tokens.base import TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
-__all__ = ["ScriptedProvider"]
+__all__ = ["COUNTED", "ScriptedProvider", "ScriptedReply"]
 
-Script = Callable[[ChatRequest], Union[str, Iterable[Union[str, ToolCallChunk]], BaseException]]
+#: ``ScriptedReply`` usage that is counted as usual.
+COUNTED = -1
+
+
+class ScriptedReply(msgspec.Struct, frozen=True):
+    """A reply with its ending given, not worked out: for faults (an output cut at
+    ``max_tokens``, a backend that reports no usage) and for replaying recorded calls.
+
+    ``prompt_tokens`` / ``completion_tokens``: the usage to report; ``COUNTED`` (the
+    default) counts them as usual, None reports none.
+    """
+
+    text: str
+    finish_reason: str = "stop"
+    prompt_tokens: int | None = COUNTED
+    completion_tokens: int | None = COUNTED
+
+Script = Callable[[ChatRequest], Union[str, ScriptedReply, Iterable[Union[str, ToolCallChunk]], BaseException]]
 
 
 class ScriptedProvider(Provider):
@@ -22,7 +41,8 @@ class ScriptedProvider(Provider):
 
     ``respond`` returns the reply as a string, as an iterable of text pieces and
     :class:`ToolCallChunk` (streamed one by one, so cancellation and time limits can fall
-    between them), or an exception, which the call raises. Every request is recorded in
+    between them), as a :class:`ScriptedReply` (its ending and usage given), or an
+    exception, which the call raises. Every request is recorded in
     :attr:`requests`; :attr:`max_active` is the most generations that were ever running
     at once (1 when calls are strictly sequential).
 
@@ -61,6 +81,15 @@ class ScriptedProvider(Provider):
             result = self.respond(request)
             if isinstance(result, BaseException):
                 raise result
+            if isinstance(result, ScriptedReply):
+                if result.text:
+                    yield TextChunk(result.text)
+                finished = True
+                yield Finish(result.finish_reason,
+                             prompt_tokens if result.prompt_tokens == COUNTED else result.prompt_tokens,
+                             self.counter.count_text(result.text) if result.completion_tokens == COUNTED
+                             else result.completion_tokens)
+                return
             pieces = [result] if isinstance(result, str) else result
             text = ""
             called = False

@@ -1,0 +1,638 @@
+"""One turn of understanding: a message becomes a plan, through small verified tasks.
+
+:meth:`Understander.understand` runs, for one message:
+
+1. **segment** the message into verbatim units (skipped for a click: the UI already
+   said what is asked);
+2. **coverage** of the words no unit holds (skipped when every left-over word is a
+   connector such as "and"); a gap that carries a request sends segmentation back once,
+   told the words; a constraint still left out after that is lost, and the turn fails
+   closed;
+3. per unit, concurrently up to ``max_parallel``: **route** to every operation the unit
+   asks for (each becomes its own act); per act **locate** its record (skipped when one
+   record is admissible), **extract** its arguments as quotes then values, **verify**
+   values the code cannot confirm from their quotes, and **question_frame** what to ask
+   when something required is missing (skipped when exactly one thing is);
+4. code assembles every task's output into one :class:`Plan`.
+
+All understanding completes before any effect: the plan is data, and nothing is carried
+out here. A task that fails validation is repaired (told what was wrong), voted on and
+escalated as configured, drawing on the turn's one :class:`~.budget.Budget`; a unit that
+is still not understood becomes a notice and every act on a record it may touch is
+held; a failed segmentation or a lost constraint fails the whole turn closed. An
+exhausted bound never leaves a partial effect: it is one more reason a unit is not
+understood, reported as ``budget.exhausted{bound}``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from boundctx import config
+from boundctx.errors import (
+    BudgetExhausted,
+    GenerationError,
+    GenerationTimeout,
+    ServerError,
+    TaskOutputInvalid,
+    UsageUnavailable,
+)
+from boundctx.providers.base import Provider, TextChunk, make_request
+from boundctx.understanding import schema as S
+from boundctx.understanding.budget import Bounds, Budget, BudgetReport
+from boundctx.understanding.catalog import Catalog, Operation, Record, check_records
+from boundctx.understanding.normalise import supports
+from boundctx.understanding.replay import Attempt, ReplayLog, prompt_hash
+from boundctx.understanding.tasks import (
+    CONNECTORS,
+    MAX_TOKENS,
+    TASK_KINDS,
+    Extracted,
+    TaskCall,
+    Unit,
+    coverage_call,
+    extract_call,
+    gaps,
+    locate_call,
+    question_frame_call,
+    route_call,
+    segment_call,
+    verify_call,
+)
+
+__all__ = ["Act", "Click", "Notice", "Plan", "Question", "TaskConfig", "Understander"]
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """How one task kind runs (every field optional: None = the turn's default).
+
+    Attributes
+    ----------
+    instructions : str, optional
+        Replaces the task's system prompt.
+    provider : Provider, optional
+        Another model for this task.
+    temperature : float
+        0 by default (votes > 1 need some temperature to differ).
+    max_tokens : int, optional
+    votes, repairs : int, optional
+        Default: ``understanding.votes`` / ``understanding.repairs``.
+    escalate_to : Provider, optional
+        Asked once more, with the original prompt, when repairs are spent.
+    timeout_s : float
+        Wall-clock limit of one call (the turn's remaining clock may cut it shorter).
+    """
+
+    instructions: str | None = None
+    provider: Provider | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    votes: int | None = None
+    repairs: int | None = None
+    escalate_to: Provider | None = None
+    timeout_s: float = 60.0
+
+
+class Click(msgspec.Struct, frozen=True):
+    """A structural event from the UI: the user chose the operation (and record)."""
+
+    operation: str
+    record: str | None = None
+
+
+class Act(msgspec.Struct, frozen=True):
+    """One operation the message asks for.
+
+    Attributes
+    ----------
+    unit : str
+    operation : str
+    record : str or None
+    arguments : dict
+        Typed values (declared defaults filled in for optional arguments not given).
+    evidence : dict
+        For each argument given, the message's words it came from.
+    status : str
+        ``"ready"``, ``"needs_input"`` (see the plan's questions) or ``"held"`` (a unit
+        of this turn that may touch the same record was not understood).
+    missing : list of str
+        ``"record"`` and the required arguments not known.
+    """
+
+    unit: str
+    operation: str
+    record: str | None
+    arguments: dict[str, Any]
+    evidence: dict[str, str]
+    status: str
+    missing: list[str] = []
+
+
+class Question(msgspec.Struct, frozen=True):
+    """What to ask the user before an act can be carried out."""
+
+    unit: str
+    operation: str
+    about: list[str]
+    text: str
+    candidates: list[str] = []
+
+
+class Notice(msgspec.Struct, frozen=True):
+    """Something the turn could not do, said instead of guessed.
+
+    ``kind``: ``"not_understood"``, ``"no_operation"`` (the unit asks for nothing in the
+    catalog), ``"no_record"``, ``"lost_constraint"``, ``"segmentation_failed"``."""
+
+    kind: str
+    unit: str | None
+    message: str
+    bound: str | None = None
+
+
+class Plan(msgspec.Struct, frozen=True):
+    """The understanding of one message.
+
+    Attributes
+    ----------
+    turn : str
+    status : str
+        ``"ready"`` (every unit understood; acts to carry out, nothing to ask),
+        ``"needs_input"`` (questions to ask first), ``"incomplete"`` (a unit was not
+        understood: see the notices; acts on records it may touch are held, the others
+        may go ahead), ``"nothing"`` (understood, and no act asked for), or
+        ``"failed_closed"`` (segmentation or a constraint failed: no act at all).
+    units : list of Unit
+    acts : list of Act
+    questions : list of Question
+    notices : list of Notice
+    budget : BudgetReport
+    shortcuts : dict
+        Task kind -> how many times it was skipped because its answer was determined.
+    """
+
+    turn: str
+    status: str
+    units: list[Unit]
+    acts: list[Act]
+    questions: list[Question]
+    notices: list[Notice]
+    budget: BudgetReport
+    shortcuts: dict[str, int]
+
+
+class _NotUnderstood(Exception):
+    def __init__(self, task: str, reason: str, bound: str | None = None) -> None:
+        super().__init__(reason)
+        self.task = task
+        self.reason = reason
+        self.bound = bound
+
+
+def _model_name(provider: Provider) -> str:
+    for attr in ("model", "model_path"):
+        value = getattr(provider, attr, None)
+        if isinstance(value, str) and value:
+            return f"{provider.name}:{value.rsplit('/', 1)[-1]}"
+    return provider.name
+
+
+class _Turn:
+    """The state of one turn (shared by its threads; lists are appended under the GIL)."""
+
+    def __init__(self, owner: "Understander", message: str, records: list[Record], turn: str, budget: Budget):
+        self.owner = owner
+        self.message = message
+        self.records = records
+        self.turn = turn
+        self.budget = budget
+        self.shortcuts: Counter[str] = Counter()
+        self.attempt_numbers: Counter[tuple] = Counter()
+
+    # -- one task, with repairs, votes and escalation ------------------------------------
+
+    def run(self, call: TaskCall, depth: int) -> tuple[Any, int]:
+        """The checked result of ``call`` and the depth of its last call.
+
+        Raises
+        ------
+        _NotUnderstood
+            No valid answer (or no majority), or a bound was hit.
+        """
+        cfg = self.owner.task_config(call.kind)
+        votes = cfg.votes if cfg.votes is not None else int(self.owner.settings["understanding.votes"])
+        answers: list[tuple[str, Any]] = []
+        reasons: list[str] = []
+        last_depth = depth
+        try:
+            for v in range(votes):
+                try:
+                    parsed, result, d = self._attempt_chain(call, depth, cfg, "call" if v == 0 else "vote")
+                    answers.append((msgspec.json.encode(parsed).decode(), result))
+                    last_depth = max(last_depth, d)
+                except _NotUnderstood as exc:
+                    reasons.append(exc.reason)
+        except BudgetExhausted as exc:
+            raise _NotUnderstood(call.kind, str(exc), exc.bound) from None
+        tally = Counter(key for key, _ in answers)
+        if tally:
+            key, n = tally.most_common(1)[0]
+            if n * 2 > votes:
+                return next(r for k, r in answers if k == key), last_depth
+            raise _NotUnderstood(call.kind, f"{call.kind}: no answer won a majority of {votes} votes "
+                                            f"({dict(tally.most_common(3))})")
+        raise _NotUnderstood(call.kind, f"{call.kind}: " + (reasons[-1] if reasons else "no valid answer"))
+
+    def _attempt_chain(self, call: TaskCall, depth: int, cfg: TaskConfig, role: str) -> tuple[Any, Any, int]:
+        repairs = cfg.repairs if cfg.repairs is not None else int(self.owner.settings["understanding.repairs"])
+        provider = cfg.provider or self.owner.provider
+        messages = call.messages
+        problems = ""
+        for k in range(repairs + 1):
+            outcome = self._call(call, provider, messages, depth + k, cfg, role if k == 0 else "repair")
+            if outcome[0]:
+                return outcome[1], outcome[2], depth + k
+            problems, raw = outcome[3], outcome[4]
+            messages = call.messages + [
+                {"role": "assistant", "content": raw},
+                {"role": "user", "content": f"That answer is not valid: {problems}. Answer again, with JSON only."}]
+        if cfg.escalate_to is not None:
+            d = depth + repairs + 1
+            outcome = self._call(call, cfg.escalate_to, call.messages, d, cfg, "escalation")
+            if outcome[0]:
+                return outcome[1], outcome[2], d
+            problems = outcome[3]
+        raise _NotUnderstood(call.kind, problems)
+
+    def _call(self, call: TaskCall, provider: Provider, messages: list[dict[str, Any]], depth: int,
+              cfg: TaskConfig, role: str) -> tuple[bool, Any, Any, str, str]:
+        """One model call: (valid, parsed, result, problems, raw output)."""
+        max_tokens = cfg.max_tokens or MAX_TOKENS[call.kind]
+        decoder_schema = S.for_decoder(call.schema)
+        request = make_request(messages, tools=None, max_tokens=max_tokens, temperature=cfg.temperature, stop=None,
+                               schema=decoder_schema, timeout_s=None)
+        counted = provider.count_prompt(messages)
+        self.budget.reserve(depth=depth, prompt_tokens=counted)  # raises BudgetExhausted: no call made
+        clock = self.budget.clock
+        started = clock()
+        left = self.budget.remaining_s()
+        timeout = cfg.timeout_s if left is None else max(min(cfg.timeout_s, left), 1e-3)
+        pieces: list[str] = []
+        finish = None
+        error: BaseException | None = None
+        try:
+            for chunk in provider.stream_chat(messages, max_tokens=max_tokens, temperature=cfg.temperature,
+                                              schema=decoder_schema, timeout_s=timeout):
+                if isinstance(chunk, TextChunk):
+                    pieces.append(chunk.text)
+                elif not isinstance(chunk, (str, bytes)) and hasattr(chunk, "reason"):
+                    finish = chunk
+        except (GenerationError, ServerError, OSError, ValueError, LookupError) as exc:
+            error = exc
+        raw = "".join(pieces)
+        exhausted: BudgetExhausted | None = None
+        parsed = result = None
+        problems = ""
+        if error is not None:
+            self.budget.release()
+            problems = f"the call failed: {type(error).__name__}: {error}"
+            left = self.budget.remaining_s()
+            if isinstance(error, GenerationTimeout) and left is not None and left <= 0:
+                exhausted = self.budget.timed_out()
+        else:
+            try:
+                self.budget.settle(counted_prompt=counted, prompt_tokens=finish.prompt_tokens if finish else None,
+                                   completion_tokens=finish.completion_tokens if finish else None)
+            except BudgetExhausted as exc:
+                exhausted = exc
+            try:
+                parsed = S.parse(raw, call.schema, finish_reason=finish.reason if finish else None)
+                result = call.check(parsed)
+            except TaskOutputInvalid as exc:
+                problems = str(exc)
+        if exhausted is not None:
+            problems = (problems + "; " if problems else "") + str(exhausted)
+        key = (call.unit, call.kind, call.key)
+        self.attempt_numbers[key] += 1
+        self.owner.log.add(Attempt(
+            self.turn, call.unit, call.kind, call.key, self.attempt_numbers[key], role, depth, prompt_hash(request),
+            _model_name(provider), {"temperature": cfg.temperature, "max_tokens": max_tokens}, raw,
+            (f"error:{type(error).__name__}" if error is not None else (finish.reason if finish else None)),
+            not problems, [problems] if problems else [],
+            finish.prompt_tokens if finish else None, finish.completion_tokens if finish else None,
+            round(clock() - started, 6)))
+        if exhausted is not None:
+            raise exhausted
+        return not problems, parsed, result, problems, raw
+
+    # -- the turn ------------------------------------------------------------------------
+
+    def instructions(self, kind: str) -> str | None:
+        return self.owner.task_config(kind).instructions
+
+    def segment(self) -> tuple[list[Unit], int]:
+        """Units (after at most one re-segmentation), or _NotUnderstood."""
+        m = self.message
+        max_units = int(self.owner.settings["understanding.max_units"])
+        units, depth = self.run(segment_call(m, max_units=max_units, instructions=self.instructions("segment")), 1)
+        found = gaps(m, units)
+        if not found:
+            self.shortcuts["coverage"] += 1
+            return units, depth
+        flagged, depth = self.run(coverage_call(m, units, found, instructions=self.instructions("coverage")),
+                                  depth + 1)
+        if not flagged:
+            return units, depth
+        units, depth = self.run(segment_call(m, max_units=max_units, left_out=[g.text for g in flagged],
+                                             instructions=self.instructions("segment")), depth + 1)
+        covered = [(u.start, u.end) for u in units]
+        lost = [g for g in flagged if not _covered(g.start, g.end, m, covered)]
+        if lost:
+            raise _NotUnderstood("coverage", "a request or condition is in no unit even after re-segmentation: "
+                                 + "; ".join(repr(g.text) for g in lost), None)
+        # Words the new split left out that the first split covered: coverage once more,
+        # and anything it flags now is lost (no second re-segmentation).
+        before = [(g.start, g.end) for g in found]
+        fresh = [g for g in gaps(m, units) if not _covered(g.start, g.end, m, before)]
+        if fresh:
+            flagged, depth = self.run(coverage_call(m, units, fresh, instructions=self.instructions("coverage")),
+                                      depth + 1)
+            if flagged:
+                raise _NotUnderstood("coverage", "re-segmentation left out a request or condition: "
+                                     + "; ".join(repr(g.text) for g in flagged), None)
+        else:
+            self.shortcuts["coverage"] += 1
+        return units, depth
+
+    def unit_chain(self, unit: Unit, depth: int, click: Click | None
+                   ) -> tuple[list[Act], list[Question], list[Notice], set[str] | None]:
+        """Acts, questions and notices of one unit, and the records whose acts must be
+        held because part of this unit was not understood (None: any record, since the
+        unit failed before its records were known)."""
+        catalog = self.owner.catalog
+        acts: list[Act] = []
+        questions: list[Question] = []
+        notices: list[Notice] = []
+        try:
+            if click is not None:
+                operations = [catalog.operation(click.operation)]
+                self.shortcuts["route"] += 1
+                route_depth = depth
+            else:
+                operations, route_depth = self.run(route_call(self.message, unit, catalog.operations,
+                                                              instructions=self.instructions("route")), depth + 1)
+        except _NotUnderstood as exc:
+            return [], [], [Notice("not_understood", unit.id, exc.reason, exc.bound)], None
+        if not operations:
+            notices.append(Notice("no_operation", unit.id, f"{unit.text!r} asks for no operation this assistant has"))
+        hold: set[str] | None = set()
+        for op in operations:
+            try:
+                act, question, notice = self.act_chain(unit, op, route_depth, click)
+            except _NotUnderstood as exc:
+                notices.append(Notice("not_understood", unit.id, f"{op.name}: {exc.reason}", exc.bound))
+                touched = getattr(exc, "touches", None)
+                if touched == "*":
+                    hold = None
+                elif touched is not None and hold is not None:
+                    hold.add(touched)
+                continue
+            if act is not None:
+                acts.append(act)
+            if question is not None:
+                questions.append(question)
+            if notice is not None:
+                notices.append(notice)
+        return acts, questions, notices, hold
+
+    def act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
+                  ) -> tuple[Act | None, Question | None, Notice | None]:
+        """One act; a _NotUnderstood raised from it says which record it may touch in
+        ``touches``: the record's id, "*" (not yet known) or None (acts on none)."""
+        try:
+            return self._act_chain(unit, op, depth, click)
+        except _NotUnderstood as exc:
+            exc.touches = None if op.record_kind is None else getattr(exc, "touches", "*")
+            raise
+
+    def _act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
+                   ) -> tuple[Act | None, Question | None, Notice | None]:
+        m = self.message
+        record: Record | None = None
+        candidates: list[Record] = []
+        missing: list[str] = []
+        if op.record_kind is not None:
+            candidates = [r for r in self.records if r.kind == op.record_kind]
+            if click is not None and click.record is not None:
+                record = next((r for r in candidates if r.id == click.record), None)
+                if record is None:
+                    return None, None, Notice("no_record", unit.id, f"the clicked record {click.record!r} is not a "
+                                                                    f"{op.record_kind} of this turn")
+                self.shortcuts["locate"] += 1
+            elif not candidates:
+                return None, None, Notice("no_record", unit.id, f"{op.name} acts on a {op.record_kind}, and this "
+                                                                "turn offers none")
+            elif len(candidates) == 1:
+                record = candidates[0]
+                self.shortcuts["locate"] += 1
+            else:
+                record, depth = self.run(locate_call(m, unit, op, candidates, instructions=self.instructions("locate")),
+                                         depth + 1)
+                if record is None:
+                    missing.append("record")
+        try:
+            return self._arguments(unit, op, depth, record, candidates, missing)
+        except _NotUnderstood as exc:
+            exc.touches = record.id if record is not None else "*"
+            raise
+
+    def _arguments(self, unit: Unit, op: Operation, depth: int, record: Record | None, candidates: list[Record],
+                   missing: list[str]) -> tuple[Act | None, Question | None, Notice | None]:
+        m = self.message
+        values: dict[str, Extracted] = {}
+        if op.params:
+            values, depth = self.run(extract_call(m, unit, op, record, instructions=self.instructions("extract")),
+                                     depth + 1)
+        else:
+            self.shortcuts["extract"] += 1
+        given = {n: e for n, e in values.items() if e.value is not None}
+        unconfirmed = {n: e for n, e in given.items() if not supports(e.value, e.evidence or "", op.param(n))}
+        if unconfirmed:
+            verdicts, depth = self.run(verify_call(m, unit, op, unconfirmed, instructions=self.instructions("verify")),
+                                       depth + 1)
+            for name, ok in verdicts.items():
+                if not ok:
+                    del given[name]  # not supported by its quote: asked for, never guessed
+        elif op.params:
+            self.shortcuts["verify"] += 1
+        arguments = {n: e.value for n, e in given.items()}
+        for p in op.params:
+            if p.name not in arguments and not p.required and p.default is not None:
+                arguments[p.name] = p.default
+        missing += [p.name for p in op.params if p.required and p.name not in arguments]
+        act = Act(unit.id, op.name, record.id if record else None, arguments,
+                  {n: e.evidence for n, e in given.items() if e.evidence is not None},
+                  "needs_input" if missing else "ready", missing)
+        if not missing:
+            return act, None, None
+        if len(missing) == 1:
+            about = missing
+            self.shortcuts["question_frame"] += 1
+        else:
+            described = [(x, f"which {op.record_kind} (one of {len(candidates)})" if x == "record"
+                          else f"{x}: {op.param(x).description}") for x in missing]
+            about, depth = self.run(question_frame_call(m, unit, op, described,
+                                                        instructions=self.instructions("question_frame")), depth + 1)
+        return act, _question(unit, op, about, candidates), None
+
+
+def _covered(start: int, end: int, message: str, spans: Sequence[tuple[int, int]]) -> bool:
+    """Every word of message[start:end] other than a connector lies inside ``spans``."""
+    for word in re.finditer(r"\w+", message[start:end]):
+        if word.group(0).lower() in CONNECTORS:
+            continue
+        a, b = start + word.start(), start + word.end()
+        if not any(lo <= a and b <= hi for lo, hi in spans):
+            return False
+    return True
+
+
+def _question(unit: Unit, op: Operation, about: list[str], candidates: Sequence[Record]) -> Question:
+    parts = []
+    for item in about:
+        if item == "record":
+            names = ", ".join(c.label or c.id for c in candidates)
+            parts.append(f"Which {op.record_kind} do you mean ({names})?")
+        else:
+            p = op.param(item)
+            parts.append(f"What {item.replace('_', ' ')} should I use" + (f" ({p.description})" if p.description
+                                                                         else "") + "?")
+    return Question(unit.id, op.name, about, " ".join(parts),
+                    [c.id for c in candidates] if "record" in about else [])
+
+
+class Understander:
+    """Turns messages into plans over one catalog.
+
+    Parameters
+    ----------
+    provider : Provider
+        The model every task uses unless its :class:`TaskConfig` names another.
+    catalog : Catalog
+    settings : mapping, optional
+        Resolved settings (``understanding.*``; default: :func:`boundctx.config.load`).
+    tasks : mapping, optional
+        Task kind -> :class:`TaskConfig`.
+    log : ReplayLog, optional
+        Where every attempt is recorded (default: in memory only).
+    bounds : Bounds, optional
+        Default: from ``settings``.
+    clock : callable
+        Seconds, for the wall-clock bound (tests pass a fake clock).
+    """
+
+    def __init__(self, provider: Provider, catalog: Catalog, *, settings: Mapping[str, Any] | None = None,
+                 tasks: Mapping[str, TaskConfig] | None = None, log: ReplayLog | None = None,
+                 bounds: Bounds | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.provider = provider
+        self.catalog = catalog
+        self.settings = settings if settings is not None else config.load()
+        unknown = set(tasks or {}) - set(TASK_KINDS)
+        if unknown:
+            raise ValueError(f"no task kinds {sorted(unknown)}; the kinds are {', '.join(TASK_KINDS)}")
+        self.tasks = dict(tasks or {})
+        self.log = log if log is not None else ReplayLog()
+        self.bounds = bounds if bounds is not None else Bounds.from_settings(self.settings)
+        self.clock = clock
+
+    def task_config(self, kind: str) -> TaskConfig:
+        return self.tasks.get(kind) or TaskConfig()
+
+    def understand(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
+                   click: Click | None = None, turn: str | None = None) -> Plan:
+        """The plan for ``message``.
+
+        Parameters
+        ----------
+        message : str
+            The user's message, verbatim.
+        records : sequence of Record or dict
+            The records this turn may touch.
+        click : Click, optional
+            A structural event: the operation (and record) chosen in the UI.
+        turn : str, optional
+            An id for the replay log (default: random).
+
+        Raises
+        ------
+        UsageUnavailable
+            A prompt-token bound with a provider that reports no usage.
+        CatalogError
+            Bad records, or a click naming an unknown operation.
+        """
+        if not isinstance(message, str) or not message.strip():
+            raise ValueError("the message is empty; there is nothing to understand")
+        checked = check_records(records, self.catalog)
+        if click is not None:
+            self.catalog.operation(click.operation)  # a KeyError naming it, before any call
+        providers = {self.provider} | {c.provider for c in self.tasks.values() if c.provider} | \
+            {c.escalate_to for c in self.tasks.values() if c.escalate_to}
+        if self.bounds.max_prompt_tokens is not None:
+            blind = [p.name for p in providers if not p.reports_usage]
+            if blind:
+                raise UsageUnavailable(
+                    f"{', '.join(blind)} reports no token usage, so a turn bounded to "
+                    f"{self.bounds.max_prompt_tokens} prompt tokens cannot be checked; set "
+                    "understanding.max_prompt_tokens = 0 to run without a token bound")
+        budget = Budget(self.bounds, clock=self.clock)
+        t = _Turn(self, message, checked, turn or secrets.token_hex(6), budget)
+        if click is not None:
+            units = [Unit("u1", message, 0, len(message))]
+            t.shortcuts["segment"] += 1
+            t.shortcuts["coverage"] += 1
+            depth = 0
+        else:
+            try:
+                units, depth = t.segment()
+            except _NotUnderstood as exc:
+                kind = "lost_constraint" if exc.task == "coverage" and exc.bound is None else "segmentation_failed"
+                return Plan(t.turn, "failed_closed", [], [], [], [Notice(kind, None, exc.reason, exc.bound)],
+                            budget.report(), dict(t.shortcuts))
+        workers = min(self.bounds.max_parallel, len(units))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+            results = list(pool.map(lambda u: t.unit_chain(u, depth, click), units))
+        return _assemble(t, units, results)
+
+
+def _assemble(t: _Turn, units: list[Unit],
+              results: list[tuple[list[Act], list[Question], list[Notice], set[str] | None]]) -> Plan:
+    """One plan from every unit's outputs, holding what a unit not understood may touch."""
+    acts = [a for r in results for a in r[0]]
+    questions = [q for r in results for q in r[1]]
+    notices = [n for r in results for n in r[2]]
+    holds = [r[3] for r in results]
+    # A unit not understood may act on the records it reached (or, failing before its
+    # records were known, on any): no act on those goes ahead this turn.
+    hold_all = any(h is None for h in holds)
+    held = set().union(*(h for h in holds if h is not None))
+    acts = [msgspec.structs.replace(a, status="held") if a.record is not None and (hold_all or a.record in held)
+            else a for a in acts]
+    if any(n.kind == "not_understood" for n in notices):
+        status = "incomplete"
+    elif questions:
+        status = "needs_input"
+    elif acts:
+        status = "ready"
+    else:
+        status = "nothing"
+    return Plan(t.turn, status, units, acts, questions, notices, t.budget.report(), dict(t.shortcuts))

@@ -1,0 +1,348 @@
+"""The task kinds: for each, the prompt, the strict schema of this turn, and the check.
+
+Every task sees the user's message verbatim and only the context its decision needs:
+
+========== ============================================= ==========================================
+task       decides                                       answers (closed sets built per turn)
+========== ============================================= ==========================================
+segment    the separate requests in the message          ``{"units": [{"quote"}]}`` (verbatim quotes)
+coverage   which uncovered words carry a request         ``{"constraints": [gap id | "none"]}``
+route      every operation one unit asks for             ``{"operations": [op id | "none"]}``
+locate     the record one request acts on                ``{"record": record id | "none"}``
+extract    each argument: the words that give it, then   ``{"arguments": {name: {"evidence",
+           its value                                     "value"}}}`` (null when not given)
+verify     whether each value follows from its quote     ``{"verdicts": {name: "supported" |
+                                                         "unsupported"}}``
+question_  what to ask the user when a request cannot    ``{"ask_about": [missing id]}``
+frame      be carried out yet
+========== ============================================= ==========================================
+
+A :class:`TaskCall` carries one call's messages, schema and check; the check runs on the
+parsed output after the schema check and returns the task's result or raises
+:class:`~boundctx.errors.TaskOutputInvalid` with what a repair should be told.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from boundctx.errors import TaskOutputInvalid
+from boundctx.understanding import schema as S
+from boundctx.understanding.catalog import Operation, Param, Record
+from boundctx.understanding.normalise import normalise
+
+__all__ = ["CONNECTORS", "INSTRUCTIONS", "MAX_TOKENS", "TASK_KINDS", "Gap", "TaskCall", "Unit", "coverage_call", "extract_call",
+           "gaps", "locate_call", "question_frame_call", "route_call", "segment_call", "verify_call"]
+
+TASK_KINDS = ("segment", "coverage", "route", "locate", "extract", "verify", "question_frame")
+
+#: The default instructions of each task (a task's configuration may replace them).
+INSTRUCTIONS = {
+    "segment": (
+        "Split the user's message into units. A unit is one separate request (or one statement the requests "
+        "depend on), quoted exactly as written: copy the words, never rephrase. Keep each request's details "
+        "(times, names, numbers, conditions) inside its unit. Units follow the message's order and do not "
+        "overlap. Answer with JSON only."),
+    "coverage": (
+        "Some words of the user's message are in no unit. For each numbered gap, decide whether it carries a "
+        "request or a condition on one (a time, a name, a number, a 'but not', a correction). Answer with "
+        "the ids of the gaps that do, or [\"none\"]. Answer with JSON only."),
+    "route": (
+        "Which operations does this part of the user's message ask for? List every one it asks for, or "
+        "[\"none\"] when it asks for none of them. Answer with JSON only."),
+    "locate": (
+        "Which record does this request act on? Answer with its id, or \"none\" when the request does not "
+        "say which one. Answer with JSON only."),
+    "extract": (
+        "For each argument, first copy the exact words of the message that give it (evidence), then write "
+        "its value. When the message does not give an argument, answer null for both. Never guess. Answer "
+        "with JSON only."),
+    "verify": (
+        "For each argument, does the value follow from the quoted words of the message? Answer \"supported\" "
+        "or \"unsupported\". Answer with JSON only."),
+    "question_frame": (
+        "The request cannot be carried out yet. Which of the missing items should the assistant ask the user "
+        "about? Choose every item that must be known. Answer with JSON only."),
+}
+
+#: Output budget of each task's call, in tokens: room for the longest valid answer even
+#: as a byte estimate counts it (a constrained decoder stops at the closing brace, so
+#: the room costs nothing; an unconstrained one that rambles is cut and repaired).
+MAX_TOKENS = {"segment": 512, "coverage": 64, "route": 96, "locate": 32, "extract": 512, "verify": 128,
+              "question_frame": 96}
+
+#: Gaps made only of these words join requests; they carry nothing to lose.
+CONNECTORS = frozenset(
+    "and also then plus please thanks thank you too as well but so ok okay oh hi hello hey just".split())
+
+
+class Unit(msgspec.Struct, frozen=True):
+    """One request in the message: a verbatim span."""
+
+    id: str
+    text: str
+    start: int
+    end: int
+
+
+class Gap(msgspec.Struct, frozen=True):
+    """Words of the message in no unit."""
+
+    id: str
+    text: str
+    start: int
+    end: int
+
+
+class TaskCall(msgspec.Struct, frozen=True):
+    """One task, ready to run.
+
+    Attributes
+    ----------
+    kind : str
+    unit : str or None
+        The unit it is about (None for whole-message tasks).
+    key : str
+        What else tells it apart within its unit (the operation for extract).
+    messages : list of dict
+    schema : dict
+    check : callable
+        ``check(parsed_output) -> result``; raises TaskOutputInvalid.
+    """
+
+    kind: str
+    unit: str | None
+    key: str
+    messages: list[dict[str, Any]]
+    schema: dict[str, Any]
+    check: Callable[[Any], Any]
+
+
+def _messages(kind: str, instructions: str | None, body: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": instructions or INSTRUCTIONS[kind]}, {"role": "user", "content": body}]
+
+
+def _quoted(message: str) -> str:
+    return f"User's message:\n<<<\n{message}\n>>>"
+
+
+def _ids(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i + 1}" for i in range(n)]
+
+
+# -- segment ------------------------------------------------------------------------------
+
+
+def _locate_quotes(message: str, quotes: Sequence[str]) -> list[Unit]:
+    units: list[Unit] = []
+    pos = 0
+    for i, raw in enumerate(quotes):
+        quote = raw.strip()
+        if not quote:
+            raise TaskOutputInvalid(f"unit {i + 1} is empty")
+        at = message.find(quote, pos)
+        if at < 0:
+            where = "anywhere in" if message.find(quote) < 0 else "after the previous unit in"
+            raise TaskOutputInvalid(f"unit {i + 1} {quote[:80]!r} is not {where} the message, word for word; "
+                                    "copy the message's exact words, in order")
+        units.append(Unit(f"u{i + 1}", quote, at, at + len(quote)))
+        pos = at + len(quote)
+    return units
+
+
+def segment_call(message: str, *, max_units: int, left_out: Sequence[str] = (), instructions: str | None = None
+                 ) -> TaskCall:
+    """Split ``message`` into verbatim units; ``left_out``: words a previous split left
+    out that carry a request (the one re-segmentation coverage may ask for)."""
+    body = _quoted(message)
+    if left_out:
+        body += ("\n\nA previous split left out these words, which carry a request or a condition; include each "
+                 "in the unit it belongs to: " + "; ".join(json.dumps(w) for w in left_out))
+    schema = S.obj({"units": S.array(S.obj({"quote": S.string(len(message))}), min_items=1, max_items=max_units)})
+    return TaskCall("segment", None, "resegment" if left_out else "", _messages("segment", instructions, body),
+                    schema, lambda out: _locate_quotes(message, [u["quote"] for u in out["units"]]))
+
+
+# -- coverage -----------------------------------------------------------------------------
+
+
+def gaps(message: str, units: Sequence[Unit]) -> list[Gap]:
+    """The stretches of ``message`` no unit covers that hold a word other than a
+    connector ("and", "please"), in order."""
+    covered = sorted((u.start, u.end) for u in units)
+    out: list[Gap] = []
+    pos = 0
+    for start, end in covered + [(len(message), len(message))]:
+        if start > pos:
+            text = message[pos:start]
+            words = re.findall(r"\w+", text.lower())
+            if any(w not in CONNECTORS for w in words):
+                out.append(Gap(f"g{len(out) + 1}", text.strip(), pos, start))
+        pos = max(pos, end)
+    return out
+
+
+def coverage_call(message: str, units: Sequence[Unit], found: Sequence[Gap], *, instructions: str | None = None
+                  ) -> TaskCall:
+    body = (_quoted(message) + "\n\nUnits:\n" + "\n".join(f"{u.id}: {u.text}" for u in units)
+            + "\n\nGaps (words in no unit):\n" + "\n".join(f"{g.id}: {g.text}" for g in found))
+    ids = [g.id for g in found]
+    schema = S.obj({"constraints": S.array(S.enum(ids + [S.NONE]), min_items=1, max_items=len(ids))})
+
+    def check(out: Any) -> list[Gap]:
+        chosen = out["constraints"]
+        problems = S.only_none_alone(chosen, "$.constraints")
+        if problems:
+            raise TaskOutputInvalid("; ".join(problems))
+        return [g for g in found if g.id in chosen]
+
+    return TaskCall("coverage", None, "", _messages("coverage", instructions, body), schema, check)
+
+
+# -- route --------------------------------------------------------------------------------
+
+
+def route_call(message: str, unit: Unit, operations: Sequence[Operation], *, instructions: str | None = None
+               ) -> TaskCall:
+    ids = _ids("o", len(operations))
+    body = (_quoted(message) + f"\n\nThe part to route:\n{unit.text}\n\nOperations:\n"
+            + "\n".join(f"{i}: {op.name} - {op.description}" for i, op in zip(ids, operations)))
+    schema = S.obj({"operations": S.array(S.enum(ids + [S.NONE]), min_items=1, max_items=len(ids))})
+
+    def check(out: Any) -> list[Operation]:
+        chosen = out["operations"]
+        problems = S.only_none_alone(chosen, "$.operations")
+        if problems:
+            raise TaskOutputInvalid("; ".join(problems))
+        return [op for i, op in zip(ids, operations) if i in chosen]
+
+    return TaskCall("route", unit.id, "", _messages("route", instructions, body), schema, check)
+
+
+# -- locate -------------------------------------------------------------------------------
+
+
+def _describe(record: Record) -> str:
+    fields = ", ".join(f"{k}: {v}" for k, v in record.fields.items())
+    return f"{record.label or record.kind}" + (f" ({fields})" if fields else "")
+
+
+def locate_call(message: str, unit: Unit, operation: Operation, candidates: Sequence[Record], *,
+                instructions: str | None = None) -> TaskCall:
+    ids = _ids("r", len(candidates))
+    body = (_quoted(message) + f"\n\nThe request:\n{unit.text}\n\nIt asks to {operation.name}: "
+            f"{operation.description}\n\nRecords, in the order the user sees them:\n"
+            + "\n".join(f"{i}: {_describe(r)}" for i, r in zip(ids, candidates)))
+    schema = S.obj({"record": S.enum(ids + [S.NONE])})
+
+    def check(out: Any) -> Record | None:
+        return None if out["record"] == S.NONE else candidates[ids.index(out["record"])]
+
+    return TaskCall("locate", unit.id, operation.name, _messages("locate", instructions, body), schema, check)
+
+
+# -- extract ------------------------------------------------------------------------------
+
+
+class Extracted(msgspec.Struct, frozen=True):
+    """One argument as extracted: the quote, the model's value text and the typed value
+    (None when the message does not give it)."""
+
+    evidence: str | None
+    value_text: str | None
+    value: Any = None
+
+
+def _value_schema(param: Param) -> dict[str, Any]:
+    if param.enum is not None:
+        return S.enum(param.enum)
+    return S.string()
+
+
+def extract_call(message: str, unit: Unit, operation: Operation, record: Record | None, *,
+                 instructions: str | None = None) -> TaskCall:
+    params = operation.params
+    lines = []
+    for p in params:
+        kind = p.type + (f" of {p.items}" if p.items else "") + (f", one of {p.enum}" if p.enum else "")
+        lines.append(f"- {p.name} ({kind}{'' if p.required else ', optional'}): {p.description}")
+    body = (_quoted(message) + f"\n\nThe request:\n{unit.text}\n\nOperation: {operation.name} - "
+            f"{operation.description}\n" + (f"Guidance: {operation.guidance}\n" if operation.guidance else "")
+            + (f"It acts on: {_describe(record)}\n" if record is not None else "")
+            + "Arguments:\n" + "\n".join(lines))
+    schema = S.obj({"arguments": S.obj({
+        p.name: S.obj({"evidence": S.nullable(S.string(len(message))), "value": S.nullable(_value_schema(p))})
+        for p in params})})
+
+    def check(out: Any) -> dict[str, Extracted]:
+        result: dict[str, Extracted] = {}
+        problems = []
+        for p in params:
+            item = out["arguments"][p.name]
+            evidence, value = item["evidence"], item["value"]
+            if evidence is None and value is None:
+                result[p.name] = Extracted(None, None)
+                continue
+            if evidence is None or not evidence.strip():
+                problems.append(f"{p.name}: a value needs the message's words that give it (evidence), "
+                                "or null for both")
+                continue
+            if evidence.strip() not in message:
+                problems.append(f"{p.name}: the evidence {evidence[:80]!r} is not in the message word for word")
+                continue
+            if value is None:
+                problems.append(f"{p.name}: evidence without a value; give the value, or null for both")
+                continue
+            text = value if isinstance(value, str) else json.dumps(value)
+            try:
+                typed = normalise(text, p)
+            except ValueError as exc:
+                problems.append(f"{p.name}: {exc}")
+                continue
+            result[p.name] = Extracted(evidence.strip(), text, typed)
+        if problems:
+            raise TaskOutputInvalid("; ".join(problems))
+        return result
+
+    return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check)
+
+
+# -- verify -------------------------------------------------------------------------------
+
+
+def verify_call(message: str, unit: Unit, operation: Operation, values: dict[str, Extracted], *,
+                instructions: str | None = None) -> TaskCall:
+    names = list(values)
+    body = (_quoted(message) + f"\n\nOperation: {operation.name} - {operation.description}\nArguments:\n"
+            + "\n".join(f"- {n}: value {json.dumps(values[n].value)} from the words {json.dumps(values[n].evidence)}"
+                        for n in names))
+    schema = S.obj({"verdicts": S.obj({n: S.enum(["supported", "unsupported"]) for n in names})})
+    return TaskCall("verify", unit.id, operation.name, _messages("verify", instructions, body), schema,
+                    lambda out: {n: out["verdicts"][n] == "supported" for n in names})
+
+
+# -- question_frame -----------------------------------------------------------------------
+
+
+def question_frame_call(message: str, unit: Unit, operation: Operation, missing: Sequence[tuple[str, str]], *,
+                        instructions: str | None = None) -> TaskCall:
+    """``missing``: (id, description) of what is not known: ``"record"`` and argument
+    names."""
+    ids = [m[0] for m in missing]
+    body = (_quoted(message) + f"\n\nThe request:\n{unit.text}\n\nOperation: {operation.name} - "
+            f"{operation.description}\n\nMissing:\n" + "\n".join(f"{i}: {d}" for i, d in missing))
+    schema = S.obj({"ask_about": S.array(S.enum(ids), min_items=1, max_items=len(ids))})
+
+    def check(out: Any) -> list[str]:
+        problems = S.only_none_alone(out["ask_about"], "$.ask_about")
+        if problems:
+            raise TaskOutputInvalid("; ".join(problems))
+        return [i for i in ids if i in out["ask_about"]]
+
+    return TaskCall("question_frame", unit.id, operation.name, _messages("question_frame", instructions, body),
+                    schema, check)

@@ -1,0 +1,131 @@
+"""A scripted model that answers every understanding task from a gold annotation.
+
+It reads each prompt the way a model would (which task, which unit, which ids stand for
+which operation or record) and answers the gold choice in the task's schema, so a
+pipeline run against it is exact by construction: any deviation is a bug in the
+pipeline's prompts, schemas, checks or assembly. ``faults`` injects failures per call.
+
+Gold::
+
+    {"units": ["Book Sakura for 4 at 7pm", "cancel the Luigi's booking"],
+     "route": {"Book Sakura for 4 at 7pm": ["book_table"], ...},
+     "locate": {("Book Sakura for 4 at 7pm", "book_table"): "sakura", ...},      # record id or None
+     "extract": {("Book Sakura for 4 at 7pm", "book_table"): {"time": ("7pm", "7pm"), ...}},
+     "coverage": ["words that carry a request"],          # optional
+     "verify": {"time": "supported"}}                     # optional, default supported
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+from boundctx.providers import ScriptedReply
+from boundctx.understanding.tasks import INSTRUCTIONS
+
+KIND_OF = {text: kind for kind, text in INSTRUCTIONS.items()}
+
+
+def task_kind(request) -> str:
+    return KIND_OF[request.messages[0]["content"]]
+
+
+def _lines(body: str, header: str) -> dict[str, str]:
+    """``id: text`` lines after ``header`` -> {text's first field: id}."""
+    block = body.split(header, 1)[1]
+    out = {}
+    for line in block.splitlines():
+        m = re.match(r"^(\w+): (.*)$", line)
+        if m:
+            out[m.group(2)] = m.group(1)
+    return out
+
+
+class Oracle:
+    """``Oracle(gold, records)(request)`` answers like a perfect model.
+
+    Parameters
+    ----------
+    gold : dict
+    records : list of Record
+        To map record ids in the gold to the prompt's r-ids.
+    faults : callable, optional
+        ``faults(kind, n) -> ScriptedReply | str | Exception | None``: n counts calls of
+        that kind from 1; None answers normally.
+    """
+
+    def __init__(self, gold, records=(), faults=None):
+        self.gold = gold
+        self.records = list(records)
+        self.faults = faults
+        self.calls = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        kind = task_kind(request)
+        with self.lock:
+            self.calls[kind] = n = self.calls.get(kind, 0) + 1
+        if self.faults is not None:
+            fault = self.faults(kind, n)
+            if fault is not None:
+                return fault
+        # messages[1] is the task's own prompt, also in a repair (which appends to it).
+        return json.dumps(getattr(self, kind)(request.messages[1]["content"]))
+
+    # -- per task ---------------------------------------------------------------------
+
+    def segment(self, body):
+        units = self.gold["units"]
+        if "A previous split left out" in body and "resegmented" in self.gold:
+            units = self.gold["resegmented"]
+        return {"units": [{"quote": u} for u in units]}
+
+    def coverage(self, body):
+        gaps = _lines(body, "Gaps (words in no unit):\n")
+        chosen = [gid for text, gid in gaps.items() if any(w in text for w in self.gold.get("coverage", ()))]
+        return {"constraints": chosen or ["none"]}
+
+    def route(self, body):
+        unit = re.search(r"The part to route:\n(.*?)\n\nOperations:", body, re.S).group(1)
+        ops = {text.split(" - ", 1)[0]: oid for text, oid in _lines(body, "Operations:\n").items()}
+        names = self.gold["route"].get(unit, [])
+        return {"operations": [ops[n] for n in names] or ["none"]}
+
+    def _unit_op(self, body):
+        unit = re.search(r"The request:\n(.*?)\n\n", body, re.S).group(1)
+        op = re.search(r"(?:It asks to |Operation: )([\w.]+)", body).group(1)
+        return unit, op
+
+    def locate(self, body):
+        unit, op = self._unit_op(body)
+        want = self.gold["locate"].get((unit, op))
+        if want is None:
+            return {"record": "none"}
+        listed = [line.split(": ", 1)[0] for line in body.split("Records, in the order the user sees them:\n", 1)[1]
+                  .splitlines() if line]
+        kind_records = [r for r in self.records if r.id == want]
+        described = kind_records[0]
+        # r-ids follow the candidates' order: the records of this kind, as given
+        candidates = [r for r in self.records if r.kind == described.kind]
+        return {"record": listed[[r.id for r in candidates].index(want)]}
+
+    def extract(self, body):
+        unit, op = self._unit_op(body)
+        gold = self.gold["extract"].get((unit, op), {})
+        names = re.findall(r"^- (\w+) \(", body.split("Arguments:\n", 1)[1], re.M)
+        return {"arguments": {n: {"evidence": gold[n][0], "value": gold[n][1]} if n in gold
+                              else {"evidence": None, "value": None} for n in names}}
+
+    def verify(self, body):
+        names = re.findall(r"^- (\w+): value ", body, re.M)
+        return {"verdicts": {n: self.gold.get("verify", {}).get(n, "supported") for n in names}}
+
+    def question_frame(self, body):
+        missing = re.findall(r"^(\w+): ", body.split("Missing:\n", 1)[1], re.M)
+        return {"ask_about": missing}
+
+
+def cut(text: str = '{"units": [{"quote": "Bo') -> ScriptedReply:
+    """An output cut at max_tokens."""
+    return ScriptedReply(text, "length")
