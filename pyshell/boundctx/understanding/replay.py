@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from boundctx import errors
 from boundctx.providers.base import ChatRequest
 from boundctx.providers.scripted import ScriptedReply
 
@@ -164,6 +165,12 @@ def replay_script(attempts: Iterable[Attempt]):
             if not queue:
                 return LookupError(f"replay diverged: no recorded output for prompt {key[:12]}")
             a = queue.popleft()
+        if a.finish_reason and a.finish_reason.startswith("error:"):
+            # The call raised: raise the same kind of error with the recorded words.
+            cls = getattr(errors, a.finish_reason[len("error:"):], None)
+            cls = cls if isinstance(cls, type) and issubclass(cls, errors.BoundctxError) else errors.GenerationError
+            detail = a.problems[0].split(": ", 2)[-1] if a.problems else "recorded failure"
+            return cls(detail)
         return ScriptedReply(a.raw_output, a.finish_reason or "stop", a.prompt_tokens, a.completion_tokens)
 
     return respond

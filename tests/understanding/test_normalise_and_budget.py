@@ -1,0 +1,118 @@
+"""Typed values from quoted text, and the per-turn meter."""
+
+import threading
+
+import pytest
+
+from boundctx.errors import BudgetExhausted
+from boundctx.understanding import Bounds, Budget, Param
+from boundctx.understanding.normalise import normalise, number_in, supports
+
+
+@pytest.mark.parametrize("text, ptype, items, expected", [
+    ("5", "integer", None, 5), ("five", "integer", None, 5), ("twenty-five", "integer", None, 25),
+    ("1,000", "integer", None, 1000), ("a hundred", "integer", None, 100), ("3.0", "integer", None, 3),
+    ("2.5", "number", None, 2.5), ("-4", "number", None, -4.0), ("yes", "boolean", None, True),
+    ("off", "boolean", None, False), ("3 and 5", "array", "integer", [3, 5]), ("[1, 2]", "array", "integer", [1, 2]),
+    ("Paris, London", "array", "string", ["Paris", "London"]), ('"7pm"', "string", None, "7pm"),
+    ('{"a": 1}', "object", None, {"a": 1}),
+])
+def test_normalise_reads_the_declared_type(text, ptype, items, expected):
+    assert normalise(text, Param("p", ptype, items=items)) == expected
+
+
+@pytest.mark.parametrize("text, ptype", [("3.5", "integer"), ("many", "integer"), ("maybe", "boolean"),
+                                          ("", "string"), ("[1", "object")])
+def test_normalise_refuses_what_is_not_the_type(text, ptype):
+    with pytest.raises(ValueError):
+        normalise(text, Param("p", ptype))
+
+
+def test_enum_values_are_matched_without_case_and_kept_as_declared():
+    p = Param("seat", "string", enum=["Inside", "Terrace"])
+    assert normalise("terrace", p) == "Terrace"
+    with pytest.raises(ValueError, match="not one of"):
+        normalise("roof", p)
+
+
+def test_supports_confirms_only_what_the_quote_plainly_gives():
+    assert number_in("the first five primes, then 1,200") == [1200.0, 1.0, 5.0]
+    assert supports(5, "first five prime numbers", Param("n", "integer"))
+    assert not supports(6, "the usual crowd", Param("n", "integer"))
+    assert supports("Paris", "fly to paris", Param("city", "string"))
+    assert not supports("2026-12-01", "tomorrow", Param("date", "string"))
+    assert supports([3, 5], "multiples of 3 and 5", Param("m", "array", items="integer"))
+    assert supports(True, "yes please", Param("b", "boolean")) and not supports(True, "no", Param("b", "boolean"))
+
+
+def test_each_bound_refuses_the_call_that_would_pass_it_and_every_call_after():
+    budget = Budget(Bounds(max_model_calls=2, max_chain_depth=3, max_prompt_tokens=100, wall_clock_s=None))
+    budget.reserve(depth=1, prompt_tokens=40)
+    budget.settle(counted_prompt=40, prompt_tokens=45, completion_tokens=3)
+    with pytest.raises(BudgetExhausted, match="max_prompt_tokens") as info:
+        budget.reserve(depth=2, prompt_tokens=60)
+    assert info.value.bound == "max_prompt_tokens"
+    with pytest.raises(BudgetExhausted, match="an earlier call"):
+        budget.reserve(depth=2, prompt_tokens=1)  # monotonic: the turn stops calling
+    report = budget.report()
+    assert (report.model_calls, report.prompt_tokens, report.completion_tokens, report.exhausted,
+            report.refused_calls) == (1, 45, 3, "max_prompt_tokens", 2)
+
+    for bounds, kwargs, bound in [(Bounds(max_model_calls=1), {}, "max_model_calls"),
+                                  (Bounds(max_chain_depth=2), {"depth": 3}, "max_chain_depth")]:
+        b = Budget(bounds)
+        if bound == "max_model_calls":
+            b.reserve(depth=1, prompt_tokens=1)
+            b.release()
+        with pytest.raises(BudgetExhausted) as info:
+            b.reserve(**{"depth": 1, "prompt_tokens": 1, **kwargs})
+        assert info.value.bound == bound
+
+
+def test_the_wall_clock_and_missing_usage():
+    now = [0.0]
+    budget = Budget(Bounds(wall_clock_s=10), clock=lambda: now[0])
+    budget.reserve(depth=1, prompt_tokens=1)
+    budget.settle(counted_prompt=1, prompt_tokens=1, completion_tokens=1)
+    now[0] = 10.0
+    assert budget.remaining_s() == 0
+    with pytest.raises(BudgetExhausted, match="wall_clock_s"):
+        budget.reserve(depth=1, prompt_tokens=1)
+
+    blind = Budget(Bounds(max_prompt_tokens=100))
+    blind.reserve(depth=1, prompt_tokens=10)
+    with pytest.raises(BudgetExhausted, match="no token usage"):
+        blind.settle(counted_prompt=10, prompt_tokens=None, completion_tokens=None)
+    free = Budget(Bounds(max_prompt_tokens=None))
+    free.reserve(depth=1, prompt_tokens=10)
+    free.settle(counted_prompt=10, prompt_tokens=None, completion_tokens=None)  # no bound: nothing to check
+    assert free.report().exhausted is None
+
+
+def test_bounds_are_checked_and_read_from_settings():
+    from boundctx import config
+    with pytest.raises(ValueError, match="max_parallel"):
+        Bounds(max_parallel=0)
+    settings = config.load(env={}, overrides={"understanding.max_prompt_tokens": 0, "understanding.wall_clock_s": 0})
+    bounds = Bounds.from_settings(settings)
+    assert bounds.max_prompt_tokens is None and bounds.wall_clock_s is None and bounds.max_model_calls == 24
+
+
+def test_the_meter_counts_concurrent_calls_exactly():
+    budget = Budget(Bounds(max_model_calls=1000, max_prompt_tokens=None))
+    start = threading.Barrier(8)
+
+    def work():
+        start.wait()
+        for _ in range(100):
+            budget.reserve(depth=1, prompt_tokens=1)
+            budget.settle(counted_prompt=1, prompt_tokens=2, completion_tokens=1)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report = budget.report()
+    assert (report.model_calls, report.prompt_tokens, report.completion_tokens) == (800, 1600, 800)
+    assert budget.active == 0
