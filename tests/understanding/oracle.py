@@ -121,6 +121,22 @@ class Oracle:
         names = re.findall(r"^- (\w+): value ", body, re.M)
         return {"verdicts": {n: self.gold.get("verify", {}).get(n, "supported") for n in names}}
 
+    def single_call(self, body):
+        ops = {text.split(" - ", 1)[0]: oid for text, oid in _lines(body.split("\n\nRecords:", 1)[0],
+                                                                     "Operations:\n").items()}
+        acts = []
+        for unit in self.gold["units"]:
+            for name in self.gold["route"].get(unit, []):
+                want = self.gold["locate"].get((unit, name))
+                record = f"r{[r.id for r in self.records].index(want) + 1}" if want else "none"
+                gold = self.gold["extract"].get((unit, name), {})
+                params = re.search(rf"^{ops[name]}: .*? Arguments: (.*)$", body, re.M).group(1)
+                names = [] if params == "no arguments" else re.findall(r"(?:^|, )(\w+) \(", params)
+                acts.append({"operation": ops[name], "record": record, "arguments": {
+                    n: {"evidence": gold[n][0], "value": gold[n][1]} if n in gold else {"evidence": None, "value": None}
+                    for n in names}})
+        return {"acts": acts}
+
     def question_frame(self, body):
         missing = re.findall(r"^(\w+): ", body.split("Missing:\n", 1)[1], re.M)
         return {"ask_about": missing}

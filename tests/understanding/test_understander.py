@@ -385,3 +385,38 @@ def test_bad_input_is_refused_before_any_call():
     with pytest.raises(CatalogError, match="kind 'car'"):
         u.understand("x", records=[{"id": "c", "kind": "car"}])
     assert provider.requests == []
+
+
+# -- the single-call baseline --------------------------------------------------------
+
+
+def test_the_single_call_baseline_gives_the_same_plan_from_one_call():
+    u, provider = understander(Oracle(GOLD, RECORDS))
+    plan = u.single_call(MESSAGE, records=RECORDS)
+    assert kinds(provider) == ["single_call"] and plan.budget.model_calls == 1
+    pipeline, _ = full_plan()
+    assert [(a.operation, a.record, a.arguments, a.status) for a in plan.acts] == \
+        [(a.operation, a.record, a.arguments, a.status) for a in pipeline.acts]
+    schema = provider.requests[0].schema
+    forms = schema["properties"]["acts"]["items"]["anyOf"]
+    assert len(forms) == 4  # one act form per operation, each with its own arguments
+    book = forms[0]["properties"]
+    assert book["operation"] == {"type": "string", "enum": ["o1"]} and set(book["arguments"]["properties"]) == {
+        "time", "party_size", "note"}
+    assert book["record"]["enum"] == ["r1", "r2", "none"]  # only restaurants
+
+
+def test_the_baseline_fails_closed_and_asks_like_the_pipeline():
+    u, provider = understander(Oracle(GOLD, RECORDS, faults=lambda kind, n: "[]"))
+    plan = u.single_call(MESSAGE, records=RECORDS)
+    assert plan.status == "failed_closed" and plan.acts == [] and len(provider.requests) == 2  # + one repair
+    text = "book a table for 2"
+    gold = {"units": [text], "route": {text: ["book_table"]}, "locate": {(text, "book_table"): None},
+            "extract": {(text, "book_table"): {"party_size": ("2", "2")}}}
+    u, _ = understander(Oracle(gold, RECORDS))
+    plan = u.single_call(text, records=RECORDS)
+    assert plan.status == "needs_input" and plan.acts[0].missing == ["record", "time"]
+    assert plan.questions[0].candidates == ["luigis", "sakura"]
+    u, _ = understander(Oracle({"units": ["hi"], "route": {}, "locate": {}, "extract": {}}, RECORDS))
+    plan = u.single_call("hi", records=RECORDS)
+    assert plan.status == "nothing" and plan.notices[0].kind == "no_operation"

@@ -66,6 +66,7 @@ from boundctx.understanding.tasks import (
     question_frame_call,
     route_call,
     segment_call,
+    single_call_call,
     verify_call,
 )
 
@@ -475,14 +476,8 @@ class _Turn:
                     del given[name]  # not supported by its quote: asked for, never guessed
         elif op.params:
             self.shortcuts["verify"] += 1
-        arguments = {n: e.value for n, e in given.items()}
-        for p in op.params:
-            if p.name not in arguments and not p.required and p.default is not None:
-                arguments[p.name] = p.default
-        missing += [p.name for p in op.params if p.required and p.name not in arguments]
-        act = Act(unit.id, op.name, record.id if record else None, arguments,
-                  {n: e.evidence for n, e in given.items() if e.evidence is not None},
-                  "needs_input" if missing else "ready", missing)
+        act = _finish_act(unit, op, record, candidates, given, missing)
+        missing = act.missing
         if not missing:
             return act, None, None
         if len(missing) == 1:
@@ -494,6 +489,20 @@ class _Turn:
             about, depth = self.run(question_frame_call(m, unit, op, described,
                                                         instructions=self.instructions("question_frame")), depth + 1)
         return act, _question(unit, op, about, candidates), None
+
+
+def _finish_act(unit: Unit, op: Operation, record: Record | None, candidates: Sequence[Record],
+                given: dict[str, Extracted], missing: list[str]) -> Act:
+    """The act from what is known: declared defaults for optional arguments not given;
+    required ones not given (and an unresolved record) listed as missing."""
+    arguments = {n: e.value for n, e in given.items()}
+    for p in op.params:
+        if p.name not in arguments and not p.required and p.default is not None:
+            arguments[p.name] = p.default
+    missing = list(missing) + [p.name for p in op.params if p.required and p.name not in arguments]
+    return Act(unit.id, op.name, record.id if record else None, arguments,
+               {n: e.evidence for n, e in given.items() if e.evidence is not None},
+               "needs_input" if missing else "ready", missing)
 
 
 def _covered(start: int, end: int, message: str, spans: Sequence[tuple[int, int]]) -> bool:
@@ -558,6 +567,58 @@ class Understander:
     def task_config(self, kind: str) -> TaskConfig:
         return self.tasks.get(kind) or TaskConfig()
 
+    def _start(self, message: str, records: Sequence[Record | Mapping[str, Any]], click: Click | None,
+               turn: str | None) -> "_Turn":
+        """Checks before any call, and the turn's state."""
+        if not isinstance(message, str) or not message.strip():
+            raise ValueError("the message is empty; there is nothing to understand")
+        checked = check_records(records, self.catalog)
+        if click is not None:
+            self.catalog.operation(click.operation)  # a KeyError naming it, before any call
+        providers = {self.provider} | {c.provider for c in self.tasks.values() if c.provider} | \
+            {c.escalate_to for c in self.tasks.values() if c.escalate_to}
+        if self.bounds.max_prompt_tokens is not None:
+            blind = [p.name for p in providers if not p.reports_usage]
+            if blind:
+                raise UsageUnavailable(
+                    f"{', '.join(blind)} reports no token usage, so a turn bounded to "
+                    f"{self.bounds.max_prompt_tokens} prompt tokens cannot be checked; set "
+                    "understanding.max_prompt_tokens = 0 to run without a token bound")
+        return _Turn(self, message, checked, turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock))
+
+    def single_call(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
+                    turn: str | None = None) -> Plan:
+        """The baseline: the whole plan from one call with one schema (the same model,
+        catalog, bounds, checks, repairs and log as :meth:`understand`, and the same
+        plan assembly, with no segmentation, coverage, verification or framing).
+
+        A failed call fails the turn closed; a missing argument or record becomes a
+        question rendered by code."""
+        t = self._start(message, records, None, turn)
+        call = single_call_call(message, self.catalog.operations, t.records,
+                                max_acts=int(self.settings["understanding.max_units"]) * 2,
+                                instructions=t.instructions("single_call"))
+        try:
+            acts_out, _ = t.run(call, 1)
+        except _NotUnderstood as exc:
+            return Plan(t.turn, "failed_closed", [], [], [], [Notice("not_understood", None, exc.reason, exc.bound)],
+                        t.budget.report(), {})
+        unit = Unit("u1", message, 0, len(message))
+        acts: list[Act] = []
+        questions: list[Question] = []
+        for op, record, values in acts_out:
+            candidates = [r for r in t.records if op.record_kind and r.kind == op.record_kind]
+            if op.record_kind and record is None and len(candidates) == 1:
+                record = candidates[0]
+            act = _finish_act(unit, op, record, candidates, {n: e for n, e in values.items() if e.value is not None},
+                              ["record"] if op.record_kind and record is None else [])
+            acts.append(act)
+            if act.missing:
+                questions.append(_question(unit, op, act.missing, candidates))
+        notices = [] if acts else [Notice("no_operation", None, "the message asks for no operation this assistant "
+                                                                "has")]
+        return _assemble(t, [unit], [(acts, questions, notices, set())])
+
     def understand(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
                    click: Click | None = None, turn: str | None = None) -> Plan:
         """The plan for ``message``.
@@ -580,22 +641,8 @@ class Understander:
         CatalogError
             Bad records, or a click naming an unknown operation.
         """
-        if not isinstance(message, str) or not message.strip():
-            raise ValueError("the message is empty; there is nothing to understand")
-        checked = check_records(records, self.catalog)
-        if click is not None:
-            self.catalog.operation(click.operation)  # a KeyError naming it, before any call
-        providers = {self.provider} | {c.provider for c in self.tasks.values() if c.provider} | \
-            {c.escalate_to for c in self.tasks.values() if c.escalate_to}
-        if self.bounds.max_prompt_tokens is not None:
-            blind = [p.name for p in providers if not p.reports_usage]
-            if blind:
-                raise UsageUnavailable(
-                    f"{', '.join(blind)} reports no token usage, so a turn bounded to "
-                    f"{self.bounds.max_prompt_tokens} prompt tokens cannot be checked; set "
-                    "understanding.max_prompt_tokens = 0 to run without a token bound")
-        budget = Budget(self.bounds, clock=self.clock)
-        t = _Turn(self, message, checked, turn or secrets.token_hex(6), budget)
+        t = self._start(message, records, click, turn)
+        budget = t.budget
         if click is not None:
             units = [Unit("u1", message, 0, len(message))]
             t.shortcuts["segment"] += 1

@@ -37,7 +37,7 @@ from boundctx.understanding.catalog import Operation, Param, Record
 from boundctx.understanding.normalise import normalise
 
 __all__ = ["CONNECTORS", "INSTRUCTIONS", "MAX_TOKENS", "TASK_KINDS", "Gap", "TaskCall", "Unit", "coverage_call", "extract_call",
-           "gaps", "locate_call", "question_frame_call", "route_call", "segment_call", "verify_call"]
+           "gaps", "locate_call", "question_frame_call", "route_call", "segment_call", "single_call_call", "verify_call"]
 
 TASK_KINDS = ("segment", "coverage", "route", "locate", "extract", "verify", "question_frame")
 
@@ -65,6 +65,11 @@ INSTRUCTIONS = {
     "verify": (
         "For each argument, does the value follow from the quoted words of the message? Answer \"supported\" "
         "or \"unsupported\". Answer with JSON only."),
+    "single_call": (
+        "List every operation the user's message asks for, as acts: the operation, the record it acts on "
+        "(or \"none\"), and each argument as the exact words of the message that give it (evidence), then its "
+        "value; null for both when the message does not give it. Never guess. An empty list when the message "
+        "asks for none of the operations. Answer with JSON only."),
     "question_frame": (
         "The request cannot be carried out yet. Which of the missing items should the assistant ask the user "
         "about? Choose every item that must be known. Answer with JSON only."),
@@ -74,7 +79,7 @@ INSTRUCTIONS = {
 #: as a byte estimate counts it (a constrained decoder stops at the closing brace, so
 #: the room costs nothing; an unconstrained one that rambles is cut and repaired).
 MAX_TOKENS = {"segment": 512, "coverage": 64, "route": 96, "locate": 32, "extract": 512, "verify": 128,
-              "question_frame": 96}
+              "question_frame": 96, "single_call": 1024}
 
 #: Gaps made only of these words join requests; they carry nothing to lose.
 CONNECTORS = frozenset(
@@ -275,39 +280,10 @@ def extract_call(message: str, unit: Unit, operation: Operation, record: Record 
             f"{operation.description}\n" + (f"Guidance: {operation.guidance}\n" if operation.guidance else "")
             + (f"It acts on: {_describe(record)}\n" if record is not None else "")
             + "Arguments:\n" + "\n".join(lines))
-    schema = S.obj({"arguments": S.obj({
-        p.name: S.obj({"evidence": S.nullable(S.string(len(message))), "value": S.nullable(_value_schema(p))})
-        for p in params})})
+    schema = S.obj({"arguments": _arguments_schema(operation, message)})
 
     def check(out: Any) -> dict[str, Extracted]:
-        result: dict[str, Extracted] = {}
-        problems = []
-        for p in params:
-            item = out["arguments"][p.name]
-            evidence, value = item["evidence"], item["value"]
-            if evidence is None and value is None:
-                result[p.name] = Extracted(None, None)
-                continue
-            if evidence is None or not evidence.strip():
-                problems.append(f"{p.name}: a value needs the message's words that give it (evidence), "
-                                "or null for both")
-                continue
-            if evidence.strip() not in message:
-                problems.append(f"{p.name}: the evidence {evidence[:80]!r} is not in the message word for word")
-                continue
-            if value is None:
-                problems.append(f"{p.name}: evidence without a value; give the value, or null for both")
-                continue
-            text = value if isinstance(value, str) else json.dumps(value)
-            try:
-                typed = normalise(text, p)
-            except ValueError as exc:
-                problems.append(f"{p.name}: {exc}")
-                continue
-            result[p.name] = Extracted(evidence.strip(), text, typed)
-        if problems:
-            raise TaskOutputInvalid("; ".join(problems))
-        return result
+        return _check_arguments(operation, out["arguments"], message, "")
 
     return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check)
 
@@ -324,6 +300,82 @@ def verify_call(message: str, unit: Unit, operation: Operation, values: dict[str
     schema = S.obj({"verdicts": S.obj({n: S.enum(["supported", "unsupported"]) for n in names})})
     return TaskCall("verify", unit.id, operation.name, _messages("verify", instructions, body), schema,
                     lambda out: {n: out["verdicts"][n] == "supported" for n in names})
+
+
+# -- the single-call baseline -------------------------------------------------------------
+
+
+def _arguments_schema(operation: Operation, message: str) -> dict[str, Any]:
+    return S.obj({p.name: S.obj({"evidence": S.nullable(S.string(len(message))),
+                                 "value": S.nullable(_value_schema(p))}) for p in operation.params})
+
+
+def _check_arguments(operation: Operation, arguments: dict[str, Any], message: str, where: str
+                     ) -> dict[str, Extracted]:
+    """Evidence is verbatim, values normalise to their declared types (shared by extract
+    and the single-call baseline)."""
+    result: dict[str, Extracted] = {}
+    problems = []
+    for p in operation.params:
+        item = arguments[p.name]
+        evidence, value = item["evidence"], item["value"]
+        if evidence is None and value is None:
+            result[p.name] = Extracted(None, None)
+            continue
+        if evidence is None or not evidence.strip():
+            problems.append(f"{where}{p.name}: a value needs the message's words that give it (evidence), "
+                            "or null for both")
+            continue
+        if evidence.strip() not in message:
+            problems.append(f"{where}{p.name}: the evidence {evidence[:80]!r} is not in the message word for word")
+            continue
+        if value is None:
+            problems.append(f"{where}{p.name}: evidence without a value; give the value, or null for both")
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        try:
+            typed = normalise(text, p)
+        except ValueError as exc:
+            problems.append(f"{where}{p.name}: {exc}")
+            continue
+        result[p.name] = Extracted(evidence.strip(), text, typed)
+    if problems:
+        raise TaskOutputInvalid("; ".join(problems))
+    return result
+
+
+def single_call_call(message: str, operations: Sequence[Operation], records: Sequence[Record], *,
+                     max_acts: int, instructions: str | None = None) -> TaskCall:
+    """The whole plan in one call, one schema: the baseline the pipeline is measured
+    against. Each act's shape depends on its operation (``anyOf`` one form per
+    operation), so arguments are as strictly typed as extract's."""
+    op_ids = _ids("o", len(operations))
+    rec_ids = _ids("r", len(records))
+    forms = []
+    for oid, op in zip(op_ids, operations):
+        admissible = [rid for rid, r in zip(rec_ids, records) if op.record_kind and r.kind == op.record_kind]
+        forms.append(S.obj({"operation": S.enum([oid]), "record": S.enum(admissible + [S.NONE]),
+                            "arguments": _arguments_schema(op, message)}))
+    lines = []
+    for oid, op in zip(op_ids, operations):
+        params = ", ".join(f"{p.name} ({p.type}{'' if p.required else ', optional'}): {p.description}"
+                           for p in op.params) or "no arguments"
+        acts_on = f" Acts on a {op.record_kind}." if op.record_kind else ""
+        lines.append(f"{oid}: {op.name} - {op.description}.{acts_on} Arguments: {params}")
+    body = _quoted(message) + "\n\nOperations:\n" + "\n".join(lines)
+    if records:
+        body += "\n\nRecords:\n" + "\n".join(f"{rid}: {_describe(r)}" for rid, r in zip(rec_ids, records))
+    schema = S.obj({"acts": S.array({"anyOf": forms}, max_items=max_acts)})
+
+    def check(out: Any) -> list[tuple[Operation, Record | None, dict[str, Extracted]]]:
+        acts = []
+        for k, act in enumerate(out["acts"]):
+            op = operations[op_ids.index(act["operation"])]
+            record = None if act["record"] == S.NONE else records[rec_ids.index(act["record"])]
+            acts.append((op, record, _check_arguments(op, act["arguments"], message, f"acts[{k}].")))
+        return acts
+
+    return TaskCall("single_call", None, "", _messages("single_call", instructions, body), schema, check)
 
 
 # -- question_frame -----------------------------------------------------------------------
