@@ -586,6 +586,17 @@ class Understander:
                     "understanding.max_prompt_tokens = 0 to run without a token bound")
         return _Turn(self, message, checked, turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock))
 
+    def run_task(self, call: TaskCall, *, records: Sequence[Record | Mapping[str, Any]] = (),
+                 turn: str | None = None) -> tuple[Any, str | None, BudgetReport]:
+        """One task on its own, under a fresh turn budget (for evaluating a task kind
+        against gold inputs): (its checked result or None, why not, the budget report)."""
+        t = self._start(call.message, records, None, turn)
+        try:
+            result, _ = t.run(call, 1)
+            return result, None, t.budget.report()
+        except _NotUnderstood as exc:
+            return None, exc.reason, t.budget.report()
+
     def single_call(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
                     turn: str | None = None) -> Plan:
         """The baseline: the whole plan from one call with one schema (the same model,

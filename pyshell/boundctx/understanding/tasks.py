@@ -118,6 +118,8 @@ class TaskCall(msgspec.Struct, frozen=True):
     schema : dict
     check : callable
         ``check(parsed_output) -> result``; raises TaskOutputInvalid.
+    message : str
+        The user's message (every prompt quotes it verbatim).
     """
 
     kind: str
@@ -126,6 +128,7 @@ class TaskCall(msgspec.Struct, frozen=True):
     messages: list[dict[str, Any]]
     schema: dict[str, Any]
     check: Callable[[Any], Any]
+    message: str
 
 
 def _messages(kind: str, instructions: str | None, body: str) -> list[dict[str, Any]]:
@@ -170,7 +173,7 @@ def segment_call(message: str, *, max_units: int, left_out: Sequence[str] = (), 
                  "in the unit it belongs to: " + "; ".join(json.dumps(w) for w in left_out))
     schema = S.obj({"units": S.array(S.obj({"quote": S.string(len(message))}), min_items=1, max_items=max_units)})
     return TaskCall("segment", None, "resegment" if left_out else "", _messages("segment", instructions, body),
-                    schema, lambda out: _locate_quotes(message, [u["quote"] for u in out["units"]]))
+                    schema, lambda out: _locate_quotes(message, [u["quote"] for u in out["units"]]), message=message)
 
 
 # -- coverage -----------------------------------------------------------------------------
@@ -206,7 +209,7 @@ def coverage_call(message: str, units: Sequence[Unit], found: Sequence[Gap], *, 
             raise TaskOutputInvalid("; ".join(problems))
         return [g for g in found if g.id in chosen]
 
-    return TaskCall("coverage", None, "", _messages("coverage", instructions, body), schema, check)
+    return TaskCall("coverage", None, "", _messages("coverage", instructions, body), schema, check, message=message)
 
 
 # -- route --------------------------------------------------------------------------------
@@ -226,7 +229,7 @@ def route_call(message: str, unit: Unit, operations: Sequence[Operation], *, ins
             raise TaskOutputInvalid("; ".join(problems))
         return [op for i, op in zip(ids, operations) if i in chosen]
 
-    return TaskCall("route", unit.id, "", _messages("route", instructions, body), schema, check)
+    return TaskCall("route", unit.id, "", _messages("route", instructions, body), schema, check, message=message)
 
 
 # -- locate -------------------------------------------------------------------------------
@@ -248,7 +251,8 @@ def locate_call(message: str, unit: Unit, operation: Operation, candidates: Sequ
     def check(out: Any) -> Record | None:
         return None if out["record"] == S.NONE else candidates[ids.index(out["record"])]
 
-    return TaskCall("locate", unit.id, operation.name, _messages("locate", instructions, body), schema, check)
+    return TaskCall("locate", unit.id, operation.name, _messages("locate", instructions, body), schema, check,
+                    message=message)
 
 
 # -- extract ------------------------------------------------------------------------------
@@ -285,7 +289,8 @@ def extract_call(message: str, unit: Unit, operation: Operation, record: Record 
     def check(out: Any) -> dict[str, Extracted]:
         return _check_arguments(operation, out["arguments"], message, "")
 
-    return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check)
+    return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check,
+                    message=message)
 
 
 # -- verify -------------------------------------------------------------------------------
@@ -299,7 +304,7 @@ def verify_call(message: str, unit: Unit, operation: Operation, values: dict[str
                         for n in names))
     schema = S.obj({"verdicts": S.obj({n: S.enum(["supported", "unsupported"]) for n in names})})
     return TaskCall("verify", unit.id, operation.name, _messages("verify", instructions, body), schema,
-                    lambda out: {n: out["verdicts"][n] == "supported" for n in names})
+                    lambda out: {n: out["verdicts"][n] == "supported" for n in names}, message=message)
 
 
 # -- the single-call baseline -------------------------------------------------------------
@@ -375,7 +380,8 @@ def single_call_call(message: str, operations: Sequence[Operation], records: Seq
             acts.append((op, record, _check_arguments(op, act["arguments"], message, f"acts[{k}].")))
         return acts
 
-    return TaskCall("single_call", None, "", _messages("single_call", instructions, body), schema, check)
+    return TaskCall("single_call", None, "", _messages("single_call", instructions, body), schema, check,
+                    message=message)
 
 
 # -- question_frame -----------------------------------------------------------------------
@@ -397,4 +403,4 @@ def question_frame_call(message: str, unit: Unit, operation: Operation, missing:
         return [i for i in ids if i in out["ask_about"]]
 
     return TaskCall("question_frame", unit.id, operation.name, _messages("question_frame", instructions, body),
-                    schema, check)
+                    schema, check, message=message)
