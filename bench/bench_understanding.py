@@ -1,0 +1,390 @@
+"""Understanding: the task pipeline against the recorded single-call baseline.
+
+Corpora:
+
+- **booking** (``bench/data/booking_turns.json``): 24 turns written for this benchmark, a
+  booking domain with records on screen: one, two and three operations per message,
+  corrections inside the message, records named by position ("the second one"), and
+  messages that ask for nothing in the catalog.
+- **BFCL v4** (``../shared/data/bfcl``): ``multiple`` (one call among 2-4 functions),
+  ``parallel`` (several calls of one function), ``parallel_multiple`` (2-5 calls across
+  functions), ``irrelevance`` (no function applies: the right plan is empty). The first
+  ``--bfcl`` items of each, scored against BFCL's acceptable values.
+
+Per turn: whole-plan accuracy, operation-set exact match, argument accuracy, warranted
+and unwarranted notices, model calls, prompt and completion tokens, chain depth, wall
+clock, shortcuts; split by the number of requested operations. Then each task kind on
+its own with gold inputs (booking), and a budget sweep (``max_model_calls`` 1, 2, 4, ...)
+counting partial effects, which must be zero in every run.
+
+Models: ``--model scripted`` answers every task from the booking gold (exact by
+construction: it proves the harness and measures the pipeline's cost structure; it
+cannot run BFCL, which has no gold units); ``--model embedded`` runs SmolLM2-135M
+through llama-cpp-python with grammar-constrained decoding (reported, not gated).
+
+Run: ``python bench/bench_understanding.py --model embedded`` (writes
+``bench/results/understanding-<model>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import re
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "understanding"))
+
+from _environment import run_facts  # noqa: E402
+
+from boundctx import config  # noqa: E402
+from boundctx.understanding import Catalog, Record, Understander  # noqa: E402
+from boundctx.understanding import tasks as T  # noqa: E402
+from boundctx.understanding.normalise import normalise  # noqa: E402
+
+BOOKING = ROOT / "bench" / "data" / "booking_turns.json"
+BFCL = ROOT.parent / "shared" / "data" / "bfcl"
+BFCL_CATEGORIES = ("multiple", "parallel", "parallel_multiple", "irrelevance")
+
+
+# -- corpora ------------------------------------------------------------------------------
+
+
+def booking_corpus() -> tuple[Catalog, list[Record], list[dict]]:
+    data = json.loads(BOOKING.read_text())
+    catalog = Catalog.from_dict(data["catalog"], source=str(BOOKING))
+    records = [Record(**r) for r in data["records"]]
+    return catalog, records, data["turns"]
+
+
+def oracle_gold(turn: dict) -> dict:
+    """The Oracle's gold for a booking turn."""
+    units = turn.get("units") or list(dict.fromkeys(a["unit"] for a in turn["acts"]))
+    route = collections.defaultdict(list)
+    locate, extract = {}, {}
+    for a in turn["acts"]:
+        route[a["unit"]].append(a["operation"])
+        locate[(a["unit"], a["operation"])] = a["record"]
+        extract[(a["unit"], a["operation"])] = {k: tuple(v) for k, v in a["arguments"].items()}
+    return {"units": units, "route": dict(route), "locate": locate, "extract": extract}
+
+
+def bfcl_corpus(per_category: int) -> list[dict]:
+    items = []
+    for category in BFCL_CATEGORIES:
+        path = BFCL / f"BFCL_v4_{category}.json"
+        if not path.exists():
+            raise SystemExit(f"BFCL data not found at {path} (the benchmark reads ../shared/data/bfcl)")
+        answers = {}
+        answer_path = BFCL / "possible_answer" / f"BFCL_v4_{category}.json"
+        if answer_path.exists():
+            answers = {a["id"]: a["ground_truth"] for a in map(json.loads, answer_path.read_text().splitlines())}
+        for line in path.read_text().splitlines()[:per_category]:
+            item = json.loads(line)
+            items.append({"category": category, "id": item["id"], "functions": item["function"],
+                          "message": item["question"][0][-1]["content"],
+                          "gold": answers.get(item["id"], [])})
+    return items
+
+
+# -- scoring ------------------------------------------------------------------------------
+
+
+def _norm_string(s: str) -> str:
+    # BFCL compares strings without case, spaces and , . / - _ * ^
+    return re.sub(r"[ ,./\-_*^]", "", s.lower())
+
+
+def _same(value, option) -> bool:
+    if option is None or value is None:
+        return value is option
+    if isinstance(option, str) and isinstance(value, str):
+        return _norm_string(value) == _norm_string(option)
+    if isinstance(option, bool) or isinstance(value, bool):
+        return value is option
+    if isinstance(option, (int, float)) and isinstance(value, (int, float)):
+        return abs(float(value) - float(option)) < 1e-9
+    if isinstance(option, list) and isinstance(value, list):
+        return len(option) == len(value) and all(_same(v, o) for v, o in zip(value, option))
+    if isinstance(option, dict) and isinstance(value, dict):
+        return set(option) == set(value) and all(
+            any(_same(value[k], o) for o in (option[k] if isinstance(option[k], list) else [option[k]]))
+            for k in option)
+    return False
+
+
+def _call_score(args: dict, gold: dict) -> tuple[int, bool]:
+    """(gold arguments right, whole call right) for one predicted call against one gold call."""
+    right = 0
+    whole = all(k in gold for k in args)  # no argument the gold does not have
+    for name, options in gold.items():
+        if name in args:
+            ok = any(_same(args[name], o) for o in options)
+        else:
+            ok = "" in options  # an optional argument left out
+        right += ok
+        whole = whole and ok
+    return right, whole
+
+
+def score(predicted: list[tuple[str, dict]], gold: list[tuple[str, dict]]) -> dict:
+    """Per-turn scores: gold calls are (name, {arg: [acceptable values]})."""
+    op_set = collections.Counter(n for n, _ in predicted) == collections.Counter(n for n, _ in gold)
+    free = list(range(len(predicted)))
+    args_right = args_total = whole_calls = 0
+    for name, gargs in gold:
+        args_total += len(gargs)
+        best = None
+        for i in free:
+            if predicted[i][0] == name:
+                s = _call_score(predicted[i][1], gargs)
+                if best is None or s > best[1]:
+                    best = (i, s)
+        if best is not None:
+            free.remove(best[0])
+            args_right += best[1][0]
+            whole_calls += best[1][1]
+    whole = op_set and whole_calls == len(gold) and not free
+    return {"whole_plan": whole, "op_set": op_set, "args_right": args_right, "args_total": args_total}
+
+
+def plan_calls(plan, catalog: Catalog, with_record: bool) -> list[tuple[str, dict]]:
+    """The plan's acts as calls (held acts included: the plan said what it understood)."""
+    out = []
+    for a in plan.acts:
+        args = dict(a.arguments)
+        if with_record:
+            args["@record"] = a.record
+        out.append((a.operation, args))
+    return out
+
+
+def booking_gold(turn: dict, catalog: Catalog) -> list[tuple[str, dict]]:
+    gold = []
+    for a in turn["acts"]:
+        op = catalog.operation(a["operation"])
+        args = {name: [normalise(v[1], op.param(name))] for name, v in a["arguments"].items()}
+        args["@record"] = [a["record"]]
+        gold.append((a["operation"], args))
+    return gold
+
+
+def notices(plan, asks_nothing) -> tuple[int, int]:
+    """(warranted, unwarranted). Saying "nothing here for me" about a part of the message
+    that asks for nothing in the catalog is warranted (``asks_nothing(unit_text)``);
+    every other notice or question, on these corpora of complete requests, is not."""
+    text = {u.id: u.text for u in plan.units}
+    warranted = sum(n.kind == "no_operation" and asks_nothing(text.get(n.unit, "")) for n in plan.notices)
+    return warranted, len(plan.notices) - warranted + len(plan.questions)
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def make_provider(model: str, gold_of=None, records=()):
+    if model == "embedded":
+        from boundctx.providers.local import LlamaCppProvider
+        return LlamaCppProvider(n_ctx=4096)
+    from boundctx.providers import ScriptedProvider
+    from oracle import Oracle
+    return ScriptedProvider(Oracle(gold_of, records))
+
+
+def run_turn(system: str, u: Understander, message: str, records) -> tuple[object, float]:
+    started = time.perf_counter()
+    plan = (u.understand if system == "pipeline" else u.single_call)(message, records=records)
+    return plan, time.perf_counter() - started
+
+
+def row(plan, wall: float, s: dict, asks_nothing) -> dict:
+    w, uw = notices(plan, asks_nothing)
+    b = plan.budget
+    return {**s, "status": plan.status, "warranted_notices": w, "unwarranted_notices": uw,
+            "calls": b.model_calls, "prompt_tokens": b.prompt_tokens, "completion_tokens": b.completion_tokens,
+            "chain_depth": b.chain_depth, "wall_s": round(wall, 3), "shortcuts": plan.shortcuts,
+            "exhausted": b.exhausted}
+
+
+def end_to_end(model: str, settings, bfcl_n: int, log) -> list[dict]:
+    rows = []
+    catalog, records, turns = booking_corpus()
+    shared = make_provider(model) if model == "embedded" else None
+    for k, turn in enumerate(turns):
+        gold = booking_gold(turn, catalog)
+        provider = shared or make_provider(model, oracle_gold(turn), records)
+        for system in ("pipeline", "baseline"):
+            u = Understander(provider, catalog, settings=settings)
+            plan, wall = run_turn(system, u, turn["message"], records)
+            acting = {a["unit"] for a in turn["acts"]}
+            r = row(plan, wall, score(plan_calls(plan, catalog, True), gold),
+                    lambda text, acting=acting: not any(text in a or a in text for a in acting))
+            rows.append({"corpus": "booking", "item": k, "category": turn["category"], "ops": len(gold),
+                         "system": system, **r})
+            log(rows[-1])
+    if model != "embedded" or bfcl_n == 0:
+        return rows
+    for item in bfcl_corpus(bfcl_n):
+        catalog = Catalog.from_bfcl(item["functions"], source=item["id"])
+        gold = [(name, args) for call in item["gold"] for name, args in call.items()]
+        for system in ("pipeline", "baseline"):
+            u = Understander(shared, catalog, settings=settings)
+            plan, wall = run_turn(system, u, item["message"], [])
+            r = row(plan, wall, score(plan_calls(plan, catalog, False), gold), lambda text, empty=not gold: empty)
+            rows.append({"corpus": "bfcl", "item": item["id"], "category": item["category"], "ops": len(gold),
+                         "system": system, **r})
+            log(rows[-1])
+    return rows
+
+
+def per_task(model: str, settings, log) -> dict:
+    """Each task kind on its own, with gold inputs (booking)."""
+    catalog, records, turns = booking_corpus()
+    shared = make_provider(model) if model == "embedded" else None
+    results = collections.defaultdict(lambda: [0, 0])
+    for k, turn in enumerate(turns):
+        provider = shared or make_provider(model, oracle_gold(turn), records)
+        u = Understander(provider, catalog, settings=settings)
+        m = turn["message"]
+        gold = oracle_gold(turn)
+        units, reason, _ = u.run_task(T.segment_call(m, max_units=8), records=records)
+        results["segment: units exact"][0] += units is not None and [x.text for x in units] == gold["units"]
+        results["segment: units exact"][1] += 1
+        for i, text in enumerate(gold["units"]):
+            at = m.find(text)
+            unit = T.Unit(f"u{i + 1}", text, at, at + len(text))
+            ops, _, _ = u.run_task(T.route_call(m, unit, catalog.operations), records=records)
+            want = sorted(gold["route"].get(text, []))
+            results["route: operation set exact"][0] += ops is not None and sorted(o.name for o in ops) == want
+            results["route: operation set exact"][1] += 1
+            for name in gold["route"].get(text, []):
+                op = catalog.operation(name)
+                candidates = [r for r in records if r.kind == op.record_kind]
+                record = next((r for r in records if r.id == gold["locate"][(text, name)]), None)
+                if len(candidates) > 1:
+                    got, _, _ = u.run_task(T.locate_call(m, unit, op, candidates), records=records)
+                    results["locate: record exact"][0] += got is not None and got.id == gold["locate"][(text, name)]
+                    results["locate: record exact"][1] += 1
+                if op.params:
+                    got, _, _ = u.run_task(T.extract_call(m, unit, op, record), records=records)
+                    want = {n: normalise(v[1], op.param(n)) for n, v in gold["extract"][(text, name)].items()}
+                    have = {n: e.value for n, e in (got or {}).items() if e.value is not None}
+                    results["extract: arguments exact"][0] += got is not None and have == want
+                    results["extract: arguments exact"][1] += 1
+                    results["extract: quote in message"][0] += got is not None
+                    results["extract: quote in message"][1] += 1
+        log({"per_task_turn": k})
+    return {name: {"right": r, "asked": n, "share": r / n if n else None} for name, (r, n) in results.items()}
+
+
+def budget_sweep(model: str, settings_for, log, turns_limit: int | None) -> list[dict]:
+    """The pipeline at max_model_calls 1, 2, 4, ...: partial effects must be 0."""
+    catalog, records, turns = booking_corpus()
+    turns = turns[:turns_limit] if turns_limit else turns
+    shared = make_provider(model) if model == "embedded" else None
+    full = {}
+    out = []
+    for calls in (None, 1, 2, 4, 8, 16):
+        settings = settings_for(calls)
+        partial = right = total_calls = 0
+        for k, turn in enumerate(turns):
+            provider = shared or make_provider(model, oracle_gold(turn), records)
+            plan = Understander(provider, catalog, settings=settings).understand(turn["message"], records=records)
+            ready = [(a.operation, a.record, json.dumps(a.arguments, sort_keys=True)) for a in plan.acts
+                     if a.status == "ready"]
+            if calls is None:
+                full[k] = set(ready)
+            else:
+                partial += any(r not in full[k] for r in ready) or (plan.status == "failed_closed" and plan.acts)
+            right += score(plan_calls(plan, catalog, True), booking_gold(turn, catalog))["whole_plan"]
+            total_calls += plan.budget.model_calls
+        out.append({"max_model_calls": calls or "unbounded (24)", "turns": len(turns), "whole_plan_right": right,
+                    "model_calls": total_calls, "partial_effects": partial})
+        log(out[-1])
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    groups = collections.defaultdict(list)
+    for r in rows:
+        groups[(r["corpus"], r["system"], "all")].append(r)
+        groups[(r["corpus"], r["system"], f"{r['ops']} ops")].append(r)
+        groups[(r["corpus"], r["system"], r["category"])].append(r)
+    out = {}
+    for (corpus, system, split), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        args_total = sum(r["args_total"] for r in rs)
+        out[f"{corpus} | {system} | {split}"] = {
+            "turns": len(rs), "whole_plan": sum(r["whole_plan"] for r in rs) / len(rs),
+            "op_set": sum(r["op_set"] for r in rs) / len(rs),
+            "args": sum(r["args_right"] for r in rs) / args_total if args_total else None,
+            "warranted_notices": sum(r["warranted_notices"] for r in rs),
+            "unwarranted_notices": sum(r["unwarranted_notices"] for r in rs),
+            "calls_per_turn": statistics.mean(r["calls"] for r in rs),
+            "prompt_tokens_per_turn": statistics.mean(r["prompt_tokens"] for r in rs),
+            "completion_tokens_per_turn": statistics.mean(r["completion_tokens"] for r in rs),
+            "max_chain_depth": max(r["chain_depth"] for r in rs),
+            "wall_s_p50": statistics.median(r["wall_s"] for r in rs),
+            "wall_s_p90": sorted(r["wall_s"] for r in rs)[int(0.9 * (len(rs) - 1))],
+            "shortcuts": dict(sum((collections.Counter(r["shortcuts"]) for r in rs), collections.Counter())),
+            "failed_closed": sum(r["status"] == "failed_closed" for r in rs)}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=("scripted", "embedded"), default="scripted")
+    ap.add_argument("--bfcl", type=int, default=8, help="BFCL items per category (embedded only; default 8)")
+    ap.add_argument("--sweep-turns", type=int, default=None,
+                    help="booking turns in the budget sweep (default: all; embedded: 8)")
+    ap.add_argument("--json-out", default=None)
+    args = ap.parse_args(argv)
+    json_out = args.json_out or str(ROOT / "bench" / "results" / f"understanding-{args.model}.json")
+
+    def settings_for(calls=None):
+        over = {"understanding.max_parallel": 1}
+        if calls is not None:
+            over["understanding.max_model_calls"] = calls
+        return config.load(env={}, overrides=over)
+
+    def log(entry):
+        print(json.dumps(entry, default=str), flush=True)
+
+    started = time.perf_counter()
+    rows = end_to_end(args.model, settings_for(), args.bfcl, log)
+    tasks = per_task(args.model, settings_for(), log)
+    sweep = budget_sweep(args.model, settings_for, log,
+                         args.sweep_turns if args.sweep_turns is not None else (8 if args.model == "embedded" else None))
+    report = {"meta": {"model": args.model, "bfcl_per_category": args.bfcl, "wall_s": time.perf_counter() - started,
+                       "versions": run_facts(("boundctx", "llama_cpp_python"))},
+              "summary": summarise(rows), "per_task": tasks, "budget_sweep": sweep, "rows": rows}
+    pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(json_out).write_text(json.dumps(report, indent=1, default=str))
+    print("\n| corpus / system / split | turns | whole plan | op set | args | notices w/u | calls | prompt tok "
+          "| compl tok | depth | p50 s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for key, s in report["summary"].items():
+        args_cell = "-" if s["args"] is None else f"{s['args']:.2f}"
+        print(f"| {key} | {s['turns']} | {s['whole_plan']:.2f} | {s['op_set']:.2f} | {args_cell} | "
+              f"{s['warranted_notices']}/{s['unwarranted_notices']} | {s['calls_per_turn']:.1f} | "
+              f"{s['prompt_tokens_per_turn']:.0f} | {s['completion_tokens_per_turn']:.0f} | {s['max_chain_depth']} | "
+              f"{s['wall_s_p50']:.2f} |")
+    print("\n| task (gold inputs) | right | asked |")
+    print("|---|---|---|")
+    for name, t in tasks.items():
+        print(f"| {name} | {t['right']} | {t['asked']} |")
+    print("\n| max_model_calls | turns | whole plan right | model calls | partial effects |")
+    print("|---|---|---|---|---|")
+    for s in sweep:
+        print(f"| {s['max_model_calls']} | {s['turns']} | {s['whole_plan_right']} | {s['model_calls']} | "
+              f"{s['partial_effects']} |")
+    print(f"\nwall {report['meta']['wall_s']:.1f} s; [json] {json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
