@@ -109,3 +109,40 @@ def test_ask_appends_nothing_when_the_reply_fails_and_never_writes_another_agent
                  "--no-save", "q"]) == 0
     assert server.requests[0]["messages"][0] == {"role": "user", "content": "hi"}
     assert claude.read_text().count("\n") == 1
+
+
+def test_plan_prints_the_plan_from_a_server_and_logs_every_attempt(tmp_path, scripted_server, capsys):
+    """``boundctx plan`` through the remote provider: the scripted server answers the
+    single-call baseline's schema; the plan, and the replay log line, come out."""
+    from boundctx.understanding import read_attempts
+
+    catalog = tmp_path / "c.json"
+    catalog.write_text(json.dumps({"operations": [
+        {"name": "cancel_booking", "description": "Cancel a booking", "record_kind": "booking"}]}))
+    records = tmp_path / "r.json"
+    records.write_text(json.dumps([{"id": "b1", "kind": "booking", "label": "Luigi's"},
+                                   {"id": "b2", "kind": "booking", "label": "Sakura"}]))
+    answer = json.dumps({"acts": [{"operation": "o1", "record": "r2", "arguments": {}}]})
+    usage = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 120, "completion_tokens": 20}}
+    server = scripted_server((200, [{"choices": [{"index": 0, "delta": {"content": answer}, "finish_reason": None}]},
+                                    usage]), _sse(answer))
+    log = tmp_path / "replay.jsonl"
+    code = main(["plan", "--catalog", str(catalog), "--records", str(records), "--single-call", "--log", str(log),
+                 "--provider", "remote", "--base-url", server.url, "--json", "cancel Sakura"])
+    out = capsys.readouterr().out
+    plan = json.loads(out)
+    assert code == 0 and plan["status"] == "ready"
+    assert [(a["operation"], a["record"]) for a in plan["acts"]] == [("cancel_booking", "b2")]
+    assert server.requests[0]["response_format"]["type"] in ("json_schema", "json_object")
+    assert [(a.task, a.prompt_tokens) for a in read_attempts(str(log))] == [("single_call", 120)]
+    # A server that reports no usage cannot run under a token bound: never guessed.
+    code = main(["plan", "--catalog", str(catalog), "--records", str(records), "--single-call",
+                 "--provider", "remote", "--base-url", server.url, "cancel Sakura"])
+    assert code == 1 and "no token usage" in capsys.readouterr().out
+
+    assert main(["plan", "--catalog", str(tmp_path / "none.toml"), "x"]) == 2
+    assert "cannot read the catalog" in capsys.readouterr().err
+    assert main(["plan", "--catalog", str(catalog), "--click", "fly", "--provider", "remote", "--base-url",
+                 server.url, "x"]) == 2
+    assert "no operation 'fly'" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import sys
 
 from boundctx.cli import ask as _ask
 from boundctx.cli import config as _config
+from boundctx.cli import plan as _plan
 from boundctx.cli import reindex as _reindex
 from boundctx.cli import sample as _sample
 from boundctx.cli import session as _session
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _ask.add_parser(sub)
+    _plan.add_parser(sub)
     _reindex.add_parser(sub)
     _session.add_parser(sub)
     _sample.add_parser(sub)

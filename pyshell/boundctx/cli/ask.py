@@ -12,6 +12,8 @@ import time
 
 import msgspec
 
+from boundctx.cli._provider import add_provider_arguments, make_provider
+
 __all__ = ["add_parser"]
 
 
@@ -30,12 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--history", type=int, default=50, metavar="N",
                    help="newest N messages of the transcript to start from (default 50)")
     p.add_argument("--no-save", action="store_true", help="read the transcript but do not append to it")
-    p.add_argument("--provider", choices=["local", "remote"], default="local")
-    p.add_argument("--model", metavar="M", help="local: a GGUF path (default: the embedded SmolLM2); "
-                                                "remote: the model name")
-    p.add_argument("--base-url", metavar="URL", help="remote: the server, e.g. http://127.0.0.1:8080")
-    p.add_argument("--api-key", metavar="KEY", help="remote: bearer token")
-    p.add_argument("--n-ctx", type=int, metavar="N", help="context window (chat.n_ctx)")
+    add_provider_arguments(p)
     p.add_argument("--analysis-workers", type=int, metavar="N", help="note-taking workers, 0-8 (chat.analysis_workers)")
     p.add_argument("--max-tokens", type=int, default=512, help="reply budget in tokens (default 512)")
     p.add_argument("--json", action="store_true", help="print every event as a JSON line")
@@ -102,17 +99,7 @@ def run(args) -> int:
         messages = (conversation.messages if conversation else []) + [{"role": "user", "content": args.question}]
         for notice in conversation.notices if conversation else []:
             print(f"boundctx ask: transcript: {notice}", file=sys.stderr)
-        if args.provider == "local":
-            from boundctx.providers.local import LlamaCppProvider
-
-            provider = LlamaCppProvider(args.model, n_ctx=settings["chat.n_ctx"])
-        else:
-            if not args.base_url:
-                raise ValueError("--provider remote needs --base-url (an OpenAI-compatible server)")
-            from boundctx.providers.remote import OpenAICompatibleProvider
-
-            provider = OpenAICompatibleProvider(args.base_url, model=args.model or "default",
-                                                api_key=args.api_key, context_window=settings["chat.n_ctx"])
+        provider = make_provider(args, settings["chat.n_ctx"])
     except (OSError, ValueError, ImportError, BoundctxError) as exc:
         print(f"boundctx ask: {exc}", file=sys.stderr)
         return 2

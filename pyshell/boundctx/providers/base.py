@@ -37,11 +37,15 @@ class Finish(msgspec.Struct, frozen=True):
         ``"stop"``, ``"length"``, ``"tool_calls"`` or ``"cancelled"``.
     prompt_tokens, completion_tokens : int or None
         As counted (local) or reported (remote).
+    usage_estimated : bool
+        The backend reported no usage; ``prompt_tokens`` is the provider's own
+        (conservative) count. A token budget that must not guess treats it as absent.
     """
 
     reason: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    usage_estimated: bool = False
 
 
 Chunk = TextChunk | ToolCallChunk | Finish

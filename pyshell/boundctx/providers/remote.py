@@ -337,8 +337,10 @@ def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int) -> list[Chu
     for index, call in enumerate(message.get("tool_calls") or ()):
         fn = call.get("function") or {}
         out.append(ToolCallChunk(call.get("id") or f"call_{index}", fn.get("name", ""), fn.get("arguments", "")))
-    out.append(Finish(choice.get("finish_reason") or "stop", usage.get("prompt_tokens", prompt_tokens),
-                      usage.get("completion_tokens")))
+    reported = usage.get("prompt_tokens")
+    out.append(Finish(choice.get("finish_reason") or "stop",
+                      reported if isinstance(reported, int) else prompt_tokens, usage.get("completion_tokens"),
+                      usage_estimated=not isinstance(reported, int)))
     return out
 
 
@@ -418,7 +420,7 @@ class _StreamState:
         if isinstance(reported, int) and isinstance(provider.counter, ByteEstimateCounter):
             provider.counter.observe(request.messages, reported, tools=request.tools)
         out.append(Finish(self.reason, reported if isinstance(reported, int) else prompt_tokens,
-                          self.usage.get("completion_tokens")))
+                          self.usage.get("completion_tokens"), usage_estimated=not isinstance(reported, int)))
         return out
 
 

@@ -312,8 +312,9 @@ class _Turn:
                 exhausted = self.budget.timed_out()
         else:
             try:
-                self.budget.settle(counted_prompt=counted, prompt_tokens=finish.prompt_tokens if finish else None,
-                                   completion_tokens=finish.completion_tokens if finish else None)
+                reported = finish is not None and not finish.usage_estimated
+                self.budget.settle(counted_prompt=counted, prompt_tokens=finish.prompt_tokens if reported else None,
+                                   completion_tokens=finish.completion_tokens if reported else None)
             except BudgetExhausted as exc:
                 exhausted = exc
             try:

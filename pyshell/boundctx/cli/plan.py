@@ -1,0 +1,106 @@
+"""``boundctx plan --catalog C "message"``: what a message asks for, as a checked plan.
+
+Nothing is carried out: the command prints the plan (acts, questions, notices, budget)
+that understanding made, as text or ``--json``; ``--log`` appends every model attempt to
+a replay log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import msgspec
+
+from boundctx.cli._provider import add_provider_arguments, make_provider
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "plan", help="turn a message into a plan of operations (nothing is carried out)",
+        description="Understand MESSAGE against a catalog of operations: segment it, route each part, "
+                    "locate records, extract arguments as quotes then values, and print the plan. Bounded "
+                    "by the understanding.* settings; fails closed.")
+    p.add_argument("message", metavar="MESSAGE")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--catalog", metavar="FILE", help="the catalog (.toml or .json)")
+    source.add_argument("--bfcl", metavar="FILE", help="a BFCL-style JSON list of function specs as the catalog")
+    p.add_argument("--records", metavar="FILE", help="JSON list of the records the message may touch "
+                                                      "({id, kind, fields, label})")
+    p.add_argument("--click", metavar="OP[:RECORD]", help="the operation (and record) chosen in the UI")
+    p.add_argument("--single-call", action="store_true", help="the one-call baseline instead of the task pipeline")
+    p.add_argument("--log", metavar="FILE", help="append every model attempt to this replay log (JSONL)")
+    p.add_argument("--max-model-calls", type=int, metavar="N", help="understanding.max_model_calls")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_provider_arguments(p)
+    p.set_defaults(run=run)
+
+
+def _render(plan) -> str:
+    lines = [f"status: {plan.status}"]
+    for a in plan.acts:
+        args = ", ".join(f"{k}={json.dumps(v)}" for k, v in a.arguments.items())
+        on = f" on {a.record}" if a.record else ""
+        lines.append(f"  [{a.status}] {a.operation}{on}({args})" + (f"  missing: {', '.join(a.missing)}"
+                                                                     if a.missing else ""))
+    for q in plan.questions:
+        lines.append(f"  ask: {q.text}")
+    for n in plan.notices:
+        lines.append(f"  notice ({n.kind}{', ' + n.bound if n.bound else ''}): {n.message}")
+    b = plan.budget
+    lines.append(f"  {b.model_calls} model calls, {b.prompt_tokens} prompt + {b.completion_tokens} completion "
+                 f"tokens, chain depth {b.chain_depth}, {b.wall_s:.1f} s"
+                 + (f"; budget.exhausted{{{b.exhausted}}}" if b.exhausted else ""))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from boundctx import config
+    from boundctx.errors import BoundctxError
+    from boundctx.understanding import Catalog, Click, ReplayLog, Understander
+
+    provider = log = None
+    try:
+        overrides = {}
+        if args.n_ctx is not None:
+            overrides["chat.n_ctx"] = args.n_ctx
+        if args.max_model_calls is not None:
+            overrides["understanding.max_model_calls"] = args.max_model_calls
+        settings = config.load(overrides=overrides)
+        if args.catalog:
+            catalog = Catalog.load(args.catalog)
+        else:
+            with open(args.bfcl, encoding="utf-8") as f:
+                catalog = Catalog.from_bfcl(json.load(f), source=args.bfcl)
+        records = []
+        if args.records:
+            with open(args.records, encoding="utf-8") as f:
+                records = json.load(f)
+            if not isinstance(records, list):
+                raise ValueError(f"{args.records}: records must be a JSON list of {{id, kind, fields, label}}")
+        click = None
+        if args.click:
+            op, _, record = args.click.partition(":")
+            click = Click(op, record or None)
+        provider = make_provider(args, settings["chat.n_ctx"])
+        log = ReplayLog(args.log) if args.log else None
+        u = Understander(provider, catalog, settings=settings, log=log)
+        plan = (u.single_call(args.message, records=records) if args.single_call
+                else u.understand(args.message, records=records, click=click))
+    except (OSError, ValueError, KeyError, ImportError, BoundctxError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"boundctx plan: {message}", file=sys.stderr)
+        return 2
+    finally:
+        if log is not None:
+            log.close()
+        close = getattr(provider, "close", None)
+        if close is not None:
+            close()
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(plan) + b"\n")
+    else:
+        print(_render(plan))
+    return 0 if plan.status != "failed_closed" else 1
