@@ -242,44 +242,97 @@ def end_to_end(model: str, settings, bfcl_n: int, log) -> list[dict]:
     return rows
 
 
-def per_task(model: str, settings, log) -> dict:
-    """Each task kind on its own, with gold inputs (booking)."""
+def per_task(model: str, settings, log, bfcl_n: int = 0) -> dict:
+    """Each task kind on its own, with gold inputs: booking for every kind, BFCL
+    (``multiple`` and ``irrelevance``, the whole message as the unit) for route and
+    extract."""
     catalog, records, turns = booking_corpus()
     shared = make_provider(model) if model == "embedded" else None
     results = collections.defaultdict(lambda: [0, 0])
+
+    def tally(name: str, ok: bool) -> None:
+        results[name][0] += bool(ok)
+        results[name][1] += 1
+
     for k, turn in enumerate(turns):
         provider = shared or make_provider(model, oracle_gold(turn), records)
         u = Understander(provider, catalog, settings=settings)
         m = turn["message"]
         gold = oracle_gold(turn)
         units, reason, _ = u.run_task(T.segment_call(m, max_units=8), records=records)
-        results["segment: units exact"][0] += units is not None and [x.text for x in units] == gold["units"]
-        results["segment: units exact"][1] += 1
+        tally("segment: units exact", units is not None and [x.text for x in units] == gold["units"])
+        gold_units = []
         for i, text in enumerate(gold["units"]):
             at = m.find(text)
-            unit = T.Unit(f"u{i + 1}", text, at, at + len(text))
+            gold_units.append(T.Unit(f"u{i + 1}", text, at, at + len(text)))
+        if len(gold_units) > 1:  # coverage: leave the last unit out; its words must be flagged
+            kept = gold_units[:-1]
+            found = T.gaps(m, kept)
+            flagged, _, _ = u.run_task(T.coverage_call(m, kept, found), records=records)
+            dropped = gold_units[-1]
+            tally("coverage: a dropped unit is flagged", flagged is not None and any(
+                g.start <= dropped.start and dropped.end <= g.end for g in flagged))
+        for unit in gold_units:
+            text = unit.text
             ops, _, _ = u.run_task(T.route_call(m, unit, catalog.operations), records=records)
             want = sorted(gold["route"].get(text, []))
-            results["route: operation set exact"][0] += ops is not None and sorted(o.name for o in ops) == want
-            results["route: operation set exact"][1] += 1
+            tally("route: operation set exact", ops is not None and sorted(o.name for o in ops) == want)
             for name in gold["route"].get(text, []):
                 op = catalog.operation(name)
                 candidates = [r for r in records if r.kind == op.record_kind]
                 record = next((r for r in records if r.id == gold["locate"][(text, name)]), None)
                 if len(candidates) > 1:
                     got, _, _ = u.run_task(T.locate_call(m, unit, op, candidates), records=records)
-                    results["locate: record exact"][0] += got is not None and got.id == gold["locate"][(text, name)]
-                    results["locate: record exact"][1] += 1
-                if op.params:
-                    got, _, _ = u.run_task(T.extract_call(m, unit, op, record), records=records)
-                    want = {n: normalise(v[1], op.param(n)) for n, v in gold["extract"][(text, name)].items()}
-                    have = {n: e.value for n, e in (got or {}).items() if e.value is not None}
-                    results["extract: arguments exact"][0] += got is not None and have == want
-                    results["extract: arguments exact"][1] += 1
-                    results["extract: quote in message"][0] += got is not None
-                    results["extract: quote in message"][1] += 1
+                    tally("locate: record exact", got is not None and got.id == gold["locate"][(text, name)])
+                if not op.params:
+                    continue
+                got, _, _ = u.run_task(T.extract_call(m, unit, op, record), records=records)
+                want = {n: normalise(v[1], op.param(n)) for n, v in gold["extract"][(text, name)].items()}
+                have = {n: e.value for n, e in (got or {}).items() if e.value is not None}
+                tally("extract: arguments exact", got is not None and have == want)
+                tally("extract: valid (every quote in the message)", got is not None)
+                values = {n: T.Extracted(v[0], v[1], want[n]) for n, v in gold["extract"][(text, name)].items()}
+                verdicts, _, _ = u.run_task(T.verify_call(m, unit, op, values), records=records)
+                tally("verify: right values kept", verdicts is not None and all(verdicts.values()))
+                wrong = {n: T.Extracted(e.evidence, e.value_text, _perturb(e.value)) for n, e in values.items()}
+                verdicts, _, _ = u.run_task(T.verify_call(m, unit, op, wrong), records=records)
+                tally("verify: seeded wrong values caught", verdicts is not None and not any(verdicts.values()))
+                if len(op.params) + bool(op.record_kind) > 1:
+                    missing = [("record", f"which {op.record_kind}")] if op.record_kind else []
+                    missing += [(p.name, p.description) for p in op.params]
+                    about, _, _ = u.run_task(T.question_frame_call(m, unit, op, missing), records=records)
+                    tally("question_frame: asks about everything missing",
+                          about is not None and set(about) == {x for x, _ in missing})
         log({"per_task_turn": k})
+    if model == "embedded" and bfcl_n:
+        for item in bfcl_corpus(bfcl_n):
+            if item["category"] not in ("multiple", "irrelevance"):
+                continue
+            bfcl = Catalog.from_bfcl(item["functions"], source=item["id"])
+            u = Understander(shared, bfcl, settings=settings)
+            m = item["message"]
+            unit = T.Unit("u1", m, 0, len(m))
+            gold = [(name, args) for call in item["gold"] for name, args in call.items()]
+            ops, _, _ = u.run_task(T.route_call(m, unit, bfcl.operations))
+            tally(f"route on BFCL {item['category']}: exact",
+                  ops is not None and sorted(o.name for o in ops) == sorted(n for n, _ in gold))
+            if gold:
+                op = bfcl.operation(gold[0][0])
+                got, _, _ = u.run_task(T.extract_call(m, unit, op, None))
+                args = {n: e.value for n, e in (got or {}).items() if e.value is not None}
+                tally("extract on BFCL multiple: call right", got is not None and score([(op.name, args)], gold[:1])[
+                    "whole_plan"])
+            log({"per_task_bfcl": item["id"]})
     return {name: {"right": r, "asked": n, "share": r / n if n else None} for name, (r, n) in results.items()}
+
+
+def _perturb(value):
+    """A value that is plainly not the quoted one (for verify's seeded errors)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 7
+    return f"{value} (or 11:45pm)" if not str(value).endswith("pm") else "11:45am"
 
 
 def budget_sweep(model: str, settings_for, log, turns_limit: int | None) -> list[dict]:
@@ -356,7 +409,7 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     rows = end_to_end(args.model, settings_for(), args.bfcl, log)
-    tasks = per_task(args.model, settings_for(), log)
+    tasks = per_task(args.model, settings_for(), log, args.bfcl)
     sweep = budget_sweep(args.model, settings_for, log,
                          args.sweep_turns if args.sweep_turns is not None else (8 if args.model == "embedded" else None))
     report = {"meta": {"model": args.model, "bfcl_per_category": args.bfcl, "wall_s": time.perf_counter() - started,

@@ -22,6 +22,8 @@ import re
 import threading
 
 from boundctx.providers import ScriptedReply
+from boundctx.understanding import Param
+from boundctx.understanding.normalise import supports
 from boundctx.understanding.tasks import INSTRUCTIONS
 
 KIND_OF = {text: kind for kind, text in INSTRUCTIONS.items()}
@@ -82,8 +84,10 @@ class Oracle:
         return {"units": [{"quote": u} for u in units]}
 
     def coverage(self, body):
+        """Flags a gap holding words the gold calls a constraint, or a gold unit's words."""
         gaps = _lines(body, "Gaps (words in no unit):\n")
-        chosen = [gid for text, gid in gaps.items() if any(w in text for w in self.gold.get("coverage", ()))]
+        carried = list(self.gold.get("coverage", ())) + list(self.gold["units"])
+        chosen = [gid for text, gid in gaps.items() if any(w in text or text in w for w in carried)]
         return {"constraints": chosen or ["none"]}
 
     def route(self, body):
@@ -118,8 +122,14 @@ class Oracle:
                               else {"evidence": None, "value": None} for n in names}}
 
     def verify(self, body):
-        names = re.findall(r"^- (\w+): value ", body, re.M)
-        return {"verdicts": {n: self.gold.get("verify", {}).get(n, "supported") for n in names}}
+        """Supported when the value is what its words say (or as the gold overrides)."""
+        verdicts = {}
+        for name, value, words in re.findall(r"^- (\w+): value (.*) from the words (.*)$", body, re.M):
+            value, words = json.loads(value), json.loads(words)
+            kind = {bool: "boolean", int: "integer", float: "number", list: "array"}.get(type(value), "string")
+            ok = supports(value, words, Param(name, kind)) or words.strip().lower() == str(value).lower()
+            verdicts[name] = self.gold.get("verify", {}).get(name, "supported" if ok else "unsupported")
+        return {"verdicts": verdicts}
 
     def single_call(self, body):
         ops = {text.split(" - ", 1)[0]: oid for text, oid in _lines(body.split("\n\nRecords:", 1)[0],
