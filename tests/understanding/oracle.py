@@ -24,13 +24,28 @@ import threading
 from boundctx.providers import ScriptedReply
 from boundctx.understanding import Param
 from boundctx.understanding.normalise import supports
-from boundctx.understanding.tasks import INSTRUCTIONS
+from boundctx.understanding.tasks import INSTRUCTIONS, Words
 
 KIND_OF = {text: kind for kind, text in INSTRUCTIONS.items()}
 
 
 def task_kind(request) -> str:
     return KIND_OF[request.messages[0]["content"]]
+
+
+def _message(body: str) -> str:
+    return body.split("<<<\n", 1)[1].split("\n>>>\n", 1)[0]
+
+
+def span(message: str, text: str, near: str = "") -> dict:
+    """The word span of ``text`` in ``message`` (searched inside ``near`` first)."""
+    base = message.find(near) if near and near in message else 0
+    at = message.find(text, base)
+    if at < 0:
+        at = message.find(text)
+    assert at >= 0, f"{text!r} is not in {message!r}"
+    numbers = Words(message).of(at, at + len(text))
+    return {"first": numbers[0], "last": numbers[-1]}
 
 
 def _lines(body: str, header: str) -> dict[str, str]:
@@ -81,7 +96,12 @@ class Oracle:
         units = self.gold["units"]
         if "A previous split left out" in body and "resegmented" in self.gold:
             units = self.gold["resegmented"]
-        return {"units": [{"quote": u} for u in units]}
+        message, out, pos = _message(body), [], 0
+        for u in units:
+            at = message.find(u, pos)
+            out.append(span(message, u, message[at:]))
+            pos = at + len(u)
+        return {"units": out}
 
     def coverage(self, body):
         """Flags a gap holding words the gold calls a constraint, or a gold unit's words."""
@@ -90,11 +110,22 @@ class Oracle:
         chosen = [gid for text, gid in gaps.items() if any(w in text or text in w for w in carried)]
         return {"constraints": chosen or ["none"]}
 
+    def _inside(self, unit):
+        """The gold units within ``unit`` (itself, or the parts of a whole-message unit)."""
+        known = list(dict.fromkeys(self.gold["units"] + self.gold.get("resegmented", [])))
+        return [unit] if unit in known else [g for g in known if g in unit]
+
+    def _keyed(self, table, unit, op):
+        for g in self._inside(unit):
+            if (g, op) in table:
+                return table[(g, op)]
+        return table.get((unit, op))
+
     def route(self, body):
         unit = re.search(r"The part to route:\n(.*?)\n\nOperations:", body, re.S).group(1)
         ops = {text.split(" - ", 1)[0]: oid for text, oid in _lines(body, "Operations:\n").items()}
-        names = self.gold["route"].get(unit, [])
-        return {"operations": [ops[n] for n in names] or ["none"]}
+        names = [n for g in self._inside(unit) for n in self.gold["route"].get(g, [])]
+        return {"operations": [ops[n] for n in dict.fromkeys(names)] or ["none"]}
 
     def _unit_op(self, body):
         unit = re.search(r"The request:\n(.*?)\n\n", body, re.S).group(1)
@@ -103,7 +134,7 @@ class Oracle:
 
     def locate(self, body):
         unit, op = self._unit_op(body)
-        want = self.gold["locate"].get((unit, op))
+        want = self._keyed(self.gold["locate"], unit, op)
         if want is None:
             return {"record": "none"}
         listed = [line.split(": ", 1)[0] for line in body.split("Records, in the order the user sees them:\n", 1)[1]
@@ -116,9 +147,10 @@ class Oracle:
 
     def extract(self, body):
         unit, op = self._unit_op(body)
-        gold = self.gold["extract"].get((unit, op), {})
+        gold = self._keyed(self.gold["extract"], unit, op) or {}
         names = re.findall(r"^- (\w+) \(", body.split("Arguments:\n", 1)[1], re.M)
-        return {"arguments": {n: {"evidence": gold[n][0], "value": gold[n][1]} if n in gold
+        m = _message(body)
+        return {"arguments": {n: {"evidence": span(m, gold[n][0], unit), "value": gold[n][1]} if n in gold
                               else {"evidence": None, "value": None} for n in names}}
 
     def verify(self, body):
@@ -142,9 +174,10 @@ class Oracle:
                 gold = self.gold["extract"].get((unit, name), {})
                 params = re.search(rf"^{ops[name]}: .*? Arguments: (.*)$", body, re.M).group(1)
                 names = [] if params == "no arguments" else re.findall(r"(?:^|, )(\w+) \(", params)
+                m = _message(body)
                 acts.append({"operation": ops[name], "record": record, "arguments": {
-                    n: {"evidence": gold[n][0], "value": gold[n][1]} if n in gold else {"evidence": None, "value": None}
-                    for n in names}})
+                    n: {"evidence": span(m, gold[n][0], unit), "value": gold[n][1]} if n in gold
+                    else {"evidence": None, "value": None} for n in names}})
         return {"acts": acts}
 
     def question_frame(self, body):
@@ -152,6 +185,6 @@ class Oracle:
         return {"ask_about": missing}
 
 
-def cut(text: str = '{"units": [{"quote": "Bo') -> ScriptedReply:
+def cut(text: str = '{"units": [{"first": 1, "la') -> ScriptedReply:
     """An output cut at max_tokens."""
     return ScriptedReply(text, "length")

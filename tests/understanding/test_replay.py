@@ -70,5 +70,5 @@ def test_a_replay_that_asks_something_new_says_it_diverged(tmp_path):
         run(Oracle(GOLD, RECORDS), log)
     settings = config.load(env={}, overrides={"understanding.max_parallel": 1, "understanding.repairs": 0})
     u = Understander(ScriptedProvider(replay_script(log.attempts)), catalog(), settings=settings)
-    plan = u.understand("cancel everything", records=RECORDS)
+    plan = u.understand("cancel everything, and more", records=RECORDS)
     assert plan.status == "failed_closed" and "replay diverged" in plan.notices[0].message

@@ -167,8 +167,10 @@ def test_a_constraint_still_left_out_after_resegmentation_fails_the_turn_closed(
 
 @pytest.mark.parametrize("fault, why", [
     ("not json at all", "not JSON"),
-    ('{"units": [{"quote": "Book Sakura"}], "extra": 1}', "unexpected field"),
-    ('{"units": [{"quote": "Book a pizza"}]}', "not anywhere in the message"),
+    ('{"units": [{"first": 1, "last": 2}], "extra": 1}', "unexpected field"),
+    ('{"units": [{"first": 5, "last": 2}]}', "not a span of words"),
+    ('{"units": [{"first": 1, "last": 99}]}', "is not one of"),
+    ('{"units": [{"first": 1, "last": 7}, {"first": 5, "last": 12}]}', "do not overlap"),
     (cut(), "cut at max_tokens"),
 ])
 def test_an_invalid_output_is_repaired_once_told_what_was_wrong(fault, why):
@@ -227,9 +229,8 @@ def test_a_failed_segmentation_fails_the_turn_closed():
 
 
 def test_votes_need_a_strict_majority():
-    answers = iter(['{"units": [{"quote": "Book Sakura for 4 people at 7pm"}, {"quote": "cancel the Luigi\'s booking"}]}',
-                    '{"units": [{"quote": "Book Sakura for 4 people at 7pm and cancel the Luigi\'s booking"}]}',
-                    '{"units": [{"quote": "Book Sakura for 4 people at 7pm"}, {"quote": "cancel the Luigi\'s booking"}]}'])
+    two = '{"units": [{"first": 1, "last": 7}, {"first": 9, "last": 12}]}'
+    answers = iter([two, '{"units": [{"first": 1, "last": 12}]}', two])
     oracle = Oracle(GOLD, RECORDS, faults=lambda kind, n: next(answers) if kind == "segment" else None)
     u, _ = understander(oracle, votes=3)
     plan = u.understand(MESSAGE, records=RECORDS, turn="t1")
@@ -237,8 +238,7 @@ def test_votes_need_a_strict_majority():
     roles = [a.role for a in u.log.attempts if a.task == "segment"]
     assert roles == ["call", "vote", "vote"]
 
-    split = iter(['{"units": [{"quote": "Book Sakura for 4 people at 7pm"}]}',
-                  '{"units": [{"quote": "cancel the Luigi\'s booking"}]}'])
+    split = iter(['{"units": [{"first": 1, "last": 7}]}', '{"units": [{"first": 9, "last": 12}]}'])
     oracle = Oracle(GOLD, RECORDS, faults=lambda kind, n: next(split) if kind == "segment" else None)
     u, _ = understander(oracle, tasks={"segment": TaskConfig(votes=2)})
     plan = u.understand(MESSAGE, records=RECORDS)

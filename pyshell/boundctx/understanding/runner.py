@@ -68,6 +68,7 @@ from boundctx.understanding.tasks import (
     segment_call,
     single_call_call,
     verify_call,
+    whole_message_unit,
 )
 
 __all__ = ["Act", "Click", "Notice", "Plan", "Question", "TaskConfig", "Understander"]
@@ -346,7 +347,12 @@ class _Turn:
         """Units (after at most one re-segmentation), or _NotUnderstood."""
         m = self.message
         max_units = int(self.owner.settings["understanding.max_units"])
-        units, depth = self.run(segment_call(m, max_units=max_units, instructions=self.instructions("segment")), 1)
+        whole = whole_message_unit(m)
+        if whole is not None:
+            self.shortcuts["segment"] += 1
+            units, depth = [whole], 0
+        else:
+            units, depth = self.run(segment_call(m, max_units=max_units, instructions=self.instructions("segment")), 1)
         found = gaps(m, units)
         if not found:
             self.shortcuts["coverage"] += 1

@@ -2,20 +2,22 @@
 
 Every task sees the user's message verbatim and only the context its decision needs:
 
-========== ============================================= ==========================================
-task       decides                                       answers (closed sets built per turn)
-========== ============================================= ==========================================
-segment    the separate requests in the message          ``{"units": [{"quote"}]}`` (verbatim quotes)
-coverage   which uncovered words carry a request         ``{"constraints": [gap id | "none"]}``
-route      every operation one unit asks for             ``{"operations": [op id | "none"]}``
-locate     the record one request acts on                ``{"record": record id | "none"}``
-extract    each argument: the words that give it, then   ``{"arguments": {name: {"evidence",
-           its value                                     "value"}}}`` (null when not given)
-verify     whether each value follows from its quote     ``{"verdicts": {name: "supported" |
-                                                         "unsupported"}}``
-question_  what to ask the user when a request cannot    ``{"ask_about": [missing id]}``
-frame      be carried out yet
-========== ============================================= ==========================================
+============== ========================================== =====================================
+task           decides                                    answers (closed sets built per turn)
+============== ========================================== =====================================
+segment        the separate requests in the message       ``{"units": [span]}``
+coverage       which uncovered words carry a request      ``{"constraints": [gap | "none"]}``
+route          every operation one unit asks for          ``{"operations": [op | "none"]}``
+locate         the record one request acts on             ``{"record": record | "none"}``
+extract        each argument: its words, then its value   ``{"arguments": {name: {"evidence":
+                                                          span, "value"}}}`` (null: not given)
+verify         whether each value follows from its words  ``{"verdicts": {name: "supported" |
+                                                          "unsupported"}}``
+question_frame what to ask when a request cannot go ahead ``{"ask_about": [missing id]}``
+============== ========================================== =====================================
+
+A span is ``{"first": i, "last": j}``, numbers of the message's words as the prompt
+lists them (:class:`Words`): quotes are verbatim by construction.
 
 A :class:`TaskCall` carries one call's messages, schema and check; the check runs on the
 parsed output after the schema check and returns the task's result or raises
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -36,8 +38,9 @@ from boundctx.understanding import schema as S
 from boundctx.understanding.catalog import Operation, Param, Record
 from boundctx.understanding.normalise import normalise
 
-__all__ = ["CONNECTORS", "INSTRUCTIONS", "MAX_TOKENS", "TASK_KINDS", "Gap", "TaskCall", "Unit", "coverage_call", "extract_call",
-           "gaps", "locate_call", "question_frame_call", "route_call", "segment_call", "single_call_call", "verify_call"]
+__all__ = ["CONNECTORS", "INSTRUCTIONS", "MAX_TOKENS", "TASK_KINDS", "Extracted", "Gap", "TaskCall", "Unit", "Words",
+           "coverage_call", "extract_call", "gaps", "locate_call", "question_frame_call", "route_call", "segment_call",
+           "single_call_call", "verify_call", "whole_message_unit"]
 
 TASK_KINDS = ("segment", "coverage", "route", "locate", "extract", "verify", "question_frame")
 
@@ -45,9 +48,9 @@ TASK_KINDS = ("segment", "coverage", "route", "locate", "extract", "verify", "qu
 INSTRUCTIONS = {
     "segment": (
         "Split the user's message into units. A unit is one separate request (or one statement the requests "
-        "depend on), quoted exactly as written: copy the words, never rephrase. Keep each request's details "
-        "(times, names, numbers, conditions) inside its unit. Units follow the message's order and do not "
-        "overlap. Answer with JSON only."),
+        "depend on), given as the numbers of its first and last words. Keep each request's details (times, "
+        "names, numbers, conditions) inside its unit. Units follow the message's order and do not overlap. "
+        "Answer with JSON only."),
     "coverage": (
         "Some words of the user's message are in no unit. For each numbered gap, decide whether it carries a "
         "request or a condition on one (a time, a name, a number, a 'but not', a correction). Answer with "
@@ -59,17 +62,17 @@ INSTRUCTIONS = {
         "Which record does this request act on? Answer with its id, or \"none\" when the request does not "
         "say which one. Answer with JSON only."),
     "extract": (
-        "For each argument, first copy the exact words of the message that give it (evidence), then write "
-        "its value. When the message does not give an argument, answer null for both. Never guess. Answer "
-        "with JSON only."),
+        "For each argument, first give the numbers of the first and last words of the message that give it "
+        "(evidence), then write its value. When the message does not give an argument, answer null for both. "
+        "Never guess. Answer with JSON only."),
     "verify": (
         "For each argument, does the value follow from the quoted words of the message? Answer \"supported\" "
         "or \"unsupported\". Answer with JSON only."),
     "single_call": (
         "List every operation the user's message asks for, as acts: the operation, the record it acts on "
-        "(or \"none\"), and each argument as the exact words of the message that give it (evidence), then its "
-        "value; null for both when the message does not give it. Never guess. An empty list when the message "
-        "asks for none of the operations. Answer with JSON only."),
+        "(or \"none\"), and each argument as the numbers of the first and last words of the message that give "
+        "it (evidence), then its value; null for both when the message does not give it. Never guess. An "
+        "empty list when the message asks for none of the operations. Answer with JSON only."),
     "question_frame": (
         "The request cannot be carried out yet. Which of the missing items should the assistant ask the user "
         "about? Choose every item that must be known. Answer with JSON only."),
@@ -143,37 +146,105 @@ def _ids(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i + 1}" for i in range(n)]
 
 
+# -- words: the closed set every quote is taken from --------------------------------------
+
+#: Above this many words a span's ends are integers checked in code, not an enum.
+_ENUM_WORDS = 400
+_TRAILING = ",.;:"  # a closing "?" or "!" says something; keep it
+
+
+class Words:
+    """The message's words (whitespace-separated), numbered from 1.
+
+    Quotes are word spans, ``{"first": i, "last": j}``: the model picks numbers from a
+    closed set and code cuts the text, so every quote is verbatim by construction (a
+    small model asked to copy words paraphrases them: decision 0012).
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", message)]
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def numbered(self) -> str:
+        return " ".join(f"[{i + 1}] {self.message[a:b]}" for i, (a, b) in enumerate(self.spans))
+
+    def schema(self) -> dict[str, Any]:
+        ends = S.enum(list(range(1, len(self) + 1))) if len(self) <= _ENUM_WORDS else {"type": "integer"}
+        return S.obj({"first": ends, "last": ends})
+
+    def cut(self, span: Mapping[str, int], where: str) -> tuple[int, int]:
+        """The character range of words ``first``..``last`` (trailing punctuation of the
+        last word left out); TaskOutputInvalid for numbers out of range or reversed."""
+        first, last = span["first"], span["last"]
+        if not 1 <= first <= last <= len(self):
+            raise TaskOutputInvalid(f"{where}: words {first}-{last} are not a span of words 1-{len(self)} "
+                                    "(first <= last)")
+        start, end = self.spans[first - 1][0], self.spans[last - 1][1]
+        while end > start + 1 and self.message[end - 1] in _TRAILING:
+            end -= 1
+        return start, end
+
+    def of(self, start: int, end: int) -> list[int]:
+        """The numbers of the words inside ``start``..``end``."""
+        return [i + 1 for i, (a, b) in enumerate(self.spans) if a < end and b > start]
+
+
+def _body_with_words(message: str, words: Words) -> str:
+    return _quoted(message) + "\n\nIts words, numbered:\n" + words.numbered()
+
+
 # -- segment ------------------------------------------------------------------------------
 
 
-def _locate_quotes(message: str, quotes: Sequence[str]) -> list[Unit]:
+#: What can join two requests in one message: clause punctuation, a sentence break
+#: followed by more text, a line break, or a joining word.
+_CLAUSE_BREAK = re.compile(
+    r"[,;:\n]|[.!?]\s+\S|\b(?:and|then|also|plus|but|or|after|before|instead|as well|too)\b", re.I)
+
+
+def whole_message_unit(message: str) -> Unit | None:
+    """The message as its only unit when nothing in it can join two requests (no clause
+    punctuation, sentence break or joining word): segmentation is then determined and
+    skipped. Two requests run together without a joint still reach route, which lists
+    every operation a unit asks for."""
+    if _CLAUSE_BREAK.search(message.strip()):
+        return None
+    words = Words(message)
+    if not len(words):
+        return None
+    start, end = words.cut({"first": 1, "last": len(words)}, "message")
+    return Unit("u1", message[start:end], start, end)
+
+
+def _units_from_spans(words: Words, spans: Sequence[Mapping[str, int]]) -> list[Unit]:
     units: list[Unit] = []
-    pos = 0
-    for i, raw in enumerate(quotes):
-        quote = raw.strip()
-        if not quote:
-            raise TaskOutputInvalid(f"unit {i + 1} is empty")
-        at = message.find(quote, pos)
-        if at < 0:
-            where = "anywhere in" if message.find(quote) < 0 else "after the previous unit in"
-            raise TaskOutputInvalid(f"unit {i + 1} {quote[:80]!r} is not {where} the message, word for word; "
-                                    "copy the message's exact words, in order")
-        units.append(Unit(f"u{i + 1}", quote, at, at + len(quote)))
-        pos = at + len(quote)
+    last = 0
+    for i, span in enumerate(spans):
+        if span["first"] <= last:
+            raise TaskOutputInvalid(f"unit {i + 1} starts at word {span['first']}, inside or before unit {i} "
+                                    f"(which ends at word {last}); units follow the message and do not overlap")
+        start, end = words.cut(span, f"unit {i + 1}")
+        units.append(Unit(f"u{i + 1}", words.message[start:end], start, end))
+        last = span["last"]
     return units
 
 
 def segment_call(message: str, *, max_units: int, left_out: Sequence[str] = (), instructions: str | None = None
                  ) -> TaskCall:
-    """Split ``message`` into verbatim units; ``left_out``: words a previous split left
-    out that carry a request (the one re-segmentation coverage may ask for)."""
-    body = _quoted(message)
+    """Split ``message`` into units, each a span of its numbered words; ``left_out``:
+    words a previous split left out that carry a request (the one re-segmentation
+    coverage may ask for)."""
+    words = Words(message)
+    body = _body_with_words(message, words)
     if left_out:
         body += ("\n\nA previous split left out these words, which carry a request or a condition; include each "
                  "in the unit it belongs to: " + "; ".join(json.dumps(w) for w in left_out))
-    schema = S.obj({"units": S.array(S.obj({"quote": S.string(len(message))}), min_items=1, max_items=max_units)})
+    schema = S.obj({"units": S.array(words.schema(), min_items=1, max_items=max_units)})
     return TaskCall("segment", None, "resegment" if left_out else "", _messages("segment", instructions, body),
-                    schema, lambda out: _locate_quotes(message, [u["quote"] for u in out["units"]]), message=message)
+                    schema, lambda out: _units_from_spans(words, out["units"]), message=message)
 
 
 # -- coverage -----------------------------------------------------------------------------
@@ -276,18 +347,19 @@ def _value_schema(param: Param) -> dict[str, Any]:
 def extract_call(message: str, unit: Unit, operation: Operation, record: Record | None, *,
                  instructions: str | None = None) -> TaskCall:
     params = operation.params
+    words = Words(message)
     lines = []
     for p in params:
         kind = p.type + (f" of {p.items}" if p.items else "") + (f", one of {p.enum}" if p.enum else "")
         lines.append(f"- {p.name} ({kind}{'' if p.required else ', optional'}): {p.description}")
-    body = (_quoted(message) + f"\n\nThe request:\n{unit.text}\n\nOperation: {operation.name} - "
+    body = (_body_with_words(message, words) + f"\n\nThe request:\n{unit.text}\n\nOperation: {operation.name} - "
             f"{operation.description}\n" + (f"Guidance: {operation.guidance}\n" if operation.guidance else "")
             + (f"It acts on: {_describe(record)}\n" if record is not None else "")
             + "Arguments:\n" + "\n".join(lines))
-    schema = S.obj({"arguments": _arguments_schema(operation, message)})
+    schema = S.obj({"arguments": _arguments_schema(operation, words)})
 
     def check(out: Any) -> dict[str, Extracted]:
-        return _check_arguments(operation, out["arguments"], message, "")
+        return _check_arguments(operation, out["arguments"], words, "")
 
     return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check,
                     message=message)
@@ -310,32 +382,34 @@ def verify_call(message: str, unit: Unit, operation: Operation, values: dict[str
 # -- the single-call baseline -------------------------------------------------------------
 
 
-def _arguments_schema(operation: Operation, message: str) -> dict[str, Any]:
-    return S.obj({p.name: S.obj({"evidence": S.nullable(S.string(len(message))),
-                                 "value": S.nullable(_value_schema(p))}) for p in operation.params})
+def _arguments_schema(operation: Operation, words: Words) -> dict[str, Any]:
+    return S.obj({p.name: S.obj({"evidence": S.nullable(words.schema()), "value": S.nullable(_value_schema(p))})
+                  for p in operation.params})
 
 
-def _check_arguments(operation: Operation, arguments: dict[str, Any], message: str, where: str
+def _check_arguments(operation: Operation, arguments: dict[str, Any], words: Words, where: str
                      ) -> dict[str, Extracted]:
-    """Evidence is verbatim, values normalise to their declared types (shared by extract
-    and the single-call baseline)."""
+    """Evidence is a span of the message's words, values normalise to their declared
+    types (shared by extract and the single-call baseline)."""
     result: dict[str, Extracted] = {}
     problems = []
     for p in operation.params:
         item = arguments[p.name]
-        evidence, value = item["evidence"], item["value"]
-        if evidence is None and value is None:
+        span, value = item["evidence"], item["value"]
+        if span is None and value is None:
             result[p.name] = Extracted(None, None)
             continue
-        if evidence is None or not evidence.strip():
-            problems.append(f"{where}{p.name}: a value needs the message's words that give it (evidence), "
+        if span is None:
+            problems.append(f"{where}{p.name}: a value needs the words of the message that give it (evidence), "
                             "or null for both")
-            continue
-        if evidence.strip() not in message:
-            problems.append(f"{where}{p.name}: the evidence {evidence[:80]!r} is not in the message word for word")
             continue
         if value is None:
             problems.append(f"{where}{p.name}: evidence without a value; give the value, or null for both")
+            continue
+        try:
+            start, end = words.cut(span, f"{where}{p.name}")
+        except TaskOutputInvalid as exc:
+            problems.append(str(exc))
             continue
         text = value if isinstance(value, str) else json.dumps(value)
         try:
@@ -343,7 +417,7 @@ def _check_arguments(operation: Operation, arguments: dict[str, Any], message: s
         except ValueError as exc:
             problems.append(f"{where}{p.name}: {exc}")
             continue
-        result[p.name] = Extracted(evidence.strip(), text, typed)
+        result[p.name] = Extracted(words.message[start:end], text, typed)
     if problems:
         raise TaskOutputInvalid("; ".join(problems))
     return result
@@ -356,18 +430,19 @@ def single_call_call(message: str, operations: Sequence[Operation], records: Seq
     operation), so arguments are as strictly typed as extract's."""
     op_ids = _ids("o", len(operations))
     rec_ids = _ids("r", len(records))
+    words = Words(message)
     forms = []
     for oid, op in zip(op_ids, operations):
         admissible = [rid for rid, r in zip(rec_ids, records) if op.record_kind and r.kind == op.record_kind]
         forms.append(S.obj({"operation": S.enum([oid]), "record": S.enum(admissible + [S.NONE]),
-                            "arguments": _arguments_schema(op, message)}))
+                            "arguments": _arguments_schema(op, words)}))
     lines = []
     for oid, op in zip(op_ids, operations):
         params = ", ".join(f"{p.name} ({p.type}{'' if p.required else ', optional'}): {p.description}"
                            for p in op.params) or "no arguments"
         acts_on = f" Acts on a {op.record_kind}." if op.record_kind else ""
         lines.append(f"{oid}: {op.name} - {op.description}.{acts_on} Arguments: {params}")
-    body = _quoted(message) + "\n\nOperations:\n" + "\n".join(lines)
+    body = _body_with_words(message, words) + "\n\nOperations:\n" + "\n".join(lines)
     if records:
         body += "\n\nRecords:\n" + "\n".join(f"{rid}: {_describe(r)}" for rid, r in zip(rec_ids, records))
     schema = S.obj({"acts": S.array({"anyOf": forms}, max_items=max_acts)})
@@ -377,7 +452,7 @@ def single_call_call(message: str, operations: Sequence[Operation], records: Seq
         for k, act in enumerate(out["acts"]):
             op = operations[op_ids.index(act["operation"])]
             record = None if act["record"] == S.NONE else records[rec_ids.index(act["record"])]
-            acts.append((op, record, _check_arguments(op, act["arguments"], message, f"acts[{k}].")))
+            acts.append((op, record, _check_arguments(op, act["arguments"], words, f"acts[{k}].")))
         return acts
 
     return TaskCall("single_call", None, "", _messages("single_call", instructions, body), schema, check,
