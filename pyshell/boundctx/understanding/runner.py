@@ -279,7 +279,7 @@ class _Turn:
     def _call(self, call: TaskCall, provider: Provider, messages: list[dict[str, Any]], depth: int,
               cfg: TaskConfig, role: str) -> tuple[bool, Any, Any, str, str]:
         """One model call: (valid, parsed, result, problems, raw output)."""
-        max_tokens = cfg.max_tokens or MAX_TOKENS[call.kind]
+        max_tokens = cfg.max_tokens or call.max_tokens or MAX_TOKENS[call.kind]
         decoder_schema = S.for_decoder(call.schema)
         request = make_request(messages, tools=None, max_tokens=max_tokens, temperature=cfg.temperature, stop=None,
                                schema=decoder_schema, timeout_s=None)

@@ -123,6 +123,9 @@ class TaskCall(msgspec.Struct, frozen=True):
         ``check(parsed_output) -> result``; raises TaskOutputInvalid.
     message : str
         The user's message (every prompt quotes it verbatim).
+    max_tokens : int, optional
+        This call's output budget when it depends on its inputs (default:
+        :data:`MAX_TOKENS` of its kind).
     """
 
     kind: str
@@ -132,6 +135,7 @@ class TaskCall(msgspec.Struct, frozen=True):
     schema: dict[str, Any]
     check: Callable[[Any], Any]
     message: str
+    max_tokens: int | None = None
 
 
 def _messages(kind: str, instructions: str | None, body: str) -> list[dict[str, Any]]:
@@ -362,7 +366,7 @@ def extract_call(message: str, unit: Unit, operation: Operation, record: Record 
         return _check_arguments(operation, out["arguments"], words, "")
 
     return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check,
-                    message=message)
+                    message=message, max_tokens=_arguments_budget(len(params), message))
 
 
 # -- verify -------------------------------------------------------------------------------
@@ -380,6 +384,13 @@ def verify_call(message: str, unit: Unit, operation: Operation, values: dict[str
 
 
 # -- the single-call baseline -------------------------------------------------------------
+
+
+def _arguments_budget(n_params: int, message: str) -> int:
+    """Output tokens for ``n_params`` arguments: a span and a value each, the value no
+    longer than about the message. Small enough that a value running away (a small
+    model's failure mode) is cut within seconds, not minutes."""
+    return 32 + n_params * (64 + len(message) // 2)
 
 
 def _arguments_schema(operation: Operation, words: Words) -> dict[str, Any]:
@@ -455,8 +466,10 @@ def single_call_call(message: str, operations: Sequence[Operation], records: Seq
             acts.append((op, record, _check_arguments(op, act["arguments"], words, f"acts[{k}].")))
         return acts
 
+    most = max((len(op.params) for op in operations), default=0)
+    budget = min(MAX_TOKENS["single_call"], 32 + 4 * (48 + _arguments_budget(most, message)))
     return TaskCall("single_call", None, "", _messages("single_call", instructions, body), schema, check,
-                    message=message)
+                    message=message, max_tokens=budget)
 
 
 # -- question_frame -----------------------------------------------------------------------
