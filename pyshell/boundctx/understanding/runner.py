@@ -29,6 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import re
 import secrets
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -220,6 +221,12 @@ class _Turn:
         self.budget = budget
         self.shortcuts: Counter[str] = Counter()
         self.attempt_numbers: Counter[tuple] = Counter()
+        self._lock = threading.Lock()  # units run in threads; counters are read-modify-write
+
+    def skip(self, kind: str) -> None:
+        """Count a task skipped because its answer was determined."""
+        with self._lock:
+            self.shortcuts[kind] += 1
 
     # -- one task, with repairs, votes and escalation ------------------------------------
 
@@ -326,9 +333,11 @@ class _Turn:
         if exhausted is not None:
             problems = (problems + "; " if problems else "") + str(exhausted)
         key = (call.unit, call.kind, call.key)
-        self.attempt_numbers[key] += 1
+        with self._lock:
+            self.attempt_numbers[key] += 1
+            number = self.attempt_numbers[key]
         self.owner.log.add(Attempt(
-            self.turn, call.unit, call.kind, call.key, self.attempt_numbers[key], role, depth, prompt_hash(request),
+            self.turn, call.unit, call.kind, call.key, number, role, depth, prompt_hash(request),
             _model_name(provider), {"temperature": cfg.temperature, "max_tokens": max_tokens}, raw,
             (f"error:{type(error).__name__}" if error is not None else (finish.reason if finish else None)),
             not problems, [problems] if problems else [],
@@ -349,13 +358,13 @@ class _Turn:
         max_units = int(self.owner.settings["understanding.max_units"])
         whole = whole_message_unit(m)
         if whole is not None:
-            self.shortcuts["segment"] += 1
+            self.skip("segment")
             units, depth = [whole], 0
         else:
             units, depth = self.run(segment_call(m, max_units=max_units, instructions=self.instructions("segment")), 1)
         found = gaps(m, units)
         if not found:
-            self.shortcuts["coverage"] += 1
+            self.skip("coverage")
             return units, depth
         flagged, depth = self.run(coverage_call(m, units, found, instructions=self.instructions("coverage")),
                                   depth + 1)
@@ -379,7 +388,7 @@ class _Turn:
                 raise _NotUnderstood("coverage", "re-segmentation left out a request or condition: "
                                      + "; ".join(repr(g.text) for g in flagged), None)
         else:
-            self.shortcuts["coverage"] += 1
+            self.skip("coverage")
         return units, depth
 
     def unit_chain(self, unit: Unit, depth: int, click: Click | None
@@ -394,7 +403,7 @@ class _Turn:
         try:
             if click is not None:
                 operations = [catalog.operation(click.operation)]
-                self.shortcuts["route"] += 1
+                self.skip("route")
                 route_depth = depth
             else:
                 operations, route_depth = self.run(route_call(self.message, unit, catalog.operations,
@@ -446,13 +455,13 @@ class _Turn:
                 if record is None:
                     return None, None, Notice("no_record", unit.id, f"the clicked record {click.record!r} is not a "
                                                                     f"{op.record_kind} of this turn")
-                self.shortcuts["locate"] += 1
+                self.skip("locate")
             elif not candidates:
                 return None, None, Notice("no_record", unit.id, f"{op.name} acts on a {op.record_kind}, and this "
                                                                 "turn offers none")
             elif len(candidates) == 1:
                 record = candidates[0]
-                self.shortcuts["locate"] += 1
+                self.skip("locate")
             else:
                 record, depth = self.run(locate_call(m, unit, op, candidates, instructions=self.instructions("locate")),
                                          depth + 1)
@@ -472,7 +481,7 @@ class _Turn:
             values, depth = self.run(extract_call(m, unit, op, record, instructions=self.instructions("extract")),
                                      depth + 1)
         else:
-            self.shortcuts["extract"] += 1
+            self.skip("extract")
         given = {n: e for n, e in values.items() if e.value is not None}
         unconfirmed = {n: e for n, e in given.items() if not supports(e.value, e.evidence or "", op.param(n))}
         if unconfirmed:
@@ -482,14 +491,14 @@ class _Turn:
                 if not ok:
                     del given[name]  # not supported by its quote: asked for, never guessed
         elif op.params:
-            self.shortcuts["verify"] += 1
+            self.skip("verify")
         act = _finish_act(unit, op, record, candidates, given, missing)
         missing = act.missing
         if not missing:
             return act, None, None
         if len(missing) == 1:
             about = missing
-            self.shortcuts["question_frame"] += 1
+            self.skip("question_frame")
         else:
             described = [(x, f"which {op.record_kind} (one of {len(candidates)})" if x == "record"
                           else f"{x}: {op.param(x).description}") for x in missing]
@@ -663,8 +672,8 @@ class Understander:
         budget = t.budget
         if click is not None:
             units = [Unit("u1", message, 0, len(message))]
-            t.shortcuts["segment"] += 1
-            t.shortcuts["coverage"] += 1
+            t.skip("segment")
+            t.skip("coverage")
             depth = 0
         else:
             try:
