@@ -41,10 +41,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "understanding"))
 
+import msgspec  # noqa: E402
 from _environment import run_facts  # noqa: E402
 
 from boundctx import config  # noqa: E402
-from boundctx.understanding import Catalog, Record, Understander  # noqa: E402
+from boundctx.understanding import Catalog, Record, ReplayLog, Understander  # noqa: E402
 from boundctx.understanding import tasks as T  # noqa: E402
 from boundctx.understanding.normalise import normalise  # noqa: E402
 
@@ -196,9 +197,9 @@ def make_provider(model: str, gold_of=None, records=()):
     return ScriptedProvider(Oracle(gold_of, records))
 
 
-def run_turn(system: str, u: Understander, message: str, records) -> tuple[object, float]:
+def run_turn(system: str, u: Understander, message: str, records, turn: str | None = None) -> tuple[object, float]:
     started = time.perf_counter()
-    plan = (u.understand if system == "pipeline" else u.single_call)(message, records=records)
+    plan = (u.understand if system == "pipeline" else u.single_call)(message, records=records, turn=turn)
     return plan, time.perf_counter() - started
 
 
@@ -211,7 +212,10 @@ def row(plan, wall: float, s: dict, asks_nothing) -> dict:
             "exhausted": b.exhausted}
 
 
-def end_to_end(model: str, settings, bfcl_n: int, log) -> list[dict]:
+def end_to_end(model: str, settings, bfcl_n: int, log, replay: ReplayLog | None = None) -> list[dict]:
+    """Every turn through both systems. With ``replay``, the booking turns' attempts are
+    recorded and each row keeps its plan, so the run can be replayed without a model
+    (``bench/test_bench_understanding.py`` does)."""
     rows = []
     catalog, records, turns = booking_corpus()
     shared = make_provider(model) if model == "embedded" else None
@@ -219,13 +223,13 @@ def end_to_end(model: str, settings, bfcl_n: int, log) -> list[dict]:
         gold = booking_gold(turn, catalog)
         provider = shared or make_provider(model, oracle_gold(turn), records)
         for system in ("pipeline", "baseline"):
-            u = Understander(provider, catalog, settings=settings)
-            plan, wall = run_turn(system, u, turn["message"], records)
+            u = Understander(provider, catalog, settings=settings, log=replay)
+            plan, wall = run_turn(system, u, turn["message"], records, f"booking-{k}-{system}")
             acting = {a["unit"] for a in turn["acts"]}
             r = row(plan, wall, score(plan_calls(plan, catalog, True), gold),
                     lambda text, acting=acting: not any(text in a or a in text for a in acting))
             rows.append({"corpus": "booking", "item": k, "category": turn["category"], "ops": len(gold),
-                         "system": system, **r})
+                         "system": system, **r, "plan": msgspec.to_builtins(plan)})
             log(rows[-1])
     if model != "embedded" or bfcl_n == 0:
         return rows
@@ -408,7 +412,10 @@ def main(argv=None) -> int:
         print(json.dumps(entry, default=str), flush=True)
 
     started = time.perf_counter()
-    rows = end_to_end(args.model, settings_for(), args.bfcl, log)
+    replay_path = pathlib.Path(json_out).with_suffix(".replay.jsonl")
+    replay_path.unlink(missing_ok=True)
+    with ReplayLog(str(replay_path), sync=False) as replay:
+        rows = end_to_end(args.model, settings_for(), args.bfcl, log, replay)
     tasks = per_task(args.model, settings_for(), log, args.bfcl)
     sweep = budget_sweep(args.model, settings_for, log,
                          args.sweep_turns if args.sweep_turns is not None else (8 if args.model == "embedded" else None))
