@@ -121,3 +121,11 @@ def test_records_are_checked_against_the_catalog():
         with pytest.raises(CatalogError, match="records\\[") as info:
             check_records(records, catalog)
         assert message in str(info.value)
+
+
+def test_the_shipped_example_catalog_and_records_load():
+    from conftest import ROOT
+    catalog = Catalog.load(ROOT / "examples" / "bookings.toml")
+    records = json.loads((ROOT / "examples" / "on-screen.json").read_text())
+    assert len(check_records(records, catalog)) == 4
+    assert catalog.operation("book_table").param("party_size").type == "integer"
