@@ -294,7 +294,7 @@ def per_task(model: str, settings, log, bfcl_n: int = 0) -> dict:
                 want = {n: normalise(v[1], op.param(n)) for n, v in gold["extract"][(text, name)].items()}
                 have = {n: e.value for n, e in (got or {}).items() if e.value is not None}
                 tally("extract: arguments exact", got is not None and have == want)
-                tally("extract: valid (every quote in the message)", got is not None)
+                tally("extract: valid (spans in range, values of their type)", got is not None)
                 values = {n: T.Extracted(v[0], v[1], want[n]) for n, v in gold["extract"][(text, name)].items()}
                 verdicts, _, _ = u.run_task(T.verify_call(m, unit, op, values), records=records)
                 tally("verify: right values kept", verdicts is not None and all(verdicts.values()))
