@@ -420,3 +420,12 @@ def test_the_baseline_fails_closed_and_asks_like_the_pipeline():
     u, _ = understander(Oracle({"units": ["hi"], "route": {}, "locate": {}, "extract": {}}, RECORDS))
     plan = u.single_call("hi", records=RECORDS)
     assert plan.status == "nothing" and plan.notices[0].kind == "no_operation"
+
+
+def test_an_operations_guidance_reaches_the_tasks_that_read_its_requests():
+    u, provider = understander(Oracle(GOLD, RECORDS))
+    u.understand(MESSAGE, records=RECORDS)
+    for request in provider.requests:
+        body = request.messages[1]["content"]
+        if task_kind(request) in ("locate", "extract") and "book_table" in body:
+            assert "Guidance: The party size counts the user." in body

@@ -319,7 +319,8 @@ def locate_call(message: str, unit: Unit, operation: Operation, candidates: Sequ
                 instructions: str | None = None) -> TaskCall:
     ids = _ids("r", len(candidates))
     body = (_quoted(message) + f"\n\nThe request:\n{unit.text}\n\nIt asks to {operation.name}: "
-            f"{operation.description}\n\nRecords, in the order the user sees them:\n"
+            f"{operation.description}\n" + (f"Guidance: {operation.guidance}\n" if operation.guidance else "")
+            + "\nRecords, in the order the user sees them:\n"
             + "\n".join(f"{i}: {_describe(r)}" for i, r in zip(ids, candidates)))
     schema = S.obj({"record": S.enum(ids + [S.NONE])})
 
