@@ -425,7 +425,8 @@ def test_the_baseline_fails_closed_and_asks_like_the_pipeline():
 def test_an_operations_guidance_reaches_the_tasks_that_read_its_requests():
     u, provider = understander(Oracle(GOLD, RECORDS))
     u.understand(MESSAGE, records=RECORDS)
-    for request in provider.requests:
-        body = request.messages[1]["content"]
-        if task_kind(request) in ("locate", "extract") and "book_table" in body:
-            assert "Guidance: The party size counts the user." in body
+    readers = [r for r in provider.requests if task_kind(r) in ("locate", "extract")
+               and "book_table" in r.messages[1]["content"]]
+    assert len(readers) == 2
+    for request in readers:
+        assert "Guidance: The party size counts the user." in request.messages[1]["content"]
