@@ -49,6 +49,7 @@ __all__ = [
     "InexactCountWarning",
     "PartialHistoryRewrite",
     "PromptTemplateError",
+    "ReplayDiverged",
     "SectionBudgetTooSmall",
     "SectionPlanError",
     "SectionReadError",
@@ -258,6 +259,11 @@ class BudgetExhausted(UnderstandingError):
 class UsageUnavailable(UnderstandingError):
     """A turn under a prompt-token bound met a backend that does not report token usage;
     it is refused rather than guessed."""
+
+
+class ReplayDiverged(UnderstandingError, LookupError):
+    """A replay asked for a call the recording never made: the catalog, records,
+    settings or prompts differ from the recorded turn's. Record the turn again."""
 
 
 class TaskOutputInvalid(UnderstandingError, ValueError):

@@ -148,7 +148,7 @@ class Oracle:
     def extract(self, body):
         unit, op = self._unit_op(body)
         gold = self._keyed(self.gold["extract"], unit, op) or {}
-        names = re.findall(r"^- (\w+) \(", body.split("Arguments:\n", 1)[1], re.M)
+        names = re.findall(r"^- (\w+) \(", re.split(r"Arguments[^\n]*:\n", body, maxsplit=1)[1], re.M)
         m = _message(body)
         return {"arguments": {n: {"evidence": span(m, gold[n][0], unit), "value": gold[n][1]} if n in gold
                               else {"evidence": None, "value": None} for n in names}}
@@ -181,7 +181,7 @@ class Oracle:
         return {"acts": acts}
 
     def question_frame(self, body):
-        missing = re.findall(r"^(\w+): ", body.split("Missing:\n", 1)[1], re.M)
+        missing = re.findall(r"^([@\w]+): ", body.split("Missing:\n", 1)[1], re.M)
         return {"ask_about": missing}
 
 

@@ -35,14 +35,32 @@ def test_enum_values_are_matched_without_case_and_kept_as_declared():
         normalise("roof", p)
 
 
-def test_supports_confirms_only_what_the_quote_plainly_gives():
-    assert number_in("the first five primes, then 1,200") == [1200.0, 1.0, 5.0]
-    assert supports(5, "first five prime numbers", Param("n", "integer"))
+def test_supports_confirms_only_a_quote_that_is_the_value_and_nothing_else():
+    assert number_in("the first five primes, then 1,200") == [1200, 1, 5]
+    assert supports(4, "4 people", Param("n", "integer"))
+    assert not supports(5, "first five prime numbers", Param("n", "integer"))  # two numbers: verify decides
+    assert not supports(7, "book Sakura for 4 people at 7pm", Param("n", "integer"))  # a clause, not a number
     assert not supports(6, "the usual crowd", Param("n", "integer"))
-    assert supports("Paris", "fly to paris", Param("city", "string"))
+    assert supports("Paris", "paris.", Param("city", "string"))
+    assert not supports("Ann", "book for Joanna", Param("name", "string"))
+    assert not supports("Paris", "fly to paris", Param("city", "string"))
     assert not supports("2026-12-01", "tomorrow", Param("date", "string"))
     assert supports([3, 5], "multiples of 3 and 5", Param("m", "array", items="integer"))
-    assert supports(True, "yes please", Param("b", "boolean")) and not supports(True, "no", Param("b", "boolean"))
+    assert not supports([3, 5], "3, 5 and 7", Param("m", "array", items="integer"))
+    assert supports(True, "yes", Param("b", "boolean")) and not supports(True, "on Friday", Param("b", "boolean"))
+    assert not supports(True, "no", Param("b", "boolean"))
+
+
+def test_big_and_odd_numbers_are_read_exactly_or_refused():
+    assert normalise("12345678901234567891", Param("n", "integer")) == 12345678901234567891
+    assert supports(12345678901234567891, "12345678901234567891", Param("n", "integer"))
+    assert not supports(12345678901234567168, "12345678901234567891", Param("n", "integer"))
+    for text, ptype in [("1e999", "integer"), ("1e999", "number")]:
+        with pytest.raises(ValueError):
+            normalise(text, Param("n", ptype))
+    assert normalise("true", Param("b", "boolean", enum=[True, False])) is True
+    with pytest.raises(ValueError):
+        normalise("1", Param("b", "boolean", enum=[True, False]))
 
 
 def test_each_bound_refuses_the_call_that_would_pass_it_and_every_call_after():

@@ -110,9 +110,9 @@ def test_missing_arguments_and_an_unresolved_record_become_a_question_never_a_gu
     plan = u.understand(text, records=RECORDS)
     assert plan.status == "needs_input"
     act, = plan.acts
-    assert act.status == "needs_input" and act.record is None and act.missing == ["record", "time"]
+    assert act.status == "needs_input" and act.record is None and act.missing == ["@record", "time"]
     question, = plan.questions
-    assert question.about == ["record", "time"] and question.candidates == ["luigis", "sakura"]
+    assert question.about == ["@record", "time"] and question.candidates == ["luigis", "sakura"]
     assert "Luigi's" in question.text and "time" in question.text
     assert "question_frame" in kinds(provider)
 
@@ -415,7 +415,7 @@ def test_the_baseline_fails_closed_and_asks_like_the_pipeline():
             "extract": {(text, "book_table"): {"party_size": ("2", "2")}}}
     u, _ = understander(Oracle(gold, RECORDS))
     plan = u.single_call(text, records=RECORDS)
-    assert plan.status == "needs_input" and plan.acts[0].missing == ["record", "time"]
+    assert plan.status == "needs_input" and plan.acts[0].missing == ["@record", "time"]
     assert plan.questions[0].candidates == ["luigis", "sakura"]
     u, _ = understander(Oracle({"units": ["hi"], "route": {}, "locate": {}, "extract": {}}, RECORDS))
     plan = u.single_call("hi", records=RECORDS)

@@ -97,6 +97,8 @@ class Provider(ABC):
     #: Whether replies carry token usage. False refuses a token-bounded turn up front;
     #: a reply that comes back without usage anyway exhausts the bound (never guessed).
     reports_usage: bool = True
+    #: Whether generations run one at a time whatever the caller does (local models).
+    serialises: bool = False
 
     def count_prompt(self, messages: Sequence[Message], *,
                      tools: Sequence[Mapping[str, Any]] | None = None) -> int:

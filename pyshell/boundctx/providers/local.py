@@ -51,6 +51,9 @@ class LlamaCppProvider(Provider):
     """
 
     name = "local"
+    #: Generations take turns on :data:`INFERENCE_LOCK`: callers that run tasks in
+    #: parallel can wait for their turn first and count the wait against their clock.
+    serialises = True
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None,
                  seed: int = 1234, chat_template: str | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Union
@@ -67,6 +68,7 @@ class ScriptedProvider(Provider):
         self.requests: list[ChatRequest] = []
         self.active = 0
         self.max_active = 0
+        self._count_lock = threading.Lock()  # callers may run in threads
         self.closed_early = 0
 
     def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
@@ -74,8 +76,9 @@ class ScriptedProvider(Provider):
         prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
         self._check_fits(prompt_tokens, request.max_tokens)
         deadline = None if timeout_s is None else self.clock() + timeout_s
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
+        with self._count_lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
         finished = False
         try:
             result = self.respond(request)
@@ -115,7 +118,8 @@ class ScriptedProvider(Provider):
             finished = True
             yield Finish("tool_calls" if called else "stop", prompt_tokens, self.counter.count_text(text))
         finally:
-            self.active -= 1
+            with self._count_lock:
+                self.active -= 1
             if not finished:
                 self.closed_early += 1
 

@@ -45,11 +45,13 @@ class Bounds(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         for name in ("max_model_calls", "max_chain_depth", "max_parallel"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"understanding.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
-            raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {self.max_prompt_tokens}")
+            raise ValueError(f"understanding.max_prompt_tokens must be >= 1, or None (0 in settings) for no bound; "
+                             f"got {self.max_prompt_tokens}")
         if self.wall_clock_s is not None and not self.wall_clock_s > 0:
-            raise ValueError(f"wall_clock_s must be > 0 or None, got {self.wall_clock_s}")
+            raise ValueError(f"understanding.wall_clock_s must be > 0, or None (0 in settings) for no bound; "
+                             f"got {self.wall_clock_s}")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], **overrides: Any) -> "Bounds":
@@ -115,13 +117,15 @@ class Budget:
         self.most_parallel = 0
         self.exhausted: str | None = None
         self.refused = 0
-        self.slots = threading.BoundedSemaphore(bounds.max_parallel)
 
-    def _exhaust(self, bound: str, why: str) -> BudgetExhausted:
+    def _exhaust(self, bound: str, why: str, *, refused: bool = True) -> BudgetExhausted:
         if self.exhausted is None:
             self.exhausted = bound
-        self.refused += 1
-        return BudgetExhausted(f"budget.exhausted{{{bound}}}: {why}", bound=bound)
+        self.refused += refused
+        hint = {"max_prompt_tokens": " (set understanding.max_prompt_tokens higher, or 0 for no bound)",
+                "wall_clock_s": " (set understanding.wall_clock_s higher, or 0 for no bound)"}.get(
+            bound, f" (set understanding.{bound} higher)")
+        return BudgetExhausted(f"budget.exhausted{{{bound}}}: {why}{hint}", bound=bound)
 
     def remaining_s(self) -> float | None:
         """Seconds left on the wall clock (None: no bound)."""
@@ -181,13 +185,15 @@ class Budget:
             if prompt_tokens is None:
                 if b.max_prompt_tokens is not None:
                     raise self._exhaust("max_prompt_tokens", "the backend reported no token usage, so spending "
-                                                             "cannot be checked against the bound")
+                                                             "cannot be checked against the bound; 0 runs the "
+                                                             "turn without a token bound", refused=False)
                 return
             self.prompt_tokens += prompt_tokens - counted_prompt
             self.completion_tokens += completion_tokens or 0
             if b.max_prompt_tokens is not None and self.prompt_tokens > b.max_prompt_tokens:
                 raise self._exhaust("max_prompt_tokens", f"the backend reported {prompt_tokens} prompt tokens; "
-                                                         f"{self.prompt_tokens} in all passes {b.max_prompt_tokens}")
+                                                         f"{self.prompt_tokens} in all passes {b.max_prompt_tokens}",
+                                    refused=False)
 
     def release(self) -> None:
         """End a reserved call that produced no usage (it failed)."""
@@ -197,7 +203,8 @@ class Budget:
     def timed_out(self) -> BudgetExhausted:
         """Record that a call ran into the wall-clock bound."""
         with self._lock:
-            return self._exhaust("wall_clock_s", f"a call ran past the turn's {self.bounds.wall_clock_s} s")
+            return self._exhaust("wall_clock_s", f"a call ran past the turn's {self.bounds.wall_clock_s} s",
+                                 refused=False)
 
     def report(self) -> BudgetReport:
         with self._lock:

@@ -170,7 +170,8 @@ class Catalog:
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no operation {name!r} in {self!r}") from None
+            known = ", ".join(sorted(self._by_name)[:20]) + (", ..." if len(self._by_name) > 20 else "")
+            raise KeyError(f"no operation {name!r} in {self!r}; the operations are: {known}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>") -> "Catalog":
@@ -266,7 +267,8 @@ def _validate(catalog: Catalog) -> None:
     names: set[str] = set()
     workflow_names = {w.name for w in catalog.workflows}
     if len(workflow_names) != len(catalog.workflows):
-        fail("workflow names must be unique")
+        twice = sorted({w.name for w in catalog.workflows if [x.name for x in catalog.workflows].count(w.name) > 1})
+        fail(f"workflow names must be unique; used more than once: {twice}")
     for i, op in enumerate(catalog.operations):
         at = f"operations[{i}] ({op.name!r})"
         if not op.name.strip() or "\n" in op.name:
@@ -279,8 +281,8 @@ def _validate(catalog: Catalog) -> None:
         seen: set[str] = set()
         for j, p in enumerate(op.params):
             pat = f"{at}.params[{j}] ({p.name!r})"
-            if not p.name.strip():
-                fail(f"{at}.params[{j}]: the name must not be empty")
+            if not p.name.strip() or p.name.startswith("@"):
+                fail(f"{at}.params[{j}]: the name must not be empty or start with '@' (reserved: '@record')")
             if p.name in seen:
                 fail(f"{pat}: the name is used twice")
             seen.add(p.name)
@@ -291,6 +293,8 @@ def _validate(catalog: Catalog) -> None:
             if p.enum is not None:
                 if not p.enum:
                     fail(f"{pat}: an enum needs at least one value")
+                if any(isinstance(v, (list, dict)) or v is None for v in p.enum):
+                    fail(f"{pat}: enum values must be strings, numbers or booleans")
                 bad = [v for v in p.enum if not _check_value(v, p.type, p.items)]
                 if bad:
                     fail(f"{pat}: enum values {bad!r} are not of type {p.type}")

@@ -10,7 +10,9 @@ check the typed value against the quote without another model call where it can.
 from __future__ import annotations
 
 import json
+import math
 import re
+from fractions import Fraction
 from typing import Any
 
 from boundctx.understanding.catalog import Param
@@ -56,25 +58,47 @@ def _words_number(text: str) -> int | None:
     return total + current if seen else None
 
 
+def _exact(digits: str) -> int | float | Fraction:
+    """A number written in digits, exactly: an int when it is whole, else a Fraction
+    (so 12345678901234567891 stays itself and 0.1 + 0.2 compares right)."""
+    text = digits.replace(",", "")
+    mantissa, _, exponent = text.lower().partition("e")
+    if exponent and abs(int(exponent)) > 308 or len(mantissa) > 400:
+        raise ValueError(f"{digits!r} is too large a number")  # and would cost memory to build exactly
+    value = Fraction(text)
+    return int(value) if value.denominator == 1 else value
+
+
 def _number(text: str, *, integer: bool) -> int | float:
     t = text.strip().rstrip(".")
     m = _NUMBER.fullmatch(t)
     if m:
-        value = float(t.replace(",", ""))
+        try:
+            value = _exact(t)
+        except (ValueError, ZeroDivisionError, OverflowError):
+            raise ValueError(f"{text!r} is not a number") from None
         if integer:
-            if value != int(value):
+            if not isinstance(value, int):
                 raise ValueError(f"{text!r} is not a whole number")
-            return int(value)
-        return value
+            return value
+        as_float = float(value)
+        if math.isinf(as_float):
+            raise ValueError(f"{text!r} is too large a number")
+        return as_float
     words = _words_number(t)
     if words is not None:
         return words if integer else float(words)
     raise ValueError(f"{text!r} is not a {'whole ' if integer else ''}number")
 
 
-def number_in(text: str) -> list[float]:
-    """Every number written in ``text``, in digits or in words."""
-    found = [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(text)]
+def number_in(text: str) -> list[int | Fraction]:
+    """Every number written in ``text``, in digits or in words, exactly."""
+    found: list[int | Fraction] = []
+    for m in _NUMBER.finditer(text):
+        try:
+            found.append(_exact(m.group(0)))
+        except (ValueError, ZeroDivisionError):
+            continue
     tokens = re.findall(r"[A-Za-z]+(?:-[A-Za-z]+)*", text)
     i = 0
     while i < len(tokens):
@@ -82,7 +106,7 @@ def number_in(text: str) -> list[float]:
         for j in range(min(len(tokens), i + 6), i, -1):
             value = _words_number(" ".join(tokens[i:j]))
             if value is not None:
-                found.append(float(value))
+                found.append(value)
                 i = j - 1
                 break
         i += 1
@@ -116,9 +140,15 @@ def normalise(value_text: str, param: Param) -> Any:
 
 def _as(text: str, ptype: str, items: str | None, enum: list[Any] | None) -> Any:
     if enum is not None:
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = None
         for member in enum:
-            if (isinstance(member, str) and member.lower() == text.strip().lower()) or \
-                    (not isinstance(member, str) and str(member) == text.strip()):
+            if isinstance(member, str):
+                if member.lower() == text.strip().lower():
+                    return member
+            elif type(parsed) is type(member) and parsed == member:  # true is not 1
                 return member
         raise ValueError(f"{text!r} is not one of {enum}")
     if ptype == "integer":
@@ -150,18 +180,32 @@ def _as(text: str, ptype: str, items: str | None, enum: list[Any] | None) -> Any
     return t
 
 
+def _plain(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().strip(_EDGE)).lower()
+
+
+_EDGE = " \t\n\"'`.,;:!?()[]{}"
+
+
 def supports(value: Any, evidence: str, param: Param) -> bool:
-    """True when the quote plainly gives the typed value (no model needed to check):
-    the number is written in it, the text or enum member appears in it, every element
-    of a list does. False means "not shown by code", not "wrong": verify decides."""
-    ev = evidence.lower()
+    """True when the quote is the value and nothing else, so code can confirm it
+    without a model: a number is the only number the quote writes, a text is the
+    quote itself, a yes/no is a quote that says only yes or no, a list is exactly its
+    elements. Anything wider or looser (a whole clause quoted for a number, "on Friday"
+    for a yes) goes to verify. False means "not shown by code", not "wrong"."""
     if isinstance(value, bool):
-        words = _TRUE if value else _FALSE
-        return any(re.search(rf"\b{re.escape(w)}\b", ev) for w in words if not w.isdigit())
+        return _plain(evidence) in (("true", "yes") if value else ("false", "no"))
     if isinstance(value, (int, float)):
-        return any(abs(n - value) < 1e-9 for n in number_in(evidence))
+        numbers = number_in(evidence)
+        return len(numbers) == 1 and numbers[0] == (_exact(repr(value)) if isinstance(value, float) else value)
     if isinstance(value, str):
-        return value.lower() in ev
+        return bool(_plain(value)) and _plain(value) == _plain(evidence)
     if isinstance(value, list):
-        return bool(value) and all(supports(v, evidence, Param("item", param.items or "any")) for v in value)
+        if not value:
+            return False
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            written = number_in(evidence)
+            return written == [_exact(repr(v)) if isinstance(v, float) else v for v in value]
+        parts = [_plain(p) for p in _split_list(evidence)]
+        return parts == [_plain(str(v)) for v in value]
     return False

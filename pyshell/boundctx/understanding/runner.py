@@ -27,6 +27,8 @@ understood, reported as ``budget.exhausted{bound}``.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import json
 import re
 import secrets
 import threading
@@ -41,13 +43,12 @@ import msgspec
 from boundctx import config
 from boundctx.errors import (
     BudgetExhausted,
-    GenerationError,
     GenerationTimeout,
-    ServerError,
+    ReplayDiverged,
     TaskOutputInvalid,
     UsageUnavailable,
 )
-from boundctx.providers.base import Provider, TextChunk, make_request
+from boundctx.providers.base import Finish, Provider, TextChunk, make_request
 from boundctx.understanding import schema as S
 from boundctx.understanding.budget import Bounds, Budget, BudgetReport
 from boundctx.understanding.catalog import Catalog, Operation, Record, check_records
@@ -105,6 +106,21 @@ class TaskConfig:
     escalate_to: Provider | None = None
     timeout_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.temperature >= 0:
+            problems.append(f"temperature must be >= 0, got {self.temperature}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.votes is not None and self.votes < 1:
+            problems.append(f"votes must be >= 1, got {self.votes}")
+        if self.repairs is not None and self.repairs < 0:
+            problems.append(f"repairs must be >= 0, got {self.repairs}")
+        if not self.timeout_s > 0:
+            problems.append(f"timeout_s must be > 0, got {self.timeout_s}")
+        if problems:
+            raise ValueError("TaskConfig: " + "; ".join(problems))
+
 
 class Click(msgspec.Struct, frozen=True):
     """A structural event from the UI: the user chose the operation (and record)."""
@@ -129,7 +145,8 @@ class Act(msgspec.Struct, frozen=True):
         ``"ready"``, ``"needs_input"`` (see the plan's questions) or ``"held"`` (a unit
         of this turn that may touch the same record was not understood).
     missing : list of str
-        ``"record"`` and the required arguments not known.
+        ``"@record"`` (which record) and the arguments not known: required ones not
+        given, and any whose value its words did not support.
     """
 
     unit: str
@@ -151,16 +168,36 @@ class Question(msgspec.Struct, frozen=True):
     candidates: list[str] = []
 
 
+#: The missing item that stands for "which record" (no argument name starts with "@").
+RECORD = "@record"
+#: In ``Notice.holds``: every act of the turn.
+HOLD_ALL = "*"
+#: In ``Notice.holds``: a prefix naming an operation on no record.
+HOLD_OPERATION = "op:"
+
+
 class Notice(msgspec.Struct, frozen=True):
     """Something the turn could not do, said instead of guessed.
 
-    ``kind``: ``"not_understood"``, ``"no_operation"`` (the unit asks for nothing in the
-    catalog), ``"no_record"``, ``"lost_constraint"``, ``"segmentation_failed"``."""
+    Attributes
+    ----------
+    kind : str
+        ``"not_understood"``, ``"no_operation"`` (the unit asks for nothing in the
+        catalog), ``"no_record"``, ``"lost_constraint"``, ``"segmentation_failed"``.
+    unit : str or None
+    message : str
+    bound : str, optional
+        The bound whose exhaustion caused it (``budget.exhausted{bound}``).
+    holds : list of str
+        For a part not understood, the acts it holds: record ids, ``"op:<name>"`` for
+        acts of an operation on no record, or ``"*"`` for every act of the turn.
+    """
 
     kind: str
     unit: str | None
     message: str
     bound: str | None = None
+    holds: list[str] = []
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -194,12 +231,33 @@ class Plan(msgspec.Struct, frozen=True):
     shortcuts: dict[str, int]
 
 
+#: The task name a lost constraint is reported under.
+LOST = "lost"
+
+
+#: Held while a task waits for and runs a generation on a model that serialises them.
+_SERIAL = threading.Lock()
+
+
 class _NotUnderstood(Exception):
     def __init__(self, task: str, reason: str, bound: str | None = None) -> None:
         super().__init__(reason)
         self.task = task
         self.reason = reason
         self.bound = bound
+
+
+def _canonical(value: Any) -> str:
+    """The vote key of an output: key order and the order of a choice of ids do not
+    make two answers different."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: norm(v[k]) for k in sorted(v)}
+        if isinstance(v, list):
+            items = [norm(x) for x in v]
+            return sorted(items) if all(isinstance(x, str) for x in items) else items
+        return v
+    return json.dumps(norm(value), ensure_ascii=False)
 
 
 def _model_name(provider: Provider) -> str:
@@ -247,7 +305,7 @@ class _Turn:
             for v in range(votes):
                 try:
                     parsed, result, d = self._attempt_chain(call, depth, cfg, "call" if v == 0 else "vote")
-                    answers.append((msgspec.json.encode(parsed).decode(), result))
+                    answers.append((_canonical(parsed), result))
                     last_depth = max(last_depth, d)
                 except _NotUnderstood as exc:
                     reasons.append(exc.reason)
@@ -293,21 +351,30 @@ class _Turn:
         counted = provider.count_prompt(messages)
         self.budget.reserve(depth=depth, prompt_tokens=counted)  # raises BudgetExhausted: no call made
         clock = self.budget.clock
-        started = clock()
-        left = self.budget.remaining_s()
-        timeout = cfg.timeout_s if left is None else max(min(cfg.timeout_s, left), 1e-3)
         pieces: list[str] = []
         finish = None
         error: BaseException | None = None
-        try:
-            for chunk in provider.stream_chat(messages, max_tokens=max_tokens, temperature=cfg.temperature,
-                                              schema=decoder_schema, timeout_s=timeout):
-                if isinstance(chunk, TextChunk):
-                    pieces.append(chunk.text)
-                elif not isinstance(chunk, (str, bytes)) and hasattr(chunk, "reason"):
-                    finish = chunk
-        except (GenerationError, ServerError, OSError, ValueError, LookupError) as exc:
-            error = exc
+        # A model that takes one generation at a time: wait for the turn here, so the
+        # wait counts against the turn's clock instead of starting a fresh timeout.
+        with _SERIAL if provider.serialises else contextlib.nullcontext():
+            started = clock()
+            left = self.budget.remaining_s()
+            timeout = cfg.timeout_s if left is None else min(cfg.timeout_s, left)
+            try:
+                if timeout <= 0:
+                    raise GenerationTimeout(f"the turn's {self.budget.bounds.wall_clock_s} s were spent before this "
+                                            "call could start")
+                for chunk in provider.stream_chat(messages, max_tokens=max_tokens, temperature=cfg.temperature,
+                                                  schema=decoder_schema, timeout_s=timeout):
+                    if isinstance(chunk, TextChunk):
+                        pieces.append(chunk.text)
+                    elif isinstance(chunk, Finish):
+                        finish = chunk
+            except ReplayDiverged:
+                self.budget.release()
+                raise
+            except Exception as exc:  # any failure of the backend is a failed attempt, never an escape
+                error = exc
         raw = "".join(pieces)
         exhausted: BudgetExhausted | None = None
         parsed = result = None
@@ -330,6 +397,8 @@ class _Turn:
                 result = call.check(parsed)
             except TaskOutputInvalid as exc:
                 problems = str(exc)
+            except (ValueError, ArithmeticError, RecursionError, TypeError) as exc:
+                problems = f"the output could not be read ({type(exc).__name__}: {exc})"
         if exhausted is not None:
             problems = (problems + "; " if problems else "") + str(exhausted)
         key = (call.unit, call.kind, call.key)
@@ -375,7 +444,7 @@ class _Turn:
         covered = [(u.start, u.end) for u in units]
         lost = [g for g in flagged if not _covered(g.start, g.end, m, covered)]
         if lost:
-            raise _NotUnderstood("coverage", "a request or condition is in no unit even after re-segmentation: "
+            raise _NotUnderstood(LOST, "a request or condition is in no unit even after re-segmentation: "
                                  + "; ".join(repr(g.text) for g in lost), None)
         # Words the new split left out that the first split covered: coverage once more,
         # and anything it flags now is lost (no second re-segmentation).
@@ -385,17 +454,16 @@ class _Turn:
             flagged, depth = self.run(coverage_call(m, units, fresh, instructions=self.instructions("coverage")),
                                       depth + 1)
             if flagged:
-                raise _NotUnderstood("coverage", "re-segmentation left out a request or condition: "
+                raise _NotUnderstood(LOST, "re-segmentation left out a request or condition: "
                                      + "; ".join(repr(g.text) for g in flagged), None)
         else:
             self.skip("coverage")
         return units, depth
 
     def unit_chain(self, unit: Unit, depth: int, click: Click | None
-                   ) -> tuple[list[Act], list[Question], list[Notice], set[str] | None]:
-        """Acts, questions and notices of one unit, and the records whose acts must be
-        held because part of this unit was not understood (None: any record, since the
-        unit failed before its records were known)."""
+                   ) -> tuple[list[Act], list[Question], list[Notice]]:
+        """Acts, questions and notices of one unit. A notice for a part not understood
+        says in ``holds`` which acts it holds (see :class:`Notice`)."""
         catalog = self.owner.catalog
         acts: list[Act] = []
         questions: list[Question] = []
@@ -409,20 +477,16 @@ class _Turn:
                 operations, route_depth = self.run(route_call(self.message, unit, catalog.operations,
                                                               instructions=self.instructions("route")), depth + 1)
         except _NotUnderstood as exc:
-            return [], [], [Notice("not_understood", unit.id, exc.reason, exc.bound)], None
+            # Not knowing what the unit asks for, it may correct or cancel anything.
+            return [], [], [Notice("not_understood", unit.id, exc.reason, exc.bound, [HOLD_ALL])]
         if not operations:
             notices.append(Notice("no_operation", unit.id, f"{unit.text!r} asks for no operation this assistant has"))
-        hold: set[str] | None = set()
         for op in operations:
             try:
                 act, question, notice = self.act_chain(unit, op, route_depth, click)
             except _NotUnderstood as exc:
-                notices.append(Notice("not_understood", unit.id, f"{op.name}: {exc.reason}", exc.bound))
-                touched = getattr(exc, "touches", None)
-                if touched == "*":
-                    hold = None
-                elif touched is not None and hold is not None:
-                    hold.add(touched)
+                notices.append(Notice("not_understood", unit.id, f"{op.name}: {exc.reason}", exc.bound,
+                                      list(exc.holds)))
                 continue
             if act is not None:
                 acts.append(act)
@@ -430,16 +494,22 @@ class _Turn:
                 questions.append(question)
             if notice is not None:
                 notices.append(notice)
-        return acts, questions, notices, hold
+        return acts, questions, notices
 
     def act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
                   ) -> tuple[Act | None, Question | None, Notice | None]:
-        """One act; a _NotUnderstood raised from it says which record it may touch in
-        ``touches``: the record's id, "*" (not yet known) or None (acts on none)."""
+        """One act. A _NotUnderstood raised from it carries ``holds``: the acts it may
+        touch — its record once known, else every record of its kind, and for an
+        operation on no record, other acts of the same operation (a second request may
+        correct the first)."""
         try:
             return self._act_chain(unit, op, depth, click)
         except _NotUnderstood as exc:
-            exc.touches = None if op.record_kind is None else getattr(exc, "touches", "*")
+            if not hasattr(exc, "holds"):
+                if op.record_kind is None:
+                    exc.holds = [f"{HOLD_OPERATION}{op.name}"]
+                else:
+                    exc.holds = [r.id for r in self.records if r.kind == op.record_kind]
             raise
 
     def _act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
@@ -466,11 +536,12 @@ class _Turn:
                 record, depth = self.run(locate_call(m, unit, op, candidates, instructions=self.instructions("locate")),
                                          depth + 1)
                 if record is None:
-                    missing.append("record")
+                    missing.append(RECORD)
         try:
             return self._arguments(unit, op, depth, record, candidates, missing)
         except _NotUnderstood as exc:
-            exc.touches = record.id if record is not None else "*"
+            if record is not None:
+                exc.holds = [record.id]
             raise
 
     def _arguments(self, unit: Unit, op: Operation, depth: int, record: Record | None, candidates: list[Record],
@@ -484,15 +555,19 @@ class _Turn:
             self.skip("extract")
         given = {n: e for n, e in values.items() if e.value is not None}
         unconfirmed = {n: e for n, e in given.items() if not supports(e.value, e.evidence or "", op.param(n))}
+        rejected: list[str] = []
         if unconfirmed:
             verdicts, depth = self.run(verify_call(m, unit, op, unconfirmed, instructions=self.instructions("verify")),
                                        depth + 1)
             for name, ok in verdicts.items():
                 if not ok:
-                    del given[name]  # not supported by its quote: asked for, never guessed
+                    # Not supported by its words: asked for, never guessed, and never
+                    # replaced by a default (the user did say something).
+                    del given[name]
+                    rejected.append(name)
         elif op.params:
             self.skip("verify")
-        act = _finish_act(unit, op, record, candidates, given, missing)
+        act = _finish_act(unit, op, record, candidates, given, missing, rejected)
         missing = act.missing
         if not missing:
             return act, None, None
@@ -500,7 +575,7 @@ class _Turn:
             about = missing
             self.skip("question_frame")
         else:
-            described = [(x, f"which {op.record_kind} (one of {len(candidates)})" if x == "record"
+            described = [(x, f"which {op.record_kind} (one of {len(candidates)})" if x == RECORD
                           else f"{x}: {op.param(x).description}") for x in missing]
             about, depth = self.run(question_frame_call(m, unit, op, described,
                                                         instructions=self.instructions("question_frame")), depth + 1)
@@ -508,14 +583,16 @@ class _Turn:
 
 
 def _finish_act(unit: Unit, op: Operation, record: Record | None, candidates: Sequence[Record],
-                given: dict[str, Extracted], missing: list[str]) -> Act:
-    """The act from what is known: declared defaults for optional arguments not given;
-    required ones not given (and an unresolved record) listed as missing."""
+                given: dict[str, Extracted], missing: list[str], rejected: Sequence[str] = ()) -> Act:
+    """The act from what is known: declared defaults for optional arguments the message
+    does not mention; required ones not given, values their words did not support and
+    an unresolved record listed as missing."""
     arguments = {n: e.value for n, e in given.items()}
     for p in op.params:
-        if p.name not in arguments and not p.required and p.default is not None:
+        if p.name not in arguments and p.name not in rejected and not p.required and p.default is not None:
             arguments[p.name] = p.default
-    missing = list(missing) + [p.name for p in op.params if p.required and p.name not in arguments]
+    missing = list(missing) + [p.name for p in op.params
+                               if p.name not in arguments and (p.required or p.name in rejected)]
     return Act(unit.id, op.name, record.id if record else None, arguments,
                {n: e.evidence for n, e in given.items() if e.evidence is not None},
                "needs_input" if missing else "ready", missing)
@@ -535,7 +612,7 @@ def _covered(start: int, end: int, message: str, spans: Sequence[tuple[int, int]
 def _question(unit: Unit, op: Operation, about: list[str], candidates: Sequence[Record]) -> Question:
     parts = []
     for item in about:
-        if item == "record":
+        if item == RECORD:
             names = ", ".join(c.label or c.id for c in candidates)
             parts.append(f"Which {op.record_kind} do you mean ({names})?")
         else:
@@ -543,7 +620,7 @@ def _question(unit: Unit, op: Operation, about: list[str], candidates: Sequence[
             parts.append(f"What {item.replace('_', ' ')} should I use" + (f" ({p.description})" if p.description
                                                                          else "") + "?")
     return Question(unit.id, op.name, about, " ".join(parts),
-                    [c.id for c in candidates] if "record" in about else [])
+                    [c.id for c in candidates] if RECORD in about else [])
 
 
 class Understander:
@@ -557,7 +634,7 @@ class Understander:
     settings : mapping, optional
         Resolved settings (``understanding.*``; default: :func:`boundctx.config.load`).
     tasks : mapping, optional
-        Task kind -> :class:`TaskConfig`.
+        Task kind -> :class:`TaskConfig` (``"single_call"`` configures the baseline).
     log : ReplayLog, optional
         Where every attempt is recorded (default: in memory only).
     bounds : Bounds, optional
@@ -572,9 +649,10 @@ class Understander:
         self.provider = provider
         self.catalog = catalog
         self.settings = settings if settings is not None else config.load()
-        unknown = set(tasks or {}) - set(TASK_KINDS)
+        unknown = set(tasks or {}) - set(TASK_KINDS) - {"single_call"}
         if unknown:
-            raise ValueError(f"no task kinds {sorted(unknown)}; the kinds are {', '.join(TASK_KINDS)}")
+            raise ValueError(f"no task kinds {sorted(unknown)}; the kinds are {', '.join(TASK_KINDS)} "
+                             "(and single_call, the baseline)")
         self.tasks = dict(tasks or {})
         self.log = log if log is not None else ReplayLog()
         self.bounds = bounds if bounds is not None else Bounds.from_settings(self.settings)
@@ -638,13 +716,13 @@ class Understander:
             if op.record_kind and record is None and len(candidates) == 1:
                 record = candidates[0]
             act = _finish_act(unit, op, record, candidates, {n: e for n, e in values.items() if e.value is not None},
-                              ["record"] if op.record_kind and record is None else [])
+                              [RECORD] if op.record_kind and record is None else [])
             acts.append(act)
             if act.missing:
                 questions.append(_question(unit, op, act.missing, candidates))
         notices = [] if acts else [Notice("no_operation", None, "the message asks for no operation this assistant "
                                                                 "has")]
-        return _assemble(t, [unit], [(acts, questions, notices, set())])
+        return _assemble(t, [unit], [(acts, questions, notices)])
 
     def understand(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
                    click: Click | None = None, turn: str | None = None) -> Plan:
@@ -679,28 +757,41 @@ class Understander:
             try:
                 units, depth = t.segment()
             except _NotUnderstood as exc:
-                kind = "lost_constraint" if exc.task == "coverage" and exc.bound is None else "segmentation_failed"
+                kind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
                 return Plan(t.turn, "failed_closed", [], [], [], [Notice(kind, None, exc.reason, exc.bound)],
                             budget.report(), dict(t.shortcuts))
         workers = min(self.bounds.max_parallel, len(units))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
             results = list(pool.map(lambda u: t.unit_chain(u, depth, click), units))
+        if workers > 1 and budget.exhausted is not None:
+            # Which parallel unit got the last call before the bound is a race; so the
+            # turn does not depend on it, none of its units counts as understood.
+            bound = budget.exhausted
+            why = (f"budget.exhausted{{{bound}}} while {workers} units were read in parallel; raise "
+                   f"understanding.{bound}, or set understanding.max_parallel = 1 to keep what was understood "
+                   "before the bound")
+            return Plan(t.turn, "incomplete", units, [], [],
+                        [Notice("not_understood", u.id, why, bound, [HOLD_ALL]) for u in units],
+                        budget.report(), dict(t.shortcuts))
         return _assemble(t, units, results)
 
 
-def _assemble(t: _Turn, units: list[Unit],
-              results: list[tuple[list[Act], list[Question], list[Notice], set[str] | None]]) -> Plan:
-    """One plan from every unit's outputs, holding what a unit not understood may touch."""
+def is_held(act: Act, notices: Sequence[Notice]) -> bool:
+    """Whether a notice of this plan holds ``act``."""
+    for n in notices:
+        for h in n.holds:
+            if h == HOLD_ALL or h == act.record or (act.record is None and h == f"{HOLD_OPERATION}{act.operation}"):
+                return True
+    return False
+
+
+def _assemble(t: _Turn, units: list[Unit], results: list[tuple[list[Act], list[Question], list[Notice]]]) -> Plan:
+    """One plan from every unit's outputs; an act a part not understood may touch is
+    held."""
     acts = [a for r in results for a in r[0]]
     questions = [q for r in results for q in r[1]]
     notices = [n for r in results for n in r[2]]
-    holds = [r[3] for r in results]
-    # A unit not understood may act on the records it reached (or, failing before its
-    # records were known, on any): no act on those goes ahead this turn.
-    hold_all = any(h is None for h in holds)
-    held = set().union(*(h for h in holds if h is not None))
-    acts = [msgspec.structs.replace(a, status="held") if a.record is not None and (hold_all or a.record in held)
-            else a for a in acts]
+    acts = [msgspec.structs.replace(a, status="held") if is_held(a, notices) else a for a in acts]
     if any(n.kind == "not_understood" for n in notices):
         status = "incomplete"
     elif questions:

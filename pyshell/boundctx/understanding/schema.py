@@ -35,7 +35,10 @@ def obj(properties: Mapping[str, Schema]) -> Schema:
 
 def enum(values: Iterable[Any]) -> Schema:
     """One of ``values`` (strings, numbers or booleans; deduplicated, order kept)."""
-    members = list(dict.fromkeys(values))
+    members: list[Any] = []
+    for v in values:  # dedupe by type and value: True and 1 are different members
+        if not any(type(v) is type(m) and v == m for m in members):
+            members.append(v)
     if not members:
         raise ValueError("a closed set needs at least one member")
     kinds = {type(v) for v in members}
@@ -66,12 +69,21 @@ def nullable(schema: Schema) -> Schema:
 
 
 def for_decoder(schema: Schema) -> Schema:
-    """``schema`` without string length caps (checked in code instead)."""
-    if isinstance(schema, dict):
-        return {k: for_decoder(v) for k, v in schema.items() if k != "maxLength"}
+    """``schema`` without string length caps (checked in code instead). Only the
+    keyword goes: a property that happens to be named ``maxLength`` stays."""
     if isinstance(schema, list):
         return [for_decoder(v) for v in schema]
-    return schema
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "maxLength" and schema.get("type") == "string":
+            continue
+        if key == "properties":
+            out[key] = {name: for_decoder(sub) for name, sub in value.items()}
+        else:
+            out[key] = for_decoder(value)
+    return out
 
 
 _JSON_TYPES = {

@@ -175,19 +175,27 @@ class Words:
     def numbered(self) -> str:
         return " ".join(f"[{i + 1}] {self.message[a:b]}" for i, (a, b) in enumerate(self.spans))
 
-    def schema(self) -> dict[str, Any]:
-        ends = S.enum(list(range(1, len(self) + 1))) if len(self) <= _ENUM_WORDS else {"type": "integer"}
+    def schema(self, first: int = 1, last: int | None = None) -> dict[str, Any]:
+        """A span's schema; ``first``..``last`` narrow it to part of the message (a
+        unit's own words)."""
+        last = len(self) if last is None else last
+        count = last - first + 1
+        ends = S.enum(list(range(first, last + 1))) if 0 < count <= _ENUM_WORDS else {"type": "integer"}
         return S.obj({"first": ends, "last": ends})
 
-    def cut(self, span: Mapping[str, int], where: str) -> tuple[int, int]:
-        """The character range of words ``first``..``last`` (trailing punctuation of the
-        last word left out); TaskOutputInvalid for numbers out of range or reversed."""
+    def cut(self, span: Mapping[str, int], where: str, lo: int = 1, hi: int | None = None) -> tuple[int, int]:
+        """The character range of words ``first``..``last`` (a trailing ``, ; :`` or a
+        lone final ``.`` left out); TaskOutputInvalid for numbers outside ``lo``..``hi``
+        or reversed."""
+        hi = len(self) if hi is None else hi
         first, last = span["first"], span["last"]
-        if not 1 <= first <= last <= len(self):
-            raise TaskOutputInvalid(f"{where}: words {first}-{last} are not a span of words 1-{len(self)} "
+        if not lo <= first <= last <= hi:
+            raise TaskOutputInvalid(f"{where}: words {first}-{last} are not a span of words {lo}-{hi} "
                                     "(first <= last)")
         start, end = self.spans[first - 1][0], self.spans[last - 1][1]
         while end > start + 1 and self.message[end - 1] in _TRAILING:
+            if self.message[end - 1] == "." and "." in self.message[self.spans[last - 1][0]:end - 1]:
+                break  # "p.m." and "etc." keep their point
             end -= 1
         return start, end
 
@@ -353,6 +361,8 @@ def extract_call(message: str, unit: Unit, operation: Operation, record: Record 
                  instructions: str | None = None) -> TaskCall:
     params = operation.params
     words = Words(message)
+    inside = words.of(unit.start, unit.end) or [1, len(words)]
+    lo, hi = inside[0], inside[-1]  # evidence comes from the request's own words
     lines = []
     for p in params:
         kind = p.type + (f" of {p.items}" if p.items else "") + (f", one of {p.enum}" if p.enum else "")
@@ -360,11 +370,11 @@ def extract_call(message: str, unit: Unit, operation: Operation, record: Record 
     body = (_body_with_words(message, words) + f"\n\nThe request:\n{unit.text}\n\nOperation: {operation.name} - "
             f"{operation.description}\n" + (f"Guidance: {operation.guidance}\n" if operation.guidance else "")
             + (f"It acts on: {_describe(record)}\n" if record is not None else "")
-            + "Arguments:\n" + "\n".join(lines))
-    schema = S.obj({"arguments": _arguments_schema(operation, words)})
+            + f"Arguments (evidence from words {lo}-{hi}):\n" + "\n".join(lines))
+    schema = S.obj({"arguments": _arguments_schema(operation, words, lo, hi)})
 
     def check(out: Any) -> dict[str, Extracted]:
-        return _check_arguments(operation, out["arguments"], words, "")
+        return _check_arguments(operation, out["arguments"], words, "", lo, hi)
 
     return TaskCall("extract", unit.id, operation.name, _messages("extract", instructions, body), schema, check,
                     message=message, max_tokens=_arguments_budget(len(params), message))
@@ -376,9 +386,10 @@ def extract_call(message: str, unit: Unit, operation: Operation, record: Record 
 def verify_call(message: str, unit: Unit, operation: Operation, values: dict[str, Extracted], *,
                 instructions: str | None = None) -> TaskCall:
     names = list(values)
-    body = (_quoted(message) + f"\n\nOperation: {operation.name} - {operation.description}\nArguments:\n"
-            + "\n".join(f"- {n}: value {json.dumps(values[n].value)} from the words {json.dumps(values[n].evidence)}"
-                        for n in names))
+    body = (_quoted(message) + f"\n\nOperation: {operation.name} - {operation.description}\n"
+            + (f"Guidance: {operation.guidance}\n" if operation.guidance else "") + "Arguments:\n"
+            + "\n".join(f"- {n}: value {json.dumps(values[n].value, default=str)} from the words "
+                        f"{json.dumps(values[n].evidence)}" for n in names))
     schema = S.obj({"verdicts": S.obj({n: S.enum(["supported", "unsupported"]) for n in names})})
     return TaskCall("verify", unit.id, operation.name, _messages("verify", instructions, body), schema,
                     lambda out: {n: out["verdicts"][n] == "supported" for n in names}, message=message)
@@ -394,13 +405,13 @@ def _arguments_budget(n_params: int, message: str) -> int:
     return 32 + n_params * (64 + len(message) // 2)
 
 
-def _arguments_schema(operation: Operation, words: Words) -> dict[str, Any]:
-    return S.obj({p.name: S.obj({"evidence": S.nullable(words.schema()), "value": S.nullable(_value_schema(p))})
+def _arguments_schema(operation: Operation, words: Words, lo: int = 1, hi: int | None = None) -> dict[str, Any]:
+    return S.obj({p.name: S.obj({"evidence": S.nullable(words.schema(lo, hi)), "value": S.nullable(_value_schema(p))})
                   for p in operation.params})
 
 
-def _check_arguments(operation: Operation, arguments: dict[str, Any], words: Words, where: str
-                     ) -> dict[str, Extracted]:
+def _check_arguments(operation: Operation, arguments: dict[str, Any], words: Words, where: str, lo: int = 1,
+                     hi: int | None = None) -> dict[str, Extracted]:
     """Evidence is a span of the message's words, values normalise to their declared
     types (shared by extract and the single-call baseline)."""
     result: dict[str, Extracted] = {}
@@ -419,7 +430,7 @@ def _check_arguments(operation: Operation, arguments: dict[str, Any], words: Wor
             problems.append(f"{where}{p.name}: evidence without a value; give the value, or null for both")
             continue
         try:
-            start, end = words.cut(span, f"{where}{p.name}")
+            start, end = words.cut(span, f"{where}{p.name}", lo, hi)
         except TaskOutputInvalid as exc:
             problems.append(str(exc))
             continue
