@@ -3,7 +3,6 @@ the scripted gold model it gives the table its construction promises."""
 
 from __future__ import annotations
 
-import collections
 import json
 import pathlib
 import sys
@@ -71,27 +70,20 @@ def test_the_scripted_run_is_exact_and_never_a_partial_effect():
 def test_a_recorded_run_replays_with_no_model_to_the_same_plans(model):
     """The recorded baseline and pipeline turns (bench/results) replay through the
     scripted provider, answer for answer, to the plans they produced."""
-    from boundctx.providers import ScriptedProvider
-    from boundctx.understanding import Understander, read_attempts, replay_script
+    from boundctx.understanding import replay_turn
 
     results = bu.ROOT / "bench" / "results" / f"understanding-{model}.json"
     log = results.with_suffix(".replay.jsonl")
     if not results.exists() or not log.exists():
         pytest.skip(f"no recorded run at {results} (python bench/bench_understanding.py --model {model})")
     report = json.loads(results.read_text())
-    attempts = collections.defaultdict(list)
-    for a in read_attempts(str(log)):
-        attempts[a.turn].append(a)
-    catalog, records, turns = bu.booking_corpus()
-    settings = config.load(env={}, overrides={"understanding.max_parallel": 1})
+    catalog, _, turns = bu.booking_corpus()
     replayed = 0
     for row in report["rows"]:
         if row["corpus"] != "booking":
             continue
         turn = f"booking-{row['item']}-{row['system']}"
-        u = Understander(ScriptedProvider(replay_script(attempts[turn])), catalog, settings=settings)
-        plan = bu.run_turn(row["system"], u, turns[row["item"]]["message"], records, turn)[0]
-        got = msgspec.to_builtins(plan)
+        got = msgspec.to_builtins(replay_turn(str(log), turn, catalog))  # ReplayDiverged on any difference
         want = row["plan"]
         got["budget"].pop("wall_s"), want["budget"].pop("wall_s")
         assert got == want, turn

@@ -26,13 +26,15 @@ class ScriptedReply(msgspec.Struct, frozen=True):
     ``max_tokens``, a backend that reports no usage) and for replaying recorded calls.
 
     ``prompt_tokens`` / ``completion_tokens``: the usage to report; ``COUNTED`` (the
-    default) counts them as usual, None reports none.
+    default) counts them as usual, None reports none; ``usage_estimated`` marks usage
+    the backend did not report (a provider's own count).
     """
 
     text: str
     finish_reason: str = "stop"
     prompt_tokens: int | None = COUNTED
     completion_tokens: int | None = COUNTED
+    usage_estimated: bool = False
 
 Script = Callable[[ChatRequest], Union[str, ScriptedReply, Iterable[Union[str, ToolCallChunk]], BaseException]]
 
@@ -91,7 +93,7 @@ class ScriptedProvider(Provider):
                 yield Finish(result.finish_reason,
                              prompt_tokens if result.prompt_tokens == COUNTED else result.prompt_tokens,
                              self.counter.count_text(result.text) if result.completion_tokens == COUNTED
-                             else result.completion_tokens)
+                             else result.completion_tokens, usage_estimated=result.usage_estimated)
                 return
             pieces = [result] if isinstance(result, str) else result
             text = ""

@@ -21,6 +21,7 @@ given per turn; :func:`check_records` validates them against the catalog.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import sys
@@ -165,6 +166,12 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({self.name or self.source!r}, {len(self.operations)} operations)"
+
+    @property
+    def sha256(self) -> str:
+        """A hash of the catalog's content (what a replay checks it was recorded with)."""
+        data = {"operations": msgspec.to_builtins(self.operations), "workflows": msgspec.to_builtins(self.workflows)}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     def operation(self, name: str) -> Operation:
         try:

@@ -25,9 +25,11 @@ import msgspec
 
 from boundctx import errors
 from boundctx.providers.base import ChatRequest
-from boundctx.providers.scripted import ScriptedReply
+from boundctx.errors import ReplayDiverged
+from boundctx.providers.scripted import ScriptedProvider, ScriptedReply
 
-__all__ = ["Attempt", "ReplayLog", "prompt_hash", "read_attempts", "replay_script"]
+__all__ = ["Attempt", "ReplayLog", "ReplayProvider", "TurnFinished", "TurnStarted", "plan_hash", "prompt_hash",
+           "read_attempts", "read_log", "replay_script"]
 
 
 class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type"):
@@ -45,7 +47,9 @@ class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type")
     attempt : int
         1-based, per (turn, unit, task, key).
     role : str
-        ``"call"``, ``"vote"``, ``"repair"`` or ``"escalation"``.
+        ``"call"``, ``"vote"``, ``"repair"``, ``"escalation"``, or ``"refused"`` for a
+        call a bound stopped before it was made (``finish_reason`` ``"refused:<bound>"``;
+        no model was asked).
     depth : int
         Its place in the chain of dependent calls.
     prompt_sha256 : str
@@ -62,6 +66,15 @@ class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type")
     prompt_tokens, completion_tokens : int or None
         As the backend reported them.
     elapsed_s : float
+    counted_prompt : int
+        The prompt as counted before the call (what the budget reserved).
+    usage_estimated : bool
+        The backend reported no usage; the tokens are the provider's own count.
+    error : str or None
+        The message of the exception a failed call raised (its class is in
+        ``finish_reason``, ``"error:<Class>"``).
+    messages_sha256 : str
+        Hash of the messages alone (how the prompt was counted).
     """
 
     turn: str
@@ -81,6 +94,44 @@ class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type")
     prompt_tokens: int | None
     completion_tokens: int | None
     elapsed_s: float
+    counted_prompt: int = 0
+    usage_estimated: bool = False
+    error: str | None = None
+    messages_sha256: str = ""
+
+
+class TurnStarted(msgspec.Struct, frozen=True, tag="turn_started", tag_field="type"):
+    """What a turn was asked: enough to replay it from the log with the catalog."""
+
+    turn: str
+    system: str
+    message: str
+    records: list[dict[str, Any]]
+    click: dict[str, Any] | None
+    catalog_sha256: str
+    settings: dict[str, Any]
+    bounds: dict[str, Any]
+
+
+class TurnFinished(msgspec.Struct, frozen=True, tag="turn_finished", tag_field="type"):
+    """How a turn ended: its plan's status and hash (wall time left out)."""
+
+    turn: str
+    status: str
+    plan_sha256: str
+
+
+def plan_hash(plan: Any) -> str:
+    """The hash of a plan, its wall-clock time left out (the one thing a replay cannot
+    reproduce)."""
+    data = msgspec.to_builtins(plan)
+    data["budget"]["wall_s"] = 0
+    return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def messages_hash(messages: Any) -> str:
+    canonical = json.dumps(list(messages), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def prompt_hash(request: ChatRequest | Mapping[str, Any]) -> str:
@@ -105,6 +156,7 @@ class ReplayLog:
 
     def __init__(self, path: str | None = None, *, sync: bool = True) -> None:
         self.attempts: list[Attempt] = []
+        self.turns: list[TurnStarted | TurnFinished] = []
         self.sync = sync
         self._lock = threading.Lock()
         self._transcript = None
@@ -113,11 +165,14 @@ class ReplayLog:
 
             self._transcript = Transcript.open(path, create=True)
 
-    def add(self, attempt: Attempt) -> None:
+    def add(self, entry: Attempt | TurnStarted | TurnFinished) -> None:
         with self._lock:
-            self.attempts.append(attempt)
+            if isinstance(entry, Attempt):
+                self.attempts.append(entry)
+            else:
+                self.turns.append(entry)
             if self._transcript is not None:
-                self._transcript.append(msgspec.to_builtins(attempt), sync=self.sync)
+                self._transcript.append(msgspec.to_builtins(entry), sync=self.sync)
 
     def close(self) -> None:
         if self._transcript is not None:
@@ -131,46 +186,98 @@ class ReplayLog:
         self.close()
 
 
-def read_attempts(path: str, *, turn: str | None = None) -> list[Attempt]:
-    """The attempts recorded in a replay log file (of one ``turn``, if given), in file
-    order; other lines are skipped."""
+def read_log(path: str) -> tuple[list[Attempt], list[TurnStarted | TurnFinished]]:
+    """Every attempt and turn record of a replay log file, in file order (other lines
+    are skipped)."""
     from boundctx.transcript import Transcript
 
-    out = []
+    attempts: list[Attempt] = []
+    turns: list[TurnStarted | TurnFinished] = []
+    kinds = {"task_attempt": Attempt, "turn_started": TurnStarted, "turn_finished": TurnFinished}
     with Transcript.open(path) as t:
         for entry in t.read_lines(0, t.line_count):
-            if entry.record is not None and entry.record.get("type") == "task_attempt":
-                attempt = msgspec.convert(entry.record, Attempt)
-                if turn is None or attempt.turn == turn:
-                    out.append(attempt)
-    return out
+            kind = entry.record.get("type") if entry.record is not None else None
+            if kind in kinds:
+                item = msgspec.convert(entry.record, kinds[kind])
+                (attempts if kind == "task_attempt" else turns).append(item)
+    return attempts, turns
+
+
+def read_attempts(path: str, *, turn: str | None = None) -> list[Attempt]:
+    """The attempts recorded in a replay log file (of one ``turn``, if given)."""
+    return [a for a in read_log(path)[0] if turn is None or a.turn == turn]
+
+
+class ReplayProvider(ScriptedProvider):
+    """A scripted provider that plays recorded attempts back.
+
+    Each request is answered with the output recorded for the same prompt hash, in
+    recorded order, with the recorded ending, usage and error; prompts are counted as
+    they were counted when recorded; and :meth:`clock` advances by each call's recorded
+    time, so the budget meets the same numbers it met then. A request the recording
+    never made raises :class:`~boundctx.errors.ReplayDiverged`.
+    """
+
+    name = "replay"
+
+    def __init__(self, attempts: Iterable[Attempt]) -> None:
+        attempts = list(attempts)
+        self._now = 0.0
+        super().__init__(self._respond, context_window=2**31, clock=self.clock)
+        self._queues: dict[str, deque[Attempt]] = defaultdict(deque)
+        for a in attempts:
+            if not (a.finish_reason or "").startswith("refused"):  # refused calls were never made
+                self._queues[a.prompt_sha256].append(a)
+        self._counted = {a.messages_sha256: a.counted_prompt for a in attempts}
+        self._lock = threading.Lock()
+        models = {a.model for a in attempts}
+        #: The recorded model's name, logged for replayed calls (one model served the turn).
+        self.label = models.pop() if len(models) == 1 else "replay"
+
+    def clock(self) -> float:
+        return self._now
+
+    def count_prompt(self, messages, *, tools=None) -> int:
+        key = messages_hash(messages)
+        if key in self._counted:
+            return self._counted[key]
+        raise ReplayDiverged(f"replay diverged: no recorded call had this prompt (messages {key[:12]}); the "
+                             "catalog, records, settings or prompt texts differ from the recorded turn's: "
+                             "record it again")
+
+    def _check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
+        return None  # it fitted when it was recorded
+
+    def _respond(self, request: ChatRequest) -> ScriptedReply | BaseException:
+        key = prompt_hash(request)
+        with self._lock:
+            queue = self._queues.get(key)
+            if not queue:
+                return ReplayDiverged(f"replay diverged: no recorded output for prompt {key[:12]}; the catalog, "
+                                      "records, settings or prompt texts differ from the recorded turn's: record "
+                                      "it again")
+            a = queue.popleft()
+            self._now += a.elapsed_s
+        if a.finish_reason and a.finish_reason.startswith("error:"):
+            return _error(a.finish_reason[len("error:"):], a.error or "recorded failure")
+        return ScriptedReply(a.raw_output, a.finish_reason or "stop", a.prompt_tokens, a.completion_tokens,
+                             usage_estimated=a.usage_estimated)
+
+
+def _error(name: str, message: str) -> BaseException:
+    """An exception of the recorded class: a boundctx error or a built-in one."""
+    import builtins
+
+    cls = getattr(errors, name, None) or getattr(builtins, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = errors.GenerationError
+    try:
+        return cls(message)
+    except TypeError:  # a class whose constructor wants more
+        return errors.GenerationError(f"{name}: {message}")
 
 
 def replay_script(attempts: Iterable[Attempt]):
-    """A script for :class:`~boundctx.providers.ScriptedProvider` that answers each
-    request with the output recorded for the same prompt hash.
-
-    A request with no recorded answer raises ``LookupError`` naming the prompt hash: a
-    replay that asks for something the recording never did has diverged.
-    """
-    queues: dict[str, deque[Attempt]] = defaultdict(deque)
-    for a in attempts:
-        queues[a.prompt_sha256].append(a)
-    lock = threading.Lock()
-
-    def respond(request: ChatRequest) -> ScriptedReply | BaseException:
-        key = prompt_hash(request)
-        with lock:
-            queue = queues.get(key)
-            if not queue:
-                return LookupError(f"replay diverged: no recorded output for prompt {key[:12]}")
-            a = queue.popleft()
-        if a.finish_reason and a.finish_reason.startswith("error:"):
-            # The call raised: raise the same kind of error with the recorded words.
-            cls = getattr(errors, a.finish_reason[len("error:"):], None)
-            cls = cls if isinstance(cls, type) and issubclass(cls, errors.BoundctxError) else errors.GenerationError
-            detail = a.problems[0].split(": ", 2)[-1] if a.problems else "recorded failure"
-            return cls(detail)
-        return ScriptedReply(a.raw_output, a.finish_reason or "stop", a.prompt_tokens, a.completion_tokens)
-
-    return respond
+    """The respond function of a :class:`ReplayProvider` (for a plain
+    :class:`~boundctx.providers.ScriptedProvider`)."""
+    return ReplayProvider(attempts)._respond

@@ -29,6 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import os
 import re
 import secrets
 import threading
@@ -53,7 +54,15 @@ from boundctx.understanding import schema as S
 from boundctx.understanding.budget import Bounds, Budget, BudgetReport
 from boundctx.understanding.catalog import Catalog, Operation, Record, check_records
 from boundctx.understanding.normalise import supports
-from boundctx.understanding.replay import Attempt, ReplayLog, prompt_hash
+from boundctx.understanding.replay import (
+    Attempt,
+    ReplayLog,
+    TurnFinished,
+    TurnStarted,
+    messages_hash,
+    plan_hash,
+    prompt_hash,
+)
 from boundctx.understanding.tasks import (
     CONNECTORS,
     MAX_TOKENS,
@@ -73,7 +82,8 @@ from boundctx.understanding.tasks import (
     whole_message_unit,
 )
 
-__all__ = ["Act", "Click", "Notice", "Plan", "Question", "TaskConfig", "Understander"]
+__all__ = ["HOLD_ALL", "HOLD_OPERATION", "RECORD", "Act", "Click", "Notice", "Plan", "Question", "TaskConfig",
+           "Understander", "is_held", "replay_turn"]
 
 
 @dataclass(frozen=True)
@@ -261,6 +271,9 @@ def _canonical(value: Any) -> str:
 
 
 def _model_name(provider: Provider) -> str:
+    label = getattr(provider, "label", None)
+    if isinstance(label, str) and label:
+        return label
     for attr in ("model", "model_path"):
         value = getattr(provider, attr, None)
         if isinstance(value, str) and value:
@@ -349,8 +362,14 @@ class _Turn:
         request = make_request(messages, tools=None, max_tokens=max_tokens, temperature=cfg.temperature, stop=None,
                                schema=decoder_schema, timeout_s=None)
         counted = provider.count_prompt(messages)
-        self.budget.reserve(depth=depth, prompt_tokens=counted)  # raises BudgetExhausted: no call made
         clock = self.budget.clock
+        try:
+            self.budget.reserve(depth=depth, prompt_tokens=counted)
+        except BudgetExhausted as exc:
+            # No call is made; the refusal is logged so a replay meets it at the same place.
+            self._log(call, provider, request, messages, depth, role, cfg, max_tokens, counted, "",
+                      f"refused:{exc.bound}", [str(exc)], None, 0.0, None)
+            raise
         pieces: list[str] = []
         finish = None
         error: BaseException | None = None
@@ -401,20 +420,27 @@ class _Turn:
                 problems = f"the output could not be read ({type(exc).__name__}: {exc})"
         if exhausted is not None:
             problems = (problems + "; " if problems else "") + str(exhausted)
+        self._log(call, provider, request, messages, depth, role, cfg, max_tokens, counted, raw,
+                  f"error:{type(error).__name__}" if error is not None else (finish.reason if finish else None),
+                  [problems] if problems else [], finish, round(clock() - started, 6), error)
+        if exhausted is not None:
+            raise exhausted
+        return not problems, parsed, result, problems, raw
+
+    def _log(self, call: TaskCall, provider: Provider, request: Any, messages: list[dict[str, Any]], depth: int,
+             role: str, cfg: TaskConfig, max_tokens: int, counted: int, raw: str, finish_reason: str | None,
+             problems: list[str], finish: Finish | None, elapsed: float, error: BaseException | None) -> None:
         key = (call.unit, call.kind, call.key)
         with self._lock:
             self.attempt_numbers[key] += 1
             number = self.attempt_numbers[key]
         self.owner.log.add(Attempt(
-            self.turn, call.unit, call.kind, call.key, number, role, depth, prompt_hash(request),
-            _model_name(provider), {"temperature": cfg.temperature, "max_tokens": max_tokens}, raw,
-            (f"error:{type(error).__name__}" if error is not None else (finish.reason if finish else None)),
-            not problems, [problems] if problems else [],
-            finish.prompt_tokens if finish else None, finish.completion_tokens if finish else None,
-            round(clock() - started, 6)))
-        if exhausted is not None:
-            raise exhausted
-        return not problems, parsed, result, problems, raw
+            self.turn, call.unit, call.kind, call.key, number, role if not (finish_reason or "").startswith(
+                "refused") else "refused", depth, prompt_hash(request), _model_name(provider),
+            {"temperature": cfg.temperature, "max_tokens": max_tokens}, raw, finish_reason, not problems, problems,
+            finish.prompt_tokens if finish else None, finish.completion_tokens if finish else None, elapsed, counted,
+            bool(finish and finish.usage_estimated), str(error) if error is not None else None,
+            messages_hash(messages)))
 
     # -- the turn ------------------------------------------------------------------------
 
@@ -662,8 +688,9 @@ class Understander:
         return self.tasks.get(kind) or TaskConfig()
 
     def _start(self, message: str, records: Sequence[Record | Mapping[str, Any]], click: Click | None,
-               turn: str | None) -> "_Turn":
-        """Checks before any call, and the turn's state."""
+               turn: str | None, system: str | None = None) -> "_Turn":
+        """Checks before any call, and the turn's state; ``system`` ("pipeline" or
+        "single_call") puts the turn's inputs on the replay log."""
         if not isinstance(message, str) or not message.strip():
             raise ValueError("the message is empty; there is nothing to understand")
         checked = check_records(records, self.catalog)
@@ -678,7 +705,18 @@ class Understander:
                     f"{', '.join(blind)} reports no token usage, so a turn bounded to "
                     f"{self.bounds.max_prompt_tokens} prompt tokens cannot be checked; set "
                     "understanding.max_prompt_tokens = 0 to run without a token bound")
-        return _Turn(self, message, checked, turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock))
+        t = _Turn(self, message, checked, turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock))
+        if system is not None:
+            self.log.add(TurnStarted(
+                t.turn, system, message, [msgspec.to_builtins(r) for r in checked],
+                msgspec.to_builtins(click) if click is not None else None, self.catalog.sha256,
+                {k: self.settings[k] for k in config.KEYS if k.startswith("understanding.")},
+                msgspec.to_builtins(self.bounds)))
+        return t
+
+    def _finish(self, plan: Plan) -> Plan:
+        self.log.add(TurnFinished(plan.turn, plan.status, plan_hash(plan)))
+        return plan
 
     def run_task(self, call: TaskCall, *, records: Sequence[Record | Mapping[str, Any]] = (),
                  turn: str | None = None) -> tuple[Any, str | None, BudgetReport]:
@@ -699,7 +737,11 @@ class Understander:
 
         A failed call fails the turn closed; a missing argument or record becomes a
         question rendered by code."""
-        t = self._start(message, records, None, turn)
+        t = self._start(message, records, None, turn, "single_call")
+        return self._finish(self._single_call(t))
+
+    def _single_call(self, t: "_Turn") -> Plan:
+        message = t.message
         call = single_call_call(message, self.catalog.operations, t.records,
                                 max_acts=int(self.settings["understanding.max_units"]) * 2,
                                 instructions=t.instructions("single_call"))
@@ -746,7 +788,11 @@ class Understander:
         CatalogError
             Bad records, or a click naming an unknown operation.
         """
-        t = self._start(message, records, click, turn)
+        t = self._start(message, records, click, turn, "pipeline")
+        return self._finish(self._understand(t, click))
+
+    def _understand(self, t: "_Turn", click: Click | None) -> Plan:
+        message = t.message
         budget = t.budget
         if click is not None:
             units = [Unit("u1", message, 0, len(message))]
@@ -801,3 +847,53 @@ def _assemble(t: _Turn, units: list[Unit], results: list[tuple[list[Act], list[Q
     else:
         status = "nothing"
     return Plan(t.turn, status, units, acts, questions, notices, t.budget.report(), dict(t.shortcuts))
+
+
+def replay_turn(source: str | ReplayLog, turn: str, catalog: Catalog, *,
+                tasks: Mapping[str, TaskConfig] | None = None) -> Plan:
+    """Replay a recorded turn with no model: its inputs and settings from the log's
+    ``turn_started`` record, every model answer from its attempts
+    (:class:`~boundctx.understanding.replay.ReplayProvider`).
+
+    Parameters
+    ----------
+    source : str or ReplayLog
+        A replay log file, or an in-memory log.
+    turn : str
+    catalog : Catalog
+        The catalog the turn was recorded with (checked by hash).
+    tasks : mapping, optional
+        The task configurations the turn ran with, if not the defaults.
+
+    Raises
+    ------
+    LookupError
+        The log has no such turn.
+    ReplayDiverged
+        Another catalog, or a replay that asked for a call, or ended in a plan, the
+        recording does not have.
+    """
+    from boundctx.understanding.replay import ReplayProvider, read_log
+
+    attempts, turns = read_log(source) if isinstance(source, str) else (source.attempts, source.turns)
+    started = next((t for t in turns if isinstance(t, TurnStarted) and t.turn == turn), None)
+    if started is None:
+        raise LookupError(f"no turn {turn!r} in the replay log (turns: "
+                          f"{', '.join(t.turn for t in turns if isinstance(t, TurnStarted))[:300]})")
+    if started.catalog_sha256 != catalog.sha256:
+        raise ReplayDiverged(f"turn {turn!r} was recorded with another catalog (hash {started.catalog_sha256[:12]}, "
+                             f"this one {catalog.sha256[:12]}); replay it with the catalog it ran on")
+    provider = ReplayProvider([a for a in attempts if a.turn == turn])
+    settings = config.load(path=os.devnull, env={}, overrides=started.settings)
+    u = Understander(provider, catalog, settings=settings, tasks=tasks, bounds=msgspec.convert(started.bounds, Bounds),
+                     clock=provider.clock)
+    click = msgspec.convert(started.click, Click) if started.click is not None else None
+    if started.system == "single_call":
+        plan = u.single_call(started.message, records=started.records, turn=turn)
+    else:
+        plan = u.understand(started.message, records=started.records, click=click, turn=turn)
+    finished = next((t for t in turns if isinstance(t, TurnFinished) and t.turn == turn), None)
+    if finished is not None and plan_hash(plan) != finished.plan_sha256:
+        raise ReplayDiverged(f"turn {turn!r} replayed to another plan ({plan.status}) than the one recorded "
+                             f"({finished.status}); the code or the task configuration changed since")
+    return plan
