@@ -155,10 +155,13 @@ def score(predicted: list[tuple[str, dict]], gold: list[tuple[str, dict]]) -> di
     return {"whole_plan": whole, "op_set": op_set, "args_right": args_right, "args_total": args_total}
 
 
-def plan_calls(plan, catalog: Catalog, with_record: bool) -> list[tuple[str, dict]]:
-    """The plan's acts as calls (held acts included: the plan said what it understood)."""
+def plan_calls(plan, catalog: Catalog, with_record: bool, *, ready_only: bool = False) -> list[tuple[str, dict]]:
+    """The plan's acts as calls: all of them (what the plan understood), or only those
+    marked ready (what would go ahead)."""
     out = []
     for a in plan.acts:
+        if ready_only and a.status != "ready":
+            continue
         args = dict(a.arguments)
         if with_record:
             args["@record"] = a.record
@@ -203,8 +206,9 @@ def run_turn(system: str, u: Understander, message: str, records, turn: str | No
     return plan, time.perf_counter() - started
 
 
-def row(plan, wall: float, s: dict, asks_nothing) -> dict:
+def row(plan, wall: float, s: dict, asks_nothing, ready: dict) -> dict:
     w, uw = notices(plan, asks_nothing)
+    s = {**s, "whole_plan_ready": ready["whole_plan"]}
     b = plan.budget
     return {**s, "status": plan.status, "warranted_notices": w, "unwarranted_notices": uw,
             "calls": b.model_calls, "prompt_tokens": b.prompt_tokens, "completion_tokens": b.completion_tokens,
@@ -227,7 +231,8 @@ def end_to_end(model: str, settings, bfcl_n: int, log, replay: ReplayLog | None 
             plan, wall = run_turn(system, u, turn["message"], records, f"booking-{k}-{system}")
             acting = {a["unit"] for a in turn["acts"]}
             r = row(plan, wall, score(plan_calls(plan, catalog, True), gold),
-                    lambda text, acting=acting: not any(text in a or a in text for a in acting))
+                    lambda text, acting=acting: not any(text in a or a in text for a in acting),
+                    score(plan_calls(plan, catalog, True, ready_only=True), gold))
             rows.append({"corpus": "booking", "item": k, "category": turn["category"], "ops": len(gold),
                          "system": system, **r, "plan": msgspec.to_builtins(plan)})
             log(rows[-1])
@@ -239,7 +244,8 @@ def end_to_end(model: str, settings, bfcl_n: int, log, replay: ReplayLog | None 
         for system in ("pipeline", "baseline"):
             u = Understander(shared, catalog, settings=settings)
             plan, wall = run_turn(system, u, item["message"], [])
-            r = row(plan, wall, score(plan_calls(plan, catalog, False), gold), lambda text, empty=not gold: empty)
+            r = row(plan, wall, score(plan_calls(plan, catalog, False), gold), lambda text, empty=not gold: empty,
+                    score(plan_calls(plan, catalog, False, ready_only=True), gold))
             rows.append({"corpus": "bfcl", "item": item["id"], "category": item["category"], "ops": len(gold),
                          "system": system, **r})
             log(rows[-1])
@@ -339,6 +345,21 @@ def _perturb(value):
     return f"{value} (or 11:45pm)" if not str(value).endswith("pm") else "11:45am"
 
 
+def partial_effect(plan, full) -> bool:
+    """Whether a bounded plan lets something go ahead that it should not: an act marked
+    ready that the unbounded plan does not have as it is, one beside a unit not
+    understood that (in the unbounded plan) acts on the same record, or on the same
+    operation when it acts on none, or any act of a turn that failed closed. Worked
+    out from the unbounded plan, not from the holds the bounded plan declares."""
+    if plan.status == "failed_closed" and plan.acts:
+        return True
+    full_acts = {json.dumps(msgspec.to_builtins(a), sort_keys=True) for a in full.acts}
+    failed = {n.unit for n in plan.notices if n.kind == "not_understood"}
+    touched = {(a.record or f"op:{a.operation}") for a in full.acts if a.unit in failed}
+    return any(a.status == "ready" and (json.dumps(msgspec.to_builtins(a), sort_keys=True) not in full_acts
+                                        or (a.record or f"op:{a.operation}") in touched) for a in plan.acts)
+
+
 def budget_sweep(model: str, settings_for, log, turns_limit: int | None) -> list[dict]:
     """The pipeline at max_model_calls 1, 2, 4, ...: partial effects must be 0."""
     catalog, records, turns = booking_corpus()
@@ -352,12 +373,10 @@ def budget_sweep(model: str, settings_for, log, turns_limit: int | None) -> list
         for k, turn in enumerate(turns):
             provider = shared or make_provider(model, oracle_gold(turn), records)
             plan = Understander(provider, catalog, settings=settings).understand(turn["message"], records=records)
-            ready = [(a.operation, a.record, json.dumps(a.arguments, sort_keys=True)) for a in plan.acts
-                     if a.status == "ready"]
             if calls is None:
-                full[k] = set(ready)
+                full[k] = plan
             else:
-                partial += any(r not in full[k] for r in ready) or (plan.status == "failed_closed" and plan.acts)
+                partial += partial_effect(plan, full[k])
             right += score(plan_calls(plan, catalog, True), booking_gold(turn, catalog))["whole_plan"]
             total_calls += plan.budget.model_calls
         out.append({"max_model_calls": calls or "unbounded (24)", "turns": len(turns), "whole_plan_right": right,
@@ -377,6 +396,7 @@ def summarise(rows: list[dict]) -> dict:
         args_total = sum(r["args_total"] for r in rs)
         out[f"{corpus} | {system} | {split}"] = {
             "turns": len(rs), "whole_plan": sum(r["whole_plan"] for r in rs) / len(rs),
+            "whole_plan_ready": sum(r["whole_plan_ready"] for r in rs) / len(rs),
             "op_set": sum(r["op_set"] for r in rs) / len(rs),
             "args": sum(r["args_right"] for r in rs) / args_total if args_total else None,
             "warranted_notices": sum(r["warranted_notices"] for r in rs),

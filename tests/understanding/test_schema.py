@@ -69,3 +69,20 @@ def test_parse_refuses_cut_invalid_and_out_of_set_outputs():
                               ("{}", None, "missing field 'record'")]:
         with pytest.raises(TaskOutputInvalid, match=why):
             S.parse(text, schema, finish_reason=finish)
+
+
+def test_word_numbers_are_exact_integers_where_json_schema_would_take_a_float():
+    """A span's ends index the message: 1.0 is refused although JSON Schema counts it as
+    the integer 1 (deliberately stricter)."""
+    ends = S.enum([1, 2, 3])
+    assert jsonschema.Draft202012Validator(ends).is_valid(1.0)
+    assert S.check(ends, 1.0) != [] and S.check(ends, 1) == []
+    assert S.check(S.enum([True, 1]), 1) == [] and S.enum([True, 1])["enum"] == [True, 1]
+
+
+def test_the_decoder_keeps_a_property_that_happens_to_be_named_max_length():
+    schema = S.obj({"maxLength": S.string(5), "b": S.nullable(S.string(3))})
+    decoder = S.for_decoder(schema)
+    assert list(decoder["properties"]) == ["maxLength", "b"] and decoder["required"] == ["maxLength", "b"]
+    assert "maxLength" not in decoder["properties"]["maxLength"]
+    assert "maxLength" not in json.dumps(decoder["properties"]["b"])

@@ -75,8 +75,8 @@ def _number(text: str, *, integer: bool) -> int | float:
     if m:
         try:
             value = _exact(t)
-        except (ValueError, ZeroDivisionError, OverflowError):
-            raise ValueError(f"{text!r} is not a number") from None
+        except (ValueError, ZeroDivisionError, OverflowError) as exc:
+            raise ValueError(str(exc) if "too large" in str(exc) else f"{text!r} is not a number") from None
         if integer:
             if not isinstance(value, int):
                 raise ValueError(f"{text!r} is not a whole number")

@@ -807,6 +807,7 @@ class Understander:
                 return Plan(t.turn, "failed_closed", [], [], [], [Notice(kind, None, exc.reason, exc.bound)],
                             budget.report(), dict(t.shortcuts))
         workers = min(self.bounds.max_parallel, len(units))
+        before_units = dict(t.shortcuts)
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
             results = list(pool.map(lambda u: t.unit_chain(u, depth, click), units))
         if workers > 1 and budget.exhausted is not None:
@@ -818,7 +819,7 @@ class Understander:
                    "before the bound")
             return Plan(t.turn, "incomplete", units, [], [],
                         [Notice("not_understood", u.id, why, bound, [HOLD_ALL]) for u in units],
-                        budget.report(), dict(t.shortcuts))
+                        budget.report(), before_units)
         return _assemble(t, units, results)
 
 
