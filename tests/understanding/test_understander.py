@@ -569,3 +569,39 @@ def test_an_absurd_number_is_an_invalid_output_not_a_crash():
     u, _ = understander(Oracle(gold, RECORDS), max_parallel=1, repairs=0)
     plan = u.understand(MESSAGE, records=RECORDS)
     assert plan.status == "incomplete" and "too large" in plan.notices[0].message
+
+
+SCENARIOS = {
+    "two requests": (MESSAGE, GOLD),
+    "re-segmentation": ("Book Sakura for 4 people at 7pm, no shellfish please", {
+        "units": ["Book Sakura for 4 people at 7pm"], "coverage": ["no shellfish"],
+        "resegmented": ["Book Sakura for 4 people at 7pm, no shellfish"],
+        "route": {"Book Sakura for 4 people at 7pm, no shellfish": ["book_table"]},
+        "locate": {("Book Sakura for 4 people at 7pm, no shellfish", "book_table"): "sakura"},
+        "extract": {("Book Sakura for 4 people at 7pm, no shellfish", "book_table"): {
+            "time": ("7pm", "7pm"), "party_size": ("4", "4"), "note": ("no shellfish", "no shellfish")}}}),
+    "verify and a question": ("book Sakura for the usual crowd, and cancel the Luigi's booking", {
+        "units": ["book Sakura for the usual crowd", "cancel the Luigi's booking"],
+        "route": {"book Sakura for the usual crowd": ["book_table"], "cancel the Luigi's booking": ["cancel_booking"]},
+        "locate": {("book Sakura for the usual crowd", "book_table"): "sakura",
+                   ("cancel the Luigi's booking", "cancel_booking"): "b1"},
+        "extract": {("book Sakura for the usual crowd", "book_table"): {"party_size": ("the usual crowd", "6")}},
+        "verify": {"party_size": "unsupported"}}),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_call_bound_on_every_task_path_leaves_no_partial_effect(scenario):
+    """Bounds that fall inside coverage, re-segmentation, verify and question framing,
+    not only on the common path."""
+    message, gold = SCENARIOS[scenario]
+    u, provider = understander(Oracle(gold, RECORDS), max_parallel=1)
+    full = u.understand(message, records=RECORDS)
+    needed = len(provider.requests)
+    assert full.budget.exhausted is None and needed >= 4
+    for calls in range(1, needed + 1):
+        u, provider = understander(Oracle(gold, RECORDS), max_parallel=1, max_model_calls=calls)
+        plan = u.understand(message, records=RECORDS)
+        assert len(provider.requests) == min(calls, needed)
+        assert_no_partial_effect(plan, full)
+        assert (plan.budget.exhausted == "max_model_calls") == (calls < needed)
