@@ -419,7 +419,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-turns", type=int, default=None,
                     help="booking turns in the budget sweep (default: all; embedded: 8)")
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--parts", default="e2e,tasks,sweep",
+                    help="which parts to run (comma-separated: e2e, tasks, sweep); the others are kept from the "
+                         "existing JSON, each part with the commit it ran at")
     args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if not parts <= {"e2e", "tasks", "sweep"}:
+        ap.error(f"--parts takes e2e, tasks, sweep; got {args.parts}")
     json_out = args.json_out or str(ROOT / "bench" / "results" / f"understanding-{args.model}.json")
 
     def settings_for(calls=None):
@@ -432,15 +438,37 @@ def main(argv=None) -> int:
         print(json.dumps(entry, default=str), flush=True)
 
     started = time.perf_counter()
-    replay_path = pathlib.Path(json_out).with_suffix(".replay.jsonl")
-    replay_path.unlink(missing_ok=True)
-    with ReplayLog(str(replay_path), sync=False) as replay:
-        rows = end_to_end(args.model, settings_for(), args.bfcl, log, replay)
-    tasks = per_task(args.model, settings_for(), log, args.bfcl)
-    sweep = budget_sweep(args.model, settings_for, log,
-                         args.sweep_turns if args.sweep_turns is not None else (8 if args.model == "embedded" else None))
-    report = {"meta": {"model": args.model, "bfcl_per_category": args.bfcl, "wall_s": time.perf_counter() - started,
-                       "versions": run_facts(("boundctx", "llama_cpp_python"))},
+    previous = json.loads(pathlib.Path(json_out).read_text()) if pathlib.Path(json_out).exists() else {}
+    if parts != {"e2e", "tasks", "sweep"} and not previous:
+        ap.error(f"--parts {args.parts} keeps the other parts from {json_out}, which does not exist")
+    ran_at = {}
+    facts = run_facts(("boundctx", "llama_cpp_python"))
+    if "e2e" in parts:
+        replay_path = pathlib.Path(json_out).with_suffix(".replay.jsonl")
+        partial = replay_path.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        with ReplayLog(str(partial), sync=False) as replay:
+            rows = end_to_end(args.model, settings_for(), args.bfcl, log, replay)
+        partial.replace(replay_path)  # the log and its plans land together
+        for stale in (partial.with_name(partial.name + ".layout"), partial.with_name(partial.name + ".lock")):
+            stale.unlink(missing_ok=True)
+        ran_at["e2e"] = facts["git_commit"]
+    else:
+        rows = previous["rows"]
+    if "tasks" in parts:
+        tasks = per_task(args.model, settings_for(), log, args.bfcl)
+        ran_at["tasks"] = facts["git_commit"]
+    else:
+        tasks = previous["per_task"]
+    if "sweep" in parts:
+        sweep = budget_sweep(args.model, settings_for, log, args.sweep_turns if args.sweep_turns is not None
+                             else (8 if args.model == "embedded" else None))
+        ran_at["sweep"] = facts["git_commit"]
+    else:
+        sweep = previous["budget_sweep"]
+    commits = {**previous.get("meta", {}).get("parts_ran_at", {}), **ran_at}
+    report = {"meta": {"model": args.model, "bfcl_per_category": args.bfcl,
+                       "wall_s": time.perf_counter() - started, "parts_ran_at": commits, "versions": facts},
               "summary": summarise(rows), "per_task": tasks, "budget_sweep": sweep, "rows": rows}
     pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(json_out).write_text(json.dumps(report, indent=1, default=str))

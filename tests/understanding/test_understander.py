@@ -605,3 +605,16 @@ def test_every_call_bound_on_every_task_path_leaves_no_partial_effect(scenario):
         assert len(provider.requests) == min(calls, needed)
         assert_no_partial_effect(plan, full)
         assert (plan.budget.exhausted == "max_model_calls") == (calls < needed)
+
+
+def test_a_unit_understood_in_part_holds_its_own_acts_too():
+    """One unit asks for two operations; one is understood (cancel b2), the other fails
+    (change_time on b1): the understood one must not go ahead alone."""
+    text = "cancel Sakura and move Luigi's"
+    gold = {"units": [text], "route": {text: ["cancel_booking", "change_time"]},
+            "locate": {(text, "cancel_booking"): "b2", (text, "change_time"): "b1"}, "extract": {}}
+    u, _ = understander(Oracle(gold, RECORDS, faults=lambda kind, n: "x" if kind == "extract" else None),
+                        max_parallel=1)
+    plan = u.understand(text, records=RECORDS)
+    assert [(a.operation, a.record, a.status) for a in plan.acts] == [("cancel_booking", "b2", "held")]
+    assert plan.notices[0].holds == ["b1", "b2"]

@@ -520,6 +520,12 @@ class _Turn:
                 questions.append(question)
             if notice is not None:
                 notices.append(notice)
+        if any(n.kind == "not_understood" for n in notices):
+            # A unit understood only in part: what it did understand must not go ahead
+            # without the rest, so its own acts' records (or operations) are held too.
+            own = [a.record or f"{HOLD_OPERATION}{a.operation}" for a in acts]
+            notices = [msgspec.structs.replace(n, holds=list(dict.fromkeys(n.holds + own)))
+                       if n.kind == "not_understood" else n for n in notices]
         return acts, questions, notices
 
     def act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
