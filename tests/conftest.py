@@ -39,6 +39,23 @@ def pi_session(tmp_path):
 # Real tokenizers, loaded once per test session.
 
 
+@pytest.fixture
+def scripted_server():
+    """Start scripted HTTP servers (``tests/servers.py``) that answer from a list; all
+    stopped after the test."""
+    from servers import Scripted
+    started = []
+
+    def start(*answers):
+        started.append(Scripted(answers))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="session")
 def cl100k():
     """tiktoken's cl100k_base (the offline copy where it cannot be downloaded)."""

@@ -50,21 +50,6 @@ def test_ask_against_a_server_that_is_not_there_fails_with_the_reason(capsys):
     assert code == 1 and "cannot connect" in capsys.readouterr().err
 
 
-@pytest.fixture
-def scripted_server():
-    from servers import Scripted
-    servers = []
-
-    def start(*answers):
-        servers.append(Scripted(answers))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
-
-
 def _sse(text):
     from servers import delta
     return 200, [delta(text), delta(finish="stop")]

@@ -10,7 +10,7 @@ from boundctx.errors import ContextOverflow, ServerResponseError, ServerUnreacha
 from boundctx.providers import TextChunk
 from boundctx.providers.remote import OpenAICompatibleProvider
 from boundctx.tokens import ByteEstimateCounter
-from servers import Scripted, delta, free_port, llama_cpp_server, missing_server_extra
+from servers import delta, free_port, llama_cpp_server, missing_server_extra
 
 HI = [{"role": "user", "content": "Say hello."}]
 
@@ -73,41 +73,27 @@ def test_a_prompt_the_server_cannot_hold_is_a_context_overflow(server_url):
 # -- failures, from a scripted HTTP server ---------------------------------------------
 
 
-@pytest.fixture
-def scripted():
-    servers = []
-
-    def start(*answers):
-        servers.append(Scripted(answers))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
-
-
-def test_a_busy_server_is_asked_again_before_anything_is_generated(scripted):
-    s = scripted((503, {"error": {"message": "loading model"}}), (200, [delta("hi"), delta(finish="stop")]))
+def test_a_busy_server_is_asked_again_before_anything_is_generated(scripted_server):
+    s = scripted_server((503, {"error": {"message": "loading model"}}), (200, [delta("hi"), delta(finish="stop")]))
     with OpenAICompatibleProvider(s.url, max_retries=2) as p:
         assert p.chat(HI).text == "hi"
     assert len(s.requests) == 2
 
 
-def test_a_stream_cut_midway_is_an_error_and_never_resent(scripted):
-    s = scripted((200, [delta("partial "), None]), (200, [delta("again")]))
+def test_a_stream_cut_midway_is_an_error_and_never_resent(scripted_server):
+    s = scripted_server((200, [delta("partial "), None]), (200, [delta("again")]))
     with OpenAICompatibleProvider(s.url, max_retries=2) as p, pytest.raises(ServerUnreachable, match="not resent"):
         p.chat(HI)
     assert len(s.requests) == 1
 
 
-def test_tool_calls_are_assembled_from_their_pieces_and_usage_calibrates(scripted):
+def test_tool_calls_are_assembled_from_their_pieces_and_usage_calibrates(scripted_server):
     pieces = [delta(tool_calls=[{"index": 0, "id": "c1", "function": {"name": "read_chat_", "arguments": ""}}]),
               delta(tool_calls=[{"index": 0, "function": {"name": "section", "arguments": "{\"start\": "}}]),
               delta(tool_calls=[{"index": 0, "function": {"arguments": "0}"}}]),
               delta(finish="tool_calls"),
               {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9}}]
-    s = scripted((200, pieces))
+    s = scripted_server((200, pieces))
     with OpenAICompatibleProvider(s.url) as p:
         reply = p.chat(HI, tools=[{"type": "function", "function": {"name": "read_chat_section"}}])
     (call,) = reply.tool_calls
@@ -116,16 +102,16 @@ def test_tool_calls_are_assembled_from_their_pieces_and_usage_calibrates(scripte
     assert s.requests[0]["stream"] is True and s.requests[0]["tools"][0]["function"]["name"] == "read_chat_section"
 
 
-def test_llama_server_overflow_errors_carry_the_real_numbers(scripted):
-    s = scripted((400, {"error": {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 9000,
+def test_llama_server_overflow_errors_carry_the_real_numbers(scripted_server):
+    s = scripted_server((400, {"error": {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 9000,
                                   "n_ctx": 4096, "message": "request (9000 tokens) exceeds the available context"}}))
     with OpenAICompatibleProvider(s.url) as p, pytest.raises(ContextOverflow) as info:
         p.chat(HI)
     assert (info.value.prompt_tokens, info.value.context_window) == (9000, 4096)
 
 
-def test_auth_errors_say_what_to_do(scripted):
-    s = scripted((401, {"error": {"message": "invalid api key"}}))
+def test_auth_errors_say_what_to_do(scripted_server):
+    s = scripted_server((401, {"error": {"message": "invalid api key"}}))
     with OpenAICompatibleProvider(s.url, api_key="wrong") as p, pytest.raises(ServerResponseError,
                                                                              match="invalid api key; pass api_key"):
         p.chat(HI)
@@ -137,12 +123,12 @@ def test_no_server_is_a_clear_error():
         p.chat(HI)
 
 
-def test_the_async_stream_gives_the_same_chunks_and_errors(scripted):
+def test_the_async_stream_gives_the_same_chunks_and_errors(scripted_server):
     import asyncio
 
     pieces = [delta("hel"), delta("lo"), delta(tool_calls=[{"index": 0, "id": "c1", "function": {
         "name": "f", "arguments": "{}"}}]), delta(finish="tool_calls")]
-    s = scripted((503, {"error": {"message": "loading"}}), (200, pieces), (200, [delta("partial "), None]))
+    s = scripted_server((503, {"error": {"message": "loading"}}), (200, pieces), (200, [delta("partial "), None]))
 
     async def go():
         p = OpenAICompatibleProvider(s.url, max_retries=1)

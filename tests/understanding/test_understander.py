@@ -11,7 +11,7 @@ from booking import GOLD, MESSAGE, RECORDS, catalog
 from boundctx import config
 from boundctx.errors import UsageUnavailable
 from boundctx.providers import ScriptedProvider, ScriptedReply
-from boundctx.understanding import Bounds, Click, TaskConfig, Understander
+from boundctx.understanding import Click, TaskConfig, Understander
 from oracle import Oracle, cut, task_kind
 
 

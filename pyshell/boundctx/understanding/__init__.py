@@ -7,7 +7,7 @@ Start with :class:`Understander` and a :class:`Catalog`; see ``runner`` for the 
 
 from boundctx.understanding.budget import Bounds, Budget, BudgetReport
 from boundctx.understanding.catalog import Catalog, Operation, Param, Record, Workflow, check_records
-from boundctx.understanding.replay import Attempt, ReplayLog, ReplayProvider, read_attempts, read_log, replay_script
+from boundctx.understanding.replay import Attempt, ReplayLog, ReplayProvider, read_attempts, read_log
 from boundctx.understanding.runner import (
     Act,
     Click,
@@ -23,4 +23,4 @@ from boundctx.understanding.tasks import TASK_KINDS, Unit
 
 __all__ = ["TASK_KINDS", "Act", "Attempt", "Bounds", "Budget", "BudgetReport", "Catalog", "Click", "Notice",
            "Operation", "Param", "Plan", "Question", "Record", "ReplayLog", "ReplayProvider", "TaskConfig", "Understander",
-           "Unit", "Workflow", "check_records", "is_held", "read_attempts", "read_log", "replay_script", "replay_turn"]
+           "Unit", "Workflow", "check_records", "is_held", "read_attempts", "read_log", "replay_turn"]

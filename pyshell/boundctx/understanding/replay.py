@@ -5,11 +5,11 @@ appended as one line, ``{"type": "task_attempt", ...}``, to a JSONL file through
 transcript store (so it gets the store's whole-line appends, lock and torn-tail
 handling, and opens in milliseconds however long it grows).
 
-:func:`replay_script` turns recorded attempts back into a script for
-:class:`~boundctx.providers.ScriptedProvider`: each request is answered with the raw
-output recorded for the same prompt (same messages, schema and sampling), in recorded
-order, with the recorded ending and usage. A recorded turn replays through it with no
-model and yields the same plan, attempt for attempt.
+:class:`ReplayProvider`, a :class:`~boundctx.providers.ScriptedProvider`, plays
+recorded attempts back: each request is answered with the raw output recorded for the
+same prompt (same messages, schema and sampling), in recorded order, with the recorded
+ending and usage. ``runner.replay_turn`` replays a recorded turn through it with no
+model and checks it yields the same plan.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from boundctx.errors import ReplayDiverged
 from boundctx.providers.scripted import ScriptedProvider, ScriptedReply
 
 __all__ = ["Attempt", "ReplayLog", "ReplayProvider", "TurnFinished", "TurnStarted", "plan_hash", "prompt_hash",
-           "read_attempts", "read_log", "replay_script"]
+           "read_attempts", "read_log"]
 
 
 class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type"):
@@ -129,9 +129,14 @@ def plan_hash(plan: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def messages_hash(messages: Any) -> str:
-    canonical = json.dumps(list(messages), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def _json_sha256(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def messages_hash(messages: Any) -> str:
+    """The hash of a prompt's messages alone (how it was counted)."""
+    return _json_sha256(list(messages))
 
 
 def prompt_hash(request: ChatRequest | Mapping[str, Any]) -> str:
@@ -139,8 +144,7 @@ def prompt_hash(request: ChatRequest | Mapping[str, Any]) -> str:
     if isinstance(request, ChatRequest):
         request = {"messages": request.messages, "schema": request.schema, "temperature": request.temperature,
                    "max_tokens": request.max_tokens}
-    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return _json_sha256(request)
 
 
 class ReplayLog:
@@ -275,9 +279,3 @@ def _error(name: str, message: str) -> BaseException:
         return cls(message)
     except TypeError:  # a class whose constructor wants more
         return errors.GenerationError(f"{name}: {message}")
-
-
-def replay_script(attempts: Iterable[Attempt]):
-    """The respond function of a :class:`ReplayProvider` (for a plain
-    :class:`~boundctx.providers.ScriptedProvider`)."""
-    return ReplayProvider(attempts)._respond

@@ -164,6 +164,15 @@ def parse(text: str, schema: Schema, *, finish_reason: str | None = None) -> Any
     return value
 
 
+def chosen(ids: Sequence[str], path: str) -> list[str]:
+    """``ids`` from a multi-choice answer, or TaskOutputInvalid when ``"none"`` is
+    chosen with others or an id twice."""
+    problems = only_none_alone(ids, path)
+    if problems:
+        raise TaskOutputInvalid("; ".join(problems))
+    return list(ids)
+
+
 def only_none_alone(ids: Sequence[str], path: str) -> list[str]:
     """A multi-choice answer may be ``["none"]`` or ids without ``"none"``, not both."""
     if NONE in ids and len(ids) > 1:

@@ -286,10 +286,7 @@ def coverage_call(message: str, units: Sequence[Unit], found: Sequence[Gap], *, 
     schema = S.obj({"constraints": S.array(S.enum(ids + [S.NONE]), min_items=1, max_items=len(ids))})
 
     def check(out: Any) -> list[Gap]:
-        chosen = out["constraints"]
-        problems = S.only_none_alone(chosen, "$.constraints")
-        if problems:
-            raise TaskOutputInvalid("; ".join(problems))
+        chosen = S.chosen(out["constraints"], "$.constraints")
         return [g for g in found if g.id in chosen]
 
     return TaskCall("coverage", None, "", _messages("coverage", instructions, body), schema, check, message=message)
@@ -306,10 +303,7 @@ def route_call(message: str, unit: Unit, operations: Sequence[Operation], *, ins
     schema = S.obj({"operations": S.array(S.enum(ids + [S.NONE]), min_items=1, max_items=len(ids))})
 
     def check(out: Any) -> list[Operation]:
-        chosen = out["operations"]
-        problems = S.only_none_alone(chosen, "$.operations")
-        if problems:
-            raise TaskOutputInvalid("; ".join(problems))
+        chosen = S.chosen(out["operations"], "$.operations")
         return [op for i, op in zip(ids, operations) if i in chosen]
 
     return TaskCall("route", unit.id, "", _messages("route", instructions, body), schema, check, message=message)
@@ -497,10 +491,8 @@ def question_frame_call(message: str, unit: Unit, operation: Operation, missing:
     schema = S.obj({"ask_about": S.array(S.enum(ids), min_items=1, max_items=len(ids))})
 
     def check(out: Any) -> list[str]:
-        problems = S.only_none_alone(out["ask_about"], "$.ask_about")
-        if problems:
-            raise TaskOutputInvalid("; ".join(problems))
-        return [i for i in ids if i in out["ask_about"]]
+        about = S.chosen(out["ask_about"], "$.ask_about")
+        return [i for i in ids if i in about]
 
     return TaskCall("question_frame", unit.id, operation.name, _messages("question_frame", instructions, body),
                     schema, check, message=message)
