@@ -66,7 +66,8 @@ def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ())
 
 
 class Scripted(http.server.ThreadingHTTPServer):
-    """Answers POST /v1/chat/completions from a list of (status, body or SSE events)."""
+    """Answers POST /v1/chat/completions from a list of (status, body or SSE events);
+    in a list of events, None drops the connection and a float pauses that long."""
 
     def __init__(self, answers):
         self.answers = list(answers)
@@ -92,6 +93,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             for event in payload:
+                if isinstance(event, float):  # a pause, seconds: a model that is slow to answer
+                    self.wfile.flush()
+                    time.sleep(event)
+                    continue
                 if event is None:
                     self.wfile.flush()
                     self.connection.shutdown(2)

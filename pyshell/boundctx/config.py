@@ -30,14 +30,14 @@ from typing import Any
 
 import msgspec
 
-from boundctx.errors import ConfigError
+from boundctx.errors import ConfigError, UnknownVariableWarning
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["KEYS", "Key", "Settings", "config_path", "load", "schema", "write_value"]
+__all__ = ["ENVIRONMENT", "KEYS", "Key", "Settings", "config_path", "load", "resolve", "schema", "write_value"]
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
@@ -180,10 +180,50 @@ KEYS: dict[str, Key] = _declare(
         minimum=1, maximum=9),
     Key("understanding.max_units", "int", 8, "most units (separate requests) one message is "
         "segmented into", minimum=1, maximum=32),
+    Key("chat.temperature", "float", 0.2, "sampling temperature of replies (0 = always the most "
+        "likely token); note-taking workers and understanding tasks keep their own", minimum=0, maximum=2),
+    Key("chat.system_prompt", "str", "", "a system message put first in every reply's conversation "
+        "(unless the conversation starts with its own); empty = none"),
+    Key("chat.repeat_penalty", "float", 1.1, "local models: how much a token already in the reply is "
+        "penalised (1 = not at all); keeps a small model from repeating itself", minimum=1, maximum=2),
+    Key("local.threads", "int", 0, "CPU threads for local inference; 0 = llama.cpp's choice",
+        minimum=0, maximum=1024),
+    Key("local.gpu_layers", "int", 0, "model layers offloaded to a GPU (a GPU build of "
+        "llama-cpp-python); -1 = all, 0 = none", minimum=-1),
+    Key("local.seed", "int", 1234, "sampling seed of local models (the same seed, prompt and "
+        "settings give the same reply)", minimum=0, maximum=2**32 - 1),
+    Key("local.extra_buffers", "str", "auto", "llama.cpp's extra CPU buffer types (repacked and AMX "
+        "kernels); auto = off on AMX hosts, where llama-cpp-python 0.3.36 crashes with SIGILL "
+        "(decision 0013)", choices=("auto", "on", "off")),
     Key("transcript.window_messages", "int", 100, "messages in a renderer window", minimum=1),
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
         "a renderer window", minimum=1),
 )
+
+
+#: The BOUNDCTX_* variables that are not settings, and what each is for.
+ENVIRONMENT: dict[str, str] = {
+    "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
+    "BOUNDCTX_CACHE_DIR": "where layout sidecars go when a transcript's folder is read-only",
+    "BOUNDCTX_API_KEY": "the bearer token for --provider remote (--api-key wins)",
+}
+
+_warned: set[str] = set()
+
+
+def _warn_unknown_variables(env: Mapping[str, str]) -> None:
+    """Warn, once per name and process, about ``BOUNDCTX_*`` variables boundctx does not
+    read: a misspelt one would otherwise be ignored without a word."""
+    known = {key.env for key in KEYS.values()} | set(ENVIRONMENT)
+    for name in env:
+        if name.startswith("BOUNDCTX_") and name not in known and name not in _warned:
+            _warned.add(name)
+            near = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {near[0]}?" if near else "; `boundctx config schema` lists the settings"
+            import warnings
+
+            warnings.warn(f"the environment variable {name} is not a boundctx setting and is ignored{hint}",
+                          UnknownVariableWarning, stacklevel=3)
 
 
 def config_path(env: Mapping[str, str] | None = None) -> pathlib.Path:
@@ -271,6 +311,7 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
         TOML; the message names the source and the accepted values.
     """
     env = os.environ if env is None else env
+    _warn_unknown_variables(env)
     file = pathlib.Path(path) if path is not None else config_path(env)
     values = {name: key.default for name, key in KEYS.items()}
     sources = dict.fromkeys(KEYS, "default")
@@ -289,6 +330,19 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
         values[name] = KEYS[name].check(value, "an override")
         sources[name] = "override"
     return Settings(values, sources)
+
+
+def resolve(settings: Mapping[str, Any] | None) -> Settings:
+    """``settings`` as complete, checked :class:`Settings`.
+
+    Resolved settings are returned as they are; a partial mapping such as
+    ``{"chat.analysis_workers": 0}`` is applied over :func:`load` (as overrides, so
+    every value is checked and an unknown key is refused up front, not mid-reply);
+    None is :func:`load`.
+    """
+    if isinstance(settings, Settings):
+        return settings
+    return load(overrides=settings)
 
 
 def schema() -> list[dict[str, Any]]:

@@ -32,7 +32,8 @@ would already catch for that kind of failure. This module imports nothing from b
         ├── EntryInvalid(ValueError)                an entry given to append/rewrite is unusable
         └── PartialHistoryRewrite(ValueError)       a rewrite would drop history it never read
 
-Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estimate.
+Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estimate;
+``UnknownVariableWarning(UserWarning)`` for a ``BOUNDCTX_*`` variable that is no setting.
 """
 
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
     "TranscriptNotFound",
     "TranscriptPermission",
     "UnderstandingError",
+    "UnknownVariableWarning",
+    "UnknownVariableWarning",
     "UsageUnavailable",
 ]
 
@@ -193,6 +196,11 @@ class ServerResponseError(ServerError, RuntimeError):
 class InexactCountWarning(UserWarning):
     """Counts will not be exact: a conservative estimate stands in, or the server cannot
     count some text exactly."""
+
+
+class UnknownVariableWarning(UserWarning):
+    """A ``BOUNDCTX_*`` environment variable that boundctx does not read (a misspelt
+    setting, most likely); it is ignored."""
 
 
 class TranscriptError(BoundctxError):

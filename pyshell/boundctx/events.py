@@ -7,11 +7,63 @@ which worker, which phase) and must never be spoken or shown as the answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["AnalysisProgress", "Done", "Event", "Failed", "ReplyDelta", "ToolCall", "ToolResult"]
+__all__ = ["AnalysisProgress", "Done", "Event", "Failed", "Fitted", "ReplyDelta", "Stage", "ToolCall",
+           "ToolResult"]
+
+
+class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
+    """What of the conversation the model gets, decided before any model call (the
+    first event of every reply): nothing is dropped without this saying so.
+
+    Attributes
+    ----------
+    messages : int
+        Messages given (attached files count as one message each, before the question).
+    sent : int
+        Messages sent whole.
+    dropped : list of int
+        Indexes, in the messages given to :meth:`Engine.reply`, of old messages dropped to
+        fit the window (earlier research first, then the oldest exchanges).
+    dropped_research : int
+        How many of the dropped messages were earlier tool calls and results.
+    clipped : int
+        Tool results cut to ``chat.tool_result_clip_chars`` (analysis off).
+    analysed : list of str
+        Items read by section analysis instead of being sent whole (their notes are).
+    prompt_limit : int
+        Tokens the prompt may take: the window less the reply's budget.
+    """
+
+    messages: int
+    sent: int
+    dropped: list[int] = []
+    dropped_research: int = 0
+    clipped: int = 0
+    analysed: list[str] = []
+    prompt_limit: int = 0
+
+
+class Stage(msgspec.Struct, frozen=True, tag="stage"):
+    """The reply moved to a new step after analysis: ``"answering"`` (the model reads
+    the prompt and starts its answer) or ``"rereading"`` (answering again with exact
+    ranges of the originals it asked for).
+
+    Attributes
+    ----------
+    stage : str
+    elapsed_s : float
+        Seconds since the reply started.
+    round : int
+        0 for the first answer, k for the k-th reread round.
+    """
+
+    stage: Literal["answering", "rereading"]
+    elapsed_s: float
+    round: int = 0
 
 
 class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
@@ -66,7 +118,10 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
     Attributes
     ----------
     finish_reason : str
-        ``"stop"``, ``"length"``, ``"tool_calls"`` or ``"cancelled"``.
+        ``"stop"``; ``"length"`` (cut at the reply's token budget: not a complete
+        answer); ``"repetition"`` (stopped because the model repeated itself; the
+        repeated lines were not passed on); ``"tool_calls"``; ``"cancelled"``; or
+        ``"tool_rounds_exhausted"``.
     usage : dict
         Token counts reported or counted (``prompt_tokens``, ``completion_tokens``).
     """
@@ -82,4 +137,4 @@ class Failed(msgspec.Struct, frozen=True, tag="failed"):
     kind: str = ""
 
 
-Event = AnalysisProgress | ReplyDelta | ToolCall | ToolResult | Done | Failed
+Event = Fitted | AnalysisProgress | Stage | ReplyDelta | ToolCall | ToolResult | Done | Failed

@@ -8,7 +8,7 @@ import threading
 from boundctx import config
 from boundctx.analysis import READ_TOOL_NAME, Engine
 from boundctx.analysis.workers import WORKER_INSTRUCTIONS
-from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta, ToolCall, ToolResult
+from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider, ToolCallChunk
 
 LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
@@ -64,7 +64,8 @@ ASK = [{"role": "user", "content": "Which step failed, and with what id?"}]
 def test_a_short_conversation_goes_direct_in_one_call():
     p = ScriptedProvider(Model(), context_window=8192)
     events = run(p, ASK)
-    assert [type(e) for e in events] == [ReplyDelta, Done] and events[0].text == "answer: direct"
+    assert [type(e) for e in events] == [Fitted, Stage, ReplyDelta, Done] and events[2].text == "answer: direct"
+    assert events[0] == Fitted(1, 1, [], 0, 0, [], 8192 - 256) and events[1].stage == "answering"
     assert len(p.requests) == 1 and p.requests[0].messages == ASK and p.requests[0].tools is None
 
 

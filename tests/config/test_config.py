@@ -29,6 +29,14 @@ DESIGN_LIMITS = {
     "understanding.repairs": (1, 5),
     "understanding.votes": (1, 10),
     "understanding.max_units": (8, 33),
+    # The model knobs (issue 10): reply sampling, a system prompt, how a local model loads.
+    "chat.temperature": (0.2, 2.5),
+    "chat.system_prompt": ("", 3),
+    "chat.repeat_penalty": (1.1, 0.9),
+    "local.threads": (0, -1),
+    "local.gpu_layers": (0, -2),
+    "local.seed": (1234, -1),
+    "local.extra_buffers": ("auto", "sometimes"),
     "transcript.window_messages": (100, 0),
     "transcript.window_content_bytes": (65536, 0),
 }
@@ -149,3 +157,24 @@ def test_the_config_command_shows_gets_sets_and_prints_the_schema(capsys, monkey
     monkeypatch.setenv("BOUNDCTX_CHAT_N_CTX", "lots")
     assert main(["config", "show"]) == 2
     assert "is not an int" in capsys.readouterr().err
+
+
+def test_a_misspelt_environment_variable_is_warned_about_with_the_near_name():
+    from boundctx.errors import UnknownVariableWarning
+
+    config._warned.discard("BOUNDCTX_CHAT_ANALYSIS_WORKRS")
+    with pytest.warns(UnknownVariableWarning, match="did you mean BOUNDCTX_CHAT_ANALYSIS_WORKERS"):
+        settings = config.load(env={"BOUNDCTX_CHAT_ANALYSIS_WORKRS": "3"})
+    assert settings["chat.analysis_workers"] == 2  # ignored, and said so
+
+
+def test_variables_boundctx_reads_that_are_not_settings_are_not_warned_about(recwarn):
+    config.load(env={name: "x" for name in config.ENVIRONMENT} | {"BOUNDCTX_CHAT_N_CTX": "1024"})
+    assert not recwarn.list
+
+
+def test_the_cli_shows_an_unknown_variable_warning_on_stderr(monkeypatch, capsys):
+    config._warned.discard("BOUNDCTX_NOPE")
+    monkeypatch.setenv("BOUNDCTX_NOPE", "1")
+    assert main(["config", "show"]) == 0
+    assert "BOUNDCTX_NOPE is not a boundctx setting" in capsys.readouterr().err

@@ -17,9 +17,10 @@ from typing import Any
 from boundctx import config
 from boundctx.analysis.fitting import fit_conversation
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
+from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.workers import Notes, iter_read_in_sections
 from boundctx.errors import BoundctxError, ContextOverflow, SectionReadError
-from boundctx.events import Done, Event, Failed, ReplyDelta, ToolCall, ToolResult
+from boundctx.events import Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Finish, Provider, TextChunk, ToolCallChunk
 
 __all__ = ["COORDINATOR_NOTES", "Engine"]
@@ -47,7 +48,9 @@ class Engine:
     ----------
     provider : Provider
     settings : mapping, optional
-        Resolved settings (default: :func:`boundctx.config.load`).
+        Settings: resolved ones, or a partial mapping such as
+        ``{"chat.analysis_workers": 0}`` applied over :func:`boundctx.config.load`
+        (checked here, so a bad key fails at construction, not mid-reply).
     max_reply_tokens : int
         The reply's own output budget; always kept free in the window.
     max_tool_rounds : int
@@ -57,7 +60,7 @@ class Engine:
     def __init__(self, provider: Provider, *, settings: Mapping[str, Any] | None = None,
                  max_reply_tokens: int = 512, max_tool_rounds: int = 4) -> None:
         self.provider = provider
-        self.settings = settings if settings is not None else config.load()
+        self.settings = config.resolve(settings)
         if max_reply_tokens < 1:
             raise ValueError(f"max_reply_tokens must be >= 1, got {max_reply_tokens}")
         self.max_reply_tokens = max_reply_tokens
@@ -70,17 +73,26 @@ class Engine:
         Yields
         ------
         Event
-            ``AnalysisProgress`` while inputs are read, ``ReplyDelta`` for the answer,
-            ``ToolCall``/``ToolResult`` around rereads, then ``Done`` or ``Failed``.
+            ``Fitted`` first (what is sent, dropped, clipped or analysed),
+            ``AnalysisProgress`` while inputs are read, ``Stage`` when the answer (or a
+            reread) starts, ``ReplyDelta`` for the answer, ``ToolCall``/``ToolResult``
+            around rereads, then ``Done`` or ``Failed``.
         """
         started = time.monotonic()
+        messages = list(map(dict, messages))
+        system = str(self.settings["chat.system_prompt"])
+        if system and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": system})
+            shift = 1  # Fitted.dropped names indexes of the caller's messages
+        else:
+            shift = 0
         try:
-            yield from self._reply(list(map(dict, messages)), files, cancel, started)
+            yield from self._reply(messages, files, cancel, started, shift)
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
 
     def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-               started: float) -> Iterator[Event]:
+               started: float, shift: int) -> Iterator[Event]:
         s = self.settings
         provider = self.provider
         workers = int(s["chat.analysis_workers"])
@@ -110,12 +122,21 @@ class Engine:
         originals = Originals()
         blocks: list[str] = []
         attached = {m["content"]: (label, text) for m, (label, text) in zip(_files_as_messages(files), files)}
-        for index in fit.analyse:
+
+        def label_of(index: int) -> tuple[str, str]:
             item = final[index]
             content = str(item.get("content") or "")
             # An attached file is kept (and reread) as the file itself, without its header.
-            label, text = attached.get(content) or (
+            return attached.get(content) or (
                 "the user's message" if item.get("role") == "user" else f"tool result {index}", content)
+
+        # An inserted system prompt is never dropped (the first system message is kept)
+        # and is not one of the caller's messages.
+        yield Fitted(len(convo) - shift, len(final) - len(fit.analyse) - shift, [i - shift for i in fit.dropped_at],
+                     fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analyse], limit)
+        for index in fit.analyse:
+            item = final[index]
+            label, text = label_of(index)
             notes = yield from iter_read_in_sections(provider, text, question=question, originals=originals,
                                                      label=label, settings=s, cancel=cancel, started=started)
             if notes is None:
@@ -131,7 +152,7 @@ class Engine:
             final.insert(0, {"role": "system", "content": instructions + "\n\n" + "\n\n".join(blocks)})
             if provider.supports_tools:
                 tools = [originals.tool_schema()]
-        yield from self._coordinate(final, tools, originals, limit, cancel)
+        yield from self._coordinate(final, tools, originals, limit, cancel, started)
 
     @staticmethod
     def _notes_block(oid: str, label: str, length: int, notes: list[Notes]) -> str:
@@ -142,22 +163,43 @@ class Engine:
         return "\n".join(parts)
 
     def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                    originals: Originals, limit: int, cancel: Any) -> Iterator[Event]:
+                    originals: Originals, limit: int, cancel: Any, started: float) -> Iterator[Event]:
         provider = self.provider
+        temperature = float(self.settings["chat.temperature"])
         for round_ in range(self.max_tool_rounds + 1):
             # The provider counts this prompt against its window (with max_tokens = the
             # reply budget, the same bound as `limit`) before any model call.
             calls: list[ToolCallChunk] = []
             finish = Finish("stop")
             offered = tools if round_ < self.max_tool_rounds else None
-            for chunk in provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
-                                              cancel=cancel):
-                if isinstance(chunk, TextChunk):
-                    yield ReplyDelta(chunk.text)
-                elif isinstance(chunk, ToolCallChunk):
-                    calls.append(chunk)
-                else:
-                    finish = chunk
+            yield Stage("rereading" if round_ else "answering", time.monotonic() - started, round_)
+            guard = RepetitionGuard()
+            stream = provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
+                                          temperature=temperature, cancel=cancel)
+            try:
+                for chunk in stream:
+                    if isinstance(chunk, TextChunk):
+                        text = guard.feed(chunk.text)
+                        if text:
+                            yield ReplyDelta(text)
+                        if guard.looping:
+                            break
+                    elif isinstance(chunk, ToolCallChunk):
+                        calls.append(chunk)
+                    else:
+                        finish = chunk
+            finally:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()  # a loop stops the model now, not at garbage collection
+            if guard.looping:
+                yield Done("repetition", {"prompt_tokens": finish.prompt_tokens,
+                                          "completion_tokens": finish.completion_tokens,
+                                          "withheld_chars": guard.withheld_chars})
+                return
+            rest = guard.finish()
+            if rest:
+                yield ReplyDelta(rest)
             if finish.reason == "cancelled" or not calls:
                 yield Done(finish.reason, {"prompt_tokens": finish.prompt_tokens,
                                            "completion_tokens": finish.completion_tokens})

@@ -42,13 +42,19 @@ class Fit(msgspec.Struct):
     analyse : list of int
         Indexes into ``messages`` of current-turn items to analyse, largest first.
     clipped : list of int
-        Tool results clipped (analysis off).
+        Indexes into ``messages`` of tool results clipped (analysis off).
+    dropped_at : list of int
+        Indexes, in the conversation given, of the messages dropped (ascending).
+    dropped_research : int
+        How many of them were earlier research (tool calls and their results).
     """
 
     messages: list[dict[str, Any]]
     dropped: int = 0
     analyse: list[int] = []
     clipped: list[int] = []
+    dropped_at: list[int] = []
+    dropped_research: int = 0
 
 
 def current_turn_start(messages: Sequence[dict[str, Any]]) -> int:
@@ -137,17 +143,23 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     turn = current_turn_start(msgs) if turn_start is None else turn_start
     keep_system = bool(msgs) and msgs[0].get("role") == "system"
     dropped: set[int] = set()
+    research = 0
 
     def kept() -> list[dict[str, Any]]:
         return [m for i, m in enumerate(msgs) if i not in dropped]
 
-    for groups in (_research_groups(msgs, turn), _exchange_groups(msgs, turn, keep_system)):
+    def decided(messages: list[dict[str, Any]], **more: Any) -> Fit:
+        return Fit(messages, dropped=len(dropped), dropped_at=sorted(dropped), dropped_research=research, **more)
+
+    for phase, groups in enumerate((_research_groups(msgs, turn), _exchange_groups(msgs, turn, keep_system))):
         for group in groups:
             if all(i in dropped for i in group):
                 continue
             dropped.update(group)
+            if phase == 0:
+                research = len(dropped)
             if count(kept()) <= limit:
-                return Fit(kept(), dropped=len(dropped))
+                return decided(kept())
     remaining = kept()
     turn -= sum(1 for i in dropped if i < turn)
     if not analysis_on:
@@ -162,7 +174,7 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
                 f"the current message takes {used} tokens with all older history dropped, over the {limit} "
                 "tokens available, and section analysis is off (chat.analysis_workers = 0); shorten it or "
                 "turn analysis on", prompt_tokens=used, context_window=limit)
-        return Fit(remaining, dropped=len(dropped), clipped=clipped)
+        return decided(remaining, clipped=clipped)
     # Analyse the largest current-turn items until the rest fits beside the notes.
     candidates = sorted((i for i in range(turn, len(remaining)) if _text(remaining[i])),
                         key=lambda i: len(_text(remaining[i])), reverse=True)
@@ -172,7 +184,7 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
         analyse.append(i)
         trial[i] = {**trial[i], "content": ""}
         if count(trial) + notes_room <= limit:
-            return Fit(remaining, dropped=len(dropped), analyse=analyse)
+            return decided(remaining, analyse=analyse)
     used = count(trial) + notes_room
     raise ContextOverflow(
         f"even with every current item analysed, the prompt needs {used} tokens (notes included), over the "

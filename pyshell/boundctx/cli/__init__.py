@@ -4,7 +4,9 @@ function of its module."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import warnings
 
 from boundctx.cli import ask as _ask
 from boundctx.cli import config as _config
@@ -16,6 +18,59 @@ from boundctx.cli import split as _split
 
 __all__ = ["main"]
 
+#: What ``-v`` / ``-q`` show: the level of boundctx's own log (what was decided and
+#: done) and of llama.cpp's (its load and evaluation chatter, quiet by default).
+_LOG_LEVELS = {
+    -1: (logging.ERROR, logging.ERROR),
+    0: (logging.WARNING, logging.ERROR),
+    1: (logging.INFO, logging.WARNING),
+    2: (logging.DEBUG, logging.DEBUG),
+}
+
+
+def _add_verbosity(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's own default must not clobber `boundctx -v COMMAND`.
+    parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="say more: -v what boundctx decided, -vv llama.cpp's own log too")
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="only answers and errors: no progress lines, no notices")
+
+
+def _verbosity(args: argparse.Namespace) -> int:
+    return -1 if getattr(args, "quiet", False) else min(getattr(args, "verbose", 0), 2)
+
+
+class _Handler(logging.StreamHandler):
+    """Log records on stderr as ``boundctx: message`` (read when the record is
+    emitted, so a test's captured stderr gets them)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setFormatter(logging.Formatter("boundctx: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.setStream(sys.stderr)
+        super().emit(record)
+
+
+def _configure_logging(level: int) -> logging.Handler:
+    own, llama = _LOG_LEVELS[level]
+    root = logging.getLogger("boundctx")
+    handler = _Handler()
+    root.addHandler(handler)
+    root.setLevel(min(own, llama))
+    handler.setLevel(min(own, llama))
+    logging.getLogger("boundctx.llama_cpp").setLevel(llama)
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.startswith("boundctx.") and name != "boundctx.llama_cpp":
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    root.propagate = False
+    return handler
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"boundctx: warning: {message}", file=sys.stderr)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -24,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     from boundctx import __version__
 
     parser.add_argument("--version", action="version", version=f"boundctx {__version__}")
+    _add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _ask.add_parser(sub)
@@ -33,16 +89,29 @@ def build_parser() -> argparse.ArgumentParser:
     _sample.add_parser(sub)
     _split.add_parser(sub)
     _config.add_parser(sub)
+    for command in sub.choices.values():  # `boundctx COMMAND -v` as well as `boundctx -v COMMAND`
+        _add_verbosity(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.verbosity = _verbosity(args)
+    handler = _configure_logging(args.verbosity)
     try:
-        return int(args.run(args) or 0)
+        with warnings.catch_warnings():
+            # boundctx's warnings are for the user: one plain line each on stderr.
+            from boundctx.errors import InexactCountWarning, UnknownVariableWarning
+
+            for category in (InexactCountWarning, UnknownVariableWarning):
+                warnings.simplefilter("default", category)
+            warnings.showwarning = _show_warning
+            return int(args.run(args) or 0)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        logging.getLogger("boundctx").removeHandler(handler)

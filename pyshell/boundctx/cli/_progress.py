@@ -36,3 +36,92 @@ def byte_progress(total: int, desc: str, *, enabled: bool | None = None):
     finally:
         if bar is not None:
             bar.close()
+
+
+class LiveStatus:
+    """One status line on stderr that keeps moving while a reply is worked on.
+
+    On a terminal the line is redrawn in place every ``interval`` seconds, so the
+    elapsed time ticks even while a single model call takes half a minute; elsewhere
+    (a log file, CI) each new step is one plain line and nothing ticks.
+
+    Parameters
+    ----------
+    live : bool, optional
+        Redraw in place (default: stderr is a terminal).
+    enabled : bool
+        False draws nothing at all (``-q``).
+    """
+
+    def __init__(self, *, live: bool | None = None, enabled: bool = True, interval: float = 0.25,
+                 clock=None) -> None:
+        import threading
+        import time
+
+        self.live = sys.stderr.isatty() if live is None else live
+        self.enabled = enabled
+        self.interval = interval
+        self._clock = clock or time.monotonic
+        self.started = self._clock()
+        self._text = ""
+        self._eta: float | None = None
+        self._eta_at = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._shown = False
+        self._thread = None
+        if self.enabled and self.live:
+            self._thread = threading.Thread(target=self._tick, name="boundctx-status", daemon=True)
+            self._thread.start()
+
+    def elapsed(self) -> float:
+        return self._clock() - self.started
+
+    def line(self) -> str:
+        """The status as it reads now: the step, seconds so far, what remains."""
+        now = self._clock()
+        text = f"{self._text} · {now - self.started:.0f} s"
+        if self._eta is not None:
+            left = max(0.0, self._eta - (now - self._eta_at))
+            text += f" · about {left:.0f} s left"
+        return text
+
+    def set(self, text: str, *, eta_s: float | None = None) -> None:
+        """A new step; ``eta_s``: the seconds it is expected to take from now."""
+        with self._lock:
+            self._text, self._eta, self._eta_at = text, eta_s, self._clock()
+            if not self.enabled:
+                return
+            if self.live:
+                self._draw()
+            else:
+                print(self.line(), file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        """A line of its own on stderr (a notice), with the status line kept below it."""
+        with self._lock:
+            self._erase()
+            print(text, file=sys.stderr, flush=True)
+            if self._text and self.live and self.enabled and not self._stop.is_set():
+                self._draw()
+
+    def close(self) -> None:
+        """Erase the line and stop redrawing it (before the answer is written)."""
+        self._stop.set()
+        with self._lock:
+            self._erase()
+
+    def _erase(self) -> None:
+        if self._shown:
+            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+            self._shown = False
+
+    def _draw(self) -> None:
+        print("\r" + self.line() + "\x1b[K", end="", file=sys.stderr, flush=True)
+        self._shown = True
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                if self._text and not self._stop.is_set():
+                    self._draw()

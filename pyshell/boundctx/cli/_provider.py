@@ -1,8 +1,23 @@
-"""The model options shared by commands that call a model (``ask``, ``plan``)."""
+"""The model options shared by commands that call a model (``ask``, ``plan``).
+
+Each option that has a setting only overrides it (``--threads`` is ``local.threads``),
+so a config file or a ``BOUNDCTX_*`` variable works for all of them alike.
+"""
 
 from __future__ import annotations
 
-__all__ = ["add_provider_arguments", "make_provider"]
+import os
+
+__all__ = ["add_provider_arguments", "make_provider", "model_overrides"]
+
+#: flag attribute -> the setting it overrides.
+_SETTING_OF = {
+    "n_ctx": "chat.n_ctx",
+    "threads": "local.threads",
+    "gpu_layers": "local.gpu_layers",
+    "seed": "local.seed",
+    "extra_buffers": "local.extra_buffers",
+}
 
 
 def add_provider_arguments(p) -> None:
@@ -10,20 +25,37 @@ def add_provider_arguments(p) -> None:
     p.add_argument("--model", metavar="M", help="local: a GGUF path (default: the embedded SmolLM2); "
                                                 "remote: the model name")
     p.add_argument("--base-url", metavar="URL", help="remote: the server, e.g. http://127.0.0.1:8080")
-    p.add_argument("--api-key", metavar="KEY", help="remote: bearer token")
+    p.add_argument("--api-key", metavar="KEY", help="remote: bearer token (default: $BOUNDCTX_API_KEY)")
     p.add_argument("--n-ctx", type=int, metavar="N", help="context window (chat.n_ctx)")
+    p.add_argument("--threads", type=int, metavar="N", help="local: CPU threads, 0 = llama.cpp's choice "
+                                                            "(local.threads)")
+    p.add_argument("--gpu-layers", type=int, metavar="N", help="local: layers offloaded to a GPU build of "
+                                                               "llama-cpp-python, -1 = all (local.gpu_layers)")
+    p.add_argument("--seed", type=int, metavar="N", help="local: sampling seed (local.seed)")
+    p.add_argument("--extra-buffers", choices=["auto", "on", "off"],
+                   help="local: llama.cpp's extra CPU buffer types; auto = off on AMX hosts (local.extra_buffers)")
 
 
-def make_provider(args, n_ctx: int):
-    """The provider the options ask for (ValueError / ImportError / BoundctxError when
-    they cannot be met)."""
+def model_overrides(args) -> dict[str, object]:
+    """The settings the model options override (only those given)."""
+    return {name: getattr(args, attr) for attr, name in _SETTING_OF.items() if getattr(args, attr, None) is not None}
+
+
+def make_provider(args, settings):
+    """The provider the options and ``settings`` ask for (ValueError / ImportError /
+    BoundctxError when they cannot be met)."""
     if args.provider == "local":
         from boundctx.providers.local import LlamaCppProvider
 
-        return LlamaCppProvider(args.model, n_ctx=n_ctx)
+        threads = int(settings["local.threads"])
+        return LlamaCppProvider(args.model, n_ctx=int(settings["chat.n_ctx"]), n_threads=threads or None,
+                                seed=int(settings["local.seed"]), n_gpu_layers=int(settings["local.gpu_layers"]),
+                                extra_buffers=settings["local.extra_buffers"],
+                                repeat_penalty=float(settings["chat.repeat_penalty"]))
     if not args.base_url:
         raise ValueError("--provider remote needs --base-url (an OpenAI-compatible server)")
     from boundctx.providers.remote import OpenAICompatibleProvider
 
-    return OpenAICompatibleProvider(args.base_url, model=args.model or "default", api_key=args.api_key,
-                                    context_window=n_ctx)
+    api_key = args.api_key or os.environ.get("BOUNDCTX_API_KEY") or None
+    return OpenAICompatibleProvider(args.base_url, model=args.model or "default", api_key=api_key,
+                                    context_window=int(settings["chat.n_ctx"]))

@@ -1,18 +1,24 @@
 """``boundctx ask "question"``: one bounded reply, on the embedded model or a server.
 
-Progress (which section, which worker, how long) goes to stderr, kept apart from the
-streamed answer on stdout, so ``boundctx ask ... > answer.txt`` holds only the answer.
+Progress (which step, which section and worker, seconds so far, what remains) and
+notices (history dropped to fit, a reply cut at its budget) go to stderr, kept apart
+from the streamed answer on stdout, so ``boundctx ask ... > answer.txt`` holds only the
+answer. Text piped in (``cat log | boundctx ask ...``, or ``--file -``) is attached as a
+file named ``stdin``.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import stat
 import sys
 import threading
-import time
 
 import msgspec
 
-from boundctx.cli._provider import add_provider_arguments, make_provider
+from boundctx.cli._progress import LiveStatus
+from boundctx.cli._provider import add_provider_arguments, make_provider, model_overrides
 
 __all__ = ["add_parser"]
 
@@ -24,7 +30,9 @@ def add_parser(sub) -> None:
                     "server. Files too large for the context are read completely, section by section, "
                     "by note-taking workers.")
     p.add_argument("question", metavar="QUESTION")
-    p.add_argument("--file", action="append", default=[], metavar="F", help="attach a text file (repeatable)")
+    p.add_argument("--file", action="append", default=[], metavar="F",
+                   help="attach a text file (repeatable); - reads standard input, which is also attached "
+                        "when something is piped in")
     p.add_argument("--transcript", metavar="T",
                    help="continue the conversation in transcript T (JSONL; boundctx, pi, Claude Code or Codex "
                         "CLI): its newest messages come first, and the question and answer are appended "
@@ -35,6 +43,9 @@ def add_parser(sub) -> None:
     add_provider_arguments(p)
     p.add_argument("--analysis-workers", type=int, metavar="N", help="note-taking workers, 0-8 (chat.analysis_workers)")
     p.add_argument("--max-tokens", type=int, default=512, help="reply budget in tokens (default 512)")
+    p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature of the reply "
+                                                                 "(chat.temperature)")
+    p.add_argument("--system", metavar="TEXT", help="a system prompt for the reply (chat.system_prompt)")
     p.add_argument("--json", action="store_true", help="print every event as a JSON line")
     p.set_defaults(run=run)
 
@@ -72,74 +83,173 @@ def _save(args, conversation, style, answer: str, files) -> None:
                         attachments=[(path, len(text)) for path, text in files])
 
 
-def _progress_line(event) -> str:
-    return (f"reading section {event.section}/{event.sections} (worker {event.worker + 1}, "
-            f"{event.phase}) {event.elapsed_s:5.1f} s")
+STDIN_LABEL = "stdin"
+
+
+def _piped_stdin() -> bool:
+    """Whether standard input is a pipe or a file (``cat log | boundctx ask``), not a
+    terminal, ``/dev/null`` or a capture that cannot be read."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False  # closed, or replaced by an object with no descriptor
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def _read_files(args) -> list[tuple[str, str]]:
+    """(label, text) of each attachment; bytes that are not UTF-8 are kept, not dropped."""
+    files = []
+    paths = list(args.file)
+    if "-" not in paths and _piped_stdin():
+        paths.append("-")
+    for path in paths:
+        if path == "-":
+            if any(label == STDIN_LABEL for label, _ in files):
+                continue
+            data = sys.stdin.buffer.read()
+            if not data and "-" not in args.file:
+                continue  # an empty pipe attaches nothing
+            files.append((STDIN_LABEL, data.decode("utf-8", "surrogateescape")))
+        else:
+            with open(path, "rb") as f:
+                files.append((path, f.read().decode("utf-8", "surrogateescape")))
+    return files
+
+
+def _fitted_notice(event) -> str | None:
+    """What the model does not get whole, in words; None when it gets everything."""
+    parts = []
+    if event.dropped:
+        research = (f" ({event.dropped_research} of them earlier tool calls and results)"
+                    if event.dropped_research else "")
+        parts.append(f"{len(event.dropped)} oldest of {event.messages} messages were left out to fit the "
+                     f"{event.prompt_limit:,}-token prompt budget{research}")
+    if event.clipped:
+        parts.append(f"{event.clipped} tool result(s) cut to chat.tool_result_clip_chars")
+    if event.analysed:
+        parts.append(f"{', '.join(event.analysed)} too long to send whole: read completely in sections")
+    return "; ".join(parts) or None
+
+
+class _Progress:
+    """Turns reply events into the status line: the step, and an estimate of what is
+    left from the pace of the sections read so far."""
+
+    def __init__(self, status: LiveStatus) -> None:
+        self.status = status
+        self.first_section_at: float | None = None
+
+    def on(self, event) -> None:
+        from boundctx.events import AnalysisProgress, Stage
+
+        if isinstance(event, AnalysisProgress):
+            if event.phase == "reading":
+                if self.first_section_at is None:
+                    self.first_section_at = event.elapsed_s
+                done = event.section - 1
+                eta = None
+                if done:
+                    pace = (event.elapsed_s - self.first_section_at) / done
+                    eta = pace * (event.sections - done)
+                self.status.set(f"reading section {event.section}/{event.sections} (worker {event.worker + 1})",
+                                eta_s=eta)
+            elif event.phase == "done":
+                self.status.set(f"read all {event.sections} sections")
+        elif isinstance(event, Stage):
+            self.status.set("answering" if event.stage == "answering"
+                            else f"rereading the original (round {event.round})")
+
+
+def _on_interrupt(cancel: threading.Event):
+    """SIGINT handler: the first Ctrl-C cancels the reply (a local model stops within a
+    batch of its prompt evaluation), a second one interrupts at once."""
+
+    def handler(signum, frame):
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\nboundctx ask: stopping (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+
+    return handler
 
 
 def run(args) -> int:
     from boundctx import config
     from boundctx.analysis import Engine
     from boundctx.errors import BoundctxError
-    from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta, ToolCall
+    from boundctx.events import Done, Failed, Fitted, ReplyDelta, ToolCall
 
-    overrides = {}
-    if args.n_ctx is not None:
-        overrides["chat.n_ctx"] = args.n_ctx
+    quiet = getattr(args, "verbosity", 0) < 0
+    overrides = model_overrides(args)
     if args.analysis_workers is not None:
         overrides["chat.analysis_workers"] = args.analysis_workers
+    if args.temperature is not None:
+        overrides["chat.temperature"] = args.temperature
+    if args.system is not None:
+        overrides["chat.system_prompt"] = args.system
     style = None
     try:
         settings = config.load(overrides=overrides)
-        files = []
-        for path in args.file:
-            with open(path, "rb") as f:  # bytes that are not UTF-8 are kept, not dropped
-                files.append((path, f.read().decode("utf-8", "surrogateescape")))
+        files = _read_files(args)
         conversation, style = _read_transcript(args)
         messages = (conversation.messages if conversation else []) + [{"role": "user", "content": args.question}]
         for notice in conversation.notices if conversation else []:
-            print(f"boundctx ask: transcript: {notice}", file=sys.stderr)
-        provider = make_provider(args, settings["chat.n_ctx"])
+            if not quiet:
+                print(f"boundctx ask: transcript: {notice}", file=sys.stderr)
+        provider = make_provider(args, settings)
+        engine = Engine(provider, settings=settings, max_reply_tokens=args.max_tokens)
     except (OSError, ValueError, ImportError, BoundctxError) as exc:
         print(f"boundctx ask: {exc}", file=sys.stderr)
         return 2
     cancel = threading.Event()
     answer: list[str] = []
-    live = sys.stderr.isatty() and not args.json
-    started = time.monotonic()
+    status_line = LiveStatus(enabled=not (quiet or args.json))
+    progress = _Progress(status_line)
+    status_line.set("preparing")
     answered = False
     status = 1
+    finish = None
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _on_interrupt(cancel)) if in_main else None
     try:
-        for event in Engine(provider, settings=settings, max_reply_tokens=args.max_tokens).reply(
-                messages, files=files, cancel=cancel):
+        for event in engine.reply(messages, files=files, cancel=cancel):
             if args.json:
                 sys.stdout.buffer.write(msgspec.json.encode(event) + b"\n")
                 sys.stdout.flush()
-            elif isinstance(event, AnalysisProgress):
-                line = _progress_line(event)
-                print(("\r" + line + "\x1b[K") if live else line, end="" if live else "\n", file=sys.stderr,
-                      flush=True)
+            elif isinstance(event, Fitted):
+                notice = _fitted_notice(event)
+                if notice and not quiet:
+                    status_line.note(f"boundctx ask: {notice}")
             elif isinstance(event, ReplyDelta):
-                if live and not answered:
-                    print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+                if not answered:
+                    status_line.close()
                 answered = True
                 answer.append(event.text)
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
             elif isinstance(event, ToolCall):
-                print(f"[rereading: {event.arguments}]", file=sys.stderr, flush=True)
+                if not quiet:
+                    status_line.note(f"[rereading: {event.arguments}]")
+            else:
+                progress.on(event)
             if isinstance(event, Done):
-                status = 0 if event.finish_reason != "cancelled" else 130
+                finish = event.finish_reason
+                status = 0 if finish != "cancelled" else 130
                 if status == 0 and style is not None:
                     _save(args, conversation, style, "".join(answer), files)
             elif isinstance(event, Failed):
+                status_line.close()
                 print(f"\nboundctx ask: {event.error}", file=sys.stderr)
                 status = 1
     except KeyboardInterrupt:
         cancel.set()
+        status_line.close()
         print("\ninterrupted", file=sys.stderr)
         return 130
     finally:
+        status_line.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         close = getattr(provider, "close", None)
         if close is not None:
             close()
@@ -148,5 +258,14 @@ def run(args) -> int:
     if not args.json:
         if answered:
             print()
-        print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
+        if finish == "length":
+            print(f"boundctx ask: the reply was cut at its {args.max_tokens}-token budget and is not complete; "
+                  "raise --max-tokens for a longer one", file=sys.stderr)
+        elif finish == "repetition":
+            print("boundctx ask: the model began repeating itself, so the reply was stopped there "
+                  "(the repeated lines are not shown)", file=sys.stderr)
+        elif finish == "cancelled":
+            print("boundctx ask: stopped; the reply is not complete", file=sys.stderr)
+        if not quiet:
+            print(f"({status_line.elapsed():.1f} s)", file=sys.stderr)
     return status

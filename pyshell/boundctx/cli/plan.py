@@ -12,7 +12,8 @@ import sys
 
 import msgspec
 
-from boundctx.cli._provider import add_provider_arguments, make_provider
+from boundctx.cli._progress import LiveStatus
+from boundctx.cli._provider import add_provider_arguments, make_provider, model_overrides
 
 __all__ = ["add_parser"]
 
@@ -56,16 +57,32 @@ def _render(plan) -> str:
     return "\n".join(lines)
 
 
+def _call_progress(status: LiveStatus, max_calls: int):
+    """The understander's progress hook: which task the model is on, and how many of the
+    turn's calls have been made."""
+    import threading
+
+    lock = threading.Lock()
+    made = 0
+
+    def progress(kind: str, role: str) -> None:
+        nonlocal made
+        with lock:
+            made += 1
+            what = kind.replace("_", " ") + ("" if role == "call" else f" ({role})")
+            status.set(f"understanding: {what}, model call {made} of at most {max_calls}")
+
+    return progress
+
+
 def run(args) -> int:
     from boundctx import config
     from boundctx.errors import BoundctxError
     from boundctx.understanding import Catalog, Click, ReplayLog, Understander
 
-    provider = log = None
+    provider = log = status = None
     try:
-        overrides = {}
-        if args.n_ctx is not None:
-            overrides["chat.n_ctx"] = args.n_ctx
+        overrides = model_overrides(args)
         if args.max_model_calls is not None:
             overrides["understanding.max_model_calls"] = args.max_model_calls
         settings = config.load(overrides=overrides)
@@ -84,16 +101,28 @@ def run(args) -> int:
         if args.click:
             op, _, record = args.click.partition(":")
             click = Click(op, record or None)
-        provider = make_provider(args, settings["chat.n_ctx"])
+        provider = make_provider(args, settings)
         log = ReplayLog(args.log) if args.log else None
-        u = Understander(provider, catalog, settings=settings, log=log)
+        status = LiveStatus(enabled=getattr(args, "verbosity", 0) >= 0)
+        status.set("understanding")
+        u = Understander(provider, catalog, settings=settings, log=log,
+                         progress=_call_progress(status, int(settings["understanding.max_model_calls"])))
         plan = (u.single_call(args.message, records=records) if args.single_call
                 else u.understand(args.message, records=records, click=click))
     except (OSError, ValueError, KeyError, ImportError, BoundctxError) as exc:
+        if status is not None:
+            status.close()
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"boundctx plan: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if status is not None:
+            status.close()
+        print("\nboundctx plan: interrupted; no plan", file=sys.stderr)
+        return 130
     finally:
+        if status is not None:
+            status.close()
         if log is not None:
             log.close()
         close = getattr(provider, "close", None)

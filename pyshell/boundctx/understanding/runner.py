@@ -383,6 +383,8 @@ class _Turn:
                 if timeout <= 0:
                     raise GenerationTimeout(f"the turn's {self.budget.bounds.wall_clock_s} s were spent before this "
                                             "call could start")
+                if self.owner.progress is not None:
+                    self.owner.progress(call.kind, role)
                 for chunk in provider.stream_chat(messages, max_tokens=max_tokens, temperature=cfg.temperature,
                                                   schema=decoder_schema, timeout_s=timeout):
                     if isinstance(chunk, TextChunk):
@@ -664,7 +666,8 @@ class Understander:
         The model every task uses unless its :class:`TaskConfig` names another.
     catalog : Catalog
     settings : mapping, optional
-        Resolved settings (``understanding.*``; default: :func:`boundctx.config.load`).
+        Settings (``understanding.*``): resolved ones, or a partial mapping applied over
+        :func:`boundctx.config.load`.
     tasks : mapping, optional
         Task kind -> :class:`TaskConfig` (``"single_call"`` configures the baseline).
     log : ReplayLog, optional
@@ -673,14 +676,20 @@ class Understander:
         Default: from ``settings``.
     clock : callable
         Seconds, for the wall-clock bound (tests pass a fake clock).
+    progress : callable, optional
+        ``progress(kind, role)`` just before each model call starts: the task kind
+        (``"route"``...) and ``"call"``, ``"vote"``, ``"repair"`` or ``"escalation"``.
+        Called from the turn's worker threads.
     """
 
     def __init__(self, provider: Provider, catalog: Catalog, *, settings: Mapping[str, Any] | None = None,
                  tasks: Mapping[str, TaskConfig] | None = None, log: ReplayLog | None = None,
-                 bounds: Bounds | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 bounds: Bounds | None = None, clock: Callable[[], float] = time.monotonic,
+                 progress: Callable[[str, str], None] | None = None) -> None:
         self.provider = provider
         self.catalog = catalog
-        self.settings = settings if settings is not None else config.load()
+        self.settings = config.resolve(settings)
+        self.progress = progress
         unknown = set(tasks or {}) - set(TASK_KINDS) - {"single_call"}
         if unknown:
             raise ValueError(f"no task kinds {sorted(unknown)}; the kinds are {', '.join(TASK_KINDS)} "

@@ -1,0 +1,132 @@
+"""``boundctx ask`` as used every day: piped input, what it says about dropped history
+and cut replies, a status line that moves, Ctrl-C. Real processes against a scripted
+OpenAI-compatible server on loopback."""
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+from boundctx.cli import main
+from servers import delta
+
+
+def _sse(*pieces, finish="stop"):
+    return 200, [delta(p) if isinstance(p, str) else p for p in pieces] + [delta(finish=finish)]
+
+
+def _ask(url, *args):
+    return [sys.executable, "-m", "boundctx", "ask", "--provider", "remote", "--base-url", url, *args]
+
+
+def _user_text(request):
+    return "\n".join(m["content"] for m in request["messages"] if m["role"] == "user")
+
+
+def test_piped_input_is_attached_as_stdin(scripted_server):
+    server = scripted_server(_sse("It failed at step 3."), _sse("ok"))
+    out = subprocess.run(_ask(server.url, "Which step failed?"), input=b"step 3: FAILED id=42\n",
+                         capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().strip() == "It failed at step 3."
+    assert "File stdin:\nstep 3: FAILED id=42\n" in _user_text(server.requests[0])
+    # --file - says so explicitly, beside a named file.
+    out = subprocess.run(_ask(server.url, "--file", "-", "q"), input=b"from the pipe", capture_output=True,
+                         timeout=60)
+    assert out.returncode == 0 and "File stdin:\nfrom the pipe" in _user_text(server.requests[1])
+
+
+def test_no_pipe_no_attachment(scripted_server):
+    server = scripted_server(_sse("hi"))
+    out = subprocess.run(_ask(server.url, "hello"), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert out.returncode == 0 and _user_text(server.requests[0]) == "hello"
+
+
+def _long_transcript(path, n):
+    with open(path, "w") as f:
+        for i in range(n):
+            role = "user" if i % 2 == 0 else "assistant"
+            f.write(json.dumps({"type": "message", "message": {"role": role, "content": f"m{i} " + "w " * 150}})
+                    + "\n")
+
+
+def test_history_left_out_to_fit_is_said_on_stderr_and_in_json(tmp_path, scripted_server, capsys):
+    path = tmp_path / "chat.jsonl"
+    _long_transcript(path, 100)
+    server = scripted_server(_sse("fine"), _sse("fine"))
+    args = ["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(path), "--no-save",
+            "--history", "100", "--n-ctx", "2048", "now?"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    sent = len(server.requests[0]["messages"])
+    assert sent < 101
+    assert f"{101 - sent} oldest of 101 messages were left out to fit" in err
+    assert main([*args[:-1], "--json", "now?"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert events[0]["type"] == "fitted" and events[0]["dropped"] == list(range(101 - sent))
+
+
+def test_a_reply_cut_at_its_budget_says_so(scripted_server, capsys):
+    server = scripted_server(_sse("The build failed at", finish="length"))
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--max-tokens", "5", "q"]) == 0
+    assert "cut at its 5-token budget and is not complete" in capsys.readouterr().err
+
+
+def test_quiet_prints_the_answer_and_nothing_else(tmp_path, scripted_server, capsys):
+    path = tmp_path / "chat.jsonl"
+    _long_transcript(path, 100)
+    server = scripted_server(_sse("fine"))
+    assert main(["ask", "-q", "--provider", "remote", "--base-url", server.url, "--transcript", str(path),
+                 "--no-save", "--history", "100", "--n-ctx", "2048", "now?"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "fine\n" and out.err == ""
+
+
+def _run_in_pty(argv, *, until=None, on_match=None, timeout=60):
+    """Run ``argv`` with stderr and stdout on a pseudo-terminal; returns (exit code,
+    everything written). ``on_match(proc)`` is called once ``until`` appears."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    out = b""
+    fired = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        if until and not fired and until in out:
+            fired = True
+            on_match(proc)
+        if proc.poll() is not None and not ready:
+            break
+    os.close(leader)
+    return proc.wait(timeout=10), out.decode(errors="replace")
+
+
+def test_the_status_line_ticks_while_the_model_is_silent(scripted_server):
+    server = scripted_server(_sse(2.0, "Done."))
+    code, out = _run_in_pty(_ask(server.url, "q"))
+    assert code == 0 and "Done." in out
+    # Redrawn in place ("\r"), the step named, the seconds moving while nothing came back.
+    seconds = {int(s) for s in re.findall(r"\ranswering · (\d+) s", out)}
+    assert len(seconds) >= 2 and max(seconds) >= 1
+
+
+def test_ctrl_c_stops_the_reply_and_says_it_is_not_complete(scripted_server):
+    server = scripted_server(_sse("First words", *([0.5] * 40), "never sent"))
+    code, out = _run_in_pty(_ask(server.url, "q"), until=b"First words",
+                            on_match=lambda proc: proc.send_signal(signal.SIGINT))
+    assert code == 130 and "never sent" not in out
+    assert "stopping" in out and "not complete" in out
