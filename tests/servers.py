@@ -72,6 +72,7 @@ class Scripted(http.server.ThreadingHTTPServer):
     def __init__(self, answers):
         self.answers = list(answers)
         self.requests = []
+        self.headers = []
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -87,6 +88,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)
+        self.server.headers.append(dict(self.headers))
         status, payload = self.server.answers.pop(0)
         self.send_response(status)
         if isinstance(payload, list):  # SSE events; None = drop the connection there

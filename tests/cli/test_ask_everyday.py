@@ -130,3 +130,20 @@ def test_ctrl_c_stops_the_reply_and_says_it_is_not_complete(scripted_server):
                             on_match=lambda proc: proc.send_signal(signal.SIGINT))
     assert code == 130 and "never sent" not in out
     assert "stopping" in out and "not complete" in out
+
+
+def test_the_api_key_comes_from_the_environment_unless_a_flag_gives_one(scripted_server, monkeypatch, capsys):
+    server = scripted_server(_sse("a"), _sse("b"))
+    monkeypatch.setenv("BOUNDCTX_API_KEY", "from-env")
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "q"]) == 0
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--api-key", "from-flag", "q"]) == 0
+    assert [h.get("Authorization") for h in server.headers] == ["Bearer from-env", "Bearer from-flag"]
+
+
+def test_temperature_and_system_prompt_flags_reach_the_request(scripted_server, capsys):
+    server = scripted_server(_sse("a"))
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--temperature", "0",
+                 "--system", "Answer in one word.", "q"]) == 0
+    request = server.requests[0]
+    assert request["temperature"] == 0
+    assert request["messages"][0] == {"role": "system", "content": "Answer in one word."}

@@ -271,7 +271,8 @@ class OpenAICompatibleProvider(Provider):
             return ContextOverflow(f"the server refused the prompt: {message}",
                                    prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
                                    context_window=n_ctx if isinstance(n_ctx, int) else None)
-        hint = {401: "; pass api_key", 403: "; check the api_key's permissions",
+        hint = {401: "; the server wants an API key (api_key=, or --api-key / BOUNDCTX_API_KEY on the command line)",
+                403: "; the API key was refused: check its permissions",
                 404: "; is this an OpenAI-compatible server (POST /v1/chat/completions)?"}.get(
                     response.status_code, "")
         return ServerResponseError(f"POST {url} answered {response.status_code}: {message}{hint}")
