@@ -61,3 +61,12 @@ def test_text_is_held_only_while_it_may_be_a_copy():
     g = RepetitionGuard()
     assert g.feed("The first line here\nThe fi") == "The first line here\n"  # may be a copy: held
     assert g.feed("nal word") == "The final word"  # it was not
+
+
+def test_a_whole_sentence_said_again_and_again_on_one_line_is_stopped():
+    # As the embedded model did on a CI log: one 170-character sentence, over and over.
+    sentence = ('is the error message "C++: Cannot compile C header <boundctx.h> (2018-03-24 09:57:36) '
+                'at /lib/systemd_cxx_run_test_lineindex.so: No such file or directory" ')
+    text = "The error message " + sentence * 8
+    out, g = run([w + " " for w in text.split(" ")])
+    assert g.looping and text.startswith(out) and out.count("Cannot compile") == 3

@@ -149,9 +149,20 @@ def test_notes_that_re_tokenize_longer_than_their_budget_are_cut_to_it_with_a_ma
         def _fit(self, text, piece, max_tokens):
             return piece
 
-    p = GeneratesMoreThanItCounts(lambda r: "line of notes\n" * 40, context_window=4096,
+    p = GeneratesMoreThanItCounts(lambda r: "".join(f"line {i} of notes\n" for i in range(40)), context_window=4096,
                                   counter=ByteEstimateCounter())
     _, events = run(p)
     noted = [e for e in events if e.phase == "noted"]
     assert noted and all(e.notes_tokens <= 128 for e in noted)
     assert notes_of(p.requests[2]).endswith(NOTES_CUT)
+
+
+def test_notes_that_loop_are_stopped_and_the_section_still_counts_as_read():
+    from boundctx.providers import ScriptedProvider
+
+    line = "step 12 failed\n"  # short: three copies fit the notes budget
+    p = ScriptedProvider(lambda r: ["notes:\n"] + [line] * 60, context_window=4096)
+    notes = read_in_sections(p, LOG[:3000], question="What failed?", originals=Originals(), label="build.log",
+                             settings=settings())
+    assert [n.text for n in notes] == ["notes:\n" + line.strip()] * len(notes)
+    assert p.closed_early == sum(len(n.sections) for n in notes)  # every looping worker was stopped early

@@ -150,3 +150,56 @@ def test_split_refuses_bad_input_clearly(tmp_path, capsys):
     assert "unknown tokenizer 'nope'" in capsys.readouterr().err
     assert main(["split", str(tmp_path / "t.txt"), "--tokenizer", "estimate", "--max-tokens", "0"]) == 2
     assert "max_tokens must be >= 1" in capsys.readouterr().err
+
+
+def test_session_get_limits_come_from_the_window_settings(tmp_path, capsys, monkeypatch):
+    path = write(tmp_path / "a.jsonl", 10)
+    monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES", "4")
+    assert main(["session", "get", str(path), "--json"]) == 0
+    assert [m["index"] for m in json.loads(capsys.readouterr().out)["messages"]] == [6, 7, 8, 9]
+    assert main(["session", "get", str(path), "--json", "--limit", "2"]) == 0  # a flag wins
+    assert len(json.loads(capsys.readouterr().out)["messages"]) == 2
+    monkeypatch.delenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES")
+    assert main(["config", "set", "transcript.window_content_bytes", "40"]) == 0
+    capsys.readouterr()
+    assert main(["session", "get", str(path), "--json"]) == 0
+    messages = json.loads(capsys.readouterr().out)["messages"]
+    assert len(messages) == 10 and all(m["cut_bytes"] > 150 for m in messages)  # 200+ bytes cut at 40
+
+
+def test_session_get_refuses_a_bad_window_setting_before_reading(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_CONTENT_BYTES", "0")
+    # Refused before the file is even looked at: a missing one is not the error shown.
+    assert main(["session", "get", str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "BOUNDCTX_TRANSCRIPT_WINDOW_CONTENT_BYTES" in err and "too small" in err
+    path = write(tmp_path / "a.jsonl", 3)
+    assert main(["session", "get", str(path), "--limit", "1", "--content-limit", "0"]) == 0  # not needed, not read
+
+
+def test_verbosity_flags_decide_what_of_boundctx_and_llama_cpp_logs_reach_stderr(capsys):
+    """Quiet by default: boundctx's decisions need -v, llama.cpp's own lines -v (warnings)
+    or -vv (everything); -q leaves errors only. Flags work before and after the command."""
+    import logging
+
+    from boundctx import cli
+
+    seen = {}
+    for argv in (["config", "show"], ["-v", "config", "show"], ["-vv", "config", "show"],
+                 ["-q", "config", "show"], ["config", "show", "-v"]):
+        args = cli.build_parser().parse_args(argv)
+        handler = cli._configure_logging(cli._verbosity(args))
+        try:
+            logging.getLogger("boundctx.local").info("decided something")
+            logging.getLogger("boundctx.llama_cpp").warning("llama.cpp chatter")
+            logging.getLogger("boundctx.llama_cpp").debug("llama.cpp detail")
+            logging.getLogger("boundctx.local").error("went wrong")
+        finally:
+            logging.getLogger("boundctx").removeHandler(handler)
+        seen[" ".join(argv)] = capsys.readouterr().err
+    assert seen["config show"] == "boundctx: went wrong\n"
+    verbose = seen["-v config show"]
+    assert "decided something" in verbose and "llama.cpp chatter" in verbose and "detail" not in verbose
+    assert "llama.cpp detail" in seen["-vv config show"]
+    assert seen["-q config show"] == "boundctx: went wrong\n"
+    assert seen["config show -v"] == verbose

@@ -9,7 +9,8 @@ token budget ends. :class:`RepetitionGuard` watches the reply as it streams:
   is allowed), a third copy is a loop. Text is held only while the line being written
   could still turn out to be a copy, so ordinary text streams through at once.
 - **A phrase looping inside one line**: the line ends in four copies of the same
-  8-120 characters with a space among them.
+  8-59 characters with a space among them, or in three copies of 60-400 characters
+  (a whole sentence said again and again).
 
 On a loop the guard sets :attr:`looping`; the caller stops the generation and reports
 it (``Done(finish_reason="repetition")``). What was held back is never passed on and is
@@ -24,9 +25,10 @@ __all__ = ["RepetitionGuard"]
 MIN_LINE_CHARS = 8
 #: Copies of a line in a row that make a loop (the first one included).
 LOOP_COPIES = 3
-#: Copies of a phrase at the end of one line that make a loop, and the phrase lengths.
-PHRASE_COPIES = 4
-PHRASE_MIN, PHRASE_MAX = 8, 120
+#: Copies of a phrase at the end of one line that make a loop: short phrases need more
+#: copies than a whole sentence does. Lengths in characters.
+PHRASE_COPIES, SENTENCE_COPIES = 4, 3
+PHRASE_MIN, SENTENCE_MIN, SENTENCE_MAX = 8, 60, 400
 
 
 def _significant(line: str) -> bool:
@@ -124,9 +126,13 @@ class RepetitionGuard:
     @staticmethod
     def _phrase_loops(line: str) -> bool:
         tail = line.rstrip("\n")
-        for period in range(PHRASE_MIN, min(PHRASE_MAX, len(tail) // PHRASE_COPIES) + 1):
+        n = len(tail)
+        for period in range(PHRASE_MIN, min(SENTENCE_MAX, n // SENTENCE_COPIES) + 1):
+            copies = PHRASE_COPIES if period < SENTENCE_MIN else SENTENCE_COPIES
+            if period * copies > n or tail[-1] != tail[-1 - period]:
+                continue  # cheap test first: the last character must recur one period back
             unit = tail[-period:]
             # A phrase has words: a repeated id or hex string is data, not a loop.
-            if " " in unit and any(c.isalnum() for c in unit) and tail.endswith(unit * PHRASE_COPIES):
+            if " " in unit and any(c.isalnum() for c in unit) and tail.endswith(unit * copies):
                 return True
         return False

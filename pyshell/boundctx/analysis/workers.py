@@ -23,6 +23,7 @@ import msgspec
 
 from boundctx._search import longest_fitting
 from boundctx.analysis.originals import Originals
+from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.errors import GenerationError, IncompleteCoverage, ServerError
 from boundctx.events import AnalysisProgress
 from boundctx.providers.base import Provider, TextChunk
@@ -155,19 +156,30 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
                                                         total=total, source_id=oid, start=section.start,
                                                         end=section.end))
         pieces: list[str] = []
+        # Notes that loop (a small model's habit) are stopped there: the section was
+        # read, and the rest of the budget would only repeat what the notes say.
+        guard = RepetitionGuard()
+        stream = None
         try:
-            for chunk in provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
-                                              timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel):
+            stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
+                                          timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel)
+            for chunk in stream:
                 if isinstance(chunk, TextChunk):
-                    pieces.append(chunk.text)
+                    pieces.append(guard.feed(chunk.text))
+                    if guard.looping:
+                        break
                 elif getattr(chunk, "reason", None) == "cancelled":
                     return None
+            pieces.append(guard.finish())
         except (GenerationError, ServerError, OSError, ValueError) as exc:
             unread = [(s.index + 1, s.start, s.end) for s in planned.sections[section.index:]]
             raise IncompleteCoverage(
                 f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "
                 f"sections {', '.join(str(u[0]) for u in unread)} of {label} were not read, so the reply "
                 "cannot be answered from the whole input", uncovered=unread) from exc
+        finally:
+            if stream is not None:
+                stream.close()  # a stopped loop ends the generation now, not at garbage collection
         notes[worker] = _bound_notes(provider, "".join(pieces).strip(), notes_max)
         read[worker].append(number)
         yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started,

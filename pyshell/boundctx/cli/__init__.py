@@ -10,6 +10,7 @@ import warnings
 
 from boundctx.cli import ask as _ask
 from boundctx.cli import config as _config
+from boundctx.cli import doctor as _doctor
 from boundctx.cli import plan as _plan
 from boundctx.cli import reindex as _reindex
 from boundctx.cli import sample as _sample
@@ -89,9 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     _sample.add_parser(sub)
     _split.add_parser(sub)
     _config.add_parser(sub)
-    for command in sub.choices.values():  # `boundctx COMMAND -v` as well as `boundctx -v COMMAND`
-        _add_verbosity(command)
+    _doctor.add_parser(sub)
+    _add_verbosity_below(sub)  # `boundctx COMMAND -v` as well as `boundctx -v COMMAND`
     return parser
+
+
+def _add_verbosity_below(sub: argparse._SubParsersAction) -> None:
+    for command in sub.choices.values():
+        _add_verbosity(command)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):  # `config show -v`
+                _add_verbosity_below(action)
 
 
 def main(argv: list[str] | None = None) -> int:
