@@ -195,9 +195,10 @@ KEYS: dict[str, Key] = _declare(
     Key("local.extra_buffers", "str", "auto", "llama.cpp's extra CPU buffer types (repacked and AMX "
         "kernels); auto = off on AMX hosts, where llama-cpp-python 0.3.36 crashes with SIGILL "
         "(decision 0013)", choices=("auto", "on", "off")),
-    Key("transcript.window_messages", "int", 100, "messages in a renderer window", minimum=1),
+    Key("transcript.window_messages", "int", 100, "messages in a renderer window "
+        "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
-        "a renderer window", minimum=1),
+        "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
 )
 
 

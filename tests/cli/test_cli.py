@@ -60,7 +60,7 @@ def test_session_get_json_is_the_window(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--limit", "-1"], "message_limit must be >= 0"),
+    (["--limit", "-1"], "--limit must be >= 0"),
     (["--before", "99"], "past the last message"),
 ])
 def test_session_get_bad_arguments_exit_2_with_the_reason(tmp_path, capsys, args, message):
@@ -203,3 +203,18 @@ def test_verbosity_flags_decide_what_of_boundctx_and_llama_cpp_logs_reach_stderr
     assert "llama.cpp detail" in seen["-vv config show"]
     assert seen["-q config show"] == "boundctx: went wrong\n"
     assert seen["config show -v"] == verbose
+
+
+def test_session_get_errors_speak_of_flags_not_parameters(tmp_path, capsys):
+    path = tmp_path / "s.jsonl"
+    assert main(["sample", str(path), "--size", "50k"]) == 0
+    capsys.readouterr()
+    for argv, said in ((["--before", "99999"], "--before 99999 is past the last message"),
+                       (["--limit", "-1"], "--limit must be >= 0, got -1"),
+                       (["--content-limit", "-3"], "--content-limit must be >= 0, got -3")):
+        assert main(["session", "get", str(path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "message_" not in err and "None" not in err
+    assert main(["session", "get", str(tmp_path / "nope.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "no transcript at" in err and "create=True" not in err and "Errno" not in err

@@ -214,3 +214,74 @@ def test_type_key_past_the_classify_window_is_decided_by_a_full_parse(tmp_path):
         w = t.window()
         assert w.messages[0].record["message"]["content"] == "late type"
         assert w.messages[1].corrupt is not None
+
+
+# -- the renderer preset reads the transcript.window_* settings ---------------------
+
+
+def kept_bytes(entry):
+    """Bytes of text a projected message still shows, before its marker."""
+    return len(entry.record["message"]["content"].split(" [... ")[0].encode())
+
+
+def test_renderer_preset_defaults_are_100_messages_of_64_kib(tmp_path):
+    assert RENDERER_PRESET == {"message_limit": 100, "content_limit": 65_536}
+    sizes = {118: 60_000, 119: 80_000}  # bytes of text: one under the budget, one over
+    path = make(tmp_path / "t.jsonl", 120, text=lambda i: "é" * (sizes[i] // 2) if i in sizes else f"m {i}")
+    with Transcript.open(path) as t:
+        w = t.window(preset="renderer")
+    assert len(w.messages) == 100 and w.message_start == 20
+    under, over = w.messages[-2:]
+    assert not under.truncated and kept_bytes(under) == 60_000
+    assert over.truncated and 60_000 < kept_bytes(over) <= 65_536
+
+
+def test_renderer_preset_takes_its_message_limit_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES", "7")
+    path = make(tmp_path / "t.jsonl", 20)
+    with Transcript.open(path) as t:
+        w = t.window(preset="renderer")
+        assert [m.index for m in w.messages] == list(range(13, 20)) and w.has_more_before
+        assert len(t.window(message_before=w.message_start, preset="renderer").messages) == 7
+        assert len(t.window(preset="renderer", message_limit=3).messages) == 3  # an argument wins
+        assert len(t.window().messages) == 20  # no preset: uncapped, settings or not
+
+
+def test_renderer_preset_takes_its_limits_from_the_config_file(tmp_path, monkeypatch):
+    config = tmp_path / "config.toml"
+    config.write_text("[transcript]\nwindow_messages = 5\nwindow_content_bytes = 100\n")
+    monkeypatch.setenv("BOUNDCTX_CONFIG", str(config))
+    path = make(tmp_path / "t.jsonl", 9, text=lambda i: "x" * 1000)
+    with Transcript.open(path) as t:
+        w = t.window(preset="renderer")
+    assert [m.index for m in w.messages] == [4, 5, 6, 7, 8]
+    assert all(m.truncated and kept_bytes(m) <= 100 for m in w.messages)
+
+
+def test_renderer_preset_reads_a_settings_argument_over_the_resolved_settings(tmp_path, monkeypatch):
+    from boundctx import config
+
+    monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES", "7")
+    path = make(tmp_path / "t.jsonl", 20)
+    with Transcript.open(path) as t:
+        assert len(t.window(preset="renderer", settings={"transcript.window_messages": 4}).messages) == 4
+        resolved = config.load(env={})  # resolved Settings are used as they are: no environment here
+        assert len(t.window(preset="renderer", settings=resolved).messages) == 20
+        with pytest.raises(TypeError, match="preset"):
+            t.window(settings={"transcript.window_messages": 4})
+
+
+@pytest.mark.parametrize("value, problem", [("0", "too small"), ("lots", "is not an int")])
+def test_an_invalid_window_setting_is_a_clear_config_error(tmp_path, monkeypatch, value, problem):
+    from boundctx.errors import ConfigError
+
+    with Transcript.open(make(tmp_path / "t.jsonl", 3)) as t:
+        monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES", value)
+        with pytest.raises(ConfigError, match=problem) as exc:
+            t.window(preset="renderer")
+        assert "BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES" in str(exc.value) and "accepted ≥ 1" in str(exc.value)
+        # Both limits given: the settings are not needed, so not read.
+        assert len(t.window(preset="renderer", message_limit=2, content_limit=10).messages) == 2
+        monkeypatch.delenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES")
+        with pytest.raises(ConfigError, match="window_content_bytes = -1"):
+            t.window(preset="renderer", message_limit=2, settings={"transcript.window_content_bytes": -1})

@@ -29,11 +29,14 @@ def parse_size(text: str) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("sample", help="write a seeded synthetic transcript",
                        description="Write a synthetic transcript (messages in several "
-                                   "scripts, big tool outputs, compactions) to PATH.")
+                                   "scripts, big tool outputs, compactions) to PATH. It is "
+                                   "written beside PATH as .NAME.HEX.partial and renamed onto "
+                                   "PATH only when complete: an interrupted run leaves no PATH.")
     p.add_argument("path", metavar="PATH")
     p.add_argument("--size", default="2M", help="about this many bytes (default 2M; e.g. 1G)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="replace PATH if it exists (once the new sample is complete)")
     p.set_defaults(run=run)
 
 
@@ -43,13 +46,21 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"boundctx sample: {exc}", file=sys.stderr)
         return 2
-    if os.path.exists(args.path) and not args.force:
+    if os.path.lexists(args.path) and not args.force:
         print(f"boundctx sample: {args.path!r} exists; pass --force to replace it", file=sys.stderr)
         return 2
-    with byte_progress(size, "sample") as report:
-        # A compaction every 500 messages, so even a small sample shows one in force.
-        counts = write_sample(args.path, target_bytes=size, seed=args.seed, compaction_every=500,
-                              progress=report)
+    folder = os.path.dirname(os.path.realpath(args.path))
+    if not os.path.isdir(folder):
+        print(f"boundctx sample: no folder {folder!r} to write {args.path!r} in", file=sys.stderr)
+        return 2
+    try:
+        with byte_progress(size, "sample") as report:
+            # A compaction every 500 messages, so even a small sample shows one in force.
+            counts = write_sample(args.path, target_bytes=size, seed=args.seed, compaction_every=500,
+                                  replace=args.force, progress=report)
+    except OSError as exc:  # the folder is read-only, the disk is full, PATH appeared meanwhile
+        print(f"boundctx sample: {exc}; nothing was written to {args.path!r}", file=sys.stderr)
+        return 1
     print(f"{args.path}: {counts['messages']} messages, {counts['compactions']} compactions, "
           f"{counts['bytes']} bytes")
     return 0

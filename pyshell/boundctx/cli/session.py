@@ -26,11 +26,14 @@ def add_parser(sub) -> None:
     g.add_argument("path", metavar="PATH")
     g.add_argument("--before", type=int, default=None, metavar="N",
                    help="end the window before message N (default: after the newest)")
-    g.add_argument("--limit", type=int, default=RENDERER_PRESET["message_limit"], metavar="N",
-                   help=f"at most N messages (default {RENDERER_PRESET['message_limit']})")
-    g.add_argument("--content-limit", type=int, default=RENDERER_PRESET["content_limit"],
-                   metavar="N", help="display budget per message in bytes of text "
-                   f"(default {RENDERER_PRESET['content_limit']}; 0 shows none)")
+    # Unset limits are the renderer preset's: the transcript.window_* settings.
+    g.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="at most N messages (default: the setting transcript.window_messages, "
+                        f"{RENDERER_PRESET['message_limit']} unless set)")
+    g.add_argument("--content-limit", type=int, default=None, metavar="N",
+                   help="display budget per message in bytes of text; 0 shows none (default: the "
+                        "setting transcript.window_content_bytes, "
+                        f"{RENDERER_PRESET['content_limit']} unless set)")
     g.add_argument("--dialect", default="auto")
     g.add_argument("--json", action="store_true", help="print the window as JSON")
     g.set_defaults(run=run_get)
@@ -66,16 +69,36 @@ def entry_text(entry: Entry) -> tuple[str, str]:
     return str(role), text
 
 
+#: The API's words in error messages, and the command line's.
+_CLI_WORDS = (("message_before=", "--before "), ("message_before", "--before"), ("message_limit", "--limit"),
+              ("content_limit", "--content-limit"), (" or None, got", ", got"),
+              (", or pass create=True to start one", ""))
+
+
+def in_cli_words(exc: BaseException) -> str:
+    """An error's message with the API's parameter names replaced by the flags a command
+    line user typed (and no ``[Errno 2]`` in front)."""
+    message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    for api, cli in _CLI_WORDS:
+        message = message.replace(api, cli)
+    return message
+
+
 def run_get(args) -> int:
+    from boundctx import config
+
     try:
+        # Settings first: a bad one is refused before a big transcript is scanned.
+        settings = config.load() if args.limit is None or args.content_limit is None else None
         size = os.path.getsize(args.path) if os.path.isfile(args.path) else 0
         # A first open of a big transcript scans it: show that, not a frozen terminal.
         with byte_progress(size, "indexing") as report:
             t = Transcript.open(args.path, dialect=args.dialect, progress=report)
         with t:
-            w = t.window(args.before, args.limit, args.content_limit)
+            w = t.window(args.before, args.limit, args.content_limit, preset="renderer",
+                         settings=settings)
     except (TranscriptError, ValueError, TypeError) as exc:
-        print(f"boundctx session get: {exc}", file=sys.stderr)
+        print(f"boundctx session get: {in_cli_words(exc)}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.write(msgspec.json.encode(w).decode() + "\n")

@@ -3,6 +3,9 @@
 The mix follows what long agent sessions look like: mostly 200-2000-byte messages,
 now and then a tool output of a megabyte or more, text in several scripts and emoji,
 code with escapes, a compaction line every few thousand messages.
+
+A sample is written to a temporary file beside its path and renamed into place only
+when complete, so an interrupted or failed run leaves nothing half-written at the path.
 """
 
 from __future__ import annotations
@@ -10,11 +13,18 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
+import secrets
 from collections.abc import Callable
 
-from boundctx.transcript.store import encode_record
+from boundctx.transcript.store import _fsync_dir, encode_record
 
-__all__ = ["write_sample"]
+__all__ = ["PARTIAL_NAME", "write_sample"]
+
+#: The name of a sample still being written: ``.<name>.<hex>.partial`` beside its path.
+#: Hidden, never ``*.jsonl``, unique per run: one left by a killed run (``kill -9``
+#: cannot clean up) is safe to delete and is never read or reused by a later run.
+PARTIAL_NAME = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{16}\.partial")
 
 _WORDS = (
     "the of and to in is that for it as with was on be by this are from at or an "
@@ -49,46 +59,110 @@ def _tool_output(rng: random.Random, nbytes: int) -> str:
     return block * reps
 
 
+def _partial(real: str) -> tuple[int, str]:
+    """Create the temporary file for ``real``: exclusive, in its folder, with the mode a
+    plain ``open(path, "w")`` would give (0666 less the umask)."""
+    folder, name = os.path.split(real)
+    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.partial")
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+
+
 def write_sample(path: str | os.PathLike, *, target_bytes: int = 2_000_000, seed: int = 1234,
                  big_every: int = 2000, big_bytes: tuple[int, int] = (1 << 20, 5 << 20),
-                 compaction_every: int = 5000,
+                 compaction_every: int = 5000, replace: bool = True, sync: bool = True,
                  progress: Callable[[int], object] | None = None) -> dict[str, int]:
-    """Write a seeded transcript of about ``target_bytes`` to ``path`` (replacing it).
+    """Write a seeded transcript of about ``target_bytes`` to ``path``.
 
-    Returns counts: ``bytes``, ``lines``, ``messages``, ``compactions``.
+    The sample is written to a temporary file in the same folder (named as
+    :data:`PARTIAL_NAME` says), flushed to disk and renamed onto ``path`` only once
+    complete; on any error or ``KeyboardInterrupt`` the temporary file is removed and
+    ``path`` is left as it was. Through a symlink, the file it points to is replaced.
+
+    Parameters
+    ----------
+    path : path
+        Where the sample goes.
+    replace : bool
+        Replace an existing ``path`` (at the end, never before the sample is complete);
+        with ``False`` an existing ``path`` is refused, at the start and again before
+        the rename.
+    sync : bool
+        ``fsync`` the sample before the rename, so a power cut cannot leave a renamed
+        but incomplete file.
+    progress : callable, optional
+        Called with the bytes written so far, every 16 MiB.
+
+    Returns
+    -------
+    dict
+        Counts: ``bytes``, ``lines``, ``messages``, ``compactions``.
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists and ``replace`` is false.
     """
+    real = os.path.realpath(path)
+    if not replace and os.path.lexists(path):
+        raise FileExistsError(f"{os.fspath(path)!r} exists; pass replace=True to replace it")
+    fd, tmp = _partial(real)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            counts = _write(f, target_bytes=target_bytes, seed=seed, big_every=big_every,
+                            big_bytes=big_bytes, compaction_every=compaction_every, progress=progress)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        if not replace and os.path.lexists(path):
+            raise FileExistsError(f"{os.fspath(path)!r} appeared while the sample was written; "
+                                  "it was left as it is")
+        os.replace(tmp, real)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if sync:
+        _fsync_dir(os.path.dirname(real))
+    return counts
+
+
+def _write(f, *, target_bytes: int, seed: int, big_every: int, big_bytes: tuple[int, int],
+           compaction_every: int, progress: Callable[[int], object] | None) -> dict[str, int]:
+    """The sample's lines into the binary file ``f``; the counts."""
     rng = random.Random(seed)
     counts = {"bytes": 0, "lines": 0, "messages": 0, "compactions": 0}
     lo, hi = math.log(200), math.log(2000)
-    with open(path, "wb") as f:
-        def emit(rec: dict) -> None:
-            line = encode_record(rec)
-            f.write(line)
-            counts["bytes"] += len(line)
-            counts["lines"] += 1
 
-        emit({"type": "session", "version": 3, "id": f"sample-{seed}", "timestamp": "2026-01-01T00:00:00Z",
-              "cwd": "/home/user/project"})
-        last_report = 0
-        while counts["bytes"] < target_bytes:
-            n = counts["messages"]
-            role = _ROLES[n % 3] if n % 7 else "user"
-            if big_every and n and n % big_every == 0:
-                body = _tool_output(rng, rng.randrange(*big_bytes))
-                role = "toolResult"
-            else:
-                body = _text(rng, int(math.exp(rng.uniform(lo, hi))))
-            emit({"type": "message", "id": f"{n:08x}", "parentId": f"{n - 1:08x}" if n else None,
-                  "timestamp": f"2026-01-01T00:{(n // 60) % 60:02d}:{n % 60:02d}Z",
-                  "message": {"role": role, "content": [{"type": "text", "text": body}]}})
-            counts["messages"] += 1
-            if compaction_every and counts["messages"] % compaction_every == 0:
-                emit({"type": "compaction", "id": f"c{n:08x}", "parentId": f"{n:08x}",
-                      "timestamp": "2026-01-01T00:00:00Z",
-                      "summary": _text(rng, rng.randrange(2000, 8000)),
-                      "firstKeptEntryId": f"{n:08x}", "tokensBefore": 50000})
-                counts["compactions"] += 1
-            if progress is not None and counts["bytes"] - last_report >= (16 << 20):
-                last_report = counts["bytes"]
-                progress(counts["bytes"])
+    def emit(rec: dict) -> None:
+        line = encode_record(rec)
+        f.write(line)
+        counts["bytes"] += len(line)
+        counts["lines"] += 1
+
+    emit({"type": "session", "version": 3, "id": f"sample-{seed}", "timestamp": "2026-01-01T00:00:00Z",
+          "cwd": "/home/user/project"})
+    last_report = 0
+    while counts["bytes"] < target_bytes:
+        n = counts["messages"]
+        role = _ROLES[n % 3] if n % 7 else "user"
+        if big_every and n and n % big_every == 0:
+            body = _tool_output(rng, rng.randrange(*big_bytes))
+            role = "toolResult"
+        else:
+            body = _text(rng, int(math.exp(rng.uniform(lo, hi))))
+        emit({"type": "message", "id": f"{n:08x}", "parentId": f"{n - 1:08x}" if n else None,
+              "timestamp": f"2026-01-01T00:{(n // 60) % 60:02d}:{n % 60:02d}Z",
+              "message": {"role": role, "content": [{"type": "text", "text": body}]}})
+        counts["messages"] += 1
+        if compaction_every and counts["messages"] % compaction_every == 0:
+            emit({"type": "compaction", "id": f"c{n:08x}", "parentId": f"{n:08x}",
+                  "timestamp": "2026-01-01T00:00:00Z",
+                  "summary": _text(rng, rng.randrange(2000, 8000)),
+                  "firstKeptEntryId": f"{n:08x}", "tokensBefore": 50000})
+            counts["compactions"] += 1
+        if progress is not None and counts["bytes"] - last_report >= (16 << 20):
+            last_report = counts["bytes"]
+            progress(counts["bytes"])
     return counts

@@ -16,7 +16,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -55,10 +55,13 @@ _li = load("lineindex")
 
 __all__ = ["RENDERER_PRESET", "Transcript"]
 
-#: The ``renderer`` preset: the newest 100 messages, 64 KiB of text each.
-# The renderer preset's defaults are the transcript.window_* settings' defaults.
+#: The ``renderer`` preset's defaults: the newest 100 messages, 64 KiB of text each.
+#: They are the defaults of the settings the preset reads (``_RENDERER_SETTINGS``).
 RENDERER_PRESET = {"message_limit": _config.KEYS["transcript.window_messages"].default,
                    "content_limit": _config.KEYS["transcript.window_content_bytes"].default}
+# The setting behind each of the renderer preset's limits.
+_RENDERER_SETTINGS = {"message_limit": "transcript.window_messages",
+                      "content_limit": "transcript.window_content_bytes"}
 
 # A projected line is read as its first content_limit + ENVELOPE bytes: room for the
 # keys, ids and structure around the text without reading the rest of a huge line.
@@ -107,6 +110,25 @@ def _map_open_error(path: str, exc: OSError) -> Exception:
         return TranscriptNotAFile(
             exc.errno, f"{path!r} is a directory; give the path of a .jsonl transcript file")
     return exc
+
+
+def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """The renderer preset's ``message_limit`` and ``content_limit``, from settings.
+
+    Parameters
+    ----------
+    settings : mapping, optional
+        Resolved :class:`~boundctx.config.Settings`, or a partial mapping such as
+        ``{"transcript.window_messages": 20}`` applied over :func:`boundctx.config.load`
+        (default: :func:`boundctx.config.load`).
+
+    Raises
+    ------
+    ConfigError
+        A setting of the wrong type or out of range, naming its source.
+    """
+    resolved = _config.resolve(settings)
+    return {limit: resolved[name] for limit, name in _RENDERER_SETTINGS.items()}
 
 
 class Transcript:
@@ -228,7 +250,8 @@ class Transcript:
 
     def window(self, message_before: int | None = None, message_limit: int | None = None,
                content_limit: int | None = None, *,
-               preset: Literal["renderer"] | None = None) -> Window:
+               preset: Literal["renderer"] | None = None,
+               settings: Mapping[str, Any] | None = None) -> Window:
         """Read a bounded window of consecutive messages.
 
         Parameters
@@ -242,7 +265,12 @@ class Transcript:
             Per-message display budget in bytes of string content; longer messages are
             projected with an explicit marker (default: uncapped, the model path).
         preset : "renderer", optional
-            Fill unset limits with the renderer defaults (100 messages, 64 KiB).
+            Fill unset limits from the settings ``transcript.window_messages`` and
+            ``transcript.window_content_bytes`` (default 100 messages, 64 KiB).
+        settings : mapping, optional
+            With ``preset``: the settings to read, resolved :class:`~boundctx.config.Settings`
+            or a partial mapping applied over them (default
+            :func:`boundctx.config.load`, read only when a limit is unset).
 
         Returns
         -------
@@ -252,16 +280,23 @@ class Transcript:
         ------
         ValueError
             For a limit out of range.
+        ConfigError
+            With ``preset``, for settings that cannot be resolved (a value of the wrong
+            type or out of range; the message names where it came from).
         TranscriptChanged
             When the file keeps changing under the read even after a rebuild.
         """
         if preset is not None:
             if preset != "renderer":
                 raise ValueError(f"unknown preset {preset!r}; the only preset is 'renderer'")
-            if message_limit is None:
-                message_limit = RENDERER_PRESET["message_limit"]
-            if content_limit is None:
-                content_limit = RENDERER_PRESET["content_limit"]
+            if message_limit is None or content_limit is None:
+                limits = _renderer_limits(settings)
+                if message_limit is None:
+                    message_limit = limits["message_limit"]
+                if content_limit is None:
+                    content_limit = limits["content_limit"]
+        elif settings is not None:
+            raise TypeError("settings= is read only by a preset; pass preset='renderer' with it")
         _check_limit("message_before", message_before, 0)
         _check_limit("message_limit", message_limit, 0)
         _check_limit("content_limit", content_limit, 0)
