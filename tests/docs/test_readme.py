@@ -56,13 +56,15 @@ NOT_RUN = [
 ]
 # Run, but only in the slow run: (pattern, reason).
 SLOW = [
-    (r"^boundctx (ask|plan)\b", "a real generation with the embedded model"),
+    (r"(^|\|\s*)boundctx (-\S+ )*(ask|plan)\b", "a real generation with the embedded model"),
+    (r"^boundctx doctor\b(?!.*--no-generate)", "a real generation with the embedded model, in a child process"),
     (r"--size\s+[\d.]+\s*[gG]", "a gigabyte of generated data"),
     (r"\bLlamaCppProvider\(", "a real generation with the embedded model"),
 ]
 # Modules an example needs: skipped where they are not installed, as the other tests do.
 NEEDS = [
-    (r"\bLlamaCounter\(|\bLlamaCppProvider\(|^boundctx (ask|plan)\b|^boundctx split\b(?!.*--tokenizer)",
+    (r"\bLlamaCounter\(|\bLlamaCppProvider\(|(^|\|\s*)boundctx (-\S+ )*(ask|plan|doctor)\b"
+     r"|^boundctx split\b(?!.*--tokenizer)",
      "llama_cpp"),
     (r"\bTiktokenCounter\(|--tokenizer tiktoken", "tiktoken"),
 ]
