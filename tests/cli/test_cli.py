@@ -188,14 +188,14 @@ def test_verbosity_flags_decide_what_of_boundctx_and_llama_cpp_logs_reach_stderr
     for argv in (["config", "show"], ["-v", "config", "show"], ["-vv", "config", "show"],
                  ["-q", "config", "show"], ["config", "show", "-v"]):
         args = cli.build_parser().parse_args(argv)
-        handler = cli._configure_logging(cli._verbosity(args))
+        restore = cli._configure_logging(cli._verbosity(args))
         try:
             logging.getLogger("boundctx.local").info("decided something")
             logging.getLogger("boundctx.llama_cpp").warning("llama.cpp chatter")
             logging.getLogger("boundctx.llama_cpp").debug("llama.cpp detail")
             logging.getLogger("boundctx.local").error("went wrong")
         finally:
-            logging.getLogger("boundctx").removeHandler(handler)
+            restore()
         seen[" ".join(argv)] = capsys.readouterr().err
     assert seen["config show"] == "boundctx: went wrong\n"
     verbose = seen["-v config show"]
@@ -203,6 +203,7 @@ def test_verbosity_flags_decide_what_of_boundctx_and_llama_cpp_logs_reach_stderr
     assert "llama.cpp detail" in seen["-vv config show"]
     assert seen["-q config show"] == "boundctx: went wrong\n"
     assert seen["config show -v"] == verbose
+    assert logging.getLogger("boundctx").propagate  # undone: caplog and front ends see records again
 
 
 def test_session_get_errors_speak_of_flags_not_parameters(tmp_path, capsys):

@@ -47,6 +47,40 @@ def test_cancel_stops_at_the_next_token(local):
     assert not INFERENCE_LOCK.locked()
 
 
+def test_a_cancel_set_before_the_stream_starts_evaluates_nothing(local):
+    cancel = threading.Event()
+    cancel.set()
+    before = local.abort_checks
+    chunks = list(local.stream_chat(HI, max_tokens=8, cancel=cancel))
+    assert [(c.reason, c.completion_tokens) for c in chunks] == [("cancelled", 0)]
+    assert local.abort_checks == before  # llama.cpp never started on it
+    assert not INFERENCE_LOCK.locked()
+
+
+def test_the_runtime_options_reach_llama_cpp():
+    # -1 offloads every layer on a GPU build; a CPU-only build runs them on the CPU.
+    provider = LlamaCppProvider(n_ctx=256, n_threads=1, n_gpu_layers=-1, seed=7, repeat_penalty=1.3)
+    try:
+        provider.load()
+        llm = provider._llm
+        assert llm.model_params.n_gpu_layers == 0x7FFFFFFF  # llama-cpp-python's "all"
+        assert (llm.n_threads, llm.context_params.n_ctx, llm._seed) == (1, 256, 7)  # (each call reseeds)
+        assert provider.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1
+    finally:
+        provider.close()
+    assert LlamaCppProvider(n_threads=0).n_threads is None  # local.threads = 0: llama-cpp-python's choice
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"n_gpu_layers": -2}, "n_gpu_layers must be >= -1"),
+    ({"n_threads": -1}, "n_threads must be >= 0"),
+    ({"extra_buffers": "sometimes"}, "extra_buffers must be one of"),
+])
+def test_bad_runtime_options_are_refused_up_front(options, message):
+    with pytest.raises(ValueError, match=message):
+        LlamaCppProvider(**options)
+
+
 def test_a_schema_constrains_the_output(local):
     import json
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -78,3 +112,37 @@ def test_local_generations_never_overlap(local):
         t.join()
     first, second = sorted((times[0], times[1]), key=min)
     assert first and second and max(first) < min(second)
+
+
+def test_the_repeat_penalty_shapes_free_text_but_not_schema_constrained_output():
+    """Under a JSON schema braces, quotes and keys must repeat: the penalty is not
+    applied there, so a strong penalty changes nothing; on free text it does."""
+    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+              "required": ["items"], "additionalProperties": False}
+    ask = [{"role": "user", "content": "List the colours red, green, blue, red, green, blue as JSON."}]
+    replies = {}
+    for penalty in (1.0, 2.0):
+        p = LlamaCppProvider(n_ctx=512, n_threads=1, repeat_penalty=penalty)
+        try:
+            replies[penalty] = (p.chat(ask, max_tokens=24, temperature=0, schema=schema).text,
+                                p.chat(ask, max_tokens=24, temperature=0).text)
+        finally:
+            p.close()
+    assert replies[1.0][0] == replies[2.0][0]  # schema output: the same tokens
+    assert replies[1.0][1] != replies[2.0][1]  # free text: the penalty is applied
+
+
+def test_the_command_line_settings_reach_the_local_provider():
+    from boundctx import config
+    from boundctx.cli import build_parser
+    from boundctx.cli._provider import make_provider, model_overrides
+
+    args = build_parser().parse_args(["ask", "--threads", "1", "--seed", "7", "--gpu-layers", "-1",
+                                      "--extra-buffers", "off", "--n-ctx", "1024", "q"])
+    settings = config.load(overrides={**model_overrides(args), "chat.repeat_penalty": 1.3})
+    p = make_provider(args, settings)
+    try:
+        assert (p.n_threads, p.seed, p.n_gpu_layers, p.context_window, p.repeat_penalty) == (1, 7, -1, 1024, 1.3)
+        assert p.extra_buffers_decision.enabled is False
+    finally:
+        p.close()

@@ -54,19 +54,26 @@ class _Handler(logging.StreamHandler):
         super().emit(record)
 
 
-def _configure_logging(level: int) -> logging.Handler:
+def _configure_logging(level: int):
+    """Show boundctx's log on stderr at ``level``; returns what undoes it (``main`` may be
+    called again in the same process, by a test or a front end)."""
     own, llama = _LOG_LEVELS[level]
     root = logging.getLogger("boundctx")
+    llama_logger = logging.getLogger("boundctx.llama_cpp")
+    before = (root.level, root.propagate, llama_logger.level)
     handler = _Handler()
+    handler.setLevel(min(own, llama))
     root.addHandler(handler)
     root.setLevel(min(own, llama))
-    handler.setLevel(min(own, llama))
-    logging.getLogger("boundctx.llama_cpp").setLevel(llama)
-    for name in list(logging.Logger.manager.loggerDict):
-        if name.startswith("boundctx.") and name != "boundctx.llama_cpp":
-            logging.getLogger(name).setLevel(logging.NOTSET)
-    root.propagate = False
-    return handler
+    root.propagate = False  # one line per record, not a second one from the root logger
+    llama_logger.setLevel(llama)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.level, root.propagate = before[0], before[1]
+        llama_logger.setLevel(before[2])
+
+    return restore
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.verbosity = _verbosity(args)
-    handler = _configure_logging(args.verbosity)
+    restore_logging = _configure_logging(args.verbosity)
     try:
         with warnings.catch_warnings():
             # boundctx's warnings are for the user: one plain line each on stderr.
@@ -123,4 +130,4 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        logging.getLogger("boundctx").removeHandler(handler)
+        restore_logging()

@@ -6,23 +6,136 @@ against the window is the count evaluated, and text such as ``<|im_end|>`` insid
 message stays text. Every generation on any local model holds :data:`INFERENCE_LOCK`
 from its first token to its last, so local calls never overlap, whichever thread makes
 them.
+
+A cancellation or a time limit stops prompt evaluation too: each loaded context has one
+llama.cpp abort callback, which llama.cpp calls between the nodes of its compute graph
+while the prompt is evaluated (``llama_decode`` then returns 2). On AMX hosts the model
+is loaded without llama.cpp's extra buffer types (decision 0013, :mod:`.cpu`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
+from boundctx._llama_log import expect_abort
 from boundctx.errors import GenerationTimeout
+from boundctx.providers import cpu
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk
 
 __all__ = ["INFERENCE_LOCK", "LlamaCppProvider"]
 
 #: Held by every generation on a local model in this process.
 INFERENCE_LOCK = threading.Lock()
+
+_log = logging.getLogger("boundctx.local")
+
+
+@lru_cache(maxsize=1)
+def _llama_cpp():
+    from boundctx._llama_log import route_llama_log
+    from boundctx.tokens.llama import _llama_cpp as import_llama_cpp  # ImportError with the install hint
+
+    llama_cpp = import_llama_cpp()
+    route_llama_log(llama_cpp)  # llama.cpp's log as records on boundctx.llama_cpp, before any load
+    return llama_cpp
+
+
+@lru_cache(maxsize=1)
+def _llama_class():
+    """``llama_cpp.Llama`` that also sets llama.cpp's ``use_extra_bufts`` model parameter.
+
+    llama-cpp-python 0.3.36's ``Llama()`` takes no argument for it: it builds
+    ``self.model_params`` from ``llama_model_default_params()`` and loads the model from
+    that struct within the same constructor. This subclass makes ``model_params`` a
+    property whose setter sets the field on the struct as it is stored, so the one
+    struct llama-cpp-python fills in, loads from and keeps (``llm.model_params``)
+    carries the choice; nothing of llama-cpp-python is patched.
+    """
+    base = _llama_cpp().Llama
+
+    class _Llama(base):
+        def __init__(self, *args: Any, use_extra_bufts: bool, **kwargs: Any) -> None:
+            self._use_extra_bufts = use_extra_bufts
+            super().__init__(*args, **kwargs)
+
+        @property
+        def model_params(self):
+            return self._model_params
+
+        @model_params.setter
+        def model_params(self, params) -> None:
+            params.use_extra_bufts = self._use_extra_bufts
+            self._model_params = params
+
+    return _Llama
+
+
+@lru_cache(maxsize=1)
+def _no_abort():
+    """A NULL abort callback (llama.cpp then never asks)."""
+    import ctypes
+
+    return ctypes.cast(None, _llama_cpp().ggml_abort_callback)
+
+
+class _AbortGuard:
+    """What the abort callback of a loaded context consults: the cancel event and the
+    deadline of the stream being evaluated (none between streams).
+
+    llama.cpp calls it from the thread that runs ``llama_decode`` (the stream's), with
+    the GIL taken for each call. It never raises: an exception from the cancel event
+    is kept and raised by the stream, and a KeyboardInterrupt (a SIGINT handler runs in
+    the main thread's next Python code, which may be this callback) aborts the
+    evaluation and is raised again once llama.cpp has returned.
+    """
+
+    def __init__(self) -> None:
+        self.cancel: Any = None
+        self.deadline: float | None = None
+        self.armed = False
+        #: None, or why the evaluation was aborted: "cancel", "timeout", "interrupt", "error".
+        self.fired: str | None = None
+        self.error: BaseException | None = None
+        #: How often llama.cpp asked (diagnostics, and tests that must know that
+        #: evaluation is under way).
+        self.checks = 0
+
+    def arm(self, cancel: Any, deadline: float | None) -> None:
+        self.cancel, self.deadline, self.fired, self.error, self.armed = cancel, deadline, None, None, True
+
+    def disarm(self) -> None:
+        self.cancel, self.deadline, self.armed = None, None, False
+        if self.fired is not None:
+            expect_abort(False)
+
+    def _fire(self, why: str) -> bool:
+        self.fired = why
+        expect_abort(True)  # llama.cpp's "failed to decode" lines that follow are what we asked for
+        return True
+
+    def __call__(self, _data: Any) -> bool:
+        try:
+            self.checks += 1
+            if not self.armed:
+                return False
+            if self.fired is not None:
+                return True
+            if self.cancel is not None and self.cancel.is_set():
+                return self._fire("cancel")
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                return self._fire("timeout")
+            return False
+        except KeyboardInterrupt:
+            return self._fire("interrupt")
+        except Exception as exc:  # noqa: BLE001 - kept and raised by the stream, never lost
+            self.error = exc
+            return self._fire("error")
 
 
 class LlamaCppProvider(Provider):
@@ -36,18 +149,36 @@ class LlamaCppProvider(Provider):
         The context window to open the model with (llama-cpp-python's own default, 512,
         is never used).
     n_threads : int, optional
-        CPU threads for inference (llama.cpp's default when omitted).
+        CPU threads for inference; None or 0: llama-cpp-python's choice (half the cores).
+    n_gpu_layers : int
+        Model layers offloaded to a GPU by a GPU build of llama-cpp-python; -1 = all.
+        The default, 0, keeps everything on the CPU (llama-cpp-python's default too).
     seed : int
         Sampling seed.
+    extra_buffers : {"auto", "on", "off"}
+        llama.cpp's extra buffer types (repacked and AMX weight layouts, model parameter
+        ``use_extra_bufts``). ``auto``: off on hosts whose CPU has AMX, where
+        llama-cpp-python 0.3.36 dies with SIGILL in its AMX kernels, on elsewhere
+        (decision 0013). ``local.extra_buffers`` in the settings.
+    repeat_penalty : float
+        How much tokens already in the context are penalised (1 = not at all, the
+        default of llama-cpp-python). Not applied under a JSON schema, where braces,
+        quotes and keys must repeat.
     chat_template : str, optional
         A Jinja chat template instead of the model's own.
 
     Notes
     -----
-    The model is loaded on the first call. Prompt evaluation cannot be interrupted, so a
-    time limit or a cancellation takes effect at the next generated token. llama.cpp
-    reuses the longest common token prefix with the previous prompt, so callers that keep
-    a stable prefix (system prompt, instructions) save its evaluation.
+    The model is loaded on the first call. A cancellation or a time limit interrupts
+    prompt evaluation within a node of llama.cpp's compute graph (an abort callback),
+    and generation at the next token; either way the stream ends as it would at a
+    token (``Finish("cancelled")`` or :class:`~boundctx.errors.GenerationTimeout`) and the
+    model stays usable: an interrupted evaluation is forgotten, so the next call
+    evaluates its prompt from the start. The callback is attached only while a prompt
+    is evaluated: each call takes the GIL, which per generated token (hundreds of
+    graph nodes) would make generation wait on any busy Python thread. llama.cpp
+    reuses the longest common token prefix with the previous prompt, so callers that
+    keep a stable prefix (system prompt, instructions) save its evaluation.
     """
 
     name = "local"
@@ -56,11 +187,18 @@ class LlamaCppProvider(Provider):
     serialises = True
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None,
-                 seed: int = 1234, chat_template: str | None = None) -> None:
+                 n_gpu_layers: int = 0, seed: int = 1234, extra_buffers: cpu.ExtraBuffersSetting = "auto",
+                 repeat_penalty: float = 1.0, chat_template: str | None = None) -> None:
         from boundctx.tokens.llama import LlamaCounter
 
         if n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
+        if n_threads is not None and n_threads < 0:
+            raise ValueError(f"n_threads must be >= 0 (0 = llama-cpp-python's choice), got {n_threads}")
+        if n_gpu_layers < -1:
+            raise ValueError(f"n_gpu_layers must be >= -1 (-1 = all), got {n_gpu_layers}")
+        #: The extra-buffer-types decision (:class:`~boundctx.providers.cpu.ExtraBuffers`).
+        self.extra_buffers_decision = cpu.decide_extra_buffers(extra_buffers, cpu.cpu_flags())
         self.counter = LlamaCounter(model_path, chat_template=chat_template)
         self.model_path = self.counter.vocab.model_path
         # Tools reach the model only through its chat template; a template that never
@@ -68,19 +206,53 @@ class LlamaCppProvider(Provider):
         template = self.counter.template
         self.supports_tools = template is not None and "tools" in template.source
         self.context_window = n_ctx
-        self.n_threads = n_threads
+        self.n_threads = n_threads or None
+        self.n_gpu_layers = n_gpu_layers
         self.seed = seed
+        self.repeat_penalty = float(repeat_penalty)
         self._llm = None
+        self._guard = _AbortGuard()
+        self._abort_fn = None  # the ctypes callback of the loaded context (llama.cpp keeps only its address)
         self._load_lock = threading.Lock()
+
+    @property
+    def abort_checks(self) -> int:
+        """How often llama.cpp has called this provider's abort callback (it does so
+        between graph nodes while a prompt is evaluated)."""
+        return self._guard.checks
+
+    def load(self) -> None:
+        """Load the model now (otherwise the first call does)."""
+        self._model()
 
     def _model(self):
         with self._load_lock:
             if self._llm is None:
-                import llama_cpp
-
-                self._llm = llama_cpp.Llama(model_path=self.model_path, n_ctx=self.context_window,
-                                            n_threads=self.n_threads, seed=self.seed, verbose=False)
+                llama_cpp = _llama_cpp()
+                decision = self.extra_buffers_decision
+                _log.log(logging.DEBUG if decision.enabled else logging.INFO, "%s", decision.reason)
+                llm = _llama_class()(model_path=self.model_path, n_ctx=self.context_window,
+                                     n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers, seed=self.seed,
+                                     use_extra_bufts=decision.enabled, verbose=False)
+                self._abort_fn = llama_cpp.ggml_abort_callback(self._guard)
+                self._llm = llm
             return self._llm
+
+    def _set_abort(self, llm, attached: bool) -> None:
+        llama_cpp = _llama_cpp()
+        fn = self._abort_fn if attached else _no_abort()
+        llama_cpp.llama_set_abort_callback(llm.ctx, fn, None)
+
+    @staticmethod
+    def _forget_evaluation(llm) -> None:
+        """After an aborted ``llama_decode``: drop what llama-cpp-python and the KV cache
+        hold, so the next call evaluates its whole prompt (llama.cpp removes the
+        aborted batch's cells itself, but nothing here relies on how much it kept)."""
+        llama_cpp = _llama_cpp()
+        llm.reset()  # n_tokens = 0: no prefix of input_ids is reused
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        if memory is not None:
+            llama_cpp.llama_memory_clear(memory, True)
 
     def close(self) -> None:
         """Free the model (it is loaded again on the next call)."""
@@ -88,6 +260,7 @@ class LlamaCppProvider(Provider):
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None
+                self._abort_fn = None
 
     def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
         tokens = self.counter.prompt_tokens(request.messages, tools=request.tools)
@@ -95,33 +268,76 @@ class LlamaCppProvider(Provider):
         llm = self._model()
         grammar = None
         if request.schema is not None:
-            import llama_cpp
-
-            grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(request.schema), verbose=False)
+            grammar = _llama_cpp().LlamaGrammar.from_json_schema(json.dumps(request.schema), verbose=False)
+        generated = 0
+        reason = "stop"
         with INFERENCE_LOCK:
             started = time.monotonic()
-            stream = llm.create_completion(prompt=tokens, max_tokens=request.max_tokens,
-                                           temperature=request.temperature, stop=request.stop or [],
-                                           grammar=grammar, stream=True)
-            # llama-cpp-python streams one piece per generated token (it holds back a
-            # token that ends inside a UTF-8 character and sends it with the next).
-            generated = 0
-            reason = "stop"
+            guard = self._guard
+            guard.arm(cancel, None if timeout_s is None else started + timeout_s)
+            self._set_abort(llm, True)
+            attached = True
             try:
-                for part in stream:
-                    choice = part["choices"][0]
-                    if choice.get("text"):
-                        generated += 1
-                        yield TextChunk(choice["text"])
-                    if choice.get("finish_reason"):
-                        reason = choice["finish_reason"]
-                    if cancel is not None and cancel.is_set():
-                        reason = "cancelled"
-                        break
-                    if timeout_s is not None and time.monotonic() - started > timeout_s:
-                        raise GenerationTimeout(
-                            f"the local generation ran past its {timeout_s:g} s limit after "
-                            f"{generated} tokens; it was stopped")
+                if cancel is not None and cancel.is_set():
+                    reason = "cancelled"  # before any evaluation: the cache stays as it is
+                else:
+                    stream = llm.create_completion(prompt=tokens, max_tokens=request.max_tokens,
+                                                   temperature=request.temperature, stop=request.stop or [],
+                                                   repeat_penalty=1.0 if grammar is not None else self.repeat_penalty,
+                                                   grammar=grammar,
+                                                   stream=True)
+                    try:
+                        # llama-cpp-python streams one piece per generated token (it holds
+                        # back a token that ends inside a UTF-8 character and sends it with
+                        # the next).
+                        while True:
+                            try:
+                                part = next(stream)
+                            except StopIteration:
+                                break
+                            except BaseException as exc:
+                                # Stopped somewhere inside llama-cpp-python ("llama_decode
+                                # returned 2" when the guard fired): forget the evaluation.
+                                self._forget_evaluation(llm)
+                                if guard.fired is None or not isinstance(exc, RuntimeError):
+                                    raise
+                                break
+                            if attached:  # the prompt is evaluated: from here on, stop at tokens
+                                self._set_abort(llm, False)
+                                attached = False
+                            choice = part["choices"][0]
+                            if choice.get("text"):
+                                generated += 1
+                                yield TextChunk(choice["text"])
+                            if choice.get("finish_reason"):
+                                reason = choice["finish_reason"]
+                            if cancel is not None and cancel.is_set():
+                                reason = "cancelled"
+                                break
+                            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                                raise GenerationTimeout(
+                                    f"the local generation ran past its {timeout_s:g} s limit after "
+                                    f"{generated} tokens; it was stopped")
+                    finally:
+                        stream.close()  # stops llama.cpp decoding now, not at garbage collection
+                    if guard.fired is not None:
+                        reason = self._aborted(guard, timeout_s, len(tokens))
             finally:
-                stream.close()  # stops llama.cpp decoding now, not at garbage collection
+                if attached:
+                    self._set_abort(llm, False)
+                guard.disarm()
         yield Finish(reason, len(tokens), generated)
+
+    @staticmethod
+    def _aborted(guard: _AbortGuard, timeout_s: float | None, prompt_tokens: int) -> str:
+        """The stream's finish reason after the abort callback stopped the prompt's
+        evaluation, or the exception that ends the stream."""
+        if guard.fired == "cancel":
+            return "cancelled"
+        if guard.fired == "timeout":
+            raise GenerationTimeout(f"the local generation ran past its {timeout_s:g} s limit while evaluating "
+                                    f"the {prompt_tokens}-token prompt; it was stopped")
+        if guard.fired == "interrupt":
+            raise KeyboardInterrupt
+        assert guard.error is not None
+        raise guard.error
