@@ -4,6 +4,7 @@ OpenAI-compatible server on loopback."""
 
 import json
 import os
+import pathlib
 import pty
 import re
 import select
@@ -11,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from boundctx.cli import main
 from servers import delta
@@ -147,3 +150,27 @@ def test_temperature_and_system_prompt_flags_reach_the_request(scripted_server, 
     request = server.requests[0]
     assert request["temperature"] == 0
     assert request["messages"][0] == {"role": "system", "content": "Answer in one word."}
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_local_model_reads_a_section_stops_the_reply(tmp_path):
+    """The first section's prompt (~1,300 tokens) takes seconds to evaluate; Ctrl-C in
+    the middle of it cancels there (llama.cpp's abort callback), not after it."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "build.log"
+    transcript = tmp_path / "chat.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "boundctx", "ask", "--file", str(example), "--n-ctx", "2048",
+                             "--transcript", str(transcript), "Which step failed?"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    while b"reading section 1/" not in seen:
+        chunk = os.read(proc.stderr.fileno(), 4096)
+        assert chunk, seen.decode(errors="replace")
+        seen += chunk
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    err = (seen + err).decode(errors="replace")
+    assert proc.returncode == 130, err
+    assert out == b"" and "stopped; the reply is not complete" in err
+    assert "reading section 2/" not in err  # it never went on to the next section
+    assert not transcript.exists()  # nothing appended, not even a new file
