@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from boundctx._atomic import replacing
 from boundctx.errors import ConfigError, UnknownVariableWarning
 
 if sys.version_info >= (3, 11):
@@ -395,7 +396,6 @@ def write_value(name: str, value: Any, *, path: str | os.PathLike | None = None)
         groups.setdefault(group, []).append(f"{key} = {_toml_value(v)}")
     text = "\n\n".join(f"[{g}]\n" + "\n".join(lines) for g, lines in groups.items()) + "\n"
     file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(file.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, file)
+    with replacing(file) as f:  # the old file or the new one, never half of either
+        f.write(text.encode("utf-8"))
     return file

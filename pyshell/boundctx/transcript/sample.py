@@ -17,7 +17,8 @@ import re
 import secrets
 from collections.abc import Callable
 
-from boundctx.transcript.store import _fsync_dir, encode_record
+from boundctx._atomic import replacing
+from boundctx.transcript.store import encode_record
 
 __all__ = ["PARTIAL_NAME", "write_sample"]
 
@@ -59,12 +60,8 @@ def _tool_output(rng: random.Random, nbytes: int) -> str:
     return block * reps
 
 
-def _partial(real: str) -> tuple[int, str]:
-    """Create the temporary file for ``real``: exclusive, in its folder, with the mode a
-    plain ``open(path, "w")`` would give (0666 less the umask)."""
-    folder, name = os.path.split(real)
-    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.partial")
-    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+def _partial_name(name: str) -> str:
+    return f".{name}.{secrets.token_hex(8)}.partial"
 
 
 def write_sample(path: str | os.PathLike, *, target_bytes: int = 2_000_000, seed: int = 1234,
@@ -102,29 +99,14 @@ def write_sample(path: str | os.PathLike, *, target_bytes: int = 2_000_000, seed
     FileExistsError
         ``path`` exists and ``replace`` is false.
     """
-    real = os.path.realpath(path)
     if not replace and os.path.lexists(path):
         raise FileExistsError(f"{os.fspath(path)!r} exists; pass replace=True to replace it")
-    fd, tmp = _partial(real)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            counts = _write(f, target_bytes=target_bytes, seed=seed, big_every=big_every,
-                            big_bytes=big_bytes, compaction_every=compaction_every, progress=progress)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
+    with replacing(path, temp_name=_partial_name, sync=sync) as f:
+        counts = _write(f, target_bytes=target_bytes, seed=seed, big_every=big_every,
+                        big_bytes=big_bytes, compaction_every=compaction_every, progress=progress)
         if not replace and os.path.lexists(path):
             raise FileExistsError(f"{os.fspath(path)!r} appeared while the sample was written; "
                                   "it was left as it is")
-        os.replace(tmp, real)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if sync:
-        _fsync_dir(os.path.dirname(real))
     return counts
 
 

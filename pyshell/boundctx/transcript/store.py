@@ -13,8 +13,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
@@ -22,8 +22,9 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 import numpy as np
 
-from boundctx._native import load
 from boundctx import config as _config
+from boundctx._atomic import replacing
+from boundctx._native import load
 from boundctx._search import longest_fitting
 from boundctx.errors import (
     EntryInvalid,
@@ -716,23 +717,10 @@ class Transcript:
             raise TranscriptChanged(
                 f"{self.path!r} changed since its history was read; read history() again")
         data = history.data()
-        real = os.path.realpath(self.path)  # through a symlink, replace the file, not the link
-        folder = os.path.dirname(real)
-        fd, tmp = tempfile.mkstemp(prefix=".rewrite-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, stat.S_IMODE(os.fstat(self._fd).st_mode))
-            os.replace(tmp, real)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(folder)
+        # Through a symlink the file is replaced, not the link; it keeps its mode.
+        with replacing(self.path, temp_name=lambda name: f".rewrite-{secrets.token_hex(8)}",
+                       mode=stat.S_IMODE(os.fstat(self._fd).st_mode)) as f:
+            f.write(data)
         # Invalidate both cache layers: the sidecars on disk and the layout in memory.
         for side in sidecar_paths(self.path):
             try:
@@ -838,17 +826,7 @@ def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
     return _li.escape_line_separators(data) + b"\n"
 
 
-def _fsync_dir(folder: str) -> None:
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+
 
 
 def _load_or_build(path: str, fd: int, dialect: str, window: int, progress) -> Layout:
