@@ -29,6 +29,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# `python -m llama_cpp.server`, with its models loaded as boundctx loads them: on an
+# AMX host without llama.cpp's extra buffer types, which crash there (decision 0013).
+# The server has no option for it; it creates models through `llama_cpp.Llama`.
+_SERVER_ON_ANY_HOST = """
+import sys
+import llama_cpp
+from boundctx.providers import local
+
+class Llama(local._llama_class()):
+    def __init__(self, *args, **kwargs):
+        decision = local.cpu.decide_extra_buffers("auto", local.cpu.cpu_flags())
+        super().__init__(*args, use_extra_bufts=decision.enabled, **kwargs)
+
+llama_cpp.Llama = Llama
+sys.argv[0] = "llama_cpp.server"
+from llama_cpp.server.__main__ import main
+main()
+"""
+
+
 @contextlib.contextmanager
 def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ()):
     """``python -m llama_cpp.server`` on the embedded model; yields its base URL once
@@ -39,7 +59,7 @@ def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ())
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", default_model_path(), "--n_ctx", str(n_ctx),
+            [sys.executable, "-c", _SERVER_ON_ANY_HOST, "--model", default_model_path(), "--n_ctx", str(n_ctx),
              "--n_threads", "1", "--host", "127.0.0.1", "--port", str(port), *extra],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:

@@ -70,7 +70,6 @@ __all__ = [
     "TranscriptPermission",
     "UnderstandingError",
     "UnknownVariableWarning",
-    "UnknownVariableWarning",
     "UsageUnavailable",
 ]
 

@@ -17,14 +17,15 @@ __all__ = ["AnalysisProgress", "Done", "Event", "Failed", "Fitted", "ReplyDelta"
 
 class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
     """What of the conversation the model gets, decided before any model call (the
-    first event of every reply): nothing is dropped without this saying so.
+    first event of every reply that gets that far; one refused before it has only
+    :class:`Failed`): nothing is dropped without this saying so.
 
     Attributes
     ----------
     messages : int
         Messages given (attached files count as one message each, before the question).
     sent : int
-        Messages sent whole.
+        Messages sent (clipped tool results included; analysed items are not).
     dropped : list of int
         Indexes, in the messages given to :meth:`Engine.reply`, of old messages dropped to
         fit the window (earlier research first, then the oldest exchanges).
@@ -119,11 +120,13 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
     ----------
     finish_reason : str
         ``"stop"``; ``"length"`` (cut at the reply's token budget: not a complete
-        answer); ``"repetition"`` (stopped because the model repeated itself; the
-        repeated lines were not passed on); ``"tool_calls"``; ``"cancelled"``; or
-        ``"tool_rounds_exhausted"``.
+        answer); ``"repetition"`` (stopped because the model repeated itself: repeated
+        lines were not passed on, a phrase looping within a line was, three or four
+        times); ``"cancelled"``; or ``"tool_rounds_exhausted"`` (the model still asked
+        for rereads when its rounds were spent).
     usage : dict
-        Token counts reported or counted (``prompt_tokens``, ``completion_tokens``).
+        Token counts reported or counted (``prompt_tokens``, ``completion_tokens``);
+        after a repetition stop also ``withheld_chars``.
     """
 
     finish_reason: str

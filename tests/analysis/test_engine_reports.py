@@ -121,3 +121,38 @@ def test_the_answering_stage_comes_before_the_first_reply_text():
     stages = [i for i, e in enumerate(events) if isinstance(e, Stage)]
     first_text = next(i for i, e in enumerate(events) if isinstance(e, ReplyDelta))
     assert stages == [1] and stages[0] < first_text
+
+
+def test_a_system_prompt_and_analysis_notes_share_one_system_message():
+    big = "".join(f"line {i}: ok\n" for i in range(3000))
+    p = ScriptedProvider(lambda r: "noted" if "Section S" in str(r.messages[-1]["content"]) else "ok",
+                         context_window=4096)
+    events = list(Engine(p, settings={"chat.system_prompt": "Be brief.", "analysis.notes_max_tokens": 128},
+                         max_reply_tokens=64).reply([ASK], files=[("big.log", big)]))
+    coordinator = p.requests[-1].messages
+    assert [m["role"] for m in coordinator].count("system") == 1 and coordinator[0]["role"] == "system"
+    assert coordinator[0]["content"].startswith("Be brief.\n\n") and "Notes on big.log" in coordinator[0]["content"]
+    assert events[-1].finish_reason == "stop"
+
+
+def test_analysed_tool_results_are_named_by_the_callers_index():
+    history = chat(20, size=100)
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "t1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "t1", "content": "".join(f"hit {i}\n" for i in range(2500))}
+    messages = history + [ASK, call, result]
+    p = ScriptedProvider(lambda r: "noted" if "Section S" in str(r.messages[-1]["content"]) else "ok",
+                         context_window=4096)
+    events = list(Engine(p, settings={"analysis.notes_max_tokens": 128}, max_reply_tokens=64).reply(messages))
+    (fitted,) = [e for e in events if isinstance(e, Fitted)]
+    assert fitted.analysed == [f"tool result {len(messages) - 1}"] and fitted.dropped
+
+
+def test_clipped_tool_results_are_counted_when_analysis_is_off():
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "t1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "t1", "content": "x" * 9000}
+    p = ScriptedProvider(lambda r: "ok", context_window=2048)
+    events = reply(p, [ASK, call, result], **{"chat.analysis_workers": 0, "chat.tool_result_clip_chars": 1000})
+    (fitted,) = [e for e in events if isinstance(e, Fitted)]
+    assert fitted.clipped == 1 and len(p.requests[-1].messages[-1]["content"]) == 1000

@@ -70,3 +70,30 @@ def test_a_whole_sentence_said_again_and_again_on_one_line_is_stopped():
     text = "The error message " + sentence * 8
     out, g = run([w + " " for w in text.split(" ")])
     assert g.looping and text.startswith(out) and out.count("Cannot compile") == 3
+
+
+def test_an_indented_loop_is_caught_when_the_indentation_is_a_token_of_its_own():
+    line = "The failing step is step 12.\n"
+    out, g = run(["Answer:\n"] + ["  ", line] * 10)
+    assert g.looping and out == "Answer:\n  " + line
+
+
+def test_loop_detection_does_not_depend_on_line_endings():
+    for end in ("\n", "\r\n"):
+        out, g = run(["The answer is " + "the job id is 42 and " * 6 + end])
+        assert g.looping, repr(end)
+
+
+def test_rows_of_numbers_and_nulls_are_data_not_loops():
+    for text in ("The matrix is [" + "0, " * 40 + "0]\n", "Scores: " + "10 " * 40 + "\n",
+                 "row: " + "null, " * 30 + "\n"):
+        out, g = run([w + " " for w in text.split(" ")][:-1] + [text.split(" ")[-1]])
+        assert not g.looping and out == text, text
+
+
+@given(st.lists(st.integers(0, 400), max_size=30))
+def test_whether_a_text_loops_does_not_depend_on_how_it_is_chunked(cuts):
+    text = "Notes:\n" + "  - step 12 failed with job 7f3a\n" * 5 + "done\n"
+    _, whole = run([text])
+    _, pieces = run(chunked(text, cuts))
+    assert whole.looping and pieces.looping

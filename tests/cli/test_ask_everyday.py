@@ -174,3 +174,78 @@ def test_ctrl_c_while_the_local_model_reads_a_section_stops_the_reply(tmp_path):
     assert out == b"" and "stopped; the reply is not complete" in err
     assert "reading section 2/" not in err  # it never went on to the next section
     assert not transcript.exists()  # nothing appended, not even a new file
+
+
+def test_a_file_redirected_to_stdin_is_attached_and_said(tmp_path, scripted_server):
+    log = tmp_path / "build.log"
+    log.write_bytes(b"step 3: FAILED caf\xe9\n")  # not UTF-8: replaced, and said
+    server = scripted_server(_sse("ok"))
+    with open(log, "rb") as stdin:
+        out = subprocess.run(_ask(server.url, "q"), stdin=stdin, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "File stdin:\nstep 3: FAILED caf\ufffd\n" in _user_text(server.requests[0])
+    err = out.stderr.decode()
+    assert "attached standard input (20 bytes) as 'stdin'" in err
+    assert "stdin: 1 byte sequence(s) that are not UTF-8 were replaced by U+FFFD" in err
+
+
+def test_no_stdin_leaves_a_pipe_alone(scripted_server):
+    server = scripted_server(_sse("ok"))
+    out = subprocess.run(_ask(server.url, "--no-stdin", "q"), input=b"not for the model", capture_output=True,
+                         timeout=60)
+    assert out.returncode == 0 and _user_text(server.requests[0]) == "q"
+
+
+def test_a_reply_cut_at_its_budget_is_not_appended_to_the_transcript(tmp_path, scripted_server, capsys):
+    path = tmp_path / "chat.jsonl"
+    server = scripted_server(_sse("The build failed at", finish="length"))
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(path), "q"]) == 0
+    err = capsys.readouterr().err
+    assert "not complete" in err and "nothing was appended" in err and not path.exists()
+
+
+def test_the_interrupt_handler_is_put_back_after_a_reply(scripted_server, capsys):
+    server = scripted_server(_sse("ok"))
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "q"]) == 0
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_notices_name_what_was_clipped_and_what_was_read_in_sections():
+    from boundctx.cli.ask import _fitted_notice
+    from boundctx.events import Fitted
+
+    assert _fitted_notice(Fitted(3, 3, prompt_limit=1000)) is None
+    said = _fitted_notice(Fitted(10, 4, [0, 1, 2, 3, 4, 5], 2, 1, ["build.log"], 1000))
+    assert "6 oldest of 10 messages were left out to fit the 1,000-token prompt budget" in said
+    assert "(2 of them earlier tool calls and results)" in said
+    assert "1 tool result(s) cut to chat.tool_result_clip_chars" in said
+    assert "build.log too long to send whole: read completely in sections" in said
+
+
+def test_the_estimate_follows_the_pace_of_each_input_read():
+    from boundctx.cli._progress import LiveStatus
+    from boundctx.cli.ask import _Progress
+    from boundctx.events import AnalysisProgress
+
+    status = LiveStatus(enabled=False, clock=lambda: 0.0)
+    seen = []
+    status.set = lambda text, eta_s=None: seen.append((text, eta_s))
+    progress = _Progress(status)
+    # Two inputs, 10 s a section: the second input's estimate starts afresh.
+    for t, (k, n) in enumerate([(1, 3), (2, 3), (3, 3), (1, 2), (2, 2)]):
+        progress.on(AnalysisProgress(k, n, 0, "reading", 10.0 * t))
+    assert [eta for _, eta in seen] == [None, 20.0, 10.0, None, 10.0]
+    assert seen[1][0] == "reading section 2/3 (worker 1)"
+
+
+def test_a_closed_status_line_draws_nothing_more(capsys):
+    from boundctx.cli._progress import LiveStatus
+
+    status = LiveStatus(live=True, interval=3600)
+    status.set("answering")
+    status.close()
+    capsys.readouterr()
+    status.set("rereading the original (round 1)")  # the answer owns the terminal now
+    status.close()
+    assert capsys.readouterr().err == ""

@@ -178,3 +178,15 @@ def test_the_cli_shows_an_unknown_variable_warning_on_stderr(monkeypatch, capsys
     monkeypatch.setenv("BOUNDCTX_NOPE", "1")
     assert main(["config", "show"]) == 0
     assert "BOUNDCTX_NOPE is not a boundctx setting" in capsys.readouterr().err
+
+
+def test_an_unknown_variable_is_warned_about_once_per_process(recwarn):
+    config._warned.discard("BOUNDCTX_ONCE_ONLY")
+    config.load(env={"BOUNDCTX_ONCE_ONLY": "1"})
+    config.load(env={"BOUNDCTX_ONCE_ONLY": "1"})
+    assert [str(w.message).split(" is ")[0] for w in recwarn.list] == ["the environment variable BOUNDCTX_ONCE_ONLY"]
+
+
+def test_the_variables_boundctx_reads_besides_settings_are_known_by_name(recwarn):
+    config.load(env={"BOUNDCTX_CONFIG": "/nowhere.toml", "BOUNDCTX_CACHE_DIR": "/tmp", "BOUNDCTX_API_KEY": "k"})
+    assert not recwarn.list

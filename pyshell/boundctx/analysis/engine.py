@@ -123,12 +123,21 @@ class Engine:
         blocks: list[str] = []
         attached = {m["content"]: (label, text) for m, (label, text) in zip(_files_as_messages(files), files)}
 
+        dropped = set(fit.dropped_at)
+        kept = [i for i in range(len(convo)) if i not in dropped]  # final[j] is convo[kept[j]]
+
+        def callers_index(index: int) -> int:
+            """The index in the caller's messages of final[index] (not a file)."""
+            c = kept[index]
+            return c - shift if c < question_at else c - len(files) - shift
+
         def label_of(index: int) -> tuple[str, str]:
             item = final[index]
             content = str(item.get("content") or "")
             # An attached file is kept (and reread) as the file itself, without its header.
             return attached.get(content) or (
-                "the user's message" if item.get("role") == "user" else f"tool result {index}", content)
+                "the user's message" if item.get("role") == "user" else f"tool result {callers_index(index)}",
+                content)
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
@@ -149,7 +158,12 @@ class Engine:
         tools = None
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "")
-            final.insert(0, {"role": "system", "content": instructions + "\n\n" + "\n\n".join(blocks)})
+            notes = instructions + "\n\n" + "\n\n".join(blocks)
+            if final and final[0].get("role") == "system" and isinstance(final[0].get("content"), str):
+                # One system message: many chat templates refuse a second one.
+                final[0] = {**final[0], "content": final[0]["content"] + "\n\n" + notes}
+            else:
+                final.insert(0, {"role": "system", "content": notes})
             if provider.supports_tools:
                 tools = [originals.tool_schema()]
         yield from self._coordinate(final, tools, originals, limit, cancel, started)

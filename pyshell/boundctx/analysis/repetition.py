@@ -9,15 +9,19 @@ token budget ends. :class:`RepetitionGuard` watches the reply as it streams:
   is allowed), a third copy is a loop. Text is held only while the line being written
   could still turn out to be a copy, so ordinary text streams through at once.
 - **A phrase looping inside one line**: the line ends in four copies of the same
-  8-59 characters with a space among them, or in three copies of 60-400 characters
-  (a whole sentence said again and again).
+  8-59 characters with two words in them, or in three copies of 60-400 characters
+  (a whole sentence said again and again). Data repeats legitimately (``0, 0, 0``, a
+  row of ``null``, a hex string): a unit without two words of letters is not a phrase.
+  These copies have been passed on by the time the loop is recognised; nothing more is.
 
 On a loop the guard sets :attr:`looping`; the caller stops the generation and reports
-it (``Done(finish_reason="repetition")``). What was held back is never passed on and is
-counted in :attr:`withheld_chars`, so the stop is said, not silent.
+it (``Done(finish_reason="repetition")``). Repeated lines held back are never passed
+on and are counted in :attr:`withheld_chars`, so the stop is said, not silent.
 """
 
 from __future__ import annotations
+
+import re
 
 __all__ = ["RepetitionGuard"]
 
@@ -29,6 +33,18 @@ LOOP_COPIES = 3
 #: copies than a whole sentence does. Lengths in characters.
 PHRASE_COPIES, SENTENCE_COPIES = 4, 3
 PHRASE_MIN, SENTENCE_MIN, SENTENCE_MAX = 8, 60, 400
+
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+#: Words that repeat in data: a row of nulls is a table, not a loop.
+_DATA_WORDS = frozenset({"null", "none", "true", "false", "nan", "inf"})
+
+
+def _has_words(unit: str) -> bool:
+    """Whether ``unit`` is a phrase (two words of two or more letters), not data such
+    as ``0, 0, `` or a hex string, which repeats legitimately."""
+    words = [w for w in _WORD.findall(unit) if w.lower() not in _DATA_WORDS]
+    return len(words) >= 2
 
 
 def _significant(line: str) -> bool:
@@ -85,8 +101,8 @@ class RepetitionGuard:
         return rest
 
     def _could_be_copy(self, line: str) -> bool:
-        return self._previous is not None and self._previous.startswith(line.strip()) if line.strip() else \
-            self._copies > 0
+        # Indentation alone (often a token of its own) may still become a copy.
+        return self._previous is not None and self._previous.startswith(line.strip())
 
     def _partial(self) -> str:
         """The line so far: held while it may be a copy of the previous line."""
@@ -125,14 +141,13 @@ class RepetitionGuard:
 
     @staticmethod
     def _phrase_loops(line: str) -> bool:
-        tail = line.rstrip("\n")
+        tail = line.rstrip("\r\n")
         n = len(tail)
         for period in range(PHRASE_MIN, min(SENTENCE_MAX, n // SENTENCE_COPIES) + 1):
             copies = PHRASE_COPIES if period < SENTENCE_MIN else SENTENCE_COPIES
             if period * copies > n or tail[-1] != tail[-1 - period]:
                 continue  # cheap test first: the last character must recur one period back
             unit = tail[-period:]
-            # A phrase has words: a repeated id or hex string is data, not a loop.
-            if " " in unit and any(c.isalnum() for c in unit) and tail.endswith(unit * copies):
+            if _has_words(unit) and tail.endswith(unit * copies):
                 return True
         return False

@@ -90,8 +90,8 @@ class LiveStatus:
         """A new step; ``eta_s``: the seconds it is expected to take from now."""
         with self._lock:
             self._text, self._eta, self._eta_at = text, eta_s, self._clock()
-            if not self.enabled:
-                return
+            if not self.enabled or self._stop.is_set():
+                return  # closed: the answer (or an error) owns the terminal now
             if self.live:
                 self._draw()
             else:

@@ -47,11 +47,7 @@ def make_provider(args, settings):
     if args.provider == "local":
         from boundctx.providers.local import LlamaCppProvider
 
-        threads = int(settings["local.threads"])
-        return LlamaCppProvider(args.model, n_ctx=int(settings["chat.n_ctx"]), n_threads=threads or None,
-                                seed=int(settings["local.seed"]), n_gpu_layers=int(settings["local.gpu_layers"]),
-                                extra_buffers=settings["local.extra_buffers"],
-                                repeat_penalty=float(settings["chat.repeat_penalty"]))
+        return LlamaCppProvider(args.model, settings=settings)  # every knob from the settings
     if not args.base_url:
         raise ValueError("--provider remote needs --base-url (an OpenAI-compatible server)")
     from boundctx.providers.remote import OpenAICompatibleProvider

@@ -40,6 +40,10 @@ def add_parser(sub) -> None:
     p.add_argument("--history", type=int, default=50, metavar="N",
                    help="newest N messages of the transcript to start from (default 50)")
     p.add_argument("--no-save", action="store_true", help="read the transcript but do not append to it")
+    p.add_argument("--no-stdin", action="store_true",
+                   help="do not attach standard input even when something is piped in")
+    p.add_argument("--repeat-penalty", type=float, metavar="P",
+                   help="local models: penalty on tokens already said, 1 = none (chat.repeat_penalty)")
     add_provider_arguments(p)
     p.add_argument("--analysis-workers", type=int, metavar="N", help="note-taking workers, 0-8 (chat.analysis_workers)")
     p.add_argument("--max-tokens", type=int, default=512, help="reply budget in tokens (default 512)")
@@ -96,24 +100,42 @@ def _piped_stdin() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def _read_files(args) -> list[tuple[str, str]]:
-    """(label, text) of each attachment; bytes that are not UTF-8 are kept, not dropped."""
-    files = []
+def _decode(label: str, data: bytes, notes: list[str]) -> str:
+    """UTF-8 text of an attachment. Bytes that are not UTF-8 cannot be sent to a model
+    as they are: they become U+FFFD, and a notice says how many."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", "replace")
+        bad = text.count("\ufffd") - data.decode("utf-8", "ignore").count("\ufffd")
+        notes.append(f"{label}: {bad:,} byte sequence(s) that are not UTF-8 were replaced by U+FFFD")
+        return text
+
+
+def _read_files(args, status: LiveStatus) -> tuple[list[tuple[str, str]], list[str]]:
+    """(label, text) of each attachment, and notices about them for stderr."""
+    files: list[tuple[str, str]] = []
+    notes: list[str] = []
     paths = list(args.file)
-    if "-" not in paths and _piped_stdin():
+    implicit = "-" not in paths and not args.no_stdin and _piped_stdin()
+    if implicit:
         paths.append("-")
     for path in paths:
         if path == "-":
             if any(label == STDIN_LABEL for label, _ in files):
                 continue
+            status.set("reading standard input (until it ends)")
             data = sys.stdin.buffer.read()
-            if not data and "-" not in args.file:
+            if not data and implicit:
                 continue  # an empty pipe attaches nothing
-            files.append((STDIN_LABEL, data.decode("utf-8", "surrogateescape")))
+            files.append((STDIN_LABEL, _decode(STDIN_LABEL, data, notes)))
+            if implicit:  # said, so a `while read` loop's swallowed lines are not a mystery
+                notes.append(f"attached standard input ({len(data):,} bytes) as {STDIN_LABEL!r}; "
+                             "--no-stdin leaves it alone")
         else:
             with open(path, "rb") as f:
-                files.append((path, f.read().decode("utf-8", "surrogateescape")))
-    return files
+                files.append((path, _decode(path, f.read(), notes)))
+    return files, notes
 
 
 def _fitted_notice(event) -> str | None:
@@ -144,7 +166,7 @@ class _Progress:
 
         if isinstance(event, AnalysisProgress):
             if event.phase == "reading":
-                if self.first_section_at is None:
+                if event.section == 1:  # a new input: its own pace
                     self.first_section_at = event.elapsed_s
                 done = event.section - 1
                 eta = None
@@ -187,28 +209,35 @@ def run(args) -> int:
         overrides["chat.temperature"] = args.temperature
     if args.system is not None:
         overrides["chat.system_prompt"] = args.system
+    if args.repeat_penalty is not None:
+        overrides["chat.repeat_penalty"] = args.repeat_penalty
     style = None
+    status_line = LiveStatus(enabled=not (quiet or args.json))
     try:
         settings = config.load(overrides=overrides)
-        files = _read_files(args)
+        files, notes = _read_files(args, status_line)
+        status_line.set("preparing")
         conversation, style = _read_transcript(args)
         messages = (conversation.messages if conversation else []) + [{"role": "user", "content": args.question}]
-        for notice in conversation.notices if conversation else []:
-            if not quiet:
-                print(f"boundctx ask: transcript: {notice}", file=sys.stderr)
+        notes += [f"transcript: {notice}" for notice in (conversation.notices if conversation else [])]
+        if args.system is not None and messages[0].get("role") == "system":
+            notes.append("--system is not used: the transcript starts with its own system message")
         provider = make_provider(args, settings)
         engine = Engine(provider, settings=settings, max_reply_tokens=args.max_tokens)
     except (OSError, ValueError, ImportError, BoundctxError) as exc:
+        status_line.close()
         print(f"boundctx ask: {exc}", file=sys.stderr)
         return 2
+    if not quiet:
+        for note in notes:
+            status_line.note(f"boundctx ask: {note}")
     cancel = threading.Event()
     answer: list[str] = []
-    status_line = LiveStatus(enabled=not (quiet or args.json))
     progress = _Progress(status_line)
-    status_line.set("preparing")
-    answered = False
+    answered = saved = False
     status = 1
     finish = None
+    withheld = 0
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _on_interrupt(cancel)) if in_main else None
     try:
@@ -234,9 +263,13 @@ def run(args) -> int:
                 progress.on(event)
             if isinstance(event, Done):
                 finish = event.finish_reason
+                withheld = int(event.usage.get("withheld_chars") or 0)
                 status = 0 if finish != "cancelled" else 130
-                if status == 0 and style is not None:
+                # Only a complete answer joins the conversation: one cut at its budget or
+                # stopped in a loop was shown, not kept.
+                if finish == "stop" and style is not None:
                     _save(args, conversation, style, "".join(answer), files)
+                    saved = True
             elif isinstance(event, Failed):
                 status_line.close()
                 print(f"\nboundctx ask: {event.error}", file=sys.stderr)
@@ -253,7 +286,7 @@ def run(args) -> int:
         close = getattr(provider, "close", None)
         if close is not None:
             close()
-        if style is not None and status != 0:
+        if style is not None and not saved:
             print("boundctx ask: nothing was appended to the transcript (no complete answer)", file=sys.stderr)
     if not args.json:
         if answered:
@@ -262,8 +295,9 @@ def run(args) -> int:
             print(f"boundctx ask: the reply was cut at its {args.max_tokens}-token budget and is not complete; "
                   "raise --max-tokens for a longer one", file=sys.stderr)
         elif finish == "repetition":
-            print("boundctx ask: the model began repeating itself, so the reply was stopped there "
-                  "(the repeated lines are not shown)", file=sys.stderr)
+            shown = f" ({withheld:,} repeated characters not shown)" if withheld else ""
+            print(f"boundctx ask: the model began repeating itself, so the reply was stopped there{shown}",
+                  file=sys.stderr)
         elif finish == "cancelled":
             print("boundctx ask: stopped; the reply is not complete", file=sys.stderr)
         if not quiet:

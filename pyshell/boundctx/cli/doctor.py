@@ -297,8 +297,8 @@ def diagnose_signal(name: str, *, amx: Sequence[str], extra_buffers: bool, loade
     if name == "SIGKILL":
         return (f"killed by SIGKILL {when}: most often the out-of-memory killer; try a smaller model "
                 "or free memory")
-    return (f"killed by {name} {when}: llama.cpp crashed; the child's stderr below has the Python stack; "
-            "rerun with -vv for llama.cpp's log")
+    return (f"killed by {name} {when}: llama.cpp crashed; the child's stderr below has the Python stack "
+            "and llama.cpp's own error lines")
 
 
 def _generation(child: ChildResult, *, amx: Sequence[str], extra_buffers: bool) -> GenerationCheck:

@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -28,7 +28,7 @@ from boundctx.errors import GenerationTimeout
 from boundctx.providers import cpu
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk
 
-__all__ = ["INFERENCE_LOCK", "LlamaCppProvider"]
+__all__ = ["INFERENCE_LOCK", "LlamaCppProvider", "open_llama"]
 
 #: Held by every generation on a local model in this process.
 INFERENCE_LOCK = threading.Lock()
@@ -138,6 +138,14 @@ class _AbortGuard:
             return self._fire("error")
 
 
+def open_llama(model_path: str, *, extra_buffers: cpu.ExtraBuffersSetting = "auto", **llama_kwargs: Any):
+    """A ``llama_cpp.Llama`` loaded with boundctx's extra-buffer-types decision, for code
+    that needs llama-cpp-python's own API (its chat handler, its server) on any host,
+    AMX ones included (decision 0013). ``llama_kwargs`` go to ``Llama()``."""
+    decision = cpu.decide_extra_buffers(extra_buffers, cpu.cpu_flags())
+    return _llama_class()(model_path=model_path, use_extra_bufts=decision.enabled, **llama_kwargs)
+
+
 class LlamaCppProvider(Provider):
     """A GGUF model run in this process.
 
@@ -145,27 +153,32 @@ class LlamaCppProvider(Provider):
     ----------
     model_path : str, optional
         A GGUF file; default: the embedded SmolLM2-135M-Instruct.
-    n_ctx : int
-        The context window to open the model with (llama-cpp-python's own default, 512,
-        is never used).
+    n_ctx : int, optional
+        The context window to open the model with (``chat.n_ctx``; llama-cpp-python's
+        own default, 512, is never used).
     n_threads : int, optional
-        CPU threads for inference; None or 0: llama-cpp-python's choice (half the cores).
-    n_gpu_layers : int
-        Model layers offloaded to a GPU by a GPU build of llama-cpp-python; -1 = all.
-        The default, 0, keeps everything on the CPU (llama-cpp-python's default too).
-    seed : int
-        Sampling seed.
-    extra_buffers : {"auto", "on", "off"}
+        CPU threads for inference (``local.threads``); 0: llama-cpp-python's choice
+        (half the cores).
+    n_gpu_layers : int, optional
+        Model layers offloaded to a GPU by a GPU build of llama-cpp-python; -1 = all
+        (``local.gpu_layers``; its default, 0, keeps everything on the CPU).
+    seed : int, optional
+        Sampling seed (``local.seed``).
+    extra_buffers : {"auto", "on", "off"}, optional
         llama.cpp's extra buffer types (repacked and AMX weight layouts, model parameter
-        ``use_extra_bufts``). ``auto``: off on hosts whose CPU has AMX, where
-        llama-cpp-python 0.3.36 dies with SIGILL in its AMX kernels, on elsewhere
-        (decision 0013). ``local.extra_buffers`` in the settings.
-    repeat_penalty : float
-        How much tokens already in the context are penalised (1 = not at all, the
-        default of llama-cpp-python). Not applied under a JSON schema, where braces,
+        ``use_extra_bufts``; ``local.extra_buffers``). ``auto``: off on hosts whose CPU
+        has AMX, where llama-cpp-python 0.3.36 dies with SIGILL in its AMX kernels, on
+        elsewhere (decision 0013).
+    repeat_penalty : float, optional
+        How much tokens already in the context are penalised, 1 = not at all
+        (``chat.repeat_penalty``). Not applied under a JSON schema, where braces,
         quotes and keys must repeat.
     chat_template : str, optional
         A Jinja chat template instead of the model's own.
+    settings : mapping, optional
+        Where the options left out come from: resolved settings or a partial mapping
+        (default :func:`boundctx.config.load`: the config file and ``BOUNDCTX_*``
+        variables apply to the API as to the command line).
 
     Notes
     -----
@@ -186,10 +199,20 @@ class LlamaCppProvider(Provider):
     #: parallel can wait for their turn first and count the wait against their clock.
     serialises = True
 
-    def __init__(self, model_path: str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None,
-                 n_gpu_layers: int = 0, seed: int = 1234, extra_buffers: cpu.ExtraBuffersSetting = "auto",
-                 repeat_penalty: float = 1.0, chat_template: str | None = None) -> None:
+    def __init__(self, model_path: str | None = None, *, n_ctx: int | None = None, n_threads: int | None = None,
+                 n_gpu_layers: int | None = None, seed: int | None = None,
+                 extra_buffers: cpu.ExtraBuffersSetting | None = None, repeat_penalty: float | None = None,
+                 chat_template: str | None = None, settings: Mapping[str, Any] | None = None) -> None:
+        from boundctx import config
         from boundctx.tokens.llama import LlamaCounter
+
+        s = config.resolve(settings)
+        n_ctx = int(s["chat.n_ctx"]) if n_ctx is None else n_ctx
+        n_threads = int(s["local.threads"]) if n_threads is None else n_threads
+        n_gpu_layers = int(s["local.gpu_layers"]) if n_gpu_layers is None else n_gpu_layers
+        seed = int(s["local.seed"]) if seed is None else seed
+        extra_buffers = s["local.extra_buffers"] if extra_buffers is None else extra_buffers
+        repeat_penalty = float(s["chat.repeat_penalty"]) if repeat_penalty is None else repeat_penalty
 
         if n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
@@ -230,7 +253,11 @@ class LlamaCppProvider(Provider):
             if self._llm is None:
                 llama_cpp = _llama_cpp()
                 decision = self.extra_buffers_decision
-                _log.log(logging.DEBUG if decision.enabled else logging.INFO, "%s", decision.reason)
+                # Off: say what was done (-v). On against an AMX CPU (forced): a warning,
+                # since that is the setting that crashes.
+                level = (logging.INFO if not decision.enabled
+                         else logging.WARNING if decision.amx else logging.DEBUG)
+                _log.log(level, "%s", decision.reason)
                 llm = _llama_class()(model_path=self.model_path, n_ctx=self.context_window,
                                      n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers, seed=self.seed,
                                      use_extra_bufts=decision.enabled, verbose=False)
