@@ -24,6 +24,7 @@ import difflib
 import math
 import os
 import pathlib
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -111,6 +112,10 @@ def _a(type_name: str) -> str:
     return ("an " if type_name[0] in "aeiou" else "a ") + type_name
 
 
+_INT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
     want = _TYPES[key.type]
     if parse and isinstance(value, str) and want is not str:
@@ -123,8 +128,13 @@ def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
                 if lowered in ("0", "false", "no", "off"):
                     return False
                 raise ValueError(text)
+            # ASCII digits only: int() would take "٣" (and the old comma rule "0,4" as 4).
             if want is int:
-                return int(text.replace("_", "").replace(",", ""))
+                if not _INT.fullmatch(text):
+                    raise ValueError(text)
+                return int(text)
+            if not _FLOAT.fullmatch(text):
+                raise ValueError(text)
             number = float(text)
             if not math.isfinite(number):
                 raise ValueError(text)
@@ -142,6 +152,10 @@ def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
     return value
 
 
+#: The largest context window accepted: 16 Mi tokens, past every model there is.
+MAX_CONTEXT = 1 << 24
+
+
 def _declare(*keys: Key) -> dict[str, Key]:
     return {k.name: k for k in keys}
 
@@ -150,12 +164,14 @@ def _declare(*keys: Key) -> dict[str, Key]:
 KEYS: dict[str, Key] = _declare(
     Key("chat.analysis_workers", "int", 2, "note-taking workers that read inputs too large for "
         "the context, one at a time; 0 turns section analysis off", minimum=0, maximum=8),
+    # A maximum keeps a value from wrapping on its way into llama.cpp's 32-bit fields
+    # (2**32 + 2048 opened a 2,048-token context while boundctx counted 4.29 G).
     Key("chat.n_ctx", "int", 8192, "the chat model's context window in tokens (remote models; "
-        "local models are opened with it)", minimum=512),
+        "local models are opened with it)", minimum=512, maximum=MAX_CONTEXT),
     Key("chat.tool_result_clip_chars", "int", 4000, "with analysis off, tool results are cut "
         "to this many characters", minimum=0),
     Key("analysis.worker_n_ctx", "int", 4096, "context of each note-taking worker prompt, in "
-        "tokens", minimum=512),
+        "tokens", minimum=512, maximum=MAX_CONTEXT),
     Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one worker "
         "generation, in seconds", minimum=0, exclusive_minimum=True),
     Key("analysis.notes_max_tokens", "int", 384, "most tokens a worker's notes may take",
@@ -252,8 +268,10 @@ def _read_file(path: pathlib.Path) -> dict[str, Any]:
         return {}
     except IsADirectoryError:
         raise ConfigError(f"the config path {str(path)!r} is a directory, not a TOML file") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"the config file {str(path)!r} nests too deeply to be a settings file") from None
     out: dict[str, Any] = {}
     for group, table in data.items():
         if not isinstance(table, dict):

@@ -156,3 +156,26 @@ def test_clipped_tool_results_are_counted_when_analysis_is_off():
     events = reply(p, [ASK, call, result], **{"chat.analysis_workers": 0, "chat.tool_result_clip_chars": 1000})
     (fitted,) = [e for e in events if isinstance(e, Fitted)]
     assert fitted.clipped == 1 and len(p.requests[-1].messages[-1]["content"]) == 1000
+
+
+@pytest.mark.parametrize("error", [RuntimeError("llama_decode returned -1"), KeyError("choices"), MemoryError()])
+def test_a_backend_failure_in_a_worker_is_a_failed_reply_naming_the_unread_sections(error):
+    big = "".join(f"line {i}: ok\n" for i in range(3000))
+    calls = []
+
+    def respond(request):
+        calls.append(request)
+        return error if len(calls) == 2 else "noted"
+
+    p = ScriptedProvider(respond, context_window=4096)
+    events = list(Engine(p, settings={"analysis.notes_max_tokens": 128}, max_reply_tokens=64).reply(
+        [ASK], files=[("big.log", big)]))
+    failed = events[-1]
+    assert failed.kind == "IncompleteCoverage" and "failed on section 2" in failed.error
+    assert type(error).__name__ in failed.error and "were not read" in failed.error
+
+
+def test_a_backend_failure_while_answering_is_a_failed_reply():
+    p = ScriptedProvider(lambda r: RuntimeError("llama_decode returned -1"))
+    events = reply(p, [ASK])
+    assert events[-1].kind == "GenerationError" and "RuntimeError: llama_decode returned -1" in events[-1].error

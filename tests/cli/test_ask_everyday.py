@@ -249,3 +249,11 @@ def test_a_closed_status_line_draws_nothing_more(capsys):
     status.set("rereading the original (round 1)")  # the answer owns the terminal now
     status.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_question_that_is_not_utf8_is_sent_with_replacements_and_said(scripted_server):
+    server = scripted_server(_sse("ok"))
+    out = subprocess.run(_ask(server.url, b"caf\xe9?"), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert _user_text(server.requests[0]) == "caf\ufffd?"
+    assert b"the question: 1 byte sequence(s) that are not UTF-8" in out.stderr

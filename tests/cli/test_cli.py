@@ -219,3 +219,55 @@ def test_session_get_errors_speak_of_flags_not_parameters(tmp_path, capsys):
     assert main(["session", "get", str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "no transcript at" in err and "create=True" not in err and "Errno" not in err
+
+
+def _deep_json(path, depth=100_000):
+    path.write_text("[" * depth + "]" * depth)
+    return path
+
+
+def test_bad_values_on_the_command_line_are_refused_in_words_not_tracebacks(tmp_path, capsys, monkeypatch):
+    text = tmp_path / "n.txt"
+    text.write_text("hello\n")
+    deep_toml = tmp_path / "deep.toml"
+    deep_toml.write_text("a = " + "[" * 3000 + "1" + "]" * 3000 + "\n")
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_bytes(b"[chat]\nn_ctx = 1\xff\n")
+    cases = [
+        (["ask", "--max-tokens", "0", "--provider", "remote", "--base-url", "http://127.0.0.1:9", "q"],
+         "--max-tokens must be >= 1", None),
+        (["split", str(text), "--tokenizer", "estimate", "--overlap", str(10 ** 20)], "overlap must be at most", None),
+        (["split", str(text), "--tokenizer", "estimate", "--max-tokens", str(10 ** 20)], "max_tokens must be at most",
+         None),
+        (["split", str(text), "--tokenizer", "hf:" + str(tmp_path / "missing.json")], "no tokenizer file at", None),
+        (["sample", str(tmp_path / "s.jsonl"), "--size", "inf"], "positive number of bytes", None),
+        (["sample", str(tmp_path / "s.jsonl"), "--size", "nan"], "positive number of bytes", None),
+        (["plan", "--bfcl", str(_deep_json(tmp_path / "deep.json")), "x"], "nests too deeply", None),
+        (["plan", "--catalog", str(_deep_json(tmp_path / "deepcat.json")), "x"], "nests too deeply", None),
+        (["config", "show"], "nests too deeply to be a settings file", deep_toml),
+        (["config", "show"], "is not valid TOML", bad_toml),
+    ]
+    for argv, said, config_file in cases:
+        if config_file is not None:
+            monkeypatch.setenv("BOUNDCTX_CONFIG", str(config_file))
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, (argv, err)
+        monkeypatch.delenv("BOUNDCTX_CONFIG", raising=False)
+
+
+@pytest.mark.parametrize("value", ["0,4", "٣", "1e3", "4 096"])
+def test_environment_integers_are_ascii_digits_only(value):
+    from boundctx import config
+    from boundctx.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is not an int"):
+        config.load(env={"BOUNDCTX_ANALYSIS_MAX_SECTIONS": value})
+
+
+def test_a_context_window_past_what_llama_cpp_holds_is_refused():
+    from boundctx import config
+    from boundctx.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="too large"):
+        config.load(overrides={"chat.n_ctx": 2 ** 32 + 2048})

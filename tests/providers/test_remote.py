@@ -158,3 +158,13 @@ def test_the_async_stream_works_against_the_real_server(server_url):
 
     chunks = asyncio.run(go())
     assert any(isinstance(c, TextChunk) for c in chunks) and chunks[-1].reason in ("stop", "length")
+
+
+def test_text_that_is_not_valid_unicode_is_refused_in_words_before_any_request(scripted_server):
+    from boundctx.errors import GenerationError
+
+    s = scripted_server()
+    bad = [{"role": "user", "content": b"caf\xe9".decode("utf-8", "surrogateescape")}]
+    with OpenAICompatibleProvider(s.url) as p, pytest.raises(GenerationError, match="not valid Unicode"):
+        p.chat(bad)
+    assert s.requests == []

@@ -19,7 +19,7 @@ from boundctx.analysis.fitting import fit_conversation
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.workers import Notes, iter_read_in_sections
-from boundctx.errors import BoundctxError, ContextOverflow, SectionReadError
+from boundctx.errors import BoundctxError, ContextOverflow, GenerationError, SectionReadError
 from boundctx.events import Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Finish, Provider, TextChunk, ToolCallChunk
 
@@ -202,6 +202,11 @@ class Engine:
                         calls.append(chunk)
                     else:
                         finish = chunk
+            except BoundctxError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the reply as Failed
+                raise GenerationError(f"the model call failed ({type(exc).__name__}: {exc}); the reply is "
+                                      "not complete") from exc
             finally:
                 close = getattr(stream, "close", None)
                 if close is not None:

@@ -24,7 +24,7 @@ import msgspec
 from boundctx._search import longest_fitting
 from boundctx.analysis.originals import Originals
 from boundctx.analysis.repetition import RepetitionGuard
-from boundctx.errors import GenerationError, IncompleteCoverage, ServerError
+from boundctx.errors import IncompleteCoverage
 from boundctx.events import AnalysisProgress
 from boundctx.providers.base import Provider, TextChunk
 from boundctx.sections import plan as plan_sections
@@ -171,7 +171,9 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
                 elif getattr(chunk, "reason", None) == "cancelled":
                     return None
             pieces.append(guard.finish())
-        except (GenerationError, ServerError, OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of the model (llama-cpp-python raises
+            # RuntimeError on a failed decode; a backend may run out of memory) leaves sections unread,
+            # and the reply must say which, not escape.
             unread = [(s.index + 1, s.start, s.end) for s in planned.sections[section.index:]]
             raise IncompleteCoverage(
                 f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "

@@ -211,6 +211,9 @@ def run(args) -> int:
         overrides["chat.system_prompt"] = args.system
     if args.repeat_penalty is not None:
         overrides["chat.repeat_penalty"] = args.repeat_penalty
+    if args.max_tokens < 1:
+        print(f"boundctx ask: --max-tokens must be >= 1, got {args.max_tokens}", file=sys.stderr)
+        return 2
     style = None
     status_line = LiveStatus(enabled=not (quiet or args.json))
     try:
@@ -218,7 +221,9 @@ def run(args) -> int:
         files, notes = _read_files(args, status_line)
         status_line.set("preparing")
         conversation, style = _read_transcript(args)
-        messages = (conversation.messages if conversation else []) + [{"role": "user", "content": args.question}]
+        # A question typed in a locale that is not UTF-8 arrives with surrogate escapes.
+        question = args.question = _decode("the question", os.fsencode(args.question), notes)
+        messages = (conversation.messages if conversation else []) + [{"role": "user", "content": question}]
         notes += [f"transcript: {notice}" for notice in (conversation.notices if conversation else [])]
         if args.system is not None and messages[0].get("role") == "system":
             notes.append("--system is not used: the transcript starts with its own system message")

@@ -109,10 +109,12 @@ def run(args) -> int:
                          progress=_call_progress(status, int(settings["understanding.max_model_calls"])))
         plan = (u.single_call(args.message, records=records) if args.single_call
                 else u.understand(args.message, records=records, click=click))
-    except (OSError, ValueError, KeyError, ImportError, BoundctxError) as exc:
+    except (OSError, ValueError, KeyError, ImportError, BoundctxError, RecursionError) as exc:
         if status is not None:
             status.close()
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        if isinstance(exc, RecursionError):  # json.load on a file nested thousands deep
+            message = "an input file nests too deeply to be a catalog or a list of records"
         print(f"boundctx plan: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -21,8 +21,8 @@ def parse_size(text: str) -> int:
         value = float(t[: len(t) - len(unit)])
     except ValueError:
         raise ValueError(f"size {text!r} is not a number of bytes like 2M, 1G or 500k") from None
-    if value <= 0:
-        raise ValueError(f"size must be positive, got {text!r}")
+    if not value > 0 or value == float("inf"):  # nan, inf: not a size
+        raise ValueError(f"size must be a positive number of bytes like 2M, got {text!r}")
     return int(value * _UNITS[unit])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import msgspec
@@ -41,6 +42,9 @@ def counter_for(spec: str):
         return TiktokenCounter(arg or "cl100k_base")
     if kind == "hf" and arg:
         from boundctx.tokens import HFTokenizerCounter
+
+        if not os.path.isfile(arg):  # tokenizers' own error is a bare "Exception"
+            raise FileNotFoundError(f"no tokenizer file at {arg!r} (hf: takes a tokenizer.json)")
         return HFTokenizerCounter(arg)
     raise ValueError(f"unknown tokenizer {spec!r}; use one of: {TOKENIZERS}")
 

@@ -24,6 +24,7 @@ import httpx
 from boundctx.errors import (
     ConfigError,
     ContextOverflow,
+    GenerationError,
     GenerationTimeout,
     ServerResponseError,
     ServerTimeout,
@@ -37,6 +38,18 @@ from boundctx.tokens.estimate import ByteEstimateCounter
 __all__ = ["OpenAICompatibleProvider"]
 
 _RETRY_STATUS = (429, 503)
+
+
+def _check_unicode(body: dict[str, Any]) -> None:
+    """Refuse, in words, text a server cannot be sent: a lone surrogate (what Python makes
+    of bytes that are not UTF-8 with ``errors="surrogateescape"``) has no UTF-8 form."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise GenerationError(
+            f"the request holds text that is not valid Unicode ({exc.object[exc.start:exc.end]!r}, a lone "
+            "surrogate: bytes that were not UTF-8); a server takes only UTF-8: decode such input with "
+            "errors='replace'") from None
 
 
 class OpenAICompatibleProvider(Provider):
@@ -119,6 +132,7 @@ class OpenAICompatibleProvider(Provider):
                                            "json_schema": {"name": "reply", "schema": request.schema, "strict": True}}
             else:  # llama-cpp-python's server knows only this form
                 body["response_format"] = {"type": "json_object", "schema": request.schema}
+        _check_unicode(body)
         return body
 
     # Retry policy, shared by the sync and async paths: a send that failed before any

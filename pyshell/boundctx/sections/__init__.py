@@ -27,6 +27,8 @@ section's start); every measured count is within its limit.
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -164,9 +166,22 @@ def _text_measure(text: str, counter: TokenCounter, tok_start: np.ndarray) -> Ca
     return measure
 
 
+#: The native core's offsets are ssize_t: a larger value is a clear error, not an
+#: OverflowError (one this large already means "the whole text").
+_LARGEST = sys.maxsize
+
+
+def _check(name: str, value: int, least: int) -> None:
+    if value < least:
+        raise ValueError(f"{name} must be >= {least}, got {value}")
+    if value > _LARGEST:
+        raise ValueError(f"{name} must be at most {_LARGEST:,}, got {value}")
+
+
 def _check_overlap(overlap: int) -> None:
     if overlap < 0:
         raise ValueError(f"overlap must be >= 0 characters, got {overlap}")
+    _check("overlap", overlap, 0)
 
 
 def split(text: str, *, counter: TokenCounter, max_tokens: int, overlap: int = 64) -> list[Section]:
@@ -201,8 +216,7 @@ def split(text: str, *, counter: TokenCounter, max_tokens: int, overlap: int = 6
     ...                                  max_tokens=4, overlap=1)]
     [(0, 3), (2, 6), (5, 8)]
     """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    _check("max_tokens", max_tokens, 1)
     _check_overlap(overlap)
 
     def too_small(at: int, k: int) -> Exception:
@@ -257,8 +271,7 @@ def plan(text: str, *, counter: TokenCounter, prompt: Callable[[str], Sequence[M
     for name, value, least in (("context", context, 1), ("output_tokens", output_tokens, 0),
                                ("notes_tokens", notes_tokens, 0), ("max_source_chars", max_source_chars, 1),
                                ("max_sections", max_sections, 1)):
-        if value < least:
-            raise ValueError(f"{name} must be >= {least}, got {value}")
+        _check(name, value, least)
     _check_overlap(overlap)
     n = len(text)
     if n > max_source_chars:
