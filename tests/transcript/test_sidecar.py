@@ -3,6 +3,7 @@
 import os
 import shutil
 import struct
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -234,3 +235,189 @@ def test_reindex_scans_once_even_without_a_sidecar(tmp_path, monkeypatch):
     assert report.ok and report.messages == 30 and calls == [1]
     with Transcript.open(path) as t:
         assert t.layout_outcome == "valid"
+
+
+# -- sidecars whose numbers lie: crafted segment by segment -----------------------------
+
+def read_segments(side):
+    """The segments of a sidecar: [header dict, starts, kinds, messages, compactions]."""
+    data = Path(side).read_bytes()
+    assert data[:8] == MAGIC
+    pos, segs = 8, []
+    while pos < len(data):
+        hlen, _crc = struct.unpack_from("<II", data, pos)
+        header = msgspec.msgpack.decode(data[pos + 8 : pos + 8 + hlen].rstrip(b"\0"))
+        pos += 8 + hlen
+        n, m, c = header["n"], header["m"], header["c"]
+        arrays = []
+        for dtype, count, width in (("<i8", n, 8 * n), ("u1", n, (n + 7) & ~7),
+                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c)):
+            arrays.append(np.frombuffer(data, dtype=dtype, count=count, offset=pos).copy())
+            pos += width
+        segs.append([header, *arrays])
+    return segs
+
+
+def write_segments(side, segs, *, path=None):
+    """Write segments back (the arrays as they are, the header as told; ``path`` makes
+    the sidecar belong to that transcript), with a header checksum that checks out."""
+    out = [MAGIC]
+    for header, starts, kinds, messages, compactions in segs:
+        header = dict(header)
+        if path is not None:
+            header["path"] = os.path.realpath(path)
+        h = msgspec.msgpack.encode(header)
+        h += b"\0" * (-len(h) % 8)
+        k = np.asarray(kinds, "u1").tobytes()
+        k += b"\0" * (-len(k) % 8)
+        out += [struct.pack("<II", len(h), zlib.crc32(h)), h, np.asarray(starts, "<i8").tobytes(), k,
+                np.asarray(messages, "<i8").tobytes(), np.asarray(compactions, "<i8").tobytes()]
+    Path(side).write_bytes(b"".join(out))
+
+
+I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
+
+
+def lie(segs, damage, size):
+    """Apply one damage to the (single) segment of a sidecar for a file of ``size`` bytes."""
+    header, starts, kinds, messages, compactions = segs[0]
+    n = len(starts)
+    mid = n // 2
+    # A huge positive then a huge negative offset, chosen so that every int64
+    # difference between neighbours wraps to a positive number ("increasing").
+    if damage == "wrap":
+        starts[1], starts[2] = I64_MAX, int(starts[3]) - 2**63 + 1
+    elif damage == "wrap_at_the_end":
+        starts[n - 2], starts[n - 1] = I64_MAX, I64_MIN + 5
+    elif damage == "wrap_in_the_middle":
+        starts[mid], starts[mid + 1] = I64_MAX - 1, int(starts[mid + 2]) - 2**63 + 1
+    elif damage == "negative_in_the_middle":
+        starts[mid] = -5
+    elif damage == "past_the_file_size":
+        starts[mid] = size + 4096
+    elif damage == "past_the_file_size_to_the_end":
+        starts[mid:] = np.arange(size + 100, size + 100 + n - mid)
+    elif damage == "empty_line":
+        starts[mid] = starts[mid + 1]
+    elif damage == "swapped_offsets":
+        starts[mid], starts[mid + 1] = starts[mid + 1], starts[mid]
+    elif damage == "messages_wrap":
+        i = len(messages) // 2
+        messages[i], messages[i + 1] = I64_MAX, int(messages[i + 2]) - 2**63 + 1
+    elif damage == "message_out_of_range":
+        messages[len(messages) // 2] = I64_MAX
+    elif damage == "header_end_past_the_file":
+        header["end"] = header["scanned"] = size + (1 << 40)
+    elif damage == "header_scanned_past_the_file":
+        header["scanned"] = 1 << 62   # a "torn tail" of 4 EiB
+    elif damage == "header_end_huge":
+        header["end"] = header["scanned"] = 2**64 - 1
+    elif damage == "header_counts_disagree":
+        header["m"] -= 1
+        segs[0][3] = messages[:-1]
+    elif damage == "header_counts_huge":
+        header["n"] = 2**62
+    elif damage == "identity_huge":
+        header["identity"] = [2**64 - 1, 2**64 - 1, 2**63 - 1, -(2**63)]
+    else:
+        raise AssertionError(damage)
+
+
+def expected_ids(n):
+    return [f"m{i}" for i in range(n)]
+
+
+def check_reads_give_the_file(path, n, *, near):
+    """Every way of reading gives what the file holds, whatever the sidecar says."""
+    with Transcript.open(path) as t:
+        assert t.message_count == n and t.torn_bytes == 0
+        lo = max(0, near - 3)
+        got = [m.record["id"] for m in t.window(message_before=min(n, near + 3), message_limit=6).messages]
+        assert got == expected_ids(n)[lo : min(n, near + 3)]
+        assert [e.record["id"] for e in t.read_lines(lo, lo + 4)] == expected_ids(n)[lo : lo + 4]
+        assert ids(t, message_limit=3) == expected_ids(n)[-3:]
+        assert ids(t, message_before=3, message_limit=3) == expected_ids(n)[:3]
+        assert t.layout_outcome in ("valid", "rebuilt")
+    with Transcript.open(path) as t:  # the rebuilt sidecar is the honest one
+        assert t.layout_outcome == "valid"
+        assert [m.record["id"] for m in t.window(message_before=min(n, near + 3), message_limit=6).messages] \
+            == expected_ids(n)[lo : min(n, near + 3)]
+
+
+SMALL_DAMAGES = ["wrap", "wrap_at_the_end", "wrap_in_the_middle", "negative_in_the_middle",
+                 "past_the_file_size", "past_the_file_size_to_the_end", "empty_line", "swapped_offsets",
+                 "message_out_of_range", "messages_wrap", "header_end_past_the_file",
+                 "header_scanned_past_the_file", "header_end_huge", "header_counts_disagree",
+                 "header_counts_huge", "identity_huge"]
+
+
+@pytest.mark.parametrize("damage", SMALL_DAMAGES)
+def test_a_sidecar_whose_offsets_or_counts_lie_is_rebuilt_and_every_read_is_right(tmp_path, damage):
+    path = make(tmp_path / "t.jsonl", 60)
+    Transcript.open(path).close()
+    side = str(path) + ".layout"
+    segs = read_segments(side)
+    lie(segs, damage, path.stat().st_size)
+    write_segments(side, segs)
+    check_reads_give_the_file(path, 60, near=30)
+    with Transcript.open(path) as t:
+        assert t.history().message_count == 60
+        t.append({"type": "message", "id": "after"})
+    with Transcript.open(path) as t:
+        assert ids(t, message_limit=2) == ["m59", "after"]
+
+
+@pytest.fixture(scope="module")
+def big_transcript(tmp_path_factory):
+    """A transcript with one segment too large to be checked whole on load."""
+    folder = tmp_path_factory.mktemp("big")
+    n = layout_mod.SMALL_SEGMENT + 100
+    path = folder / "t.jsonl"
+    path.write_bytes(b"".join(encode_record({"type": "message", "id": f"m{i}"}) for i in range(n)))
+    Transcript.open(path).close()
+    return path, n
+
+
+def copy_of(big, tmp_path):
+    """The big transcript and its sidecar, copied (the copy's sidecar belongs to the copy)."""
+    src, n = big
+    path = tmp_path / "t.jsonl"
+    shutil.copyfile(src, path)
+    os.utime(path, ns=(os.stat(src).st_atime_ns, os.stat(src).st_mtime_ns))
+    segs = read_segments(str(src) + ".layout")
+    st = os.stat(path)
+    segs[0][0]["identity"] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    return path, n, segs
+
+
+@pytest.mark.parametrize("damage", ["wrap_in_the_middle", "negative_in_the_middle", "past_the_file_size",
+                                    "empty_line", "swapped_offsets", "message_out_of_range",
+                                    "messages_wrap"])
+def test_a_large_sidecar_read_on_demand_that_lies_is_rebuilt_on_first_use(tmp_path, big_transcript, damage):
+    path, n, segs = copy_of(big_transcript, tmp_path)
+    write_segments(str(path) + ".layout", segs, path=path)
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"  # the honest copy is used as it is
+    lie(segs, damage, path.stat().st_size)
+    write_segments(str(path) + ".layout", segs, path=path)
+    check_reads_give_the_file(path, n, near=n // 2)
+
+
+def test_random_lies_in_a_large_sidecar_never_escape_as_exceptions(tmp_path, big_transcript):
+    rng = np.random.default_rng(11)
+    path, n, segs = copy_of(big_transcript, tmp_path)
+    honest = [a.copy() for a in segs[0][1:]]
+    size = path.stat().st_size
+    for _ in range(25):
+        starts, kinds, messages, compactions = (a.copy() for a in honest)
+        at = int(rng.integers(1, n - 2))
+        which = int(rng.integers(0, 3))
+        values = rng.choice([I64_MAX, I64_MIN, -1, 0, size, size + 1, int(rng.integers(-size, 2 * size)),
+                             int(rng.integers(I64_MIN, I64_MAX, dtype=np.int64))], size=2)
+        target = (starts, messages, kinds)[which]
+        if which == 2:
+            kinds[at] = int(rng.integers(0, 256))
+        else:
+            target[at : at + 2] = values
+        write_segments(str(path) + ".layout", [[segs[0][0], starts, kinds, messages, compactions]], path=path)
+        check_reads_give_the_file(path, n, near=min(at, n - 1))

@@ -201,6 +201,12 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
         the window's half (pathological text only). ``end`` is -1 when the budget holds
         no cut longer than the overlap, or none that keeps a cluster whole past it (the
         budget is too small); ``next_start`` is -1 after the last section.
+
+    Raises
+    ------
+    ValueError
+        When an argument is out of range, or the token spans do not end at the end of
+        the text or are not non-decreasing where the estimate reads them.
     """
     cdef Text t = _text(text)
     cdef Py_ssize_t ntok = tok_end.shape[0], i0, k, e, lo, p, c, ns, kind, snap
@@ -234,6 +240,14 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
             while k > i0 and tok_start[k + 1] < tok_end[k]:
                 k -= 1
             e = tok_end[k]
+    # The spans are trusted only this far: with tok_end non-decreasing (as token_spans
+    # writes it), tok_end[k] >= tok_end[i0] > start. A hostile array could put any
+    # int64 here, and e - start below would wrap; refuse it instead.
+    if e <= start:
+        raise ValueError(
+            f"the token spans are not non-decreasing: token {k} ends at {e}, "
+            f"at or before the section's start {start}")
+    with nogil:
         kind = 0
         c = -1
         if e >= t.n:

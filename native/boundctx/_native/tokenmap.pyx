@@ -79,27 +79,42 @@ def token_spans(str text not None, const int64_t[::1] piece_bytes not None,
     Raises
     ------
     ValueError
-        When the lengths are negative, or do not add up to the text's UTF-8 length,
-        or the output buffers are the wrong size.
+        When a length is negative, the lengths run past or fall short of the text's
+        UTF-8 length (checked one by one, so no sum can wrap), or the output buffers
+        are the wrong size.
     """
     cdef Py_ssize_t k, ntok = piece_bytes.shape[0], n = len(text)
     cdef Py_ssize_t c = 0          # code point index
     cdef int64_t cb = 0            # byte offset of code point c
-    cdef int64_t s = 0, e, total = 0, L, jb
+    cdef int64_t s = 0, e, left, L, jb, size
     cdef Py_ssize_t j
     if cp_start.shape[0] != ntok or cp_end.shape[0] != ntok:
         raise ValueError(f"cp_start and cp_end must hold {ntok} entries (one per token)")
+    size = utf8_length(text)
+    # Every length is checked against the bytes still left, never summed first: a sum
+    # of hostile lengths can wrap int64 to the right total, and the walk below reads
+    # text[j] without bounds checks, so it may only run on lengths that stay inside.
     for k in range(ntok):
         L = piece_bytes[k]
         if L < 0:
             raise ValueError(f"token {k} has a negative byte length ({L})")
-        total += L
-    if total != utf8_length(text):
+    # Invariant: left == size - (sum of piece_bytes[0:k]) and 0 <= left <= size.
+    left = size
+    for k in range(ntok):
+        L = piece_bytes[k]
+        if L > left:
+            raise ValueError(
+                f"token byte lengths add up to more than the text's {size} bytes of UTF-8 "
+                f"(token {k} has {L} bytes, {left} are left): the pieces do not come from this text")
+        left -= L
+    if left:
         raise ValueError(
-            f"token byte lengths add up to {total}, but the text is {utf8_length(text)} "
+            f"token byte lengths add up to {size - left}, but the text is {size} "
             "bytes of UTF-8: the pieces do not come from this text")
     # Invariant: cb is the byte offset of code point c, and cb <= s (token k's start):
-    # c is the last code point starting at or before s.
+    # c is the last code point starting at or before s. s and e stay in [0, size], so
+    # c and j stay in [0, n]; the c < n and j < n guards keep the walk inside the text
+    # even if the buffer changed under us.
     for k in range(ntok):
         e = s + piece_bytes[k]
         while c < n and cb + _width(text[c]) <= s:
@@ -110,7 +125,7 @@ def token_spans(str text not None, const int64_t[::1] piece_bytes not None,
         # the next token can start inside this token's last character.
         j = c
         jb = cb
-        while jb < e:
+        while jb < e and j < n:
             jb += _width(text[j])
             j += 1
         cp_end[k] = j

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "pread_exact"]
+__all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
@@ -35,7 +35,14 @@ def pread_exact(fd: int, offset: int, length: int) -> bytes:
 
 
 class SidecarGone(OSError):
-    """The sidecar ended early under a read (truncated by someone else)."""
+    """The sidecar cannot serve this read: it ended early under it (truncated by
+    someone else), or (:class:`SidecarLies`) what it says cannot be true. Readers
+    rebuild the layout from the transcript once and read again."""
+
+
+class SidecarLies(SidecarGone):
+    """Arrays read on demand from a sidecar say something impossible (a line outside
+    the indexed bytes, or ending before it starts): the sidecar lied."""
 
 
 class SidecarFile:
@@ -64,15 +71,21 @@ class SidecarFile:
 
 
 class FileArray:
-    """``count`` elements of ``dtype`` stored at ``offset`` in a sidecar, read on demand."""
+    """``count`` elements of ``dtype`` stored at ``offset`` in a sidecar, read on demand.
 
-    __slots__ = ("file", "offset", "count", "dtype")
+    ``increasing``: the array must be strictly increasing (line offsets, line numbers);
+    every read checks that of what it read, so a lie inside the array (only its ends are
+    checked on load) surfaces as :class:`SidecarLies` where it is used."""
 
-    def __init__(self, file: SidecarFile, offset: int, count: int, dtype) -> None:
+    __slots__ = ("file", "offset", "count", "dtype", "increasing")
+
+    def __init__(self, file: SidecarFile, offset: int, count: int, dtype, *,
+                 increasing: bool = False) -> None:
         self.file = file
         self.offset = offset
         self.count = count
         self.dtype = np.dtype(dtype)
+        self.increasing = increasing
 
     def __len__(self) -> int:
         return self.count
@@ -80,7 +93,12 @@ class FileArray:
     def read(self, lo: int, hi: int) -> np.ndarray:
         size = self.dtype.itemsize
         raw = self.file.pread(self.offset + lo * size, (hi - lo) * size)
-        return np.frombuffer(raw, dtype=self.dtype)
+        arr = np.frombuffer(raw, dtype=self.dtype)
+        # Compared, never subtracted (np.diff wraps on int64).
+        if self.increasing and len(arr) > 1 and not bool(np.all(arr[1:] > arr[:-1])):
+            raise SidecarLies(f"layout sidecar {self.file.path!r}: elements {lo}..{hi - 1} "
+                              "of an increasing array are not increasing")
+        return arr
 
     def __getitem__(self, key):
         if isinstance(key, slice):

@@ -38,7 +38,14 @@ import msgspec
 import numpy as np
 
 from boundctx._native import load
-from boundctx.transcript.arrays import Chunked, FileArray, SidecarFile, pread_exact
+from boundctx.transcript.arrays import (
+    Chunked,
+    FileArray,
+    SidecarFile,
+    SidecarGone,
+    SidecarLies,
+    pread_exact,
+)
 from boundctx.transcript.dialects import dialect_kinds, native_table
 
 _li = load("lineindex")
@@ -90,7 +97,9 @@ def arrays_disagree(starts: np.ndarray, kinds: np.ndarray, messages: np.ndarray,
     agree with each other, or None when they do."""
     if len(starts) and (int(starts[0]) != start or int(starts[-1]) >= end):
         return "line offsets outside their range"
-    if len(starts) > 1 and not bool(np.all(np.diff(starts) > 0)):
+    # Compared, never subtracted: np.diff wraps on int64, so a huge positive offset
+    # followed by a huge negative one would pass as "increasing".
+    if len(starts) > 1 and not bool(np.all(starts[1:] > starts[:-1])):
         return "line offsets not increasing"
     seq, comp = lines_of_kinds(kinds, line0)
     if not (np.array_equal(seq, messages) and np.array_equal(comp, compactions)):
@@ -184,14 +193,24 @@ class Layout:
             if hi == len(self.starts):
                 offs = np.append(offs, self.indexed_end)
             rel = lines - lo
-            return offs[rel], offs[rel + 1], self.kinds.slice(lo, hi)[rel]
-        starts = self.starts.take(lines)
-        nxt = lines + 1
-        last = nxt >= len(self.starts)
-        ends = np.empty_like(starts)
-        ends[~last] = self.starts.take(nxt[~last])
-        ends[last] = self.indexed_end
-        return starts, ends, self.kinds.take(lines)
+            starts, ends, kinds = offs[rel], offs[rel + 1], self.kinds.slice(lo, hi)[rel]
+        else:
+            starts = self.starts.take(lines)
+            nxt = lines + 1
+            last = nxt >= len(self.starts)
+            ends = np.empty_like(starts)
+            ends[~last] = self.starts.take(nxt[~last])
+            ends[last] = self.indexed_end
+            kinds = self.kinds.take(lines)
+        # Arrays read on demand from a sidecar are checked only at their ends on load:
+        # every offset handed out must lie inside the indexed bytes, and every line
+        # must hold at least its "\n", or reads would go to negative offsets, past the
+        # file, or ask for absurd lengths. A layout that fails this lied.
+        if len(starts) and not (int(starts.min()) >= 0 and int(ends.max()) <= self.indexed_end
+                                and bool(np.all(ends > starts))):
+            raise SidecarLies(f"the layout puts lines {lo}..{hi - 1} outside the indexed bytes "
+                              f"0..{self.indexed_end} or makes one end before it starts")
+        return starts, ends, kinds
 
     def agrees(self, starts: np.ndarray, kinds: np.ndarray) -> bool:
         """Whether the arrays agree with each other throughout (O(lines): for reads that
@@ -352,12 +371,17 @@ def save_layout(layout: Layout, path: str) -> str | None:
             and layout.persisted_segments and not layout.bad_dirty:
         return None
     real = os.path.realpath(path)
-    if layout.persisted_segments and layout.persisted_segments < MAX_SEGMENTS and layout.sidecar_path:
-        if _append_segment(layout, real):
-            return layout.sidecar_path
-    for target in sidecar_paths(path):
-        if _write_whole(layout, real, target):
-            return target
+    try:
+        if layout.persisted_segments and layout.persisted_segments < MAX_SEGMENTS and layout.sidecar_path:
+            if _append_segment(layout, real):
+                return layout.sidecar_path
+        for target in sidecar_paths(path):
+            if _write_whole(layout, real, target):
+                return target
+    except SidecarGone:
+        # Copying arrays read from the old sidecar found it lying or cut short: write
+        # nothing (never copy a lie); the next read that meets the lie rebuilds.
+        return None
     return None
 
 
@@ -484,9 +508,9 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
         if pos + need > size:
             raise ValueError("truncated arrays")
         arrays = []
-        for dtype, count, width in ((_i8, h.n, 8 * h.n), (np.uint8, h.n, _pad8(h.n)),
-                                    (_i8, h.m, 8 * h.m), (_i8, h.c, 8 * h.c)):
-            arrays.append(FileArray(f, pos, count, dtype))
+        for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, _pad8(h.n), False),
+                                                (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True)):
+            arrays.append(FileArray(f, pos, count, dtype, increasing=increasing))
             pos += width
         if h.n <= SMALL_SEGMENT:
             # Small segments (every appended one) are read whole and checked whole.
@@ -545,6 +569,9 @@ def judge(layout: Layout, fd: int) -> str:
         return "a different file (inode changed)"
     if now.size < layout.indexed_end:
         return "the file shrank below the indexed end"
+    if now.size < layout.scanned_end:
+        # A torn tail the file does not hold (a lying sidecar can claim 4 EiB of one).
+        return "the file is shorter than the layout says it scanned"
     head, tail = file_hashes(fd, layout.indexed_end)
     if (head, tail) != (layout.head_hash, layout.tail_hash):
         return "content changed (fingerprint mismatch)"

@@ -363,7 +363,8 @@ class Transcript:
         layout = self._layout
         if int(lines[0]) < 0 or int(lines[-1]) >= layout.line_count:
             raise _StaleLayout("indexed line numbers out of range")
-        if len(lines) > 1 and not bool(np.all(np.diff(lines) > 0)):
+        # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
+        if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
             raise _StaleLayout("indexed line numbers not increasing")
         span = layout.kinds.slice(int(lines[0]), int(lines[-1]) + 1)
         mask = is_sequence(span) if kinds is SEQUENCE_KINDS else span == kinds[0]
