@@ -51,6 +51,53 @@ def test_supports_confirms_only_a_quote_that_is_the_value_and_nothing_else():
     assert not supports(True, "no", Param("b", "boolean"))
 
 
+N = Param("n", "integer")
+
+
+@pytest.mark.parametrize("quote, numbers", [
+    ("Close T-101", []), ("2024-05-01", []), ("3-4", []), ("5-year", []), ("a 5-year plan", []), ("at 7pm", []),
+    ("T101", []), ("3:30", []), ("\u22125", []),
+    ("-5", [-5]), ("(-5)", [-5]), ("minus 5", [-5]), ("negative five", [-5]), ("+3", [3]), ("5.", [5]),
+])
+def test_a_number_is_read_only_from_a_token_that_is_one(quote, numbers):
+    assert number_in(quote) == numbers
+
+
+@pytest.mark.parametrize("value, quote", [
+    (-101, "Close T-101"), (101, "Close T-101"), (2024, "2024-05-01"), (-5, "2024-05-01"), (3, "3-4"), (-4, "3-4"),
+    (5, "5-year"), (5, "minus 5"), (7, "at 7pm"), (4, "4 people at 7pm"),
+])
+def test_code_never_confirms_a_number_from_an_id_a_date_or_a_range(value, quote):
+    assert not supports(value, quote, N)
+    assert not supports(float(value), quote, Param("x", "number"))
+    assert not supports([value], quote, Param("m", "array", items="integer"))
+
+
+@pytest.mark.parametrize("value, quote", [(-5, "-5"), (-5, "minus 5"), (-5, "negative five"), (5, "5"), (3, "+3")])
+def test_code_confirms_a_quote_that_is_the_number_with_its_sign(value, quote):
+    assert supports(value, quote, N)
+
+
+def test_an_id_quoted_for_a_number_goes_to_verify_and_is_asked_for_when_unsupported():
+    from booking import RECORDS, catalog
+    from oracle import Oracle, task_kind
+
+    from boundctx import config
+    from boundctx.providers import ScriptedProvider
+    from boundctx.understanding import Understander
+
+    text = "book Sakura at 7pm for T-4"
+    gold = {"units": [text], "route": {text: ["book_table"]}, "locate": {(text, "book_table"): "sakura"},
+            "extract": {(text, "book_table"): {"time": ("7pm", "7pm"), "party_size": ("T-4", "-4")}},
+            "verify": {"party_size": "unsupported"}}
+    provider = ScriptedProvider(Oracle(gold, RECORDS))
+    plan = Understander(provider, catalog(), settings=config.load(env={})).understand(text, records=RECORDS)
+    verify = [r for r in provider.requests if task_kind(r) == "verify"]
+    assert len(verify) == 1 and "party_size" in verify[0].messages[1]["content"]
+    act, = plan.acts
+    assert "party_size" not in act.arguments and act.missing == ["party_size"]
+
+
 def test_big_and_odd_numbers_are_read_exactly_or_refused():
     assert normalise("12345678901234567891", Param("n", "integer")) == 12345678901234567891
     assert supports(12345678901234567891, "12345678901234567891", Param("n", "integer"))

@@ -26,6 +26,7 @@ from typing import Any
 from boundctx._llama_log import expect_abort
 from boundctx.errors import GenerationTimeout
 from boundctx.providers import cpu
+from boundctx.providers.grammar import checked_grammar, schema_grammar
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk
 
 __all__ = ["INFERENCE_LOCK", "LlamaCppProvider", "open_llama"]
@@ -38,12 +39,11 @@ _log = logging.getLogger("boundctx.local")
 
 @lru_cache(maxsize=1)
 def _llama_cpp():
-    from boundctx._llama_log import route_llama_log
-    from boundctx.tokens.llama import _llama_cpp as import_llama_cpp  # ImportError with the install hint
+    # ImportError with the install hint; llama.cpp's log routed to boundctx.llama_cpp
+    # before any load.
+    from boundctx.tokens.llama import _llama_cpp as import_llama_cpp
 
-    llama_cpp = import_llama_cpp()
-    route_llama_log(llama_cpp)  # llama.cpp's log as records on boundctx.llama_cpp, before any load
-    return llama_cpp
+    return import_llama_cpp()
 
 
 @lru_cache(maxsize=1)
@@ -295,7 +295,7 @@ class LlamaCppProvider(Provider):
         llm = self._model()
         grammar = None
         if request.schema is not None:
-            grammar = _llama_cpp().LlamaGrammar.from_json_schema(json.dumps(request.schema), verbose=False)
+            grammar = checked_grammar(llm, schema_grammar(request.schema))
         generated = 0
         reason = "stop"
         with INFERENCE_LOCK:

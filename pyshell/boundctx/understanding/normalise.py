@@ -91,26 +91,49 @@ def _number(text: str, *, integer: bool) -> int | float:
     raise ValueError(f"{text!r} is not a {'whole ' if integer else ''}number")
 
 
-def number_in(text: str) -> list[int | Fraction]:
-    """Every number written in ``text``, in digits or in words, exactly."""
+# A number inside a quote is a whole token: a sign only where the token starts, and no
+# letter, digit or joiner on either side, so the "-101" of "T-101", the parts of
+# "2024-05-01" and "3-4", and the 5 of "5-year" or "7pm" are not numbers (decision: code
+# confirms a value only from a quote that really is that value; the rest goes to verify).
+_NUMBER_TOKEN = re.compile(r"(?<![\w.,+\-/:\u2212\u2013\u2014])(?:" + _NUMBER.pattern + r")(?![\w/:]|[.,+\-]\w)")
+_NEGATIVE_WORD = re.compile(r"\b(?:minus|negative)\s+$", re.IGNORECASE)
+_WORD_TOKEN = re.compile(r"(?<![\w\-])[A-Za-z]+(?:-[A-Za-z]+)*(?![\w\-])")
+
+
+def _numbers(text: str) -> tuple[list[int | Fraction], bool]:
+    """The numbers ``text`` writes (as :func:`number_in`), and whether a digit is left
+    outside them (an id, a date, a range, a time: something a number was read from)."""
     found: list[int | Fraction] = []
-    for m in _NUMBER.finditer(text):
+    rest = text
+    for m in _NUMBER_TOKEN.finditer(text):
         try:
-            found.append(_exact(m.group(0)))
+            value = _exact(m.group(0))
         except (ValueError, ZeroDivisionError):
             continue
-    tokens = re.findall(r"[A-Za-z]+(?:-[A-Za-z]+)*", text)
+        if m.group(0)[0] not in "+-" and _NEGATIVE_WORD.search(text, 0, m.start()):
+            value = -value  # "minus 5"
+        found.append(value)
+        rest = rest[:m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
+    tokens = list(_WORD_TOKEN.finditer(text))
     i = 0
     while i < len(tokens):
         # the longest run of number words starting here
         for j in range(min(len(tokens), i + 6), i, -1):
-            value = _words_number(" ".join(tokens[i:j]))
+            value = _words_number(" ".join(t.group(0) for t in tokens[i:j]))
             if value is not None:
-                found.append(value)
+                negative = _NEGATIVE_WORD.search(text, 0, tokens[i].start())
+                found.append(-value if negative else value)
                 i = j - 1
                 break
         i += 1
-    return found
+    return found, re.search(r"\d", rest) is not None
+
+
+def number_in(text: str) -> list[int | Fraction]:
+    """Every number written in ``text``, in digits or in words, exactly: a digit token
+    that is a whole number with its sign (``-5``, ``minus 5``), not a digit run inside an
+    id, a date or a range (``T-101``, ``2024-05-01``, ``3-4``)."""
+    return _numbers(text)[0]
 
 
 def _split_list(text: str) -> list[str]:
@@ -196,16 +219,17 @@ def supports(value: Any, evidence: str, param: Param) -> bool:
     if isinstance(value, bool):
         return _plain(evidence) in (("true", "yes") if value else ("false", "no"))
     if isinstance(value, (int, float)):
-        numbers = number_in(evidence)
-        return len(numbers) == 1 and numbers[0] == (_exact(repr(value)) if isinstance(value, float) else value)
+        numbers, stray = _numbers(evidence)
+        return (not stray and len(numbers) == 1
+                and numbers[0] == (_exact(repr(value)) if isinstance(value, float) else value))
     if isinstance(value, str):
         return bool(_plain(value)) and _plain(value) == _plain(evidence)
     if isinstance(value, list):
         if not value:
             return False
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-            written = number_in(evidence)
-            return written == [_exact(repr(v)) if isinstance(v, float) else v for v in value]
+            written, stray = _numbers(evidence)
+            return not stray and written == [_exact(repr(v)) if isinstance(v, float) else v for v in value]
         parts = [_plain(p) for p in _split_list(evidence)]
         return parts == [_plain(str(v)) for v in value]
     return False
