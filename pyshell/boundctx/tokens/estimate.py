@@ -7,9 +7,11 @@ content tokens. The common ``bytes / 4`` rule under-counts JSON, numbers, ids an
 markers, BOS, the generation prompt) come on top as a per-message and per-prompt
 overhead.
 
-Calibration from what a provider reports (``usage.prompt_tokens``) may lower the ratio
-below one token per byte, but only on evidence and never below the highest ratio seen
-times a safety margin; an overflow error the estimate failed to predict resets it.
+Calibration from what a provider reports (``usage.prompt_tokens``) only ever makes the
+estimate safer (decision 0016): a report above the estimate grows the template overhead;
+a report below it changes nothing. A server that reports 0, or far too few, once brought
+the ratio down to nothing, and after that no bound held. An overflow error the estimate
+failed to predict resets a ratio lowered by hand to the byte bound.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ class ByteEstimateCounter(TokenCounter):
         Template tokens around each message (role markers, separators).
     per_prompt_overhead : int
         Tokens once per prompt (BOS, the generation prompt).
-    margin : float
-        Safety factor applied to observed ratios when calibrating (>= 1).
-    min_observations : int
-        Calibrations needed before the ratio may drop below 1.
+
+    Attributes
+    ----------
+    ratio : float
+        Tokens per byte of content, 1 (the byte bound) unless set lower by a caller who
+        knows the tokenizer; calibration never lowers it.
 
     Examples
     --------
@@ -52,21 +56,12 @@ class ByteEstimateCounter(TokenCounter):
 
     exact = False
 
-    def __init__(self, *, per_message_overhead: int = 8, per_prompt_overhead: int = 16,
-                 margin: float = 1.25, min_observations: int = 3) -> None:
+    def __init__(self, *, per_message_overhead: int = 8, per_prompt_overhead: int = 16) -> None:
         if per_message_overhead < 0 or per_prompt_overhead < 0:
             raise ValueError("overheads must be >= 0")
-        if margin < 1:
-            raise ValueError(f"margin must be >= 1 (a safety factor), got {margin}")
-        if min_observations < 1:
-            raise ValueError(f"min_observations must be >= 1, got {min_observations}")
         self.per_message_overhead = per_message_overhead
         self.per_prompt_overhead = per_prompt_overhead
-        self.margin = margin
-        self.min_observations = min_observations
         self.ratio = 1.0
-        self._max_seen = 0.0
-        self._observations = 0
 
     # -- counting -----------------------------------------------------------------
 
@@ -93,8 +88,7 @@ class ByteEstimateCounter(TokenCounter):
 
     def piece_bytes(self, text: str) -> np.ndarray:
         """Token boundaries as this estimate sees them: ``count_text(text)`` pieces
-        sharing the text's bytes evenly (one byte each until calibration lowers the
-        ratio)."""
+        sharing the text's bytes evenly (one byte each unless the ratio was set lower)."""
         total = _tm.utf8_length(text)
         n = self.count_text(text)
         if n <= 0:
@@ -108,32 +102,24 @@ class ByteEstimateCounter(TokenCounter):
     def observe(self, messages: Sequence[Message], reported_prompt_tokens: int, *,
                 tools: Sequence[Mapping[str, Any]] | None = None,
                 add_generation_prompt: bool = True) -> None:
-        """Learn from a provider's ``usage.prompt_tokens`` for a prompt we estimated.
-
-        The ratio only drops below 1 after ``min_observations`` reports, and never
-        below ``margin`` times the highest tokens-per-byte ratio seen. A report above
-        our estimate raises the ratio at once (to 1 at most: the byte bound).
-        """
+        """Learn from a provider's ``usage.prompt_tokens`` for a prompt we estimated:
+        a report above the estimate raises it (the ratio towards the byte bound, then
+        the per-prompt overhead) so that prompt would be counted at least as reported;
+        a report below it is no evidence the next prompt will be as cheap, and changes
+        nothing."""
         if reported_prompt_tokens < 0:
             raise ValueError(f"reported_prompt_tokens must be >= 0, got {reported_prompt_tokens}")
-        content = self._content_bytes(messages, tools)
-        overhead = self._overhead(messages, add_generation_prompt)
-        if reported_prompt_tokens - overhead > content:
-            # More tokens than the byte bound allows: the template costs more than we
-            # assumed. Grow the prompt overhead by the deficit; the bound holds again.
-            self.per_prompt_overhead += reported_prompt_tokens - overhead - content
-            overhead = self._overhead(messages, add_generation_prompt)
-        if content == 0:
+        deficit = reported_prompt_tokens - self.count_prompt(messages, tools=tools,
+                                                             add_generation_prompt=add_generation_prompt)
+        if deficit <= 0:
             return
-        seen = max(0, reported_prompt_tokens - overhead) / content
-        self._max_seen = max(self._max_seen, seen)
-        self._observations += 1
-        if self._observations >= self.min_observations or seen > self.ratio:
-            self.ratio = min(1.0, self._max_seen * self.margin)
+        self.ratio = 1.0  # the byte bound first
+        deficit = reported_prompt_tokens - self.count_prompt(messages, tools=tools,
+                                                             add_generation_prompt=add_generation_prompt)
+        if deficit > 0:  # more tokens than bytes: the template costs more than assumed
+            self.per_prompt_overhead += deficit
 
     def observe_overflow(self) -> None:
         """The provider rejected a prompt this estimate said would fit: trust only the
-        byte bound again, and forget the observations that led here."""
+        byte bound again."""
         self.ratio = 1.0
-        self._max_seen = 0.0
-        self._observations = 0

@@ -192,8 +192,8 @@ class LlamaServerCounter(TokenCounter):
     url : str
         The server's root URL (a trailing ``/v1`` removed).
     estimate : ByteEstimateCounter
-        The estimate counts come from after a fallback; calibrate it with
-        ``observe`` from the ``usage`` your chat responses report.
+        The estimate counts come from after a fallback; ``observe`` with the ``usage``
+        your chat responses report keeps it safe (it never lowers it: decision 0016).
     fallback_reason : str or None
         Why counts are estimated (which endpoint answered what); None while exact.
     text_counts_exact : bool
