@@ -146,3 +146,22 @@ def test_the_command_line_settings_reach_the_local_provider():
         assert p.extra_buffers_decision.enabled is False
     finally:
         p.close()
+
+
+def test_a_stream_left_open_does_not_hang_the_next_local_call(local, monkeypatch):
+    """A stream neither read to its end nor closed keeps the model; the next call's wait
+    for it is bounded (by its time limit, else LOCK_WAIT_S) and says why."""
+    from boundctx.errors import GenerationTimeout
+    from boundctx.providers import local as local_module
+
+    left_open = local.stream_chat(HI, max_tokens=8, temperature=0)
+    next(left_open)  # one chunk: the lock is held, the stream suspended
+    try:
+        with pytest.raises(GenerationTimeout, match="neither read to its end nor closed"):
+            local.chat(HI, max_tokens=2, temperature=0, timeout_s=0.2)
+        monkeypatch.setattr(local_module, "LOCK_WAIT_S", 0.2)
+        with pytest.raises(GenerationTimeout, match="held the model for 0.2 s"):
+            local.chat(HI, max_tokens=2, temperature=0)
+    finally:
+        left_open.close()
+    assert local.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1  # free again

@@ -15,6 +15,7 @@ is loaded without llama.cpp's extra buffer types (decision 0013, :mod:`.cpu`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -136,6 +137,28 @@ class _AbortGuard:
         except Exception as exc:  # noqa: BLE001 - kept and raised by the stream, never lost
             self.error = exc
             return self._fire("error")
+
+
+#: Longest wait for another local generation to finish when a call has no time limit of
+#: its own: a stream that is neither read to its end nor closed keeps the lock, and a
+#: wait without end would hang every other local call.
+LOCK_WAIT_S = 600.0
+
+
+@contextlib.contextmanager
+def _inference_turn(timeout_s: float | None) -> Iterator[float]:
+    """Hold :data:`INFERENCE_LOCK` for one generation; yields when the wait began, so a
+    time limit covers the wait as well as the generation."""
+    began = time.monotonic()
+    wait = LOCK_WAIT_S if timeout_s is None else timeout_s
+    if not INFERENCE_LOCK.acquire(timeout=wait):
+        raise GenerationTimeout(
+            f"another local generation held the model for {wait:g} s, so this one did not start; a stream "
+            "that is neither read to its end nor closed keeps the model: close it (stream.close())")
+    try:
+        yield began
+    finally:
+        INFERENCE_LOCK.release()
 
 
 def open_llama(model_path: str, *, extra_buffers: cpu.ExtraBuffersSetting = "auto", **llama_kwargs: Any):
@@ -298,8 +321,7 @@ class LlamaCppProvider(Provider):
             grammar = checked_grammar(llm, schema_grammar(request.schema))
         generated = 0
         reason = "stop"
-        with INFERENCE_LOCK:
-            started = time.monotonic()
+        with _inference_turn(timeout_s) as started:  # the limit counts the wait for the turn
             guard = self._guard
             guard.arm(cancel, None if timeout_s is None else started + timeout_s)
             self._set_abort(llm, True)
