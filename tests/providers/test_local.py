@@ -165,3 +165,10 @@ def test_a_stream_left_open_does_not_hang_the_next_local_call(local, monkeypatch
     finally:
         left_open.close()
     assert local.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1  # free again
+
+
+def test_an_abandoned_stream_gives_the_model_back_when_it_is_dropped(local):
+    abandoned = local.stream_chat(HI, max_tokens=8, temperature=0)
+    next(abandoned)
+    del abandoned  # no reference left: the generator is finalised and its lock released
+    assert local.chat(HI, max_tokens=2, temperature=0, timeout_s=5).finish.completion_tokens >= 1
