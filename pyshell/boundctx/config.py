@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from boundctx._atomic import replacing
+from boundctx._files import read_bytes
 from boundctx.errors import ConfigError, UnknownVariableWarning
 
 if sys.version_info >= (3, 11):
@@ -260,14 +261,18 @@ def _unknown(name: str, source: str) -> ConfigError:
 
 
 def _read_file(path: pathlib.Path) -> dict[str, Any]:
-    """``{"group.key": value}`` from a TOML file; a missing file is empty."""
+    """``{"group.key": value}`` from a TOML file; a missing file is empty, and so is
+    ``os.devnull`` (the one device read: "no config file", as the replay runner asks)."""
+    if os.fspath(path) == os.devnull:
+        return {}
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = tomllib.loads(read_bytes(path, what="TOML settings file").decode("utf-8"))
     except FileNotFoundError:
         return {}
     except IsADirectoryError:
         raise ConfigError(f"the config path {str(path)!r} is a directory, not a TOML file") from None
+    except OSError as exc:  # a FIFO or a device (never read: it could block or never end)
+        raise ConfigError(f"cannot read the config file: {exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from None
     except RecursionError:

@@ -271,3 +271,64 @@ def test_a_context_window_past_what_llama_cpp_holds_is_refused():
 
     with pytest.raises(ConfigError, match="too large"):
         config.load(overrides={"chat.n_ctx": 2 ** 32 + 2048})
+
+
+def _bounded_cli(argv, *, env=None):
+    """``python -m boundctx ARGV`` in a child with a time limit and a 4 GiB address
+    space: a FIFO that blocks fails by time, /dev/zero read to the end fails by memory."""
+    import os
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    return subprocess.run([sys.executable, "-m", "boundctx", *argv], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, preexec_fn=limit, env={**os.environ, **(env or {})})
+
+
+_NO_SERVER = ["--provider", "remote", "--base-url", "http://127.0.0.1:9"]
+_CATALOG = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "bookings.toml")
+
+
+@pytest.mark.parametrize("entry", ["ask --file", "split", "plan --catalog", "plan --bfcl", "plan --records"])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_fifo_or_a_device_given_as_an_input_file_is_refused_in_words_without_blocking(tmp_path, entry, special):
+    import os
+
+    if special == "fifo":
+        path = str(tmp_path / "input.json")
+        os.mkfifo(path)
+        said = "is a FIFO (named pipe), not a regular file"
+    else:
+        path, said = special, "is a character device, not a regular file"
+    argv = {"ask --file": ["ask", "--file", path, *_NO_SERVER, "q"],
+            "split": ["split", path, "--tokenizer", "estimate"],
+            "plan --catalog": ["plan", "--catalog", path, *_NO_SERVER, "x"],
+            "plan --bfcl": ["plan", "--bfcl", path, *_NO_SERVER, "x"],
+            "plan --records": ["plan", "--catalog", _CATALOG, "--records", path, *_NO_SERVER, "x"]}[entry]
+    out = _bounded_cli(argv)
+    assert out.returncode == 2 and said in out.stderr and repr(path) in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_ask_refuses_to_write_into_a_file_that_is_not_a_transcript_before_any_model_call(tmp_path, scripted_server,
+                                                                                          capsys):
+    from servers import delta
+
+    server = scripted_server((200, [delta("answer"), delta(finish="stop")]))
+    png = tmp_path / "picture.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4)
+    no_newline = tmp_path / "notes.txt"
+    no_newline.write_bytes(b"just some words, no newline")
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text('{\n  "type": "message"\n}\n')
+    for path, looks in ((png, "a PNG image"), (no_newline, "no complete line"), (pretty, "looks like text")):
+        before = path.read_bytes()
+        code = main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(path),
+                     "--no-stdin", "q"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "does not look like a transcript" in err and looks in err and "Nothing was written" in err, err
+        assert path.read_bytes() == before
+    assert server.requests == []  # refused before any model call
+    assert sorted(p.name for p in tmp_path.iterdir() if ".torn-" in p.name or p.name.endswith(".lock")) == []

@@ -190,3 +190,25 @@ def test_an_unknown_variable_is_warned_about_once_per_process(recwarn):
 def test_the_variables_boundctx_reads_besides_settings_are_known_by_name(recwarn):
     config.load(env={"BOUNDCTX_CONFIG": "/nowhere.toml", "BOUNDCTX_CACHE_DIR": "/tmp", "BOUNDCTX_API_KEY": "k"})
     assert not recwarn.list
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_config_file_that_is_a_fifo_or_a_device_is_refused_without_blocking(tmp_path, special):
+    import resource
+    import subprocess
+    import sys
+
+    if special == "fifo":
+        path = str(tmp_path / "config.toml")
+        os.mkfifo(path)
+        said = "is a FIFO (named pipe), not a regular file"
+    else:
+        path, said = special, "is a character device, not a regular file"
+    code = ("import sys\nfrom boundctx import config\nfrom boundctx.errors import ConfigError\n"
+            "try:\n    config.load(path=sys.argv[1], env={})\nexcept ConfigError as exc:\n    print(exc)\n")
+    # A child with a time limit and a 4 GiB address space: a regression fails, not hangs.
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)))
+    assert out.returncode == 0 and said in out.stdout and repr(path) in out.stdout, (out.stdout, out.stderr)
+    assert config.load(path=os.devnull, env={})["chat.n_ctx"] == config.KEYS["chat.n_ctx"].default  # still "no file"

@@ -159,3 +159,80 @@ def test_require_record_raises_transcript_corrupt_for_a_corrupt_line(tmp_path):
         assert good.require_record()["id"] == "m0"
         with pytest.raises(TranscriptCorrupt, match=r"message 1 \(bytes .*\) is not a record.*delete"):
             bad.require_record()
+
+
+_REPLACED_BY_A_FIFO = r"""
+import os, sys
+from boundctx import Transcript
+from boundctx.errors import TranscriptNotAFile
+path = sys.argv[1]
+t = Transcript.open(path)
+os.rename(path, path + ".old")
+os.mkfifo(path)  # no writer will ever come: a read or an open of it would block for good
+for step in (t.window, lambda: t.read_lines(0, 1), t.history,
+             lambda: t.append({"type": "message", "message": {"role": "user", "content": "x"}}, sync=False)):
+    try:
+        step()
+    except TranscriptNotAFile as exc:
+        assert "FIFO" in str(exc), exc
+    else:
+        raise SystemExit("read or appended without an error")
+t.close()
+print("refused")
+"""
+
+
+def test_a_path_replaced_by_a_fifo_while_open_is_refused_by_every_read_and_append_without_blocking(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + rec(1))
+    # In a child with a time limit: a regression blocks there, and fails here.
+    out = subprocess.run([sys.executable, "-c", _REPLACED_BY_A_FIFO, str(path)], capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0 and out.stdout.strip() == "refused", out.stderr
+    assert (tmp_path / "t.jsonl.old").read_bytes() == rec(0) + rec(1)
+
+
+def test_a_path_replaced_by_a_device_while_open_is_not_read_as_empty_nor_appended_to(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0) + rec(1))
+    beside_device = ["/dev/null.lock", "/dev/null.layout"]
+    existed = {p for p in beside_device if os.path.lexists(p)}
+    t = Transcript.open(path)
+    try:
+        os.rename(path, tmp_path / "t.jsonl.old")
+        os.symlink("/dev/null", path)
+        with pytest.raises(TranscriptNotAFile, match="now a character device"):
+            t.window()
+        with pytest.raises(TranscriptNotAFile, match="now a character device"):
+            t.append({"type": "message", "message": {"role": "user", "content": "lost?"}}, sync=False)
+        t.close()  # persists the layout: never beside the device
+        made = [p for p in beside_device if os.path.lexists(p) and p not in existed]
+        assert made == []
+    finally:
+        t.close()
+        for p in beside_device:
+            if p not in existed and os.path.lexists(p):
+                os.unlink(p)  # what an old regression left in /dev
+    assert (tmp_path / "t.jsonl.old").read_bytes() == rec(0) + rec(1)
+
+
+def test_an_append_refuses_a_file_swapped_in_between_the_read_and_the_write(tmp_path, monkeypatch):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(rec(0))
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(rec(5))
+    with Transcript.open(path) as t:
+        real_refresh = t._refresh
+
+        def refresh_then_swap():
+            real_refresh()
+            os.replace(other, path)  # after the read, before the append fd is opened
+
+        monkeypatch.setattr(t, "_refresh", refresh_then_swap)
+        from boundctx.errors import TranscriptChanged
+        with pytest.raises(TranscriptChanged, match="nothing was written"):
+            t.append({"type": "message", "message": {"role": "user", "content": "x"}}, sync=False)
+    assert path.read_bytes() == rec(5)

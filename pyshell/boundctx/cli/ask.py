@@ -17,6 +17,7 @@ import threading
 
 import msgspec
 
+from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
 from boundctx.cli._provider import add_provider_arguments, make_provider, model_overrides
 
@@ -75,7 +76,8 @@ def _read_transcript(args):
         return Conversation([], []), "text"
     with Transcript.open(args.transcript) as transcript:
         window = transcript.window(message_limit=args.history)
-    return chat_messages(window), None if args.no_save else writable_style(window)
+        style = None if args.no_save else writable_style(window, transcript=transcript)
+    return chat_messages(window), style
 
 
 def _save(args, conversation, style, answer: str, files) -> None:
@@ -133,8 +135,8 @@ def _read_files(args, status: LiveStatus) -> tuple[list[tuple[str, str]], list[s
                 notes.append(f"attached standard input ({len(data):,} bytes) as {STDIN_LABEL!r}; "
                              "--no-stdin leaves it alone")
         else:
-            with open(path, "rb") as f:
-                files.append((path, _decode(path, f.read(), notes)))
+            # Never a FIFO or a device: reading one could block or never end.
+            files.append((path, _decode(path, read_bytes(path, what="text file to attach"), notes)))
     return files, notes
 
 

@@ -12,6 +12,7 @@ import sys
 
 import msgspec
 
+from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
 from boundctx.cli._provider import add_provider_arguments, make_provider, model_overrides
 
@@ -89,12 +90,11 @@ def run(args) -> int:
         if args.catalog:
             catalog = Catalog.load(args.catalog)
         else:
-            with open(args.bfcl, encoding="utf-8") as f:
-                catalog = Catalog.from_bfcl(json.load(f), source=args.bfcl)
+            functions = json.loads(read_bytes(args.bfcl, what="BFCL JSON file").decode("utf-8"))
+            catalog = Catalog.from_bfcl(functions, source=args.bfcl)
         records = []
         if args.records:
-            with open(args.records, encoding="utf-8") as f:
-                records = json.load(f)
+            records = json.loads(read_bytes(args.records, what="JSON list of records").decode("utf-8"))
             if not isinstance(records, list):
                 raise ValueError(f"{args.records}: records must be a JSON list of {{id, kind, fields, label}}")
         click = None

@@ -7,6 +7,8 @@ import sys
 
 import msgspec
 
+from boundctx._files import read_bytes
+
 __all__ = ["add_parser", "counter_for", "split_file"]
 
 TOKENIZERS = "smollm2 (the embedded model, default), estimate, tiktoken:NAME, hf:TOKENIZER.json, gguf:MODEL.gguf"
@@ -57,8 +59,7 @@ def split_file(path: str, *, tokenizer: str, max_tokens: int, overlap: int):
     if path == "-":
         data = sys.stdin.buffer.read()
     else:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bytes(path, what="text file")  # never a FIFO or a device
     text = data.decode("utf-8", "surrogateescape")
     return text, split(text, counter=counter_for(tokenizer), max_tokens=max_tokens, overlap=overlap)
 

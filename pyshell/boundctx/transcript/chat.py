@@ -8,9 +8,15 @@ results), for every dialect the store reads:
   content parts (``text``, ``toolCall``, ``thinking``, ``image``), ``toolResult`` and
   ``bashExecution`` messages; ``compaction`` lines carry a summary of what they replaced.
 - Claude Code: ``user`` / ``assistant`` lines holding Anthropic messages (``tool_use``,
-  ``tool_result`` blocks).
-- Codex CLI: ``response_item`` lines (``message``, ``function_call``,
-  ``function_call_output``, ``reasoning``); ``compacted`` replaces the history before it.
+  ``tool_result`` blocks). A compaction is a ``system`` ``compact_boundary`` line followed
+  by a ``user`` line marked ``isCompactSummary``: that summary replaces what came before
+  it, and is not sent as if the user had written it.
+- Codex CLI and Desktop: ``response_item`` lines (``message``, ``function_call``,
+  ``function_call_output``, ``reasoning``); ``compacted`` replaces the history before it
+  (with its ``replacement_history`` when it has one). ``event_msg`` ``user_message`` lines
+  are user turns where no ``response_item`` user message of the same turn holds them
+  (Codex Desktop writes some sessions with no other trace of what was asked); the other
+  events echo response items for the agent's display and are not sent.
 
 Nothing is dropped without a word: what a model cannot be sent (corrupt lines, images,
 unknown roles, tool results whose call is outside the window) becomes a *notice* the
@@ -163,6 +169,62 @@ def _codex_item(record: dict[str, Any], where: str, notices: list[str]) -> list[
     return []
 
 
+def _codex_event(record: dict[str, Any], where: str, notices: list[str]) -> list[dict[str, Any]]:
+    """An ``event_msg`` line: a ``user_message`` is a user turn; other events (agent
+    messages, token counts, command ends, ...) echo response items for the display."""
+    p = record.get("payload")
+    if not isinstance(p, dict) or p.get("type") != "user_message":
+        return []
+    images = [i for key in ("images", "local_images") for i in p.get(key) or []]
+    if images:
+        notices.append(f"{where}: {len(images)} image(s) of a user message are not sent to a text model")
+    text = p.get("message")
+    if not isinstance(text, str):
+        notices.append(f"{where}: a user_message event without message text; not sent")
+        return []
+    return [{"role": "user", "content": text}]
+
+
+def _is_item_user(record: dict[str, Any] | None) -> bool:
+    p = (record or {}).get("payload")
+    return ((record or {}).get("type") == "response_item" and isinstance(p, dict)
+            and p.get("type") == "message" and p.get("role") == "user")
+
+
+def _is_turn_input(record: dict[str, Any] | None) -> bool:
+    """A line that opens a Codex turn: a user or developer message item, or an event."""
+    r = record or {}
+    p = r.get("payload")
+    return r.get("type") == "event_msg" or (
+        r.get("type") == "response_item" and isinstance(p, dict) and p.get("type") == "message"
+        and p.get("role") in ("user", "developer", "system"))
+
+
+def _echoed_user_events(entries: list[Entry]) -> set[int]:
+    """Positions of ``user_message`` events whose turn also holds a ``response_item`` user
+    message: Codex writes the question twice there, and the item is what the model got."""
+    echoed: set[int] = set()
+    run: list[int] = []
+
+    def close() -> None:
+        if any(_is_item_user(entries[i].record) for i in run):
+            echoed.update(i for i in run if entries[i].type == "event_msg")
+        run.clear()
+
+    for i, e in enumerate(entries):
+        if _is_turn_input(e.record):
+            run.append(i)
+        else:
+            close()
+    close()
+    return echoed
+
+
+def _is_claude_compact_summary(entry: Entry) -> bool:
+    r = entry.record or {}
+    return r.get("type") == "user" and r.get("isCompactSummary") is True
+
+
 def _summary(entry: Entry) -> str | None:
     r = entry.record or {}
     if r.get("type") == "compaction":
@@ -170,18 +232,21 @@ def _summary(entry: Entry) -> str | None:
     if r.get("type") == "compacted":
         p = r.get("payload")
         return p.get("message", "") if isinstance(p, dict) else ""
+    if _is_claude_compact_summary(entry):
+        return _parts_text((r.get("message") or {}).get("content"), f"message {entry.index}", [])
     return None  # Claude Code's "summary" lines title a session; they replace nothing
 
 
 def _merge_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive assistant messages that only call tools become one (Codex writes
-    one item per call), so every tool result follows the call it answers."""
+    """An assistant message that only calls tools joins the assistant message before it
+    (Codex writes one item per call, Claude Code one line per content block), so a turn's
+    text and calls are one message and every tool result follows the call it answers."""
     out: list[dict[str, Any]] = []
     for m in messages:
         prev = out[-1] if out else None
         if (prev is not None and m["role"] == "assistant" and not m.get("content") and m.get("tool_calls")
-                and prev["role"] == "assistant" and prev.get("tool_calls")):
-            prev["tool_calls"] = prev["tool_calls"] + m["tool_calls"]
+                and prev["role"] == "assistant"):
+            prev["tool_calls"] = prev.get("tool_calls", []) + m["tool_calls"]
         else:
             out.append(m)
     return out
@@ -212,6 +277,9 @@ def chat_messages(window: Window) -> Conversation:
     The newest compaction in force replaces what it summarised: its summary comes
     first, as a user message saying what it is, and only the messages after it (pi:
     from its ``firstKeptEntryId`` or, in older sessions, ``firstKeptEntryIndex``) follow.
+    A Claude Code compaction is the message marked ``isCompactSummary`` (the
+    ``compact_boundary`` line before it is not a message); a Codex ``compacted`` line
+    with a ``replacement_history`` puts that history in place of what came before it.
     """
     notices: list[str] = []
     entries = list(window.messages)
@@ -219,6 +287,9 @@ def chat_messages(window: Window) -> Conversation:
     for c in window.compactions:
         if _summary(c) is not None:
             compaction = c
+    for e in entries:  # Claude Code's summaries are message lines, not compaction lines
+        if _is_claude_compact_summary(e) and (compaction is None or e.line > compaction.line):
+            compaction = e
     keep_from = 0
     if compaction is not None:
         record = compaction.record or {}
@@ -233,10 +304,28 @@ def chat_messages(window: Window) -> Conversation:
             keep_from = min(keep_from, kept)
     messages: list[dict[str, Any]] = []
     if compaction is not None:
-        messages.append({"role": "user", "content": "Summary of the earlier conversation (compacted):\n"
-                                                    + (_summary(compaction) or "")})
+        record = compaction.record or {}
+        payload = record.get("payload") if record.get("type") == "compacted" else None
+        history = payload.get("replacement_history") if isinstance(payload, dict) else None
+        if isinstance(history, list):  # Codex: the history the model continued from
+            where = f"compaction at line {compaction.line}"
+            summary = _summary(compaction)
+            if summary:
+                messages.append({"role": "user", "content": "Summary of the earlier conversation (compacted):\n"
+                                                            + summary})
+            for item in history:
+                if isinstance(item, dict) and item.get("type") == "compaction":
+                    notices.append(f"{where}: the agent's encrypted compaction summary cannot be sent to "
+                                   "another model; the turns it kept are sent")
+                elif isinstance(item, dict):
+                    messages += _codex_item({"payload": item}, where, notices)
+        else:
+            messages.append({"role": "user", "content": "Summary of the earlier conversation (compacted):\n"
+                                                        + (_summary(compaction) or "")})
+    kept_entries = entries[keep_from:]
+    echoed = _echoed_user_events(kept_entries)
     last_id = None
-    for entry in entries[keep_from:]:
+    for pos, entry in enumerate(kept_entries):
         where = f"message {entry.index}"
         if entry.record is None:
             notices.append(f"{where} (line {entry.line}) is corrupt ({entry.corrupt}); not sent")
@@ -257,21 +346,72 @@ def chat_messages(window: Window) -> Conversation:
             messages += _claude_message(record, where, notices)
         elif kind == "response_item":
             messages += _codex_item(record, where, notices)
+        elif kind == "event_msg":
+            if pos not in echoed:
+                messages += _codex_event(record, where, notices)
         else:
             notices.append(f"{where}: line type {kind!r} is not a message; not sent")
     return Conversation(_drop_orphans(_merge_tool_calls(messages), notices), notices, last_id)
 
 
-def writable_style(window: Window) -> str:
+# What a file that is not a transcript often begins with (its first line, decoded with
+# replacement characters), and what to call it.
+_MAGIC = (("\ufffdPNG", "a PNG image"), ("%PDF", "a PDF document"), ("PK\x03\x04", "a ZIP archive"),
+          ("GIF8", "a GIF image"), ("\x7fELF", "an executable (ELF)"), ("\x1f\ufffd", "gzip-compressed data"))
+# The reason a window gives a line too long to show whole that it could not project.
+_UNPROJECTED = "not displayable within the content limit"
+
+
+def _looks_like(raw: str) -> str:
+    for magic, words in _MAGIC:
+        if raw.startswith(magic):
+            return words
+    return "binary data" if "\ufffd" in raw or "\x00" in raw else "text"
+
+
+def _refuse_unless_transcript(transcript) -> None:
+    """A non-empty file is written into only when its first non-blank line is a JSON
+    record: anything else (an image, a log, a pretty-printed JSON file) is no transcript,
+    and appending would move its tail to a side file and cut it there."""
+    path = transcript.path
+    how = ("Nothing was written to it. Give a .jsonl transcript or a path that does not exist yet, "
+           "or pass --no-save to only read it")
+    if transcript.line_count == 0:
+        if transcript.torn_bytes:
+            raise ValueError(f"{path!r} does not look like a transcript: its {transcript.torn_bytes:,} bytes "
+                             f"hold no complete line, so no JSON record. {how}")
+        return  # empty: a new conversation
+    for entry in transcript.read_lines(0, min(8, transcript.line_count), content_limit=256):
+        if entry.record is not None:
+            return
+        if entry.corrupt == "blank line":
+            continue
+        if entry.corrupt == _UNPROJECTED and entry.raw.lstrip().startswith("{"):
+            return  # a long record whose prefix could not be projected: no verdict against it
+        raise ValueError(f"{path!r} does not look like a transcript: its first line is not a JSON record; "
+                         f"it looks like {_looks_like(entry.raw)} (it begins {entry.raw[:32]!r}). {how}")
+
+
+def writable_style(window: Window, *, transcript=None) -> str:
     """How replies are written to this transcript: ``"text"`` (string content, the
     boundctx format and a new file) or ``"parts"`` (pi's content-part lists).
+
+    Parameters
+    ----------
+    window : Window
+        The newest messages of the transcript.
+    transcript : Transcript, optional
+        The open transcript the window was read from: a non-empty one whose first line
+        is not a JSON record is refused (it is not a transcript at all).
 
     Raises
     ------
     ValueError
         For another agent's format (Claude Code, Codex CLI): boundctx reads those but
-        does not write into them.
+        does not write into them; and for a file that is not a transcript.
     """
+    if transcript is not None:
+        _refuse_unless_transcript(transcript)
     for entry in reversed(window.messages):
         record = entry.record
         if record is None:

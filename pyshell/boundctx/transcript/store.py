@@ -24,6 +24,7 @@ import numpy as np
 
 from boundctx import config as _config
 from boundctx._atomic import replacing
+from boundctx._files import kind_of, open_regular
 from boundctx._native import load
 from boundctx._search import longest_fitting
 from boundctx.errors import (
@@ -199,7 +200,7 @@ class Transcript:
             return
         self._closed = True
         try:
-            save_layout(self._layout, self.path)
+            self._save_layout()
         finally:
             for fd in (self._wfd, self._lock_fd, self._fd):
                 if fd is not None:
@@ -531,14 +532,13 @@ class Transcript:
     def _refresh(self) -> None:
         """Notice a replaced, grown, shrunk or rewritten file since the last read.
         Costs one ``stat`` when nothing changed."""
-        try:
-            st = os.stat(self.path)
-        except OSError as exc:
-            raise _map_open_error(self.path, exc) from None
+        st = self._stat_path()
         mine = os.fstat(self._fd)
         if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
-            # Replaced by a rename (a rewrite): follow the path to the new file.
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # Replaced by a rename (a rewrite): follow the path to the new file, opened
+            # without blocking and refused unless it is a regular file (a FIFO swapped
+            # in after the stat above would otherwise block this open forever).
+            fd = _open_regular_fd(self.path)
             os.close(self._fd)
             self._fd = fd
             if self._wfd is not None:
@@ -561,14 +561,36 @@ class Transcript:
     def _rebuild(self, reason: str) -> None:
         self._layout = build_layout(self._fd, dialect=self.dialect, window=self._window)
         self._layout.outcome = "rebuilt"
-        save_layout(self._layout, self.path)
+        self._save_layout()
+
+    def _stat_path(self) -> os.stat_result:
+        """``stat`` of the path, refused unless it is a regular file: a FIFO would block
+        the next open or read, and a device would read as empty and swallow appends."""
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise _map_open_error(self.path, exc) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise TranscriptNotAFile(
+                errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL,
+                f"{self.path!r} is now {kind_of(st.st_mode)}, not the regular file that was "
+                "opened; nothing was read or written. Put the transcript back, or open it again")
+        return st
+
+    def _save_layout(self) -> None:
+        """Persist the layout, but only while the path still names the file it describes:
+        never write a sidecar beside a device or a file that replaced it."""
+        if _names(self.path, self._fd):
+            save_layout(self._layout, self.path)
 
     # -- writing ------------------------------------------------------------------
 
-    def _acquire_writer(self) -> int:
-        """Take the cross-process write lock (held until close) and an append fd."""
+    def _acquire_lock(self) -> None:
+        """Take the cross-process write lock (held until close), beside a regular file
+        only (never a ``.lock`` beside a device the path was replaced by)."""
         self._check_open()
         if self._lock_fd is None:
+            self._stat_path()
             lock_path = os.path.realpath(self.path) + ".lock"
             try:
                 lfd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -586,12 +608,37 @@ class Transcript:
                     11, f"another writer holds {self.path!r}; close it there first "
                         "(readers never need the lock)") from None
             self._lock_fd = lfd
+
+    def _acquire_writer(self) -> int:
+        """The write lock and an append fd on the very file being read (call after
+        :meth:`_refresh`): opened without blocking, and refused unless it is that
+        regular file (same device and inode), so an append cannot go to a FIFO, a
+        device or a file swapped in since the read."""
+        self._acquire_lock()
         if self._wfd is None:
+            flags = (os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NOCTTY", 0))
             try:
-                self._wfd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+                wfd = os.open(self.path, flags)
             except PermissionError as exc:
                 raise TranscriptPermission(
                     exc.errno, f"cannot append to {self.path!r}: permission denied") from None
+            except OSError as exc:  # ENXIO: a FIFO with no reader; ENOENT: gone
+                raise TranscriptChanged(
+                    f"{self.path!r} could not be opened for appending ({exc.strerror}); it was "
+                    "replaced or removed since it was read. Nothing was written") from None
+            st, mine = os.fstat(wfd), os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+                os.close(wfd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise TranscriptNotAFile(
+                        errno.EINVAL, f"{self.path!r} is now {kind_of(st.st_mode)}, not the regular "
+                                      "file that was opened; nothing was written")
+                raise TranscriptChanged(
+                    f"{self.path!r} was replaced by another file just before the append; nothing "
+                    "was written. Append it again")
+            fcntl.fcntl(wfd, fcntl.F_SETFL, fcntl.fcntl(wfd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            self._wfd = wfd
         return self._wfd
 
     def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True) -> int:
@@ -617,7 +664,7 @@ class Transcript:
         EntryInvalid, TranscriptLocked, TranscriptPermission
         """
         line = encode_record(record)
-        self._acquire_writer()
+        self._acquire_lock()
         self._refresh()  # may follow the path to a replaced file (and drop the old fd)
         wfd = self._acquire_writer()
         if self._layout.torn_bytes:
@@ -630,7 +677,7 @@ class Transcript:
                           "the disk may be full")
         if sync:
             os.fsync(wfd)
-        if os.fstat(wfd).st_ino != os.stat(self.path).st_ino:
+        if not _names(self.path, wfd):
             # Something that ignores the write lock replaced the file mid-append.
             raise TranscriptChanged(
                 f"{self.path!r} was replaced by another program during the append; the "
@@ -712,8 +759,9 @@ class Transcript:
                 "messages. Call history(), edit it, then rewrite() it.")
         if history._source is not self:
             raise PartialHistoryRewrite("this history was read from another Transcript object")
-        self._acquire_writer()
+        self._acquire_lock()
         self._refresh()
+        self._acquire_writer()
         if (self._layout.identity, self._layout.indexed_end) != history._token:
             raise TranscriptChanged(
                 f"{self.path!r} changed since its history was read; read history() again")
@@ -730,12 +778,12 @@ class Transcript:
                 pass
         os.close(self._wfd)
         self._wfd = None
-        new_fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        new_fd = _open_regular_fd(self.path)
         os.close(self._fd)
         self._fd = new_fd
         self._layout = build_layout(new_fd, dialect=self.dialect, window=self._window)
         self._layout.outcome = "rebuilt"
-        save_layout(self._layout, self.path)
+        self._save_layout()
         history._token = (self._layout.identity, self._layout.indexed_end)
 
     def edit(self, message: int | Entry, record: dict[str, Any]) -> None:
@@ -777,7 +825,6 @@ def open_transcript_fd(path: str, *, create: bool = False) -> int:
 
     Refuses directories and anything that is not a regular file (a FIFO would block).
     """
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
     try:
         st = os.stat(path)
     except FileNotFoundError as exc:
@@ -798,13 +845,37 @@ def open_transcript_fd(path: str, *, create: bool = False) -> int:
     if stat.S_ISDIR(st.st_mode):
         raise _map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
     if not stat.S_ISREG(st.st_mode):
-        raise TranscriptNotAFile(
-            21, f"{path!r} is not a regular file; transcripts are plain .jsonl files")
+        raise _not_a_file(path, st.st_mode)
+    return _open_regular_fd(path)
+
+
+def _not_a_file(path: str, mode: int) -> TranscriptNotAFile:
+    if stat.S_ISDIR(mode):
+        return _map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+    return TranscriptNotAFile(
+        errno.EINVAL, f"{path!r} is {kind_of(mode)}, not a regular file; transcripts are plain .jsonl files")
+
+
+def _open_regular_fd(path: str) -> int:
+    """Open ``path`` for reading without ever blocking: a FIFO or device swapped in after
+    a ``stat`` is refused from the ``fstat`` of what was really opened."""
     try:
-        fd = os.open(path, flags)
+        fd, _ = open_regular(path, refuse=_not_a_file)
+    except TranscriptNotAFile:
+        raise
     except OSError as exc:
         raise _map_open_error(path, exc) from None
     return fd
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the regular file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
@@ -837,7 +908,8 @@ def _load_or_build(path: str, fd: int, dialect: str, window: int, progress) -> L
         layout.outcome = "built" if verdict == "no sidecar" else "rebuilt"
     elif verdict == "extend":
         extend_layout(layout, fd, progress=progress)
-    save_layout(layout, path)
+    if _names(path, fd):  # never a sidecar beside what replaced the file meanwhile
+        save_layout(layout, path)
     return layout
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from boundctx._files import read_bytes
 from boundctx.errors import CatalogError
 
 if sys.version_info >= (3, 11):
@@ -194,7 +195,7 @@ class Catalog:
         """A catalog from a ``.toml`` or ``.json`` file."""
         path = pathlib.Path(path)
         try:
-            raw = path.read_bytes()
+            raw = read_bytes(path, what="catalog (.toml or .json)")  # never a FIFO or a device
         except OSError as exc:
             raise CatalogError(f"cannot read the catalog {str(path)!r}: {exc.strerror or exc}") from exc
         try:
