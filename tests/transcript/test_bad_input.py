@@ -236,3 +236,17 @@ def test_an_append_refuses_a_file_swapped_in_between_the_read_and_the_write(tmp_
         with pytest.raises(TranscriptChanged, match="nothing was written"):
             t.append({"type": "message", "message": {"role": "user", "content": "x"}}, sync=False)
     assert path.read_bytes() == rec(5)
+
+
+def test_a_fifo_at_the_sidecar_path_is_rebuilt_over_not_waited_on(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(f'{{"type":"message","message":{{"role":"user","content":"m{i}"}}}}\n' for i in range(5)))
+    os.mkfifo(str(path) + ".layout")
+    code = ("import sys; from boundctx import Transcript\n"
+            "with Transcript.open(sys.argv[1]) as t: print(t.window(message_limit=2).message_count)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip() == "5"

@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from boundctx._files import open_regular
+
 __all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
@@ -53,7 +55,9 @@ class SidecarFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = -1  # so __del__ is safe when the open below fails
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # Not os.open: a FIFO put at the sidecar's path would block the open for good; a
+        # sidecar that is not a regular file is refused (and so rebuilt).
+        self.fd, _ = open_regular(path, what="layout sidecar")
 
     def pread(self, offset: int, length: int) -> bytes:
         data = pread_exact(self.fd, offset, length)
