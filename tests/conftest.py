@@ -6,7 +6,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
-PI_SESSIONS = SHARED_DATA / "pi-sessions"
 
 
 @pytest.fixture(autouse=True)
@@ -22,18 +21,26 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
-def pi_session(tmp_path):
-    """Copy one of the real pi sessions into a temporary folder (shared/ is read-only)."""
+def shared_file(tmp_path):
+    """Copy a file of ../shared/data (a path relative to it) into a temporary folder:
+    shared/ is read-only. Skips, with the reason, in a clone without ../shared."""
 
     def copy(name: str) -> pathlib.Path:
-        src = PI_SESSIONS / name
+        src = SHARED_DATA / name
         if not src.exists():
-            pytest.skip(f"real pi session data not found at {src} (a clone without ../shared)")
+            pytest.skip(f"real session data not found at {src} (a clone without ../shared)")
         dst = tmp_path / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         return dst
 
     return copy
+
+
+@pytest.fixture
+def pi_session(shared_file):
+    """Copy one of the real pi sessions into a temporary folder."""
+    return lambda name: shared_file(f"pi-sessions/{name}")
 
 
 # Real tokenizers, loaded once per test session.

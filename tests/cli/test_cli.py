@@ -293,14 +293,9 @@ _CATALOG = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "exam
 @pytest.mark.parametrize("entry", ["ask --file", "split", "plan --catalog", "plan --bfcl", "plan --records"])
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
 def test_a_fifo_or_a_device_given_as_an_input_file_is_refused_in_words_without_blocking(tmp_path, entry, special):
-    import os
+    from support import special_input
 
-    if special == "fifo":
-        path = str(tmp_path / "input.json")
-        os.mkfifo(path)
-        said = "is a FIFO (named pipe), not a regular file"
-    else:
-        path, said = special, "is a character device, not a regular file"
+    path, said = special_input(tmp_path, special, "input.json")
     argv = {"ask --file": ["ask", "--file", path, *_NO_SERVER, "q"],
             "split": ["split", path, "--tokenizer", "estimate"],
             "plan --catalog": ["plan", "--catalog", path, *_NO_SERVER, "x"],

@@ -198,12 +198,9 @@ def test_a_config_file_that_is_a_fifo_or_a_device_is_refused_without_blocking(tm
     import subprocess
     import sys
 
-    if special == "fifo":
-        path = str(tmp_path / "config.toml")
-        os.mkfifo(path)
-        said = "is a FIFO (named pipe), not a regular file"
-    else:
-        path, said = special, "is a character device, not a regular file"
+    from support import special_input
+
+    path, said = special_input(tmp_path, special, "config.toml")
     code = ("import sys\nfrom boundctx import config\nfrom boundctx.errors import ConfigError\n"
             "try:\n    config.load(path=sys.argv[1], env={})\nexcept ConfigError as exc:\n    print(exc)\n")
     # A child with a time limit and a 4 GiB address space: a regression fails, not hangs.

@@ -7,6 +7,7 @@ import pytest
 
 from boundctx.transcript import Transcript
 from boundctx.transcript.chat import append_exchange, chat_messages, writable_style
+from support import assert_well_formed
 
 
 def write_lines(path, records):
@@ -17,20 +18,6 @@ def write_lines(path, records):
 def conversation_of(path, **window):
     with Transcript.open(path) as t:
         return chat_messages(t.window(**window))
-
-
-def assert_well_formed(messages):
-    """What every chat API accepts: known roles, text content, each tool result after
-    the call it answers."""
-    called = set()
-    for m in messages:
-        assert m["role"] in ("system", "user", "assistant", "tool")
-        assert isinstance(m["content"], str)
-        for call in m.get("tool_calls", []):
-            called.add(call["id"])
-            json.loads(call["function"]["arguments"])
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in called
 
 
 def test_a_real_pi_session_becomes_a_conversation_with_every_user_text_and_tool_exchange(pi_session):

@@ -7,15 +7,13 @@ tests skip and say so. Expected counts are those of ../shared/data/README.md (a 
 ``json.loads`` of every line)."""
 
 import json
-import pathlib
-import shutil
 
 import pytest
 
 from boundctx.transcript import Transcript, dialects
 from boundctx.transcript.chat import chat_messages
+from support import assert_well_formed  # Codex call arguments are not always JSON
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
 CLAUDE = "claude-code-sessions"
 CODEX = "codex-sessions"
 MAIN_4D = "4d5611e5-241a-462a-8d15-5122611a9569"
@@ -44,19 +42,8 @@ WINDOW_COMPACTIONS_WRONG = {f"{CLAUDE}/{MAIN_4D}.jsonl", f"{CLAUDE}/{MAIN_AE}.js
 
 
 @pytest.fixture
-def real_session(tmp_path):
-    """Copy one real session into tmp_path; skip when ../shared/data is absent."""
-
-    def copy(name: str) -> pathlib.Path:
-        src = SHARED_DATA / name
-        if not src.exists():
-            pytest.skip(f"real session data not found at {src} (a clone without ../shared)")
-        dst = tmp_path / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        return dst
-
-    return copy
+def real_session(shared_file):
+    return shared_file
 
 
 def records_of(path):
@@ -68,18 +55,6 @@ def read(path, dialect="auto"):
         window = t.window(content_limit=None)
         counts = (t.message_count, t.compaction_count)
     return window, counts, chat_messages(window)
-
-
-def assert_well_formed(messages):
-    """What every chat API takes: known roles, text, each tool result after its call."""
-    called = set()
-    for m in messages:
-        assert m["role"] in ("system", "user", "assistant", "tool")
-        assert isinstance(m["content"], str)
-        for call in m.get("tool_calls", []):
-            called.add(call["id"])
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in called
 
 
 def sent_calls(conversation):
@@ -97,7 +72,7 @@ def test_every_real_file_has_the_message_count_of_a_plain_parse_in_its_dialect_a
     for d in (dialect, "auto"):
         _, (message_count, _), conversation = read(path, d)
         assert message_count == messages
-        assert_well_formed(conversation.messages)
+        assert_well_formed(conversation.messages, json_arguments=False)
 
 
 @pytest.mark.parametrize("name", [
@@ -154,7 +129,7 @@ def test_a_claude_code_compaction_replaces_the_history_before_its_boundary(real_
                    for b in r["message"]["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
     assert sent_calls(conversation) == calls_after and calls_after
     assert sent_results(conversation) == calls_after  # each call answered, in order
-    assert_well_formed(messages)
+    assert_well_formed(messages, json_arguments=False)
     assert conversation.notices == []
 
 
@@ -172,7 +147,7 @@ def test_claude_code_subagents_and_titled_sessions_keep_every_user_turn_and_tool
                for b in r["message"]["content"] if b.get("type") == "tool_result"]
     assert sent_results(conversation) == results
     assert not any(m["content"].startswith(SUMMARY_PREFIX) for m in conversation.messages)  # titles replace nothing
-    assert_well_formed(conversation.messages)
+    assert_well_formed(conversation.messages, json_arguments=False)
     assert conversation.notices == []
 
 
@@ -205,7 +180,7 @@ def test_a_codex_compaction_puts_its_replacement_history_in_place_of_what_came_b
     assert sent_calls(conversation) == calls
     assert sent_results(conversation) == [i["call_id"] for i in after
                                           if i["type"] in ("function_call_output", "custom_tool_call_output")]
-    assert_well_formed(conversation.messages)
+    assert_well_formed(conversation.messages, json_arguments=False)
     text = "\n".join(conversation.notices)
     assert "encrypted compaction summary" in text
     images = sum(1 for i in history + after if i.get("type") == "message"
@@ -223,7 +198,7 @@ def test_a_codex_cli_session_keeps_every_user_turn_once_and_every_tool_exchange(
     calls = [i["call_id"] for i in items if i["type"] in ("function_call", "custom_tool_call")]
     assert sent_calls(conversation) == calls and len(calls) == 99 + 3
     assert sent_results(conversation) == calls
-    assert_well_formed(conversation.messages)
+    assert_well_formed(conversation.messages, json_arguments=False)
     assert conversation.notices == ["message %d: a web_search_call item is not a chat message; not sent" % e.index
                                     for e in read(path)[0].messages
                                     if e.record["payload"].get("type") == "web_search_call"]
@@ -253,7 +228,7 @@ def test_codex_user_message_events_are_user_turns_once(real_session, codex_event
     else:  # Codex Desktop wrote the questions only as events
         assert user == events and len(events) == 3
         assert conversation.messages[0] == {"role": "user", "content": events[0]}
-    assert_well_formed(conversation.messages)
+    assert_well_formed(conversation.messages, json_arguments=False)
 
 
 @pytest.mark.xfail(strict=True, reason="event_msg lines are 'other' in the codex table (the line index classifies "
