@@ -135,11 +135,11 @@ def test_the_repeat_penalty_shapes_free_text_but_not_schema_constrained_output()
 def test_the_command_line_settings_reach_the_local_provider():
     from boundctx import config
     from boundctx.cli import build_parser
-    from boundctx.cli._provider import make_provider, model_overrides
+    from boundctx.cli._provider import make_provider, flag_overrides
 
     args = build_parser().parse_args(["ask", "--threads", "1", "--seed", "7", "--gpu-layers", "-1",
                                       "--extra-buffers", "off", "--n-ctx", "1024", "q"])
-    settings = config.load(overrides={**model_overrides(args), "chat.repeat_penalty": 1.3})
+    settings = config.load(overrides={**flag_overrides(args), "chat.repeat_penalty": 1.3})
     p = make_provider(args, settings)
     try:
         assert (p.n_threads, p.seed, p.n_gpu_layers, p.context_window, p.repeat_penalty) == (1, 7, -1, 1024, 1.3)

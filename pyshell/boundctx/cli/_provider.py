@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["add_provider_arguments", "make_provider", "model_overrides"]
+__all__ = ["add_provider_arguments", "flag_overrides", "make_provider"]
 
-#: flag attribute -> the setting it overrides.
+#: flag attribute -> the setting it overrides (a command that lacks a flag has no such
+#: attribute, and the setting is left alone).
 _SETTING_OF = {
     "n_ctx": "chat.n_ctx",
+    "analysis_workers": "chat.analysis_workers",
+    "temperature": "chat.temperature",
+    "system": "chat.system_prompt",
+    "repeat_penalty": "chat.repeat_penalty",
+    "max_model_calls": "understanding.max_model_calls",
     "threads": "local.threads",
     "gpu_layers": "local.gpu_layers",
     "seed": "local.seed",
@@ -36,8 +42,8 @@ def add_provider_arguments(p) -> None:
                    help="local: llama.cpp's extra CPU buffer types; auto = off on AMX hosts (local.extra_buffers)")
 
 
-def model_overrides(args) -> dict[str, object]:
-    """The settings the model options override (only those given)."""
+def flag_overrides(args) -> dict[str, object]:
+    """The settings the command's flags override (only the flags given)."""
     return {name: getattr(args, attr) for attr, name in _SETTING_OF.items() if getattr(args, attr, None) is not None}
 
 

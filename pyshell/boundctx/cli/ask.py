@@ -19,7 +19,7 @@ import msgspec
 
 from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
-from boundctx.cli._provider import add_provider_arguments, make_provider, model_overrides
+from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
 
 __all__ = ["add_parser"]
 
@@ -204,15 +204,7 @@ def run(args) -> int:
     from boundctx.events import Done, Failed, Fitted, ReplyDelta, ToolCall
 
     quiet = getattr(args, "verbosity", 0) < 0
-    overrides = model_overrides(args)
-    if args.analysis_workers is not None:
-        overrides["chat.analysis_workers"] = args.analysis_workers
-    if args.temperature is not None:
-        overrides["chat.temperature"] = args.temperature
-    if args.system is not None:
-        overrides["chat.system_prompt"] = args.system
-    if args.repeat_penalty is not None:
-        overrides["chat.repeat_penalty"] = args.repeat_penalty
+    overrides = flag_overrides(args)
     if args.max_tokens < 1:
         print(f"boundctx ask: --max-tokens must be >= 1, got {args.max_tokens}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ import msgspec
 
 from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
-from boundctx.cli._provider import add_provider_arguments, make_provider, model_overrides
+from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
 
 __all__ = ["add_parser"]
 
@@ -83,9 +83,7 @@ def run(args) -> int:
 
     provider = log = status = None
     try:
-        overrides = model_overrides(args)
-        if args.max_model_calls is not None:
-            overrides["understanding.max_model_calls"] = args.max_model_calls
+        overrides = flag_overrides(args)
         settings = config.load(overrides=overrides)
         if args.catalog:
             catalog = Catalog.load(args.catalog)
