@@ -230,3 +230,59 @@ def test_a_duplicate_type_key_does_not_force_a_rebuild_on_every_open(tmp_path, m
             assert t.message_count == 3 and len(t.window().messages) == 3
             assert t.layout_outcome == "valid"
     assert builds == []
+
+
+def _same_size_same_mtime(path, change):
+    """Apply ``change(lines)`` in place, keeping size and mtime: the change the file's
+    fingerprint cannot see (it is neither at either 4 KiB end nor in the stat)."""
+    st = os.stat(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    change(lines)
+    data = b"".join(lines)
+    assert len(data) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _sized(record, length):
+    """``record`` with its "text" cut so that its line is ``length`` bytes."""
+    over = len(encode_record(record)) - length
+    line = encode_record({**record, "text": record["text"][:len(record["text"]) - over]})
+    assert len(line) == length
+    return line
+
+
+@pytest.mark.parametrize("reopen", [False, True], ids=["same-object", "from-the-sidecar"])
+@pytest.mark.parametrize("change", ["message-to-other", "other-to-message"])
+def test_an_in_place_change_the_fingerprint_cannot_see_is_caught_by_the_read(tmp_path, reopen, change):
+    path = tmp_path / "t.jsonl"
+    lines = [msg(i, text="t" * 100) for i in range(200)]
+    lines[101] = encode_record({"type": "session", "id": "s", "text": "t" * 100})
+    path.write_bytes(b"".join(lines))
+    t = Transcript.open(path)
+    try:
+        assert t.message_count == 199
+        where = 100 if change == "message-to-other" else 101
+        if change == "message-to-other":  # message 100 (line 100) becomes a session line
+            new = _sized({"type": "session", "id": "m100", "text": "t" * 200}, len(lines[where]))
+        else:  # the session line between messages 100 and 101 becomes a message
+            new = _sized({"type": "message", "id": "new", "text": "t" * 200}, len(lines[where]))
+
+        def put(ls):
+            ls[where] = new
+
+        _same_size_same_mtime(path, put)
+        if reopen:
+            t.close()
+            t = Transcript.open(path)
+            assert t.layout_outcome == "valid"  # the fingerprint saw nothing
+        # A window whose bytes span the changed line (reads cannot vouch for lines
+        # they never read: the count is put right once a read covers the change).
+        got = ids(t, message_before=101 if change == "message-to-other" else 102, message_limit=3)
+        if change == "message-to-other":
+            assert t.message_count == 198 and got == ["m98", "m99", "m102"]  # line 101 is not a message
+        else:
+            assert t.message_count == 200 and got == ["m99", "m100", "new"]
+    finally:
+        t.close()

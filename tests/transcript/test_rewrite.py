@@ -2,6 +2,9 @@
 
 import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -147,3 +150,132 @@ def test_history_from_a_lying_sidecar_is_read_after_one_rebuild(tmp_path):
         h = t.history()
         assert t.layout_outcome == "rebuilt"
         assert h.message(151)["id"] == "m303" and h.message(303)["id"] == "m151"
+
+
+APPENDER = """
+import sys, time
+from boundctx import Transcript, TranscriptLocked
+path, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
+n = 0
+print("started", flush=True)
+while time.monotonic() < until:
+    try:
+        with Transcript.open(path) as t:
+            t.append({"type": "message", "id": f"a{n}", "message": {"role": "user", "content": "x"}})
+        n += 1
+    except TranscriptLocked:  # an edit holds it: try again
+        time.sleep(0.001)
+print(n, flush=True)
+"""
+
+
+def test_edits_succeed_while_another_process_keeps_appending(tmp_path):
+    # The history is read under the write lock, so an append cannot come between
+    # reading it and rewriting it; before that, nearly every edit was TranscriptChanged.
+    path = make(tmp_path / "t.jsonl", 30)  # each edit below removes at most one old message
+    child = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), "8"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "started"
+        done = []
+        for k in range(12):
+            with Transcript.open(path) as t:
+                if k % 3 == 0:
+                    t.edit(0, {"type": "message", "id": f"m0-{k}", "message": {"role": "user", "content": "e"}})
+                elif k % 3 == 1:
+                    t.delete(t.message_count - 1)
+                else:
+                    t.truncate(t.message_count - 1)
+            done.append(k)
+    finally:
+        appended = int(child.communicate(timeout=60)[0].strip())
+    assert done == list(range(12)) and appended > 0
+    with Transcript.open(path) as t:
+        got = ids(t)
+    assert got[0] == "m0-9" and len(got) == len(set(got))
+
+
+STALLED_REWRITER = """
+import sys, time
+from boundctx import Transcript
+from boundctx.transcript import store
+
+real = store.replacing
+def stalled(*a, **k):
+    cm = real(*a, **k)
+    f = cm.__enter__()
+    f.write(b"x" * 100_000)
+    f.flush()
+    print("writing", flush=True)
+    time.sleep(600)  # killed here, mid-rewrite
+store.replacing = stalled
+with Transcript.open(sys.argv[1]) as t:
+    t.delete(0)
+"""
+
+
+def test_the_next_writer_removes_what_a_writer_killed_mid_rewrite_left_and_nothing_else(tmp_path):
+    path = make(tmp_path / "t.jsonl", 3)
+    other = make(tmp_path / "t.jsonl2", 1)  # a neighbour whose name starts the same
+    before = path.read_bytes()
+    seen = []
+    for _ in range(2):
+        child = subprocess.Popen([sys.executable, "-c", STALLED_REWRITER, str(path)],
+                                 stdout=subprocess.PIPE, text=True)
+        with child.stdout:
+            assert child.stdout.readline().strip() == "writing"
+        child.kill()
+        child.wait(timeout=30)
+        seen.append(sorted(p.name for p in tmp_path.iterdir() if ".rewrite-" in p.name))
+    # Each kill left its copy; the second writer removed the first's when it took the lock.
+    assert [len(s) for s in seen] == [1, 1] and seen[0] != seen[1]
+    left = seen[1]
+    assert left[0].startswith(".t.jsonl.rewrite-")
+    assert path.read_bytes() == before  # the rewrite never landed: nothing lost
+    # Files that are not a dead rewriter's temporary copy of this transcript stay.
+    keep = [tmp_path / ".t.jsonl2.rewrite-0123456789abcdef", tmp_path / ".t.jsonl.rewrite-notours",
+            tmp_path / "t.jsonl.torn-10-1", tmp_path / ".rewrite-0123456789abcdef"]
+    for p in keep:
+        p.write_bytes(b"data")
+    empty_torn = tmp_path / "t.jsonl.torn-11-2"
+    empty_torn.write_bytes(b"")
+    with Transcript.open(path) as t:
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".t.jsonl.rewrite-")][0:1]  # readers leave them
+        t.append({"type": "message", "id": "after", "message": {"role": "user", "content": "x"}})
+    assert not [p for p in tmp_path.iterdir() if p.name in left] and not empty_torn.exists()
+    assert all(p.read_bytes() == b"data" for p in keep)
+    with Transcript.open(path) as t, Transcript.open(other) as o:
+        assert ids(t) == ["m0", "m1", "m2", "after"] and ids(o) == ["m0"]
+
+
+def test_a_full_disk_while_moving_a_torn_tail_aside_leaves_no_empty_side_file(tmp_path, monkeypatch):
+    path = tmp_path / "t.jsonl"
+    torn = b'{"type":"message","id":"half'
+    path.write_bytes(encode_record({"type": "message", "id": "m0"}) + torn)
+    import builtins
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            self.f.close()
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    def full_open(file, mode="r", *a, **k):
+        f = real_open(file, mode, *a, **k)
+        return Full(f) if ".torn-" in str(file) and "x" in mode else f
+
+    with Transcript.open(path) as t:
+        monkeypatch.setattr(builtins, "open", full_open)
+        for _ in range(3):
+            with pytest.raises(OSError, match="No space"):
+                t.append({"type": "message", "id": "m1"})
+        monkeypatch.setattr(builtins, "open", real_open)
+        assert not [p for p in tmp_path.iterdir() if ".torn-" in p.name]
+        assert t.torn_bytes == len(torn)  # kept in place for the next try
+        t.append({"type": "message", "id": "m1"})
+        assert [Path(f).read_bytes() for f in t.torn_files] == [torn]

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from boundctx.errors import TranscriptCorrupt
+from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record, encode_record
 
 __all__ = ["Entry", "History", "RawLine", "Window"]
 
@@ -141,8 +142,8 @@ class History:
         """A fresh copy of message ``index`` (a RawLine when it is not a record)."""
         raw = self._lines[self._position(index)]
         try:
-            rec = msgspec.json.decode(raw.removeprefix(b"\xef\xbb\xbf"))
-        except msgspec.DecodeError:
+            rec = decode_record(raw[:-1].removeprefix(BOM))
+        except LineUnreadable:
             return RawLine(raw)
         return rec if isinstance(rec, dict) else RawLine(raw)
 
@@ -152,8 +153,6 @@ class History:
 
     def replace_message(self, index: int, record: dict[str, Any]) -> None:
         """Replace message ``index`` with ``record``."""
-        from boundctx.transcript.store import encode_record  # encoding lives with the store
-
         pos = self._position(index)
         self._lines[pos] = encode_record(record)
         self._offsets[pos] = None
@@ -172,8 +171,6 @@ class History:
 
     def append(self, record: dict[str, Any], *, is_message: bool = True) -> None:
         """Add a record at the end."""
-        from boundctx.transcript.store import encode_record
-
         self._lines.append(encode_record(record))
         self._offsets.append(None)
         self._is_message.append(is_message)

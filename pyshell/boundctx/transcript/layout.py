@@ -47,6 +47,7 @@ from boundctx.transcript.arrays import (
     pread_exact,
 )
 from boundctx.transcript.dialects import dialect_kinds, native_table
+from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record
 
 _li = load("lineindex")
 
@@ -55,6 +56,7 @@ __all__ = [
     "Identity",
     "Layout",
     "build_layout",
+    "classify_by_parse",
     "extend_layout",
     "file_hashes",
     "judge",
@@ -70,7 +72,6 @@ HASH_SPAN = 4096
 MAX_SEGMENTS = 16
 # Segments of at most this many lines are read into memory and checked whole on load.
 SMALL_SEGMENT = 1 << 16
-BOM = b"\xef\xbb\xbf"
 
 # Message sequence = message lines and corrupt lines (a corrupt line stays visible in
 # the place it occupies; see docs/decisions/0001-corrupt-lines-keep-their-place.md).
@@ -249,14 +250,26 @@ class _TypeOnly(msgspec.Struct):
 
 def _classify_by_parse(fd: int, start: int, end: int, table: dict[str, int]) -> int:
     """The slow path for a line whose "type" key lies past the classify window."""
-    raw = pread_exact(fd, start, end - start)
-    if start == 0 and raw.startswith(BOM):
+    return classify_by_parse(pread_exact(fd, start, end - start), table, at_file_start=start == 0)
+
+
+def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool) -> int:
+    """The kind of one line (its bytes, ``\n`` included or not) by a full parse."""
+    if at_file_start and raw.startswith(BOM):
         raw = raw[3:]
     try:
-        rec = msgspec.json.decode(raw, type=_TypeOnly)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return int(_li.BLANK) if not raw.strip() else int(_li.CORRUPT)
-    return table.get(rec.type, int(_li.OTHER)) if isinstance(rec.type, str) else int(_li.OTHER)
+        t = msgspec.json.decode(raw, type=_TypeOnly).type
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        # The reader's own rules decide (a lone surrogate escape is still a record;
+        # nesting past its depth is not), so the kind agrees with what a read shows.
+        try:
+            rec = decode_record(raw)
+        except LineUnreadable:
+            return int(_li.BLANK) if not raw.strip() else int(_li.CORRUPT)
+        if not isinstance(rec, dict):
+            return int(_li.CORRUPT)
+        t = rec.get("type")
+    return table.get(t, int(_li.OTHER)) if isinstance(t, str) else int(_li.OTHER)
 
 
 # -- file helpers -------------------------------------------------------------------

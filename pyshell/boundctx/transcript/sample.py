@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable
 
 from boundctx._atomic import replacing
-from boundctx.transcript.store import encode_record
+from boundctx.transcript.lineformat import encode_record
 
 __all__ = ["PARTIAL_NAME", "write_sample"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import stat
@@ -37,14 +38,15 @@ from boundctx.errors import (
     TranscriptPermission,
 )
 from boundctx.transcript.arrays import SidecarGone
-from boundctx.transcript.dialects import dialect_kinds
+from boundctx.transcript.dialects import dialect_kinds, native_table
 from boundctx.transcript.entries import Entry, History, Window
+from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record, encode_record
 from boundctx.transcript.layout import (
-    BOM,
     SEQUENCE_KINDS,
     Layout,
     is_sequence,
     build_layout,
+    classify_by_parse,
     extend_layout,
     judge,
     load_layout,
@@ -72,9 +74,12 @@ ENVELOPE = 64 * 1024
 COALESCE_GAP = 64 * 1024
 # ...but no single read of a run grows past this (a full-history read stays in steps).
 MAX_RUN_BYTES = 8 << 20
+# edit/delete/truncate wait this long for another writer's append to finish: an
+# append holds the lock for one write (and fsync), a writer that keeps it open for
+# longer is refused with TranscriptLocked. Polled, as flock has no timeout.
+EDIT_LOCK_WAIT_S = 5.0
+LOCK_POLL_S = 0.005
 
-_decoder = msgspec.json.Decoder()
-_encoder = msgspec.json.Encoder()
 
 
 class _Line(NamedTuple):
@@ -418,6 +423,7 @@ class Transcript:
             buf = pread_exact(self._fd, run_start - pre, run_end - run_start + pre)
             if len(buf) != run_end - run_start + pre:
                 raise _StaleLayout(f"line {plan[j - 1].line} runs past the end of the file")
+            self._check_framing(buf, pre, run_start, plan[i].line, plan[j - 1].line)
             for ln in plan[i:j]:
                 at = ln.start - run_start + pre
                 if at and buf[at - 1] != 10:
@@ -430,6 +436,34 @@ class Transcript:
                 entries.append(self._entry(ln, body, body, 0, any_kind, content_limit))
             i = j
         return entries
+
+    def _check_framing(self, buf: bytes, pre: int, start: int, first: int, last: int) -> None:
+        """Frame and classify again every line whose bytes a read holds (physical lines
+        ``first..last``, at ``buf[pre:]`` from file offset ``start``) and compare with
+        the layout. The file's fingerprint (size, mtime, its first and last 4 KiB) cannot
+        see a change of the same size in the middle within one mtime tick; this check
+        sees it wherever a read goes, kinds and line counts included, at the cost of
+        one native scan of bytes already in memory."""
+        res = _li.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect), base_offset=start,
+                             classify_window=self._window)
+        layout = self._layout
+        starts = np.frombuffer(res.starts, dtype=np.int64)
+        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
+        if res.torn_bytes or len(starts) != last - first + 1 \
+                or not np.array_equal(starts, layout.starts.slice(first, last + 1)):
+            raise _StaleLayout(f"lines {first}..{last} are not framed as the layout says")
+        want = layout.kinds.slice(first, last + 1)
+        differ = np.flatnonzero(kinds != want)
+        for k in differ.tolist():
+            # The scan leaves a line whose "type" lies past its window undecided; the
+            # layout holds the kind a full parse gave it, which this line must still have.
+            if kinds[k] == _li.UNDECIDED:
+                a = int(starts[k]) - start + pre
+                b = int(starts[k + 1]) - start + pre if k + 1 < len(starts) else len(buf)
+                if classify_by_parse(buf[a:b], self._type_kinds, at_file_start=starts[k] == 0) == want[k]:
+                    continue
+            raise _StaleLayout(f"line {first + k} is not of the kind the layout says; "
+                               "the file was changed in place")
 
     def _read_projected(self, ln: "_Line", content_limit: int, any_kind: bool) -> Entry:
         """A line longer than the display budget: read a prefix and project it."""
@@ -448,8 +482,8 @@ class Transcript:
         display, _kept, cut = _li.project_display(prefix, body_len, content_limit)
         if display is not None:
             try:
-                rec = _decoder.decode(display)
-            except msgspec.DecodeError:
+                rec = decode_record(display)
+            except LineUnreadable:
                 rec = None
             if isinstance(rec, dict):
                 return self._record_entry(ln, rec, cut, any_kind)
@@ -465,10 +499,10 @@ class Transcript:
         """Parse ``source`` (the line, or its display projection) into an Entry; ``raw``
         is what a corrupt entry shows."""
         try:
-            rec = _decoder.decode(source)
+            rec = decode_record(source)
             if not isinstance(rec, dict):
-                raise ValueError("a record must be a JSON object")
-        except (msgspec.DecodeError, ValueError) as exc:
+                raise LineUnreadable("a record must be a JSON object")
+        except LineUnreadable as exc:
             return self._corrupt(ln, raw, str(exc), content_limit, total=total)
         return self._record_entry(ln, rec, cut, any_kind)
 
@@ -585,9 +619,10 @@ class Transcript:
 
     # -- writing ------------------------------------------------------------------
 
-    def _acquire_lock(self) -> None:
+    def _acquire_lock(self, *, wait: float = 0.0) -> None:
         """Take the cross-process write lock (held until close), beside a regular file
-        only (never a ``.lock`` beside a device the path was replaced by)."""
+        only (never a ``.lock`` beside a device the path was replaced by); ``wait``:
+        seconds to keep trying while another writer holds it."""
         self._check_open()
         if self._lock_fd is None:
             self._stat_path()
@@ -600,14 +635,20 @@ class Transcript:
                 raise TranscriptPermission(
                     exc.errno, f"cannot write beside {self.path!r}: its folder is read-only "
                                f"({exc.strerror}); copy the transcript somewhere writable") from None
-            try:
-                fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(lfd)
-                raise TranscriptLocked(
-                    11, f"another writer holds {self.path!r}; close it there first "
-                        "(readers never need the lock)") from None
+            deadline = time.monotonic() + max(wait, 0.0)
+            while True:
+                try:
+                    fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        os.close(lfd)
+                        raise TranscriptLocked(
+                            11, f"another writer holds {self.path!r}; close it there first "
+                                "(readers never need the lock)") from None
+                    time.sleep(LOCK_POLL_S)
             self._lock_fd = lfd
+            _remove_leftovers(os.path.realpath(self.path))
 
     def _acquire_writer(self) -> int:
         """The write lock and an append fd on the very file being read (call after
@@ -690,11 +731,17 @@ class Transcript:
         """Move the bytes after the last ``\\n`` into a side file, then cut them off."""
         end = self._layout.indexed_end
         tail = pread_exact(self._fd, end, self._layout.scanned_end - end)
-        side = f"{os.path.realpath(self.path)}.torn-{end}-{time.time_ns()}"
-        with open(side, "xb") as f:
-            f.write(tail)
-            f.flush()
-            os.fsync(f.fileno())
+        side = f"{os.path.realpath(self.path)}{TORN_INFIX}{end}-{time.time_ns()}"
+        try:
+            with open(side, "xb") as f:
+                f.write(tail)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            # A full disk: the tail stays in the transcript for the next try, and no
+            # empty side file is left behind for each failed append.
+            _unlink_quietly(side)
+            raise
         os.ftruncate(self._wfd, end)
         os.fsync(self._wfd)
         self.torn_files.append(side)
@@ -730,6 +777,7 @@ class Transcript:
             buf = pread_exact(self._fd, lo - pre, hi - lo + pre)
             if len(buf) != hi - lo + pre or (pre and buf[0] != 10):
                 raise _StaleLayout(f"line {i} does not start after a newline")
+            self._check_framing(buf, pre, lo, i, j - 1)
             view = memoryview(buf)
             for k in range(i, j):
                 a, b = int(starts[k]) - lo + pre, int(ends[k]) - lo + pre
@@ -767,7 +815,7 @@ class Transcript:
                 f"{self.path!r} changed since its history was read; read history() again")
         data = history.data()
         # Through a symlink the file is replaced, not the link; it keeps its mode.
-        with replacing(self.path, temp_name=lambda name: f".rewrite-{secrets.token_hex(8)}",
+        with replacing(self.path, temp_name=lambda name: f"{_rewrite_prefix(name)}{secrets.token_hex(8)}",
                        mode=stat.S_IMODE(os.fstat(self._fd).st_mode)) as f:
             f.write(data)
         # Invalidate both cache layers: the sidecars on disk and the layout in memory.
@@ -786,27 +834,31 @@ class Transcript:
         self._save_layout()
         history._token = (self._layout.identity, self._layout.indexed_end)
 
-    def edit(self, message: int | Entry, record: dict[str, Any]) -> None:
+    def edit(self, message: int | Entry, record: dict[str, Any], *,
+             lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
         """Replace a message: rehydrates the full history, then rewrites.
 
         ``message`` is a message index, or the :class:`Entry` a window returned; given
         an Entry, the edit is refused (TranscriptChanged) unless that index still holds
-        the line the entry was read from.
+        the line the entry was read from. The write lock is taken first (waiting up to
+        ``lock_wait`` seconds for another writer's append to end), so the history read
+        is the one rewritten: no append can come between them.
         """
-        h = self.history()
-        h.replace_message(self._index_in(h, message), record)
-        self.rewrite(h)
+        self._edit_under_lock(lambda h, i: h.replace_message(i, record), message, lock_wait)
 
-    def delete(self, message: int | Entry) -> None:
+    def delete(self, message: int | Entry, *, lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
         """Delete a message (index or Entry, as for :meth:`edit`), then rewrite."""
-        h = self.history()
-        h.delete_message(self._index_in(h, message))
-        self.rewrite(h)
+        self._edit_under_lock(History.delete_message, message, lock_wait)
 
-    def truncate(self, message: int | Entry) -> None:
+    def truncate(self, message: int | Entry, *, lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
         """Delete a message and all after it (abort, switch to another revision)."""
+        self._edit_under_lock(History.truncate_messages, message, lock_wait)
+
+    def _edit_under_lock(self, change: Callable[[History, int], None], message: int | Entry,
+                         lock_wait: float) -> None:
+        self._acquire_lock(wait=lock_wait)
         h = self.history()
-        h.truncate_messages(self._index_in(h, message))
+        change(h, self._index_in(h, message))
         self.rewrite(h)
 
     def _index_in(self, history: History, message: int | Entry) -> int:
@@ -878,27 +930,54 @@ def _names(path: str, fd: int) -> bool:
     return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
-    """One record as one JSONL line: ``"type"`` first, no raw line separators."""
-    if isinstance(record, msgspec.Struct):
-        record = msgspec.to_builtins(record)
-    if not isinstance(record, dict):
-        raise EntryInvalid(f"a record must be a dict with a 'type', got {type(record).__name__}")
-    t = record.get("type")
-    if not isinstance(t, str) or not t:
-        raise EntryInvalid(f"a record needs a non-empty string 'type', got {t!r}")
-    ordered = {"type": t}
-    ordered.update((k, v) for k, v in record.items() if k != "type")
+# What a writer leaves beside a transcript named NAME: ".NAME.rewrite-<16 hex>" while it
+# rewrites, "NAME.torn-<offset>-<ns>" for a torn tail it moved aside.
+TORN_INFIX = ".torn-"
+_REWRITE_INFIX = ".rewrite-"
+
+
+def _rewrite_prefix(name: str) -> str:
+    if len(os.fsencode(name)) > 200:  # keep the temporary name under NAME_MAX (255)
+        name = f"{name[:100]}~{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}"
+    return f".{name}{_REWRITE_INFIX}"
+
+
+def _remove_leftovers(real: str) -> list[str]:
+    """Remove what dead writers left beside transcript ``real``: the temporary copies
+    of rewrites they did not finish, and torn-tail side files left empty (created, then
+    the disk was full). Call with the write lock held: every rewrite of this transcript
+    runs under it, so no live writer owns what is found. A torn-tail file with bytes in
+    it is the user's data and stays."""
+    folder, name = os.path.split(real)
+    prefix, torn = _rewrite_prefix(name), name + TORN_INFIX
+    removed = []
     try:
-        data = _encoder.encode(ordered)
-    except (TypeError, ValueError, msgspec.EncodeError) as exc:
-        raise EntryInvalid(f"record of type {t!r} cannot be written as JSON: {exc}") from None
-    # U+2028/U+2029 are line breaks to some other readers; escaped, the line stays one
-    # line for everyone.
-    return _li.escape_line_separators(data) + b"\n"
+        entries = list(os.scandir(folder or "."))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if entry.name.startswith(prefix):
+                suffix = entry.name[len(prefix):]
+                if len(suffix) != 16 or any(c not in "0123456789abcdef" for c in suffix):
+                    continue
+            elif not (entry.name.startswith(torn) and entry.is_file(follow_symlinks=False)
+                      and entry.stat(follow_symlinks=False).st_size == 0):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            os.unlink(entry.path)
+            removed.append(entry.path)
+        except OSError:
+            continue  # gone already, or not ours to remove: never fail the lock for it
+    return removed
 
 
-
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _load_or_build(path: str, fd: int, dialect: str, window: int, progress) -> Layout:
