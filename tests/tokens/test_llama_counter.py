@@ -192,3 +192,35 @@ def test_the_per_message_cache_never_says_fits_when_the_exact_count_does_not(cou
         for limit in (exact - 1, exact, exact + 40, exact * 2):
             assert cache.fits(convo, limit) == (exact <= limit)
     assert cache.hits > cache.misses  # earlier turns were not counted again
+
+
+_spaced = st.lists(st.sampled_from(list("ab \n\t<|>_imstarend") + ["<|im_start|>", "<|im_end|>", "é", "👍"]),
+                   max_size=30).map("".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "system"]), _spaced), min_size=1, max_size=5),
+       st.booleans())
+def test_the_partition_count_equals_llama_cpps_own_tokenization(counter, turns, generation_prompt):
+    # The remembered stretch counts add up to exactly the tokens llama.cpp gives the
+    # whole prompt (special tokens parsed), whitespace beside special tokens and
+    # special text inside the data included.
+    messages = [{"role": r, "content": c} for r, c in turns]
+    expected = len(counter.prompt_tokens(messages, add_generation_prompt=generation_prompt))
+    assert counter.count_prompt(messages, add_generation_prompt=generation_prompt) == expected
+    prompt, protected = counter.template.render_marked(messages, add_generation_prompt=generation_prompt)
+    if not protected:
+        assert expected == len(counter.vocab.tokenize_special(prompt))
+    assert counter.count_prompt(messages, add_generation_prompt=generation_prompt) == expected  # from the cache
+
+
+def test_a_conversation_grown_by_one_message_tokenizes_only_what_is_new(counter, monkeypatch):
+    convo = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 50}
+             for i in range(40)]
+    counter.count_prompt(convo)
+    seen = []
+    real = counter.vocab.tokenize
+    monkeypatch.setattr(counter.vocab, "tokenize", lambda text: seen.append(text) or real(text))
+    convo.append({"role": "user", "content": "the new question"})
+    assert counter.count_prompt(convo) == len(counter.vocab.tokenize_special(counter.render(convo)))
+    assert seen == ["user\nthe new question"]

@@ -5,8 +5,20 @@ In order, each step only if the previous one did not make the prompt fit:
 1. **Direct**: the whole conversation fits; send it as it is.
 2. **Drop old history, a piece at a time**: earlier research first (old assistant tool
    calls with their tool results, oldest first), then the oldest exchanges. The current
-   turn (the last user message and what follows it) is never dropped. Every step is an
-   exact recount, so nothing is dropped that did not need to be.
+   turn (the last user message and what follows it) is never dropped. The step taken is
+   the first that fits by an exact count, and the step before it was counted exactly too
+   and does not fit, so nothing is dropped that did not need to be.
+
+   The steps are not counted one after another (that cost grows with the square of the
+   history, and a front end resends the whole history every turn). An estimate from
+   each message's size, corrected by every exact count made, picks which step to count;
+   the search narrows the steps between one known not to fit and one known to fit, with
+   bisection whenever the estimate does not halve them. It finds the same step as
+   counting them in order as long as dropping a message never adds tokens to the
+   prompt, which holds for every chat template we know (each message is rendered into
+   its own stretch). A few exact counts of about the window's size, whatever the length
+   of the history; with a counter that remembers what it counted (the local model's)
+   the counts of a resent history cost little more than rendering it.
 3. **Analyse**: if the current turn still does not fit, its largest items (the user's
    text, attached files, tool results) are handed to section analysis, largest first,
    until the rest fits with room for the notes. Items that fit are passed whole.
@@ -22,10 +34,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from boundctx.errors import ContextOverflow
 
-__all__ = ["Fit", "current_turn_start", "fit_conversation"]
+__all__ = ["Fit", "current_turn_start", "drop_order", "fit_conversation"]
 
 Count = Callable[[Sequence[dict[str, Any]]], int]
 
@@ -110,6 +123,104 @@ def _exchange_groups(messages: Sequence[dict[str, Any]], end: int, keep_first_sy
     return groups
 
 
+def drop_order(messages: Sequence[dict[str, Any]], turn: int, keep_system: bool) -> list[tuple[list[int], bool]]:
+    """The steps history is dropped in: ``(indexes the step drops, whether they are
+    research)``, research groups oldest first, then what the oldest exchanges still hold."""
+    steps: list[tuple[list[int], bool]] = [(g, True) for g in _research_groups(messages, turn)]
+    dropped = {i for g, _ in steps for i in g}
+    for group in _exchange_groups(messages, turn, keep_system):
+        new = [i for i in group if i not in dropped]
+        if new:
+            dropped.update(new)
+            steps.append((new, False))
+    return steps
+
+
+#: Tokens per character assumed before the first exact count of a reply (then measured).
+_PRIOR_TOKENS_PER_CHAR = 0.3
+#: Characters a message's role and template framing are taken to add to its size.
+_FRAMING_CHARS = 8
+
+
+def _sizes(messages: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Each message's size in characters, for estimates only: O(1) for plain text."""
+    encode = msgspec.json.encode
+    out = np.empty(len(messages), dtype=np.int64)
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        n = len(content) if type(content) is str else (0 if content is None else len(encode(content)))
+        calls = m.get("tool_calls")
+        out[i] = n + (len(encode(calls)) if calls else 0) + _FRAMING_CHARS
+    return out
+
+
+def _first_fitting_step(msgs: Sequence[dict[str, Any]], steps: list[tuple[list[int], bool]], count: Count,
+                        limit: int) -> tuple[int, dict[int, int]]:
+    """The first step ``k`` (0 = drop nothing, ``len(steps)`` = drop every step) whose
+    kept messages fit ``limit``, with ``exact(k - 1) > limit`` counted; or
+    ``len(steps) + 1`` when none fits. Also the exact counts made, by step."""
+    n_steps = len(steps)
+    # The step that drops each message (never: past the last one).
+    step_of = np.full(len(msgs), n_steps + 1, dtype=np.int64)
+    for k, (new, _) in enumerate(steps, 1):
+        step_of[new] = k
+    sizes = _sizes(msgs)
+    dropped_chars = np.bincount(step_of, weights=sizes, minlength=n_steps + 2)[: n_steps + 1]
+    kept_chars = (int(sizes.sum()) - np.cumsum(dropped_chars)).tolist()  # kept_chars[k]: after step k
+    counted: dict[int, int] = {}
+
+    def exact(k: int) -> int:
+        if k not in counted:
+            counted[k] = count([msgs[i] for i in np.flatnonzero(step_of > k).tolist()])
+        return counted[k]
+
+    def estimate(k: int) -> float:
+        """From the nearest exact count, at the slope measured between counts (or the
+        prior one before there are two)."""
+        if not counted:
+            return _PRIOR_TOKENS_PER_CHAR * kept_chars[k]
+        ref = min(counted, key=lambda j: abs(j - k))
+        others = [j for j in counted if j != ref and kept_chars[j] != kept_chars[ref]]
+        if others:
+            j = min(others, key=lambda j: abs(j - k))
+            slope = (counted[j] - counted[ref]) / (kept_chars[j] - kept_chars[ref])
+        else:
+            slope = counted[ref] / max(kept_chars[ref], 1)
+        return counted[ref] + max(slope, 0.0) * (kept_chars[k] - kept_chars[ref])
+
+    lo, hi = -1, n_steps + 1  # exact(lo) > limit, exact(hi) <= limit (both virtual at first)
+    widths = [hi - lo]
+    run, last_fit = 0, None  # probes in a row with the same verdict, and the last verdict
+    while hi - lo > 1:
+        bracketed = lo >= 0 and hi <= n_steps
+        if bracketed and len(widths) >= 3 and widths[-1] * 2 > widths[-3]:
+            guess = (lo + hi) // 2  # the estimate is not closing in: bisect
+        elif not bracketed and run >= 3:
+            # The estimate keeps landing on the same side: gallop away from the known
+            # bound, so a bad estimate costs a logarithm of probes, not one per step.
+            step = 1 << (run - 2)
+            guess = max(lo + 1, hi - step) if lo < 0 else min(hi - 1, lo + step)
+        else:
+            # The fewest steps the estimate says fit, inside the open interval.
+            a, b = lo + 1, hi  # estimate(k) falls as k grows: search [a, b) for the first fit
+            while a < b:
+                mid = (a + b) // 2
+                if estimate(mid) <= limit:
+                    b = mid
+                else:
+                    a = mid + 1
+            guess = min(max(a, lo + 1), hi - 1)
+        fits = exact(guess) <= limit
+        if fits:
+            hi = guess
+        else:
+            lo = guess
+        run = run + 1 if fits == last_fit else 1
+        last_fit = fits
+        widths.append(hi - lo)
+    return hi, counted
+
+
 def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit: int, analysis_on: bool,
                      notes_room: int, clip_chars: int, turn_start: int | None = None) -> Fit:
     """Decide what the coordinator gets (see the module docstring).
@@ -137,29 +248,23 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     ContextOverflow
         Analysis is off and the current turn alone does not fit.
     """
-    msgs = [dict(m) for m in messages]
-    if count(msgs) <= limit:
-        return Fit(msgs)
+    msgs = list(messages)  # copied below only where kept: the caller's dicts are never changed
     turn = current_turn_start(msgs) if turn_start is None else turn_start
     keep_system = bool(msgs) and msgs[0].get("role") == "system"
-    dropped: set[int] = set()
-    research = 0
+    steps = drop_order(msgs, turn, keep_system)
+    k, _ = _first_fitting_step(msgs, steps, count, limit)
+    taken = steps[:k]
+    dropped = {i for new, _ in taken for i in new}
+    research = sum(len(new) for new, is_research in taken if is_research)
 
     def kept() -> list[dict[str, Any]]:
-        return [m for i, m in enumerate(msgs) if i not in dropped]
+        return [dict(m) for i, m in enumerate(msgs) if i not in dropped]
 
     def decided(messages: list[dict[str, Any]], **more: Any) -> Fit:
         return Fit(messages, dropped=len(dropped), dropped_at=sorted(dropped), dropped_research=research, **more)
 
-    for phase, groups in enumerate((_research_groups(msgs, turn), _exchange_groups(msgs, turn, keep_system))):
-        for group in groups:
-            if all(i in dropped for i in group):
-                continue
-            dropped.update(group)
-            if phase == 0:
-                research = len(dropped)
-            if count(kept()) <= limit:
-                return decided(kept())
+    if k <= len(steps):
+        return decided(kept())
     remaining = kept()
     turn -= sum(1 for i in dropped if i < turn)
     if not analysis_on:

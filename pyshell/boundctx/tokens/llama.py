@@ -17,7 +17,9 @@ import ctypes
 import importlib.util
 import os
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -177,6 +179,10 @@ class LlamaVocab:
         return np.asarray(align_pieces(raw, pieces), dtype=np.int64)
 
 
+#: Characters of prompt stretches whose counts a LlamaCounter remembers (least recently
+#: used forgotten first): about 32 MB, some thousands of long messages.
+STRETCH_CACHE_CHARS = 1 << 25
+
 #: How far (text bytes, tokens) the alignment looks to resynchronise after a change.
 _RESYNC_BYTES = 32
 _RESYNC_TOKENS = 8
@@ -273,6 +279,14 @@ class LlamaCounter(TokenCounter):
         # Longest first: at one position the longest special text wins.
         alternatives = sorted(self._specials, key=len, reverse=True)
         self._special_re = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+        # llama.cpp's BPE tokenizer treats each stretch between special tokens alone
+        # (no space prefix, no merge across a special token); the partition's counts
+        # then add up to the whole, which the tests prove against llama.cpp. Other
+        # vocabulary types are counted whole every time.
+        self._additive = (_llama_cpp().llama_vocab_type(model.vocab) == _llama_cpp().LLAMA_VOCAB_TYPE_BPE)
+        self._stretch_counts: OrderedDict[str, int] = OrderedDict()
+        self._cached_chars = 0
+        self._cache_lock = threading.Lock()
 
     @property
     def context_length(self) -> int:
@@ -293,7 +307,17 @@ class LlamaCounter(TokenCounter):
     def count_prompt(self, messages: Sequence[Message], *,
                      tools: Sequence[Mapping[str, Any]] | None = None,
                      add_generation_prompt: bool = True) -> int:
-        return len(self.prompt_tokens(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        """Exactly ``len(prompt_tokens(...))``. With a BPE vocabulary the count is the
+        sum over the prompt's partition (special tokens, and the stretches between
+        them, whose counts are remembered), which is how llama.cpp tokenizes it: a
+        conversation that grows by one message costs the render and the new stretches,
+        not a tokenization of everything again."""
+        if not self._additive:
+            return len(self.prompt_tokens(messages, tools=tools, add_generation_prompt=add_generation_prompt))
+        prompt, protected = self._require_template().render_marked(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        return sum(1 if isinstance(part, int) else self._stretch_count(part)
+                   for part in self._partition(prompt, protected))
 
     def render(self, messages: Sequence[Message], *,
                tools: Sequence[Mapping[str, Any]] | None = None,
@@ -323,14 +347,27 @@ class LlamaCounter(TokenCounter):
 
     def _assemble(self, prompt: str, protected: list[tuple[int, int]]) -> list[int]:
         """Tokens of ``prompt`` with the template's special tokens parsed and the
-        ``protected`` ranges (special text from data) tokenized as text.
+        ``protected`` ranges (special text from data) tokenized as text."""
+        tokens: list[int] = []
+        for part in self._partition(prompt, protected):
+            if isinstance(part, int):
+                tokens.append(part)
+            else:
+                tokens.extend(self.vocab.tokenize(part))
+        return tokens
+
+    def _partition(self, prompt: str, protected: list[tuple[int, int]]) -> Iterator[int | str]:
+        """``prompt`` as llama.cpp's tokenizer partitions it: special-token ids, and
+        the stretches of text between them, each tokenized on its own.
 
         llama.cpp splits a prompt at special-token texts and tokenizes each stretch in
         between on its own; doing the same, with the protected occurrences left inside
         their stretch, gives the same tokens as llama.cpp everywhere else.
         """
-        assert self._special_re is not None
-        tokens: list[int] = []
+        if self._special_re is None:
+            if prompt:
+                yield prompt
+            return
         stretch_start = 0
         strip_next = False
         k = 0
@@ -346,13 +383,37 @@ class LlamaCounter(TokenCounter):
             if special.lstrip:
                 stretch = stretch.rstrip(_ASCII_SPACE)
             if stretch:
-                tokens.extend(self.vocab.tokenize(stretch))
-            tokens.append(special.id)
+                yield stretch
+            yield special.id
             strip_next = special.rstrip
             stretch_start = m.end()
         stretch = prompt[stretch_start:]
         if strip_next:
             stretch = stretch.lstrip(_ASCII_SPACE)
         if stretch:
-            tokens.extend(self.vocab.tokenize(stretch))
-        return tokens
+            yield stretch
+
+    def clear_cache(self) -> None:
+        """Forget the remembered stretch counts (to measure a cold count)."""
+        with self._cache_lock:
+            self._stretch_counts.clear()
+            self._cached_chars = 0
+
+    def _stretch_count(self, stretch: str) -> int:
+        """Tokens of one stretch between special tokens, remembered: a conversation
+        resent every turn is mostly stretches counted on an earlier turn."""
+        cache = self._stretch_counts
+        with self._cache_lock:
+            n = cache.get(stretch)
+            if n is not None:
+                cache.move_to_end(stretch)
+                return n
+        n = len(self.vocab.tokenize(stretch))
+        with self._cache_lock:
+            if stretch not in cache:
+                cache[stretch] = n
+                self._cached_chars += len(stretch)
+                while self._cached_chars > STRETCH_CACHE_CHARS and len(cache) > 1:
+                    old, _ = cache.popitem(last=False)
+                    self._cached_chars -= len(old)
+        return n

@@ -1,0 +1,116 @@
+"""Fitting a long history: the same choice as dropping one step at a time and counting
+everything again after each (the reference twin), for a handful of exact counts."""
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boundctx.errors import ContextOverflow
+from boundctx.analysis.fitting import current_turn_start, drop_order, fit_conversation
+from reference.fitting import fit_by_dropping
+
+
+def conversation(rng: random.Random, n: int, *, system: bool) -> list[dict]:
+    """A history with plain exchanges, tool exchanges (a call and its results), a
+    stray result, and a current turn at the end."""
+    msgs = [{"role": "system", "content": "be brief"}] if system else []
+    while len(msgs) < n:
+        r = rng.random()
+        words = " ".join("w" * rng.randint(1, 9) for _ in range(rng.randint(0, 60)))
+        if r < 0.45:
+            msgs.append({"role": "user", "content": words})
+        elif r < 0.8:
+            msgs.append({"role": "assistant", "content": words})
+        elif r < 0.97:
+            calls = [{"id": f"c{len(msgs)}-{j}", "type": "function",
+                      "function": {"name": "read", "arguments": "{}"}} for j in range(rng.randint(1, 3))]
+            msgs.append({"role": "assistant", "content": "", "tool_calls": calls})
+            msgs.extend({"role": "tool", "tool_call_id": c["id"], "content": words * rng.randint(1, 4)}
+                        for c in calls)
+        else:
+            msgs.append({"role": "tool", "tool_call_id": "orphan", "content": words})
+    msgs.append({"role": "user", "content": "the question " + "q" * rng.randint(0, 300)})
+    return msgs
+
+
+def counter(rng: random.Random):
+    """An exact count that is not additive: tokens per character vary by message, each
+    message adds framing, and each join between neighbours adds a little; dropping a
+    message never adds tokens (each message costs more than any join it removes)."""
+    per_char = rng.choice([0.2, 0.25, 0.33, 0.5, 1.0])
+    base = rng.randint(0, 40)
+
+    def cost(m):
+        text = m.get("content") or ""
+        return 4 + math.ceil(len(text) * per_char) + 7 * len(m.get("tool_calls") or ())
+
+    def join(a, b):
+        return (len(a.get("content") or "") + len(b.get("content") or "")) % 3
+
+    calls = []
+
+    def count(msgs):
+        calls.append(len(msgs))
+        return base + sum(cost(m) for m in msgs) + sum(join(a, b) for a, b in zip(msgs, msgs[1:]))
+
+    return count, calls
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32), st.integers(0, 220), st.booleans(), st.floats(0.0, 1.2))
+def test_the_fitted_history_is_what_dropping_one_step_at_a_time_gives(seed, n, system, where):
+    rng = random.Random(seed)
+    msgs = conversation(rng, n, system=system)
+    count, calls = counter(rng)
+    whole = count(msgs)
+    limit = max(1, int(whole * where))
+    turn = current_turn_start(msgs)
+    expected = fit_by_dropping(msgs, count, limit, turn, system)
+    calls.clear()
+    steps = len(drop_order(msgs, turn, system))
+    try:
+        fit = fit_conversation(msgs, count=count, limit=limit, analysis_on=True, notes_room=0, clip_chars=10**9)
+    except ContextOverflow:
+        assert expected is None  # only when no step fits and analysis cannot help either
+        return
+    if expected is None:
+        assert fit.dropped_at == sorted(i for new, _ in drop_order(msgs, turn, system) for i in new)
+        assert fit.analyse
+        return
+    kept, dropped_at, research = expected
+    assert (fit.messages, fit.dropped_at, fit.dropped_research) == (kept, dropped_at, research)
+    assert fit.dropped == len(dropped_at) and fit.analyse == [] and fit.clipped == []
+    # A handful of counts, not one per step: bounded by the bisection's worst case.
+    assert len(calls) <= 2 * math.ceil(math.log2(steps + 2)) + 3
+
+
+def test_a_long_history_takes_a_few_counts_of_about_the_window_not_one_per_step():
+    rng = random.Random(7)
+    msgs = conversation(rng, 3000, system=True)
+    count, calls = counter(rng)
+    whole = count(msgs)
+    calls.clear()
+    fit = fit_conversation(msgs, count=count, limit=whole // 20, analysis_on=True, notes_room=0, clip_chars=10**9)
+    assert fit.dropped > 2000
+    assert len(calls) <= 6
+    assert sum(calls) <= 6 * len(fit.messages) * 1.5  # each count is of about the kept size
+
+
+def test_when_nothing_fits_every_old_step_is_dropped_and_the_turn_is_analysed():
+    msgs = [{"role": "user", "content": "old " * 50}, {"role": "assistant", "content": "ok " * 50},
+            {"role": "user", "content": "x" * 4000}]
+    fit = fit_conversation(msgs, count=lambda ms: sum(len(m["content"]) for m in ms), limit=1000,
+                           analysis_on=True, notes_room=100, clip_chars=10)
+    assert fit.dropped_at == [0, 1] and fit.analyse == [0]
+
+
+@pytest.mark.parametrize("limit", [0, 1])
+def test_a_limit_nothing_meets_drops_everything_old(limit):
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": ""}]
+    with pytest.raises(ContextOverflow) as info:
+        fit_conversation(msgs, count=lambda ms: 5 * len(ms), limit=limit, analysis_on=True,
+                         notes_room=0, clip_chars=1)
+    assert info.value.prompt_tokens == 5  # the current turn alone, every old step dropped
