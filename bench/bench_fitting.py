@@ -110,6 +110,33 @@ def uncached_count(counter, msgs):
     return len(counter.prompt_tokens(msgs))
 
 
+def engine_times(counter, msgs, repeats: int) -> dict:
+    """A whole reply with a model that answers at once (the scripted provider, the same
+    counter): every second is boundctx's, fitting and counting included."""
+    from boundctx import config
+    from boundctx.analysis import Engine
+    from boundctx.providers.scripted import ScriptedProvider
+
+    settings = config.load(env={}, overrides={"chat.n_ctx": WINDOW})
+    provider = ScriptedProvider(lambda request: "ok", context_window=WINDOW, counter=counter)
+
+    def reply(conversation):
+        return list(Engine(provider, settings=settings, max_reply_tokens=REPLY_TOKENS).reply(conversation))
+
+    def cold():
+        counter.clear_cache()
+        reply(msgs)
+
+    warm = []
+    for r in range(repeats):
+        reply(msgs)
+        grown = msgs + [{"role": "assistant", "content": f"ok {r}"}, {"role": "user", "content": f"and then? {r}"}]
+        started = time.perf_counter()
+        reply(grown)
+        warm.append(time.perf_counter() - started)
+    return {"engine_cold_s": timed(cold, repeats), "engine_warm_s": statistics.median(warm)}
+
+
 def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers: bool) -> dict:
     counter.clear_cache()
     whole = timed(lambda: uncached_count(counter, msgs), max(1, repeats // 2))
@@ -135,6 +162,7 @@ def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers
     row = {"case": name, "messages": len(msgs), "tokens": tokens, "window": WINDOW, "limit": LIMIT,
            "whole_count_s": whole, "kept": len(result.messages), "dropped": result.dropped,
            "cold_s": cold_s, "cold_counts": cold_s / whole, "warm_s": warm_s, "warm_counts": warm_s / whole}
+    row |= engine_times(counter, msgs, repeats)
     if old:
         started = time.perf_counter()
         ref = fit_by_dropping(msgs, lambda m: uncached_count(counter, m), LIMIT, current_turn_start(msgs),
@@ -179,13 +207,14 @@ def main() -> int:
             print(json.dumps(rows[-1]), flush=True)
     report = {"rows": rows, "versions": run_facts(("boundctx", "llama_cpp_python", "langchain_core"))}
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
-    print(f"| case | messages | tokens | one count | cold | warm | one at a time | LangChain |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| case | messages | tokens | one count | cold | warm | one at a time | LangChain | engine reply cold / warm |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         old = f"{r['one_at_a_time_counts']:.1f}" if "one_at_a_time_counts" in r else "not run"
         lc = f"{r['langchain_counts']:.2f}" if "langchain_counts" in r else "not run"
         print(f"| {r['case']} | {r['messages']:,} | {r['tokens']:,} | {r['whole_count_s'] * 1e3:.1f} ms "
-              f"| {r['cold_counts']:.3f} | {r['warm_counts']:.4f} ({r['warm_s'] * 1e3:.2f} ms) | {old} | {lc} |")
+              f"| {r['cold_counts']:.3f} | {r['warm_counts']:.4f} ({r['warm_s'] * 1e3:.2f} ms) | {old} | {lc} "
+              f"| {r['engine_cold_s'] * 1e3:.0f} / {r['engine_warm_s'] * 1e3:.0f} ms |")
     print(f"JSON: {args.json_out}")
     return 0
 

@@ -1,0 +1,20 @@
+"""The fitting benchmark's cases run (once each, small) and say what they measured."""
+
+import pathlib
+import sys
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="the benchmark counts with the embedded model's tokenizer")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import bench_fitting  # noqa: E402
+from boundctx.tokens.llama import LlamaCounter  # noqa: E402
+
+
+def test_a_small_case_runs_and_the_search_chooses_what_the_walk_does():
+    row = bench_fitting.case(LlamaCounter(), "smoke", bench_fitting.chat(180, seed=1), repeats=1, old=True,
+                             peers=False)
+    assert row["same_choice_as_one_at_a_time"] and row["dropped"] > 0
+    assert row["cold_counts"] > 0 and row["warm_counts"] > 0 and row["engine_warm_s"] > 0
