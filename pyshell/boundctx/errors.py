@@ -111,17 +111,24 @@ class SourceTooLarge(SectionPlanError):
 class TooManySections(SectionPlanError):
     """The source needs more sections than ``analysis.max_sections``.
 
+    The plan stops cutting one section past the limit (the rest of the source is never
+    counted), so the count it knows is a lower bound.
+
     Attributes
     ----------
     needed : int
-        Sections the whole source would need at this budget.
+        A lower bound: sections cut before the plan stopped (``limit + 1``, or the
+        whole source's count when that is all it needs).
+    estimated : int
+        Sections the whole source would need at the pace of those cut (an estimate).
     limit : int
     """
 
-    def __init__(self, message: str, *, needed: int, limit: int) -> None:
+    def __init__(self, message: str, *, needed: int, limit: int, estimated: int | None = None) -> None:
         super().__init__(message)
         self.needed = needed
         self.limit = limit
+        self.estimated = needed if estimated is None else estimated
 
 
 class SectionBudgetTooSmall(SectionPlanError):

@@ -66,13 +66,27 @@ def test_a_source_over_the_character_limit_is_refused_before_any_count():
     assert (info.value.chars, info.value.limit) == (1001, 1000)
 
 
-def test_too_many_sections_says_how_many_the_source_needs():
-    counter = ByteEstimateCounter()
+def test_too_many_sections_says_how_many_the_source_needs_without_counting_all_of_it():
+    class Counting(ByteEstimateCounter):
+        def __init__(self):
+            super().__init__()
+            self.counted = 0
+
+        def count_prompt(self, messages, **kw):
+            self.counted += sum(len(m["content"]) for m in messages)
+            return super().count_prompt(messages, **kw)
+
     text = "line of the log\n" * 2000
-    with pytest.raises(TooManySections, match=r"needs \d+ sections") as info:
+    counter = Counting()
+    with pytest.raises(TooManySections, match=r"needs more than 4 sections .*about \d+ at the pace of the first 5") as info:
         plan(text, counter=counter, prompt=worker_prompt, context=600, output_tokens=100, max_sections=4)
-    full = plan(text, counter=counter, prompt=worker_prompt, context=600, output_tokens=100, max_sections=10_000)
-    assert info.value.needed == len(full.sections) > 4 and info.value.limit == 4
+    full = plan(text, counter=ByteEstimateCounter(), prompt=worker_prompt, context=600, output_tokens=100,
+                max_sections=10_000)
+    assert len(full.sections) > 5 and info.value.limit == 4
+    assert info.value.needed == 5  # a lower bound: one section past the limit
+    assert abs(info.value.estimated - len(full.sections)) <= 0.1 * len(full.sections)
+    # Only what could still fit was counted: about five sections' worth, not the source.
+    assert counter.counted < 6 * full.sections[0].end + 2_000 < len(text)
 
 
 def test_a_prompt_that_leaves_no_room_is_refused_with_the_numbers():

@@ -27,6 +27,7 @@ section's start); every measured count is within its limit.
 
 from __future__ import annotations
 
+import math
 import sys
 
 from collections.abc import Callable, Sequence
@@ -110,10 +111,13 @@ def _token_spans(text: str, counter: TokenCounter) -> tuple[np.ndarray, np.ndarr
 
 
 def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | None, limit: int,
-         estimate: int, overlap: int, too_small: Callable[[int, int], Exception], fixed: int = 0) -> list[Section]:
+         estimate: int, overlap: int, too_small: Callable[[int, int], Exception], fixed: int = 0,
+         stop_after: int | None = None) -> list[Section]:
     """Sections whose ``measure(start, end)`` is at most ``limit``, starting from an
     estimate of ``estimate`` whole-text tokens per section. ``measure=None`` counts
-    the section text itself; ``fixed`` is what ``measure`` gives an empty section."""
+    the section text itself; ``fixed`` is what ``measure`` gives an empty section.
+    ``stop_after``: return once that many sections are cut, the text not yet covered
+    (nothing past them is counted)."""
     n = len(text)
     if n == 0:
         return [Section(0, 0, 0, counter.count_text("") if measure is None else measure(0, 0), "end")]
@@ -140,7 +144,7 @@ def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | 
                 raise too_small(start, 0)
             k = max(1, min(k - 1, k * (limit - fixed) // (used - fixed)))
         sections.append(Section(len(sections), start, end, used, CUT_KINDS[kind]))
-        if end == n:
+        if end == n or len(sections) == stop_after:
             return sections
         if _sections.is_boundary(text, next_start, floor):
             floor = next_start
@@ -297,11 +301,16 @@ def plan(text: str, *, counter: TokenCounter, prompt: Callable[[str], Sequence[M
 
     if room < 1:
         raise too_small(0, 0)
-    sections = _cut(text, counter, measure, limit, room, overlap, too_small, fixed)
+    # Cutting stops one section past the limit: what lies beyond is never counted, so a
+    # source far too large is refused for the cost of what could have been analysed.
+    sections = _cut(text, counter, measure, limit, room, overlap, too_small, fixed, stop_after=max_sections + 1)
     if len(sections) > max_sections:
+        covered = sections[-1].end
+        estimated = max(len(sections), math.ceil(len(sections) * n / max(covered, 1)))
         raise TooManySections(
-            f"the source ({n:,} characters) needs {len(sections)} sections at {limit} tokens "
-            f"per worker prompt, over the limit of {max_sections} (analysis.max_sections); "
+            f"the source ({n:,} characters) needs more than {max_sections} sections at {limit} tokens "
+            f"per worker prompt (about {estimated} at the pace of the first {len(sections)}, which cover "
+            f"{covered:,} characters), over the limit of {max_sections} (analysis.max_sections); "
             "shorten the source, raise the worker context, or raise the limit",
-            needed=len(sections), limit=max_sections)
+            needed=len(sections), limit=max_sections, estimated=estimated)
     return SectionPlan(sections, n, limit, fixed, overlap)
