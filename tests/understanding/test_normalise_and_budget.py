@@ -78,24 +78,28 @@ def test_code_confirms_a_quote_that_is_the_number_with_its_sign(value, quote):
     assert supports(value, quote, N)
 
 
-def test_an_id_quoted_for_a_number_goes_to_verify_and_is_asked_for_when_unsupported():
+def test_an_id_quoted_for_a_number_is_never_confirmed_and_is_asked_for():
     from booking import RECORDS, catalog
     from oracle import Oracle, task_kind
 
     from boundctx import config
     from boundctx.providers import ScriptedProvider
-    from boundctx.understanding import Understander
+    from boundctx.understanding import TaskConfig, Understander
 
     text = "book Sakura at 7pm for T-4"
     gold = {"units": [text], "route": {text: ["book_table"]}, "locate": {(text, "book_table"): "sakura"},
             "extract": {(text, "book_table"): {"time": ("7pm", "7pm"), "party_size": ("T-4", "-4")}},
             "verify": {"party_size": "unsupported"}}
-    provider = ScriptedProvider(Oracle(gold, RECORDS))
-    plan = Understander(provider, catalog(), settings=config.load(env={})).understand(text, records=RECORDS)
-    verify = [r for r in provider.requests if task_kind(r) == "verify"]
-    assert len(verify) == 1 and "party_size" in verify[0].messages[1]["content"]
-    act, = plan.acts
-    assert "party_size" not in act.arguments and act.missing == ["party_size"]
+    # No word of "T-4" says -4, so the value has no ground: asked for without a verify
+    # call; and where verify votes, they are asked and their verdict holds.
+    for tasks, verify_calls in (({}, 0), ({"verify": TaskConfig(votes=2, temperature=0.5)}, 2)):
+        provider = ScriptedProvider(Oracle(gold, RECORDS))
+        plan = Understander(provider, catalog(), settings=config.load(env={}), tasks=tasks).understand(
+            text, records=RECORDS)
+        verify = [r for r in provider.requests if task_kind(r) == "verify"]
+        assert len(verify) == verify_calls and all("party_size" in r.messages[1]["content"] for r in verify)
+        act, = plan.acts
+        assert "party_size" not in act.arguments and act.missing == ["party_size"]
 
 
 def test_big_and_odd_numbers_are_read_exactly_or_refused():

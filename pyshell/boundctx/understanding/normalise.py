@@ -5,6 +5,8 @@ text; these functions turn that text into the argument's declared type, or raise
 ``ValueError`` naming what could not be read. Normalising in code, not in the model,
 keeps "50" from becoming "50 euros" when a model changes, and lets :func:`supports`
 check the typed value against the quote without another model call where it can.
+:func:`ungrounded` is the weaker test every value must pass before one model's word
+may keep it: code can see it in the message at all (decision 0017).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from boundctx.understanding.catalog import Param
 
-__all__ = ["normalise", "number_in", "supports"]
+__all__ = ["normalise", "number_in", "supports", "ungrounded"]
 
 _UNITS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -233,3 +235,89 @@ def supports(value: Any, evidence: str, param: Param) -> bool:
         parts = [_plain(p) for p in _split_list(evidence)]
         return parts == [_plain(str(v)) for v in value]
     return False
+
+
+# A number written before its unit ("7pm", "10km", "5-year", "3rd"): it says that number,
+# though code does not confirm a value from it (the unit may be what was meant). The
+# left side is as strict as _NUMBER_TOKEN's, so the 101 of "T-101" is still no number.
+_NUMBER_BEFORE_UNIT = re.compile(r"(?<![\w.,+\-/:\u2212\u2013\u2014])(?:" + _NUMBER.pattern
+                                 + r")(?=(?:-?[^\W\d_]+)+(?![\w\-]))")
+
+
+def _expressed(quote: str) -> list[int | Fraction]:
+    """Every number a word of ``quote`` says: what :func:`number_in` reads, and a
+    number written before its unit."""
+    found = number_in(quote)
+    for m in _NUMBER_BEFORE_UNIT.finditer(quote):
+        try:
+            value = _exact(m.group(0))
+        except (ValueError, ZeroDivisionError):
+            continue
+        if m.group(0)[0] not in "+-" and _NEGATIVE_WORD.search(quote, 0, m.start()):
+            value = -value
+        found.append(value)
+    return found
+
+
+def _words_marked(text: str, loose: bool) -> str:
+    """``text`` case-folded, its spacing (and with ``loose``, "_" and "-") made one
+    space, and every word between \\x01 and \\x02: a needle marked so matches a
+    haystack marked so only where the needle's edge words are whole words there. A
+    hyphen joins a word (the "T" and the "101" of "T-101" are not words of it)."""
+    flat = re.sub(r"[\s_\-]+" if loose else r"\s+", " ", text.casefold())
+    return re.sub(r"\w+(?:-\w+)*", lambda m: f"\x01{m.group(0)}\x02", flat)
+
+
+def _shown(text: str, message: str, *, loose: bool) -> bool:
+    """``text`` is in ``message`` as whole words, whatever the case and spacing; with
+    ``loose``, "_" and "-" count as spaces (an enum member "window_seat" is named by
+    "window seat")."""
+    needle = _words_marked(text, loose).strip()
+    # One str.find over marked text, not a search that checks each place a value
+    # occurs: "aaa...a" inside a long word would cost length x length.
+    return bool(needle) and _words_marked(message, loose).find(needle) >= 0
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _no_ground(value: Any, quote: str, message: str, member: bool) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None  # a yes/no has no word to find: verify's verdict stands for it
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{_show(value)} is not a number a message can say"
+        exact = _exact(repr(value)) if isinstance(value, float) else value
+        if quote and quote in message and exact in _expressed(quote):
+            return None
+        return f"no word of its quote {_show(quote)} says {_show(value)}"
+    if isinstance(value, str):
+        if _shown(value, message, loose=member):
+            return None
+        return f"{_show(value)} is not in the message"
+    if isinstance(value, list):
+        for item in value:
+            why = _no_ground(item, quote, message, member)
+            if why is not None:
+                return why
+        return None
+    if isinstance(value, dict):  # the values are what the message must show; the keys are the schema's
+        for item in value.values():
+            why = _no_ground(item, quote, message, False)
+            if why is not None:
+                return why
+        return None
+    return f"{_show(value)} is not a value code can find in a message"
+
+
+def ungrounded(value: Any, evidence: str, message: str, param: Param) -> str | None:
+    """Why ``value`` has no ground in ``message``, or None when code can see it there:
+    a text is in the message (whole words, any case and spacing; an enum member also
+    with "_" or "-" for a space), a number is said by a word of its quote ``evidence``
+    (in digits, in words, or before its unit, with its sign: never the 101 of "T-101"),
+    and a list or an object is grounded when each of its values is. A yes/no is
+    grounded by any quote. Weaker than :func:`supports`: a grounded value may still be
+    wrong (verify decides), but a value without ground is one model's word alone."""
+    return _no_ground(value, evidence, message, param.enum is not None)

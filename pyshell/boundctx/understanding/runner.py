@@ -12,7 +12,9 @@
    asks for (each becomes its own act); per act **locate** its record (skipped when one
    record is admissible), **extract** its arguments as quotes then values, **verify**
    values the code cannot confirm from their quotes, and **question_frame** what to ask
-   when something required is missing (skipped when exactly one thing is);
+   when something required is missing (skipped when exactly one thing is); a value
+   code cannot see in the message at all is asked for without verify, unless verify
+   is configured for independent votes (decision 0017);
 4. code assembles every task's output into one :class:`Plan`.
 
 All understanding completes before any effect: the plan is data, and nothing is carried
@@ -53,7 +55,7 @@ from boundctx.providers.base import Finish, Provider, TextChunk, make_request
 from boundctx.understanding import schema as S
 from boundctx.understanding.budget import Bounds, Budget, BudgetReport
 from boundctx.understanding.catalog import Catalog, Operation, Record, check_records
-from boundctx.understanding.normalise import supports
+from boundctx.understanding.normalise import supports, ungrounded
 from boundctx.understanding.replay import (
     Attempt,
     ReplayLog,
@@ -156,7 +158,8 @@ class Act(msgspec.Struct, frozen=True):
         of this turn that may touch the same record was not understood).
     missing : list of str
         ``"@record"`` (which record) and the arguments not known: required ones not
-        given, and any whose value its words did not support.
+        given, and any whose value its words did not support or the message does not
+        show (a ``"no_ground"`` notice says which).
     """
 
     unit: str
@@ -193,7 +196,9 @@ class Notice(msgspec.Struct, frozen=True):
     ----------
     kind : str
         ``"not_understood"``, ``"no_operation"`` (the unit asks for nothing in the
-        catalog), ``"no_record"``, ``"lost_constraint"``, ``"segmentation_failed"``.
+        catalog), ``"no_record"``, ``"lost_constraint"``, ``"segmentation_failed"``,
+        ``"no_ground"`` (arguments asked for because the message does not show the
+        value a model gave: the message names each and why).
     unit : str or None
     message : str
     bound : str, optional
@@ -310,7 +315,7 @@ class _Turn:
             No valid answer (or no majority), or a bound was hit.
         """
         cfg = self.owner.task_config(call.kind)
-        votes = cfg.votes if cfg.votes is not None else int(self.owner.settings["understanding.votes"])
+        votes = self._votes(cfg)
         answers: list[tuple[str, Any]] = []
         reasons: list[str] = []
         last_depth = depth
@@ -332,6 +337,17 @@ class _Turn:
             raise _NotUnderstood(call.kind, f"{call.kind}: no answer won a majority of {votes} votes "
                                             f"({dict(tally.most_common(3))})")
         raise _NotUnderstood(call.kind, f"{call.kind}: " + (reasons[-1] if reasons else "no valid answer"))
+
+    def _votes(self, cfg: TaskConfig) -> int:
+        return cfg.votes if cfg.votes is not None else int(self.owner.settings["understanding.votes"])
+
+    def independent_votes(self, kind: str) -> bool:
+        """Whether ``kind`` answers by the agreement of independent samples: two votes
+        or more (a winning answer is then given by at least two), drawn at a
+        temperature above 0 (at 0 a model gives one answer again, which is still one
+        model's word)."""
+        cfg = self.owner.task_config(kind)
+        return self._votes(cfg) >= 2 and cfg.temperature > 0
 
     def _attempt_chain(self, call: TaskCall, depth: int, cfg: TaskConfig, role: str) -> tuple[Any, Any, int]:
         repairs = cfg.repairs if cfg.repairs is not None else int(self.owner.settings["understanding.repairs"])
@@ -588,8 +604,18 @@ class _Turn:
         else:
             self.skip("extract")
         given = {n: e for n, e in values.items() if e.value is not None}
-        unconfirmed = {n: e for n, e in given.items() if not supports(e.value, e.evidence or "", op.param(n))}
-        rejected: list[str] = []
+        # A value code cannot see in the message is one model's word alone, and one
+        # verify answer is one more (a wrong "supported" let "Zebra" through for a
+        # message saying "Dana"): it is asked for without verify, unless verify's
+        # independent votes are to agree on it (decision 0017).
+        unfounded = _without_ground(m, op, given)
+        asked = {} if self.independent_votes("verify") else unfounded
+        for name in asked:
+            del given[name]
+        unconfirmed = {n: e for n, e in given.items()
+                       if n in unfounded or not supports(e.value, e.evidence or "", op.param(n))}
+        rejected: list[str] = list(asked)
+        notice = _no_ground_notice(unit, op, asked, "verify") if asked else None
         if unconfirmed:
             verdicts, depth = self.run(verify_call(m, unit, op, unconfirmed, instructions=self.instructions("verify")),
                                        depth + 1)
@@ -604,7 +630,7 @@ class _Turn:
         act = _finish_act(unit, op, record, candidates, given, missing, rejected)
         missing = act.missing
         if not missing:
-            return act, None, None
+            return act, None, notice
         if len(missing) == 1:
             about = missing
             self.skip("question_frame")
@@ -613,7 +639,28 @@ class _Turn:
                           else f"{x}: {op.param(x).description}") for x in missing]
             about, depth = self.run(question_frame_call(m, unit, op, described,
                                                         instructions=self.instructions("question_frame")), depth + 1)
-        return act, _question(unit, op, about, candidates), None
+        return act, _question(unit, op, about, candidates), notice
+
+
+def _without_ground(message: str, op: Operation, given: Mapping[str, Extracted]) -> dict[str, str]:
+    """Argument -> why the message does not show its value, for each given value code
+    cannot find there (:func:`~.normalise.ungrounded`)."""
+    out = {}
+    for name, e in given.items():
+        why = ungrounded(e.value, e.evidence or "", message, op.param(name))
+        if why is not None:
+            out[name] = why
+    return out
+
+
+def _no_ground_notice(unit: Unit, op: Operation, asked: Mapping[str, str], voter: str) -> Notice:
+    names = list(asked)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return Notice("no_ground", unit.id,
+                  f"{op.name}: {listed} asked for, since the message does not show the value a model gave ("
+                  + "; ".join(f"{n}: {why}" for n, why in asked.items()) + "); one model's word is not enough for "
+                  f"a value with no ground in the message (configure {voter} with votes >= 2 and a temperature "
+                  "above 0 to let agreeing votes keep one)")
 
 
 def _finish_act(unit: Unit, op: Operation, record: Record | None, candidates: Sequence[Record],
@@ -751,7 +798,8 @@ class Understander:
         plan assembly, with no segmentation, coverage, verification or framing).
 
         A failed call fails the turn closed; a missing argument or record becomes a
-        question rendered by code."""
+        question rendered by code, and so does a value the message does not show
+        (unless ``single_call`` is configured for independent votes: decision 0017)."""
         t = self._start(message, records, None, turn, "single_call")
         return self._finish(self._single_call(t))
 
@@ -768,17 +816,25 @@ class Understander:
         unit = Unit("u1", message, 0, len(message))
         acts: list[Act] = []
         questions: list[Question] = []
+        notices: list[Notice] = []
+        # The baseline has no verify, so its one call is all the word a value has: one
+        # the message does not show is asked for (decision 0017).
+        voting = t.independent_votes("single_call")
         for op, record, values in acts_out:
             candidates = [r for r in t.records if op.record_kind and r.kind == op.record_kind]
             if op.record_kind and record is None and len(candidates) == 1:
                 record = candidates[0]
-            act = _finish_act(unit, op, record, candidates, {n: e for n, e in values.items() if e.value is not None},
-                              [RECORD] if op.record_kind and record is None else [])
+            given = {n: e for n, e in values.items() if e.value is not None}
+            asked = {} if voting else _without_ground(message, op, given)
+            act = _finish_act(unit, op, record, candidates, {n: e for n, e in given.items() if n not in asked},
+                              [RECORD] if op.record_kind and record is None else [], list(asked))
             acts.append(act)
             if act.missing:
                 questions.append(_question(unit, op, act.missing, candidates))
-        notices = [] if acts else [Notice("no_operation", None, "the message asks for no operation this assistant "
-                                                                "has")]
+            if asked:
+                notices.append(_no_ground_notice(unit, op, asked, "single_call"))
+        if not acts:
+            notices.append(Notice("no_operation", None, "the message asks for no operation this assistant has"))
         return _assemble(t, [unit], [(acts, questions, notices)])
 
     def understand(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
