@@ -92,3 +92,22 @@ def split(text: str, *, counter, max_tokens: int, overlap: int = 64) -> list[tup
         if graphemes.is_boundary(text, next_start, floor):
             floor = next_start
         start = next_start
+
+
+def is_sync(text: str, i: int, after_text: bool = False) -> bool:
+    """A newline sync point: either end, or right after a ``\\n`` and before a
+    non-whitespace character (``after_text``: the ``\\n`` after one too)."""
+    if i <= 0 or i >= len(text):
+        return True
+    if after_text and i >= 2 and text[i - 2].isspace():
+        return False
+    return text[i - 1] == "\n" and not text[i].isspace()
+
+
+def newline_sync(text: str, tok_start: list[int], start: int, end: int,
+                 after_text: bool = False) -> tuple[int, int, int]:
+    points = [i for i in range(start, end + 1) if is_sync(text, i, after_text)]
+    if not points:
+        return -1, -1, 0
+    first, last = points[0], points[-1]
+    return first, last, sum(1 for s in tok_start if first <= s < last)

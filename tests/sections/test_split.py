@@ -159,3 +159,25 @@ def test_a_calibrated_estimate_sizes_sections_by_its_ratio():
     text = "word " * 2000
     sections = split(text, counter=calibrated, max_tokens=100, overlap=8)
     assert max(s.tokens for s in sections) > 90  # ~400 bytes per section, not ~100
+
+
+LOG_LINES = ["2026-11-30T10:00:{:02d} step {} ok: compiled 12 files in 0.4s\n",
+             "2026-11-30T10:00:{:02d} step {} retried: cache miss \n", "    at frame {} (worker.js:{})\n",
+             "\n\n", "ERROR  job {} failed: exit {}\n"]
+
+
+def test_the_llama_shortcut_re_counts_only_the_edges_and_stays_exact(smollm2, monkeypatch):
+    # A log of 3,000 lines, blank runs and indented lines included, split with the
+    # embedded model's tokenizer: every section's count is the full count of its text
+    # (check_invariants), and what was re-counted is far less than the sections.
+    assert smollm2.newline_sync and smollm2.sync_after_text
+    text = "".join(LOG_LINES[i % 5].format(i % 60, i) for i in range(3000))
+    assert text.count("\n2026") > 1000  # sync points: a newline between two characters
+    recounted = []
+    real = smollm2.count_text
+    monkeypatch.setattr(smollm2, "count_text", lambda t: recounted.append(len(t)) or real(t))
+    sections = split(text, counter=smollm2, max_tokens=300, overlap=32)
+    monkeypatch.undo()
+    check_invariants(text, sections, smollm2, 300, 32)
+    assert len(sections) > 20
+    assert sum(recounted) < 0.25 * sum(s.end - s.start for s in sections)

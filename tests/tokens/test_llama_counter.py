@@ -224,3 +224,27 @@ def test_a_conversation_grown_by_one_message_tokenizes_only_what_is_new(counter,
     convo.append({"role": "user", "content": "the new question"})
     assert counter.count_prompt(convo) == len(counter.vocab.tokenize_special(counter.render(convo)))
     assert seen == ["user\nthe new question"]
+
+
+from strategies import hard_texts  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(hard_texts(40), st.data())
+def test_counts_add_up_at_a_newline_between_two_characters(counter, text, data):
+    # The claim behind LlamaCounter.newline_sync with sync_after_text, against full counts.
+    assert counter.newline_sync and counter.sync_after_text
+    syncs = [i for i in range(1, len(text)) if text[i - 1] == "\n" and not text[i].isspace()
+             and (i < 2 or not text[i - 2].isspace())]
+    if not syncs:
+        return
+    i = data.draw(st.sampled_from(syncs))
+    a, b = data.draw(st.integers(0, i)), data.draw(st.integers(i, len(text)))
+    assert counter.count_text(text[a:b]) == counter.count_text(text[a:i]) + counter.count_text(text[i:b])
+
+
+def test_a_newline_after_whitespace_is_not_a_sync_point(counter):
+    # Why the rule needs text before the newline: a blank line ending a slice is one
+    # piece ("\n\n"), inside the text two.
+    text = "a\n\nb"
+    assert counter.count_text(text) != counter.count_text(text[:3]) + counter.count_text(text[3:])

@@ -308,21 +308,25 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
     return c, ns, kind
 
 
-cdef inline bint _sync(const Text *t, Py_ssize_t i) noexcept nogil:
+cdef inline bint _sync(const Text *t, Py_ssize_t i, bint after_text) noexcept nogil:
     # A newline followed by a character that is not whitespace (in str.isspace's
-    # sense, a superset of regex \s), or either end of the text.
+    # sense, a superset of regex \s), or either end of the text; with after_text, the
+    # newline must also follow a character that is not whitespace.
     if i <= 0 or i >= t.n:
         return True
+    if after_text and i >= 2 and _is_space(_at(t, i - 2)):
+        return False
     return _at(t, i - 1) == 10 and not _is_space(_at(t, i))
 
 
 def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ssize_t start,
-                 Py_ssize_t end):
+                 Py_ssize_t end, bint after_text=False):
     """The first and last newline sync points in ``[start, end]``, and the whole-text
     tokens between them.
 
     A sync point is a position right after ``\n`` whose next character is not
-    whitespace (or an end of the text). For counters that declare ``newline_sync``,
+    whitespace (or an end of the text); with ``after_text``, the ``\n`` must also
+    follow a character that is not whitespace. For counters that declare ``newline_sync``,
     ``count(text[a:b]) == count(text[a:i]) + count(text[i:b])`` at every sync point
     ``i``, so a section's count is its head and tail re-counted plus the whole text's
     tokens in between.
@@ -340,7 +344,7 @@ def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ss
         # Invariant: no sync point in [start, i).
         i = start
         while i <= end:
-            if _sync(&t, i):
+            if _sync(&t, i, after_text):
                 u1 = i
                 break
             i += 1
@@ -348,7 +352,7 @@ def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ss
             # Invariant: no sync point in (i, end].
             i = end
             while i >= u1:
-                if _sync(&t, i):
+                if _sync(&t, i, after_text):
                     u2 = i
                     break
                 i -= 1

@@ -39,7 +39,7 @@ def message_text(message: Message) -> str:
 
 
 class TokenCounter(ABC):
-    """Counts tokens the way one model sees them.
+    r"""Counts tokens the way one model sees them.
 
     Attributes
     ----------
@@ -52,10 +52,16 @@ class TokenCounter(ABC):
         count_text(t[i:b])``. The section splitter then re-counts only the edges of each
         section. Declare it only for a tokenizer whose pre-tokenizer is known to
         guarantee it (see ``TiktokenCounter``); the default is the full count.
+    sync_after_text : bool
+        With ``newline_sync``: the claim holds only where the ``\n`` itself follows a
+        character that is not whitespace (GPT-2-style pre-tokenizers, whose
+        ``\s+(?!\S)`` joins a run of whitespace ending a text into one piece; see
+        ``LlamaVocab``).
     """
 
     exact: bool = False
     newline_sync: bool = False
+    sync_after_text: bool = False
 
     @abstractmethod
     def count_text(self, text: str) -> int:
