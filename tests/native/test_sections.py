@@ -101,12 +101,12 @@ def test_next_cut_checks_its_arguments():
         native.next_cut("ab", z, one, 0, 1, 0)
 
 
-@given(hard_texts(40), st.data(), st.booleans())
-def test_newline_sync_points_match_the_twin(text, data, after_text):
+@given(hard_texts(40), st.data(), st.booleans(), st.booleans())
+def test_newline_sync_points_match_the_twin(text, data, after_text, at_spaces):
     from boundctx.tokens import ByteEstimateCounter
 
     tok_start, _ = ref.spans(text, ByteEstimateCounter()) if text else ([], [])
     start = data.draw(st.integers(0, len(text)))
     end = data.draw(st.integers(start, len(text)))
-    got = native.newline_sync(text, np.asarray(tok_start, dtype=np.int64), start, end, after_text)
-    assert got == ref.newline_sync(text, tok_start, start, end, after_text)
+    got = native.newline_sync(text, np.asarray(tok_start, dtype=np.int64), start, end, after_text, at_spaces)
+    assert got == ref.newline_sync(text, tok_start, start, end, after_text, at_spaces)

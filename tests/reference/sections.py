@@ -94,10 +94,14 @@ def split(text: str, *, counter, max_tokens: int, overlap: int = 64) -> list[tup
         start = next_start
 
 
-def is_sync(text: str, i: int, after_text: bool = False) -> bool:
-    """A newline sync point: either end, or right after a ``\\n`` and before a
-    non-whitespace character (``after_text``: the ``\\n`` after one too)."""
+def is_sync(text: str, i: int, after_text: bool = False, at_spaces: bool = False) -> bool:
+    """A sync point: either end, or right after a ``\\n`` and before a non-whitespace
+    character (``after_text``: the ``\\n`` after one too), or (``at_spaces``) at a single
+    space between two non-whitespace characters."""
     if i <= 0 or i >= len(text):
+        return True
+    if at_spaces and text[i] == " " and i + 1 < len(text) and not text[i - 1].isspace() \
+            and not text[i + 1].isspace():
         return True
     if after_text and i >= 2 and text[i - 2].isspace():
         return False
@@ -105,8 +109,8 @@ def is_sync(text: str, i: int, after_text: bool = False) -> bool:
 
 
 def newline_sync(text: str, tok_start: list[int], start: int, end: int,
-                 after_text: bool = False) -> tuple[int, int, int]:
-    points = [i for i in range(start, end + 1) if is_sync(text, i, after_text)]
+                 after_text: bool = False, at_spaces: bool = False) -> tuple[int, int, int]:
+    points = [i for i in range(start, end + 1) if is_sync(text, i, after_text, at_spaces)]
     if not points:
         return -1, -1, 0
     first, last = points[0], points[-1]

@@ -248,3 +248,17 @@ def test_a_newline_after_whitespace_is_not_a_sync_point(counter):
     # piece ("\n\n"), inside the text two.
     text = "a\n\nb"
     assert counter.count_text(text) != counter.count_text(text[:3]) + counter.count_text(text[3:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(hard_texts(40), st.data())
+def test_counts_add_up_before_a_single_space_between_two_characters(counter, text, data):
+    # The claim behind LlamaCounter.sync_at_spaces, against full counts.
+    assert counter.sync_at_spaces
+    syncs = [i for i in range(1, len(text) - 1) if text[i] == " " and not text[i - 1].isspace()
+             and not text[i + 1].isspace()]
+    if not syncs:
+        return
+    i = data.draw(st.sampled_from(syncs))
+    a, b = data.draw(st.integers(0, i)), data.draw(st.integers(i, len(text)))
+    assert counter.count_text(text[a:b]) == counter.count_text(text[a:i]) + counter.count_text(text[i:b])

@@ -308,11 +308,15 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
     return c, ns, kind
 
 
-cdef inline bint _sync(const Text *t, Py_ssize_t i, bint after_text) noexcept nogil:
+cdef inline bint _sync(const Text *t, Py_ssize_t i, bint after_text, bint at_spaces) noexcept nogil:
     # A newline followed by a character that is not whitespace (in str.isspace's
     # sense, a superset of regex \s), or either end of the text; with after_text, the
-    # newline must also follow a character that is not whitespace.
+    # newline must also follow a character that is not whitespace. With at_spaces, also
+    # the position of a single space between two characters that are not whitespace.
     if i <= 0 or i >= t.n:
+        return True
+    if at_spaces and _at(t, i) == 32 and i + 1 < t.n and not _is_space(_at(t, i - 1)) \
+            and not _is_space(_at(t, i + 1)):
         return True
     if after_text and i >= 2 and _is_space(_at(t, i - 2)):
         return False
@@ -320,13 +324,15 @@ cdef inline bint _sync(const Text *t, Py_ssize_t i, bint after_text) noexcept no
 
 
 def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ssize_t start,
-                 Py_ssize_t end, bint after_text=False):
+                 Py_ssize_t end, bint after_text=False, bint at_spaces=False):
     """The first and last newline sync points in ``[start, end]``, and the whole-text
     tokens between them.
 
     A sync point is a position right after ``\n`` whose next character is not
     whitespace (or an end of the text); with ``after_text``, the ``\n`` must also
-    follow a character that is not whitespace. For counters that declare ``newline_sync``,
+    follow a character that is not whitespace; with ``at_spaces``, the position of a
+    single space between two non-whitespace characters is one too (before the space).
+    For counters that declare ``newline_sync``,
     ``count(text[a:b]) == count(text[a:i]) + count(text[i:b])`` at every sync point
     ``i``, so a section's count is its head and tail re-counted plus the whole text's
     tokens in between.
@@ -344,7 +350,7 @@ def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ss
         # Invariant: no sync point in [start, i).
         i = start
         while i <= end:
-            if _sync(&t, i, after_text):
+            if _sync(&t, i, after_text, at_spaces):
                 u1 = i
                 break
             i += 1
@@ -352,7 +358,7 @@ def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ss
             # Invariant: no sync point in (i, end].
             i = end
             while i >= u1:
-                if _sync(&t, i, after_text):
+                if _sync(&t, i, after_text, at_spaces):
                     u2 = i
                     break
                 i -= 1

@@ -159,10 +159,10 @@ def _text_measure(text: str, counter: TokenCounter, tok_start: np.ndarray) -> Ca
     if not counter.newline_sync:
         return lambda s, e: counter.count_text(text[s:e])
 
-    after_text = counter.sync_after_text
+    after_text, at_spaces = counter.sync_after_text, counter.sync_at_spaces
 
     def measure(s: int, e: int) -> int:
-        first, last, between = _sections.newline_sync(text, tok_start, s, e, after_text)
+        first, last, between = _sections.newline_sync(text, tok_start, s, e, after_text, at_spaces)
         if first < 0:
             return counter.count_text(text[s:e])
         head = counter.count_text(text[s:first]) if first > s else 0

@@ -57,11 +57,16 @@ class TokenCounter(ABC):
         character that is not whitespace (GPT-2-style pre-tokenizers, whose
         ``\s+(?!\S)`` joins a run of whitespace ending a text into one piece; see
         ``LlamaVocab``).
+    sync_at_spaces : bool
+        With ``newline_sync``: counts also add up before a single space between two
+        characters that are not whitespace (the same pre-tokenizers: a space only ever
+        leads the piece after it).
     """
 
     exact: bool = False
     newline_sync: bool = False
     sync_after_text: bool = False
+    sync_at_spaces: bool = False
 
     @abstractmethod
     def count_text(self, text: str) -> int:

@@ -153,8 +153,10 @@ class LlamaVocab:
         a non-space), the ``\n`` is a piece alone whether or not the text ends there,
         and nothing looks behind: the pieces either side are the same for any slice.
         Before a run of whitespace the claim fails (``\n\n`` ending a slice is one
-        piece, inside the text two), hence the rule. Proven by property tests against
-        full counts; other pre-tokenizers make no claim.
+        piece, inside the text two), hence the rule. The same holds before a single
+        space between two characters that are not whitespace: the space can only lead
+        the piece after it. Proven by property tests against full counts; other
+        pre-tokenizers make no claim.
         """
         meta = self._llm.metadata
         return meta.get("tokenizer.ggml.model") == "gpt2" and meta.get("tokenizer.ggml.pre") in _GPT2_STYLE_PRE
@@ -303,7 +305,7 @@ class LlamaCounter(TokenCounter):
         # Longest first: at one position the longest special text wins.
         alternatives = sorted(self._specials, key=len, reverse=True)
         self._special_re = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
-        self.newline_sync = self.sync_after_text = self.vocab.newline_sync
+        self.newline_sync = self.sync_after_text = self.sync_at_spaces = self.vocab.newline_sync
         # llama.cpp's BPE tokenizer treats each stretch between special tokens alone
         # (no space prefix, no merge across a special token); the partition's counts
         # then add up to the whole, which the tests prove against llama.cpp. Other
