@@ -1,11 +1,13 @@
 """The command line: each command is a plain function behind argparse."""
 
+import argparse
 import json
 import subprocess
 import sys
 
 import pytest
 
+from boundctx import cli
 from boundctx.cli import main
 from boundctx.transcript import encode_record
 
@@ -327,3 +329,29 @@ def test_ask_refuses_to_write_into_a_file_that_is_not_a_transcript_before_any_mo
         assert path.read_bytes() == before
     assert server.requests == []  # refused before any model call
     assert sorted(p.name for p in tmp_path.iterdir() if ".torn-" in p.name or p.name.endswith(".lock")) == []
+
+
+HEAVY = ("numpy", "tqdm", "llama_cpp", "boundctx.transcript", "boundctx._native.lineindex")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["ask", "--help"], ["session", "get", "--help"], ["nosuch"]])
+def test_help_and_a_wrong_command_import_nothing_heavy(argv):
+    # Start-up is the whole cost of `boundctx --help`: only the named command's module
+    # is imported, and none of them pulls in numpy, the native core or llama.cpp to
+    # describe itself.
+    code = ("import sys\nfrom boundctx.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stderr
+    if argv == ["--help"]:
+        for name in cli.COMMANDS:
+            assert name in run.stdout and cli.COMMANDS[name][1][:30] in run.stdout.replace("\n", " ")
+
+
+def test_every_command_module_builds_its_parser_from_the_table():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(cli.COMMANDS)
+    for action in sub._choices_actions:
+        assert action.help == cli.COMMANDS[action.dest][1]

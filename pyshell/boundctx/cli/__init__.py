@@ -4,20 +4,29 @@ function of its module."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import warnings
+from collections.abc import Iterable
 
-from boundctx.cli import ask as _ask
-from boundctx.cli import config as _config
-from boundctx.cli import doctor as _doctor
-from boundctx.cli import plan as _plan
-from boundctx.cli import reindex as _reindex
-from boundctx.cli import sample as _sample
-from boundctx.cli import session as _session
-from boundctx.cli import split as _split
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-__all__ = ["main"]
+#: Every command: the module that defines it (``add_parser(sub, summary)`` and the
+#: functions it runs) and the line ``boundctx --help`` shows for it. A module is
+#: imported only when its command runs or its help is asked for: ``boundctx --help``
+#: and a command's start-up never pay for the others' imports (numpy, the native core,
+#: llama-cpp-python).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ask": ("boundctx.cli.ask", "answer a question, reading long inputs completely"),
+    "plan": ("boundctx.cli.plan", "turn a message into a plan of operations (nothing is carried out)"),
+    "reindex": ("boundctx.cli.reindex", "rebuild the layout of transcripts (files or folders)"),
+    "session": ("boundctx.cli.session", "read transcripts in bounded windows"),
+    "sample": ("boundctx.cli.sample", "write a seeded synthetic transcript"),
+    "split": ("boundctx.cli.split", "cut a text file into sections that fit a token budget"),
+    "config": ("boundctx.cli.config", "show, read or change settings"),
+    "doctor": ("boundctx.cli.doctor", "check what this machine runs and whether local generation works"),
+}
 
 #: What ``-v`` / ``-q`` show: the level of boundctx's own log (what was decided and
 #: done) and of llama.cpp's (its load and evaluation chatter, quiet by default).
@@ -80,7 +89,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"boundctx: warning: {message}", file=sys.stderr)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's arguments (default), or only those of
+    ``commands``, the others standing in by name and summary (enough for ``--help``
+    and for argparse to name the choices)."""
+    load = set(COMMANDS) if commands is None else set(commands)
     parser = argparse.ArgumentParser(
         prog="boundctx",
         description="Bounded-context engine for chat with local and remote language models.")
@@ -90,14 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    _ask.add_parser(sub)
-    _plan.add_parser(sub)
-    _reindex.add_parser(sub)
-    _session.add_parser(sub)
-    _sample.add_parser(sub)
-    _split.add_parser(sub)
-    _config.add_parser(sub)
-    _doctor.add_parser(sub)
+    for name, (module, summary) in COMMANDS.items():
+        if name in load:
+            importlib.import_module(module).add_parser(sub, summary)
+        else:
+            sub.add_parser(name, help=summary)
     _add_verbosity_below(sub)  # `boundctx COMMAND -v` as well as `boundctx -v COMMAND`
     return parser
 
@@ -110,8 +120,15 @@ def _add_verbosity_below(sub: argparse._SubParsersAction) -> None:
                 _add_verbosity_below(action)
 
 
+def _command_named(argv: list[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top-level
+    options take no values)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser([_command_named(argv)] if _command_named(argv) in COMMANDS else [])
     args = parser.parse_args(argv)
     args.verbosity = _verbosity(args)
     restore_logging = _configure_logging(args.verbosity)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
-from tqdm import tqdm
-
 # Jobs smaller than this finish before a bar would be worth drawing.
 MIN_BYTES_FOR_BAR = 64 << 20
 
@@ -26,6 +24,8 @@ def byte_progress(total: int, desc: str, *, enabled: bool | None = None):
         if not enabled or n <= done:
             return
         if bar is None:
+            from tqdm import tqdm  # only when a bar is drawn: it costs the start-up
+
             bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
                        file=sys.stderr, leave=False)
         bar.update(n - done)

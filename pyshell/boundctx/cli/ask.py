@@ -24,9 +24,9 @@ from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_
 __all__ = ["add_parser"]
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, summary: str) -> None:
     p = sub.add_parser(
-        "ask", help="answer a question, reading long inputs completely",
+        "ask", help=summary,
         description="Answer QUESTION with the embedded local model (default) or an OpenAI-compatible "
                     "server. Files too large for the context are read completely, section by section, "
                     "by note-taking workers.")

@@ -9,10 +9,11 @@ import msgspec
 __all__ = ["add_parser"]
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("config", help="show, read or change settings",
-                       description="Settings come from defaults < the config file < the "
-                                   "environment (BOUNDCTX_GROUP_KEY) < command-line flags.")
+def add_parser(sub, summary: str) -> None:
+    p = sub.add_parser(
+        "config", help=summary,
+        description="Settings come from defaults < the config file < the "
+                    "environment (BOUNDCTX_GROUP_KEY) < command-line flags.")
     cmds = p.add_subparsers(dest="config_command", metavar="ACTION")
     cmds.required = True
     show = cmds.add_parser("show", help="every setting, its value and where it came from")

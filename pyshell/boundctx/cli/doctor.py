@@ -104,9 +104,9 @@ class Report(msgspec.Struct):
     problems: list[str] = msgspec.field(default_factory=list)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, summary: str) -> None:
     p = sub.add_parser(
-        "doctor", help="check what this machine runs and whether local generation works",
+        "doctor", help=summary,
         description="Report boundctx's, Python's and llama-cpp-python's versions, the CPU features llama.cpp "
                     "uses, the extra-buffer-types decision (local.extra_buffers) and the model, then try a "
                     "short generation in a child process, so that a crash is reported rather than suffered. "

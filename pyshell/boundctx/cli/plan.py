@@ -19,9 +19,9 @@ from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_
 __all__ = ["add_parser"]
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, summary: str) -> None:
     p = sub.add_parser(
-        "plan", help="turn a message into a plan of operations (nothing is carried out)",
+        "plan", help=summary,
         description="Understand MESSAGE against a catalog of operations: segment it, route each part, "
                     "locate records, extract arguments as quotes then values, and print the plan. Bounded "
                     "by the understanding.* settings; fails closed.")

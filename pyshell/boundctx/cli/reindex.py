@@ -5,19 +5,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from boundctx.cli._progress import byte_progress
-from boundctx.transcript import ReindexReport, iter_transcripts, reindex
+
+if TYPE_CHECKING:
+    from boundctx.transcript import ReindexReport
 
 __all__ = ["add_parser", "reindex_paths"]
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("reindex", help="rebuild the layout of transcripts (files or folders)",
-                       description="Rescan JSONL transcripts and rewrite their layout sidecars. "
-                                   "Folders are searched recursively for *.jsonl files.")
+def add_parser(sub, summary: str) -> None:
+    p = sub.add_parser(
+        "reindex", help=summary,
+        description="Rescan JSONL transcripts and rewrite their layout sidecars. "
+                    "Folders are searched recursively for *.jsonl files.")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--dialect", default="auto",
                    help="auto (default), boundctx, pi, claude-code or codex")
@@ -30,6 +34,8 @@ def add_parser(sub) -> None:
 def reindex_paths(paths: list[str], *, dialect: str = "auto",
                   progress: bool | None = None) -> list[ReindexReport]:
     """Reindex every transcript named or found under ``paths``."""
+    from boundctx.transcript import ReindexReport, iter_transcripts, reindex
+
     files: list[str] = []
     reports: list[ReindexReport] = []
     for p in paths:

@@ -6,7 +6,6 @@ import os
 import sys
 
 from boundctx.cli._progress import byte_progress
-from boundctx.transcript.sample import write_sample
 
 __all__ = ["add_parser"]
 
@@ -26,12 +25,13 @@ def parse_size(text: str) -> int:
     return int(value * _UNITS[unit])
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("sample", help="write a seeded synthetic transcript",
-                       description="Write a synthetic transcript (messages in several "
-                                   "scripts, big tool outputs, compactions) to PATH. It is "
-                                   "written beside PATH as .NAME.HEX.partial and renamed onto "
-                                   "PATH only when complete: an interrupted run leaves no PATH.")
+def add_parser(sub, summary: str) -> None:
+    p = sub.add_parser(
+        "sample", help=summary,
+        description="Write a synthetic transcript (messages in several "
+                    "scripts, big tool outputs, compactions) to PATH. It is "
+                    "written beside PATH as .NAME.HEX.partial and renamed onto "
+                    "PATH only when complete: an interrupted run leaves no PATH.")
     p.add_argument("path", metavar="PATH")
     p.add_argument("--size", default="2M", help="about this many bytes (default 2M; e.g. 1G)")
     p.add_argument("--seed", type=int, default=1234)
@@ -53,6 +53,8 @@ def run(args) -> int:
     if not os.path.isdir(folder):
         print(f"boundctx sample: no folder {folder!r} to write {args.path!r} in", file=sys.stderr)
         return 2
+    from boundctx.transcript.sample import write_sample
+
     try:
         with byte_progress(size, "sample") as report:
             # A compaction every 500 messages, so even a small sample shows one in force.

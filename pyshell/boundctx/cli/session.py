@@ -5,18 +5,22 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import msgspec
 
+from boundctx import config
 from boundctx.cli._progress import byte_progress
 from boundctx.errors import TranscriptError
-from boundctx.transcript import RENDERER_PRESET, Entry, Transcript
+
+if TYPE_CHECKING:
+    from boundctx.transcript import Entry
 
 __all__ = ["add_parser", "entry_text"]
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("session", help="read transcripts in bounded windows")
+def add_parser(sub, summary: str) -> None:
+    p = sub.add_parser("session", help=summary)
     ssub = p.add_subparsers(dest="session_command", metavar="SUBCOMMAND")
     ssub.required = True
     g = ssub.add_parser("get", help="print a window of messages",
@@ -29,11 +33,11 @@ def add_parser(sub) -> None:
     # Unset limits are the renderer preset's: the transcript.window_* settings.
     g.add_argument("--limit", type=int, default=None, metavar="N",
                    help="at most N messages (default: the setting transcript.window_messages, "
-                        f"{RENDERER_PRESET['message_limit']} unless set)")
+                        f"{config.KEYS['transcript.window_messages'].default} unless set)")
     g.add_argument("--content-limit", type=int, default=None, metavar="N",
                    help="display budget per message in bytes of text; 0 shows none (default: the "
                         "setting transcript.window_content_bytes, "
-                        f"{RENDERER_PRESET['content_limit']} unless set)")
+                        f"{config.KEYS['transcript.window_content_bytes'].default} unless set)")
     g.add_argument("--dialect", default="auto")
     g.add_argument("--json", action="store_true", help="print the window as JSON")
     g.set_defaults(run=run_get)
@@ -85,7 +89,7 @@ def in_cli_words(exc: BaseException) -> str:
 
 
 def run_get(args) -> int:
-    from boundctx import config
+    from boundctx.transcript import Transcript
 
     try:
         # Settings first: a bad one is refused before a big transcript is scanned.

@@ -14,9 +14,9 @@ __all__ = ["add_parser", "counter_for", "split_file"]
 TOKENIZERS = "smollm2 (the embedded model, default), estimate, tiktoken:NAME, hf:TOKENIZER.json, gguf:MODEL.gguf"
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, summary: str) -> None:
     p = sub.add_parser(
-        "split", help="cut a text file into sections that fit a token budget",
+        "split", help=summary,
         description="Cut a text file (UTF-8; '-' reads stdin) into contiguous sections of at most "
                     "--max-tokens tokens that overlap by --overlap characters, and list them.")
     p.add_argument("path", metavar="PATH")
