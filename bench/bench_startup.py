@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""Start-up: what a user waits for before a command does any work.
+
+Side by side in one run, each a fresh process, warm page cache, medians:
+
+* ``python -c pass`` (the interpreter alone) and ``boundctx --help``;
+* ``boundctx reindex FILE`` against ``wc -l FILE`` on the same big transcript
+  (default 1 GiB, generated once with ``boundctx sample`` under ``--data-dir``).
+
+Goals (issue 12): ``boundctx --help`` ≤ 60 ms; the ``reindex`` process ≤ 1.0× the
+``wc -l`` process on 1 GiB.
+
+Usage::
+
+    python bench/bench_startup.py               # 1 GiB (first run generates it: ~2 min)
+    python bench/bench_startup.py --size 64M    # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _environment import run_facts  # noqa: E402
+
+
+def boundctx_command() -> list[str]:
+    """The console script of the Python running this (run it from a regular install:
+    an editable one checks its native build on every import)."""
+    beside = pathlib.Path(sys.executable).with_name("boundctx")
+    exe = str(beside) if beside.exists() else shutil.which("boundctx")
+    return [exe] if exe else [sys.executable, "-m", "boundctx"]
+
+
+def wall(argv: list[str], repeats: int) -> float:
+    times = []
+    for _ in range(repeats + 1):  # the first run warms the page cache and .pyc files
+        started = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="1G", help="transcript size for the reindex row (default 1G)")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--data-dir", default="/tmp/boundctx-bench")
+    ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "startup.json"))
+    args = ap.parse_args()
+    cmd = boundctx_command()
+    data = pathlib.Path(args.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    path = data / f"startup-sample-{args.size}.jsonl"
+    if not path.exists():
+        print(f"generating {path} ...", file=sys.stderr)
+        subprocess.run(cmd + ["sample", str(path), "--size", args.size], check=True)
+    rows = {
+        "python -c pass": wall([sys.executable, "-c", "pass"], args.repeats),
+        "boundctx --help": wall(cmd + ["--help"], args.repeats),
+        "wc -l FILE": wall(["wc", "-l", str(path)], args.repeats),
+        "boundctx reindex FILE": wall(cmd + ["reindex", str(path)], args.repeats),
+    }
+    report = {"rows_s": rows, "file_bytes": path.stat().st_size, "command": cmd,
+              "help_ms": rows["boundctx --help"] * 1e3,
+              "reindex_over_wc": rows["boundctx reindex FILE"] / rows["wc -l FILE"],
+              "load_average": os.getloadavg(), "versions": run_facts(("boundctx",))}
+    pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
+    print("| process | median |\n|---|---|")
+    for name, s in rows.items():
+        print(f"| {name} | {s * 1e3:.0f} ms |")
+    print(f"\nboundctx --help: {report['help_ms']:.0f} ms (goal <= 60 ms); reindex / wc -l: "
+          f"{report['reindex_over_wc']:.2f}x (goal <= 1.0x) on {report['file_bytes'] / 2**30:.2f} GiB")
+    print(f"JSON: {args.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
