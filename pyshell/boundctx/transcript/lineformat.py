@@ -174,6 +174,9 @@ def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
     ordered.update((k, v) for k, v in record.items() if k != "type")
     try:
         data = _encoder.encode(ordered)
+    except UnicodeEncodeError:
+        raise EntryInvalid(f"record of type {t!r} holds a string with a lone surrogate character, "
+                           "which UTF-8 cannot encode; replace it (for example with U+FFFD)") from None
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
         raise EntryInvalid(f"record of type {t!r} cannot be written as JSON: {exc}") from None
     # U+2028/U+2029 are line breaks to some other readers; escaped, the line stays one
@@ -195,10 +198,7 @@ def _check_json(record: Any, what: str) -> None:
                                    "hold; store it as null or a string")
             continue
         if isinstance(v, str):
-            if _LONE_SURROGATE.search(v):
-                raise EntryInvalid(f"{what}: {where or 'the value'} holds a lone surrogate "
-                                   "character, which UTF-8 cannot encode")
-            continue
+            continue  # a lone surrogate fails in the encoder, said there
         if depth > MAX_DEPTH and isinstance(v, (dict, list, tuple, msgspec.Struct)):
             raise EntryInvalid(f"{what} is nested deeper than {MAX_DEPTH} levels")
         if isinstance(v, dict):
