@@ -262,3 +262,9 @@ def test_counts_add_up_before_a_single_space_between_two_characters(counter, tex
     i = data.draw(st.sampled_from(syncs))
     a, b = data.draw(st.integers(0, i)), data.draw(st.integers(i, len(text)))
     assert counter.count_text(text[a:b]) == counter.count_text(text[a:i]) + counter.count_text(text[i:b])
+
+
+@settings(max_examples=100, deadline=None)
+@given(hard_texts(40))
+def test_count_text_is_the_length_of_the_token_list(counter, text):
+    assert counter.count_text(text) == len(counter.vocab.tokenize(text))
