@@ -219,8 +219,8 @@ def test_a_conversation_grown_by_one_message_tokenizes_only_what_is_new(counter,
              for i in range(40)]
     counter.count_prompt(convo)
     seen = []
-    real = counter.vocab.tokenize
-    monkeypatch.setattr(counter.vocab, "tokenize", lambda text: seen.append(text) or real(text))
+    real = counter.vocab.count_text
+    monkeypatch.setattr(counter.vocab, "count_text", lambda text: seen.append(text) or real(text))
     convo.append({"role": "user", "content": "the new question"})
     assert counter.count_prompt(convo) == len(counter.vocab.tokenize_special(counter.render(convo)))
     assert seen == ["user\nthe new question"]

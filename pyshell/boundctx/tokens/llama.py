@@ -443,7 +443,7 @@ class LlamaCounter(TokenCounter):
             if n is not None:
                 cache.move_to_end(stretch)
                 return n
-        n = len(self.vocab.tokenize(stretch))
+        n = self.vocab.count_text(stretch)
         with self._cache_lock:
             if stretch not in cache:
                 cache[stretch] = n
