@@ -217,6 +217,26 @@ KEYS: dict[str, Key] = _declare(
         "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
         "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
+    Key("serve.host", "str", "127.0.0.1", "address boundctx serve binds; anything but loopback needs an "
+        "API key (serve.api_key_file or BOUNDCTX_SERVE_API_KEY)"),
+    Key("serve.port", "int", 8765, "port boundctx serve listens on (0 = any free port)", minimum=0,
+        maximum=65535),
+    Key("serve.api_key_file", "str", "", "a file of API keys, one per line, any of which a client may "
+        "send as 'Authorization: Bearer KEY' (empty: none, unless BOUNDCTX_SERVE_API_KEY is set)"),
+    Key("serve.max_body_bytes", "int", 32 << 20, "largest request body boundctx serve reads; larger "
+        "ones get 413", minimum=1024),
+    Key("serve.active_replies", "int", 1, "replies generated at once (a local model runs one at a "
+        "time whatever this says)", minimum=1, maximum=256),
+    Key("serve.queue_depth", "int", 8, "replies waiting for a turn; past this a request gets 503 with "
+        "Retry-After", minimum=0, maximum=4096),
+    Key("serve.sse_ping_seconds", "float", 15.0, "a ': ping' comment after this long without an event "
+        "on a stream (0 = never)", minimum=0),
+    Key("serve.send_timeout_seconds", "float", 30.0, "a client that takes longer than this to take "
+        "one event is dropped and its reply cancelled", minimum=0, exclusive_minimum=True),
+    Key("serve.progress_max_hz", "float", 4.0, "most analysis-progress chunks per second on a stream",
+        minimum=0, exclusive_minimum=True),
+    Key("serve.progress_openwebui", "bool", True, "progress chunks also carry Open WebUI's status "
+        "'event' object"),
 )
 
 
@@ -225,6 +245,7 @@ ENVIRONMENT: dict[str, str] = {
     "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
     "BOUNDCTX_CACHE_DIR": "where layout sidecars go when a transcript's folder is read-only",
     "BOUNDCTX_API_KEY": "the bearer token for --provider remote (--api-key wins)",
+    "BOUNDCTX_SERVE_API_KEY": "an API key boundctx serve accepts (with those of serve.api_key_file)",
 }
 
 _warned: set[str] = set()

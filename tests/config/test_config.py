@@ -39,6 +39,17 @@ DESIGN_LIMITS = {
     "local.extra_buffers": ("auto", "sometimes"),
     "transcript.window_messages": (100, 0),
     "transcript.window_content_bytes": (65536, 0),
+    # boundctx serve (shared/research/serving.md §8.3): loopback, a bounded queue, a body cap.
+    "serve.host": ("127.0.0.1", 8765),
+    "serve.port": (8765, 65536),
+    "serve.api_key_file": ("", 1),
+    "serve.max_body_bytes": (32 << 20, 1023),
+    "serve.active_replies": (1, 0),
+    "serve.queue_depth": (8, -1),
+    "serve.sse_ping_seconds": (15.0, -1),
+    "serve.send_timeout_seconds": (30.0, 0),
+    "serve.progress_max_hz": (4.0, 0),
+    "serve.progress_openwebui": (True, "maybe"),
 }
 
 

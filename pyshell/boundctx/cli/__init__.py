@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "split": ("boundctx.cli.split", "cut a text file into sections that fit a token budget"),
     "config": ("boundctx.cli.config", "show, read or change settings"),
     "doctor": ("boundctx.cli.doctor", "check what this machine runs and whether local generation works"),
+    "serve": ("boundctx.cli.serve", "serve the OpenAI chat-completions API with boundctx's bounds behind it"),
 }
 
 #: What ``-v`` / ``-q`` show: the level of boundctx's own log (what was decided and

@@ -23,6 +23,9 @@ _SETTING_OF = {
     "gpu_layers": "local.gpu_layers",
     "seed": "local.seed",
     "extra_buffers": "local.extra_buffers",
+    "host": "serve.host",
+    "port": "serve.port",
+    "api_key_file": "serve.api_key_file",
 }
 
 

@@ -1,0 +1,448 @@
+"""``boundctx serve``: the engine behind the OpenAI chat-completions API.
+
+Routes: ``POST /v1/chat/completions`` (streamed and not), ``GET /v1/models``,
+``GET /health``. Each reply runs :class:`~boundctx.analysis.Engine` with its bounds,
+fitting and section analysis; progress travels as chunks of its own (see
+:mod:`boundctx.serve.wire`). A guard in front of every route checks the Host header
+(DNS rebinding of a loopback server), the API key (all routes but ``/health``) and the
+body size before a handler runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from boundctx import config
+from boundctx.analysis import Engine
+from boundctx.analysis.originals import READ_TOOL_NAME
+from boundctx.errors import BoundctxError, ConfigError
+from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
+from boundctx.providers.base import Provider
+from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
+from boundctx.serve.requests import BadRequest, ChatCompletionRequest, parse_chat_request
+from boundctx.serve.wire import DONE, PING, Chunks, error_body, frame
+
+__all__ = ["ServeError", "create_app", "is_loopback"]
+
+log = logging.getLogger("boundctx.serve")
+
+_encode = msgspec.json.Encoder().encode
+_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+#: What each engine ending is called on the wire (OpenAI's finish reasons).
+_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "repetition": "stop",
+           "cancelled": "stop"}
+#: Default output budget of a reply when the request sets none.
+DEFAULT_MAX_TOKENS = 512
+
+
+class ServeError(BoundctxError, ValueError):
+    """The server cannot start as configured (the message says what to change)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _json(status: int, body: Any, headers: Mapping[str, str] | None = None):
+    from starlette.responses import Response
+
+    return Response(_encode(body), status_code=status, media_type="application/json", headers=dict(headers or {}))
+
+
+def _error(status: int, message: str, type: str, code: Any = None, param: str | None = None,
+           headers: Mapping[str, str] | None = None, **extra: Any):
+    return _json(status, error_body(message, type, code, param, **extra), headers)
+
+
+class Guard:
+    """Pure ASGI checks in front of every route (no ``BaseHTTPMiddleware``, which hides
+    client disconnects from streaming handlers)."""
+
+    def __init__(self, app, *, keys: frozenset[str], allowed_hosts: frozenset[str] | None) -> None:
+        self.app = app
+        self.keys = tuple(k.encode() for k in keys)
+        self.allowed_hosts = allowed_hosts
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        if self.allowed_hosts is not None:
+            host = headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+            if name.lower() not in self.allowed_hosts:
+                response = _error(403, f"Host {host!r} is not this server's; a loopback server answers only "
+                                       "requests addressed to it (a guard against DNS rebinding)",
+                                  "invalid_request_error", "host_not_allowed")
+                return await response(scope, receive, send)
+        if self.keys and scope.get("path") not in ("/health", "/v1/health"):
+            given = headers.get("authorization", "")
+            token = given[7:].strip().encode() if given[:7].lower() == "bearer " else b""
+            # Compare with every key, in constant time each: no early exit on a match.
+            ok = False
+            for key in self.keys:
+                ok |= hmac.compare_digest(token, key)
+            if not ok:
+                response = _error(401, "a valid API key is required: send 'Authorization: Bearer KEY'",
+                                  "authentication_error", "invalid_api_key",
+                                  headers={"WWW-Authenticate": "Bearer"})
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge()
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise _TooLarge()
+        parts.append(part)
+    return b"".join(parts)
+
+
+def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None, model_id: str | None = None,
+               api_keys: frozenset[str] | set[str] | None = None, host: str | None = None):
+    """The ASGI application serving ``provider``.
+
+    Parameters
+    ----------
+    provider : Provider
+    settings : mapping, optional
+        Resolved settings or a partial mapping over :func:`boundctx.config.load`
+        (``serve.*`` and the engine's own).
+    model_id : str, optional
+        The name clients send as ``model`` and ``/v1/models`` lists (default: the
+        provider's name).
+    api_keys : set of str, optional
+        Keys a client may send; none means no key is asked for.
+    host : str, optional
+        The address the server is bound to: a loopback one turns the Host-header check on.
+
+    Raises
+    ------
+    ServeError
+        A non-loopback ``host`` without an API key.
+    """
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    resolved = config.resolve(settings)
+    keys = frozenset(api_keys or ())
+    host = host if host is not None else str(resolved["serve.host"])
+    if not is_loopback(host) and not keys:
+        raise ServeError(f"refusing to serve on {host!r} without an API key: anyone who can reach it could use "
+                         "the model and read the sessions. Set serve.api_key_file or BOUNDCTX_SERVE_API_KEY, or "
+                         "bind 127.0.0.1")
+    allowed = (frozenset(_LOOPBACK_NAMES | {host.lower(), f"[{host.lower()}]"}) if is_loopback(host) else None)
+    server = _Server(provider, resolved, model_id or provider.name)
+    app = Starlette(routes=[
+        Route("/health", server.health, methods=["GET"]),
+        Route("/v1/health", server.health, methods=["GET"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/models", server.models, methods=["GET"]),
+        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/chat/completions", server.chat_completions, methods=["POST"]),
+    ])
+    app.state.boundctx = server
+    return Guard(app, keys=keys, allowed_hosts=allowed)
+
+
+class _Server:
+    def __init__(self, provider: Provider, settings: config.Settings, model_id: str) -> None:
+        self.provider = provider
+        self.settings = settings
+        self.model_id = model_id
+        # A local model generates one reply at a time whatever the setting says.
+        active = 1 if provider.serialises else int(settings["serve.active_replies"])
+        self.slots = Slots(active, int(settings["serve.queue_depth"]))
+        self.created = int(time.time())
+        self.runs: set[ReplyRun] = set()
+
+    # -- plain routes -------------------------------------------------------------------
+
+    async def health(self, request):
+        return _json(200, {"status": "ok"})
+
+    async def models(self, request):
+        return _json(200, {"object": "list", "data": [
+            {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "boundctx",
+             "meta": {"n_ctx": self.provider.context_window}}]})
+
+    # -- chat completions ---------------------------------------------------------------
+
+    async def chat_completions(self, request):
+        try:
+            body = await _read_body(request, int(self.settings["serve.max_body_bytes"]))
+        except _TooLarge:
+            return _error(413, f"the request body is over {self.settings['serve.max_body_bytes']:,} bytes "
+                               "(serve.max_body_bytes); send long inputs in smaller parts", "invalid_request_error",
+                          "request_too_large")
+        try:
+            req = parse_chat_request(body)
+            engine = self._engine(req)
+        except BadRequest as exc:
+            return _error(400, str(exc), "invalid_request_error", exc.code, exc.param)
+        if req.model != self.model_id:
+            return _error(404, f"the model {req.model!r} does not exist here; this server serves "
+                               f"{self.model_id!r} (GET /v1/models)", "invalid_request_error", "model_not_found",
+                          "model")
+        try:
+            ticket = self.slots.admit()
+        except Busy:
+            return _error(503, "every reply slot and queue place is taken; retry shortly", "server_overloaded",
+                          "server_busy", headers={"Retry-After": "5"})
+        cancel = threading.Event()
+        gated = GatedProvider(self.provider, ticket, cancel)
+        engine.provider = gated
+        tools = req.tools
+
+        def produce():
+            return engine.reply(req.messages, cancel=cancel, **({"tools": tools} if tools else {}))
+
+        run = ReplyRun(produce, cancel, asyncio.get_running_loop(), on_end=ticket.release)
+        self.runs.add(run)
+        try:
+            first = await run.next_event(None)
+        except BaseException:
+            run.abandon()
+            raise
+        if isinstance(first, Failed) or first is None:
+            self.runs.discard(run)
+            return self._failed_before_output(first, run)
+        if req.stream:
+            return _Stream(self, req, run, first)
+        return await self._complete(request, req, run, first)
+
+    def _engine(self, req: ChatCompletionRequest) -> Engine:
+        overrides: dict[str, Any] = {}
+        if req.temperature is not None:
+            overrides["chat.temperature"] = req.temperature
+        settings = self.settings if not overrides else config.resolve({**dict(self.settings), **overrides})
+        max_tokens = req.max_completion_tokens or req.max_tokens or min(DEFAULT_MAX_TOKENS,
+                                                                       max(1, self.provider.context_window // 4))
+        if max_tokens >= self.provider.context_window:
+            raise BadRequest(f"max_tokens = {max_tokens} leaves no room for the prompt in the "
+                             f"{self.provider.context_window}-token window", param="max_tokens",
+                             code="context_length_exceeded")
+        try:
+            return Engine(self.provider, settings=settings, max_reply_tokens=max_tokens)
+        except (ConfigError, ValueError) as exc:
+            raise BadRequest(str(exc)) from None
+
+    def _failed_before_output(self, failed: Failed | None, run: ReplyRun):
+        if failed is None:  # the engine ended without a word: a bug, said as one
+            message = f"the reply ended without a result ({run.error!r})" if run.error else "the reply ended early"
+            log.error("boundctx serve: %s", message)
+            return _error(500, message, "server_error", "internal_error", headers={"x-should-retry": "false"})
+        if failed.kind == "ContextOverflow":
+            return _error(400, failed.error, "invalid_request_error", "context_length_exceeded", "messages",
+                          n_ctx=self.provider.context_window)
+        # Nothing a retry fixes (the same input fails the same way): the official
+        # client retries 5xx twice unless told.
+        return _error(500, failed.error, "server_error", _code(failed), headers={"x-should-retry": "false"})
+
+    async def _complete(self, request, req: ChatCompletionRequest, run: ReplyRun, first: Any):
+        chunks = Chunks(self.model_id)
+        text: list[str] = []
+        calls: list[dict[str, Any]] = []
+        watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+        event = first
+        try:
+            while event is not None:
+                if watcher.done():  # the client went away: stop its reply, not another's
+                    run.abandon()
+                    break
+                if isinstance(event, ReplyDelta):
+                    text.append(event.text)
+                elif isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
+                    calls.append(_wire_call(event))
+                elif isinstance(event, Failed):
+                    return _error(500, event.error, "server_error", _code(event), headers={"x-should-retry": "false"})
+                elif isinstance(event, Done):
+                    reason = "tool_calls" if calls else _FINISH.get(event.finish_reason, "stop")
+                    return _json(200, chunks.completion("".join(text), reason, _usage(event), calls,
+                                                        _done_extension(event)))
+                next_event = asyncio.ensure_future(run.next_event(None))
+                await asyncio.wait({next_event, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not next_event.done():
+                    next_event.cancel()
+                    run.abandon()
+                    break
+                event = next_event.result()
+            return _error(500, "the reply ended without a result", "server_error", "internal_error",
+                          headers={"x-should-retry": "false"})
+        finally:
+            watcher.cancel()
+            self.runs.discard(run)
+
+
+async def _wait_for_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _code(failed: Failed) -> str:
+    return {"IncompleteCoverage": "analysis_failed", "GenerationTimeout": "timeout",
+            "GenerationError": "generation_failed"}.get(failed.kind, "reply_failed")
+
+
+def _wire_call(event: ToolCall) -> dict[str, Any]:
+    return {"id": event.id, "type": "function", "function": {"name": event.name, "arguments": event.arguments}}
+
+
+def _usage(done: Done) -> dict[str, Any]:
+    u = done.usage or {}
+    prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _done_extension(done: Done) -> dict[str, Any]:
+    ext: dict[str, Any] = {"type": "done", "finish_reason": done.finish_reason,
+                           "cancelled": done.finish_reason == "cancelled"}
+    if done.finish_reason == "repetition":
+        ext["withheld_chars"] = (done.usage or {}).get("withheld_chars", 0)
+    return ext
+
+
+def _extension(event: Any) -> tuple[dict[str, Any], str | None]:
+    """boundctx's extension object for a non-text event, and Open WebUI's status line."""
+    if isinstance(event, Fitted):
+        ext = {"type": "fitted", **msgspec.to_builtins(event)}
+        said = None
+        if event.dropped or event.analysed or event.clipped:
+            said = (f"Fitting the conversation: {len(event.dropped)} older messages left out, "
+                    f"{len(event.analysed)} inputs to read in sections")
+        return ext, said
+    if isinstance(event, AnalysisProgress):
+        ext = {"type": "analysis_progress", **msgspec.to_builtins(event)}
+        return ext, f"Reading section {event.section} of {event.sections} (worker {event.worker + 1})"
+    if isinstance(event, Stage):
+        return {"type": "stage", **msgspec.to_builtins(event)}, (
+            "Answering" if event.stage == "answering" else "Rereading the originals")
+    if isinstance(event, ToolCall):
+        return {"type": "tool_call", **msgspec.to_builtins(event)}, None
+    if isinstance(event, ToolResult):
+        return {"type": "tool_result", "id": event.id, "chars": len(event.content)}, None
+    return {"type": type(event).__name__}, None
+
+
+class _Stream:
+    """The streamed reply: headers and the role chunk at once, then one event each."""
+
+    def __init__(self, server: _Server, req: ChatCompletionRequest, run: ReplyRun, first: Any) -> None:
+        self.server = server
+        self.req = req
+        self.run = run
+        self.first = first
+        s = server.settings
+        self.ping = float(s["serve.sse_ping_seconds"]) or None
+        self.send_timeout = float(s["serve.send_timeout_seconds"])
+        self.min_gap = 1.0 / float(s["serve.progress_max_hz"])
+        self.openwebui = bool(s["serve.progress_openwebui"])
+
+    async def __call__(self, scope, receive, send) -> None:
+        chunks = Chunks(self.server.model_id)
+        run = self.run
+        gone = asyncio.ensure_future(_wait_for_disconnect(receive))
+        last_progress = 0.0
+        calls: list[dict[str, Any]] = []
+        finished = False
+
+        async def put(data: bytes) -> bool:
+            """Send one message; False when the client is gone or stopped reading."""
+            if gone.done():
+                return False
+            try:
+                await asyncio.wait_for(send({"type": "http.response.body", "body": data, "more_body": True}),
+                                       self.send_timeout)
+                return True
+            except (asyncio.TimeoutError, OSError):
+                log.info("boundctx serve: a client stopped reading; its reply is cancelled")
+                return False
+
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no")]})
+            if not await put(frame(chunks.role())):
+                return
+            event = self.first
+            while True:
+                if event is None:
+                    await put(frame(error_body("the reply ended without a result", "server_error",
+                                               "internal_error")) + DONE)
+                    return
+                if isinstance(event, ReplyDelta):
+                    ok = await put(frame(chunks.content(event.text)))
+                elif isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
+                    calls.append(_wire_call(event))
+                    ok = await put(frame(chunks.tool_calls([calls[-1]])))
+                elif isinstance(event, Done):
+                    reason = "tool_calls" if calls else _FINISH.get(event.finish_reason, "stop")
+                    data = frame(chunks.finish(reason, _done_extension(event)))
+                    if self.req.stream_options is not None and self.req.stream_options.include_usage:
+                        data += frame(chunks.usage(_usage(event)))
+                    finished = True
+                    await put(data + DONE)
+                    return
+                elif isinstance(event, Failed):
+                    finished = True
+                    await put(frame(error_body(event.error, "server_error", _code(event))) + DONE)
+                    return
+                else:
+                    ext, said = _extension(event)
+                    ext["reply_id"] = chunks.id
+                    now = time.monotonic()
+                    # Progress is coalesced (the last one of a burst may be skipped;
+                    # text never is).
+                    if isinstance(event, AnalysisProgress) and now - last_progress < self.min_gap:
+                        ok = True
+                    else:
+                        last_progress = now
+                        ok = await put(frame(chunks.progress(ext, said if self.openwebui else None)))
+                if not ok:
+                    return
+                while True:
+                    waiter = asyncio.ensure_future(run.next_event(self.ping))
+                    await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiter.done():
+                        waiter.cancel()
+                        return
+                    try:
+                        event = waiter.result()
+                        break
+                    except asyncio.TimeoutError:
+                        if not await put(PING):
+                            return
+        finally:
+            gone.cancel()
+            if not finished:  # the client left (or stopped reading) first: end its reply
+                run.abandon()
+            self.server.runs.discard(run)
+            try:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except Exception:  # the connection is gone already
+                pass

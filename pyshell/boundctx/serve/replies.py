@@ -1,0 +1,195 @@
+"""Replies in flight: admission, turns, the engine's thread, and the bridge to the loop.
+
+* **Admission** (:class:`Slots`): at most ``serve.active_replies`` replies generate at
+  once and ``serve.queue_depth`` wait, first come first served; past that a request is
+  refused at once (503 + ``Retry-After``) instead of joining an unbounded queue.
+* **Turns**: a reply takes its turn at its *first model call*, not at admission, so
+  fitting (which needs only the counter) runs at once and a prompt that cannot fit is
+  refused with a real 400 before the first byte, even while others generate.
+* **The engine's thread**: each reply runs ``Engine.reply`` (synchronous, model calls
+  included) in a thread of its own, never in the loop's shared pool, which 40 long
+  streams would starve.
+* **The bridge**: events cross into the loop through a bounded queue; a reader that is
+  slow slows its own engine (backpressure), one that is gone cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from boundctx.providers.base import Finish, Provider
+
+__all__ = ["Busy", "GatedProvider", "ReplyRun", "Slots"]
+
+
+class Busy(Exception):
+    """Every turn and every place in the queue is taken."""
+
+
+class Slots:
+    """Turns to generate, handed out in arrival order."""
+
+    def __init__(self, active: int, queue_depth: int) -> None:
+        self.active_limit = active
+        self.queue_depth = queue_depth
+        self._cond = threading.Condition()
+        self._active = 0
+        self._waiting: deque[Ticket] = deque()
+
+    def admit(self) -> "Ticket":
+        """A place in the queue, or :class:`Busy`."""
+        with self._cond:
+            if self._active + len(self._waiting) >= self.active_limit + self.queue_depth:
+                raise Busy()
+            ticket = Ticket(self)
+            self._waiting.append(ticket)
+            return ticket
+
+    @property
+    def in_use(self) -> tuple[int, int]:
+        """(generating, waiting)."""
+        with self._cond:
+            return self._active, len(self._waiting)
+
+
+class Ticket:
+    """One reply's place: waiting, then holding a turn, then released."""
+
+    def __init__(self, slots: Slots) -> None:
+        self._slots = slots
+        self.held = False
+        self.released = False
+
+    def wait(self, cancel: threading.Event) -> bool:
+        """Block until it is this reply's turn (True) or it is cancelled (False)."""
+        s = self._slots
+        with s._cond:
+            while not self.held:
+                if self.released or cancel.is_set():
+                    return False
+                if s._waiting and s._waiting[0] is self and s._active < s.active_limit:
+                    s._waiting.popleft()
+                    s._active += 1
+                    self.held = True
+                    s._cond.notify_all()
+                    break
+                s._cond.wait(0.05)  # re-checks the cancel token even if nobody notifies
+        return True
+
+    def release(self) -> None:
+        s = self._slots
+        with s._cond:
+            if self.released:
+                return
+            self.released = True
+            if self.held:
+                s._active -= 1
+            else:
+                try:
+                    s._waiting.remove(self)
+                except ValueError:
+                    pass
+            s._cond.notify_all()
+
+
+class GatedProvider(Provider):
+    """``provider`` for one reply: its first model call waits for the reply's turn."""
+
+    def __init__(self, provider: Provider, ticket: Ticket, cancel: threading.Event) -> None:
+        self.inner = provider
+        self.name = provider.name
+        self.counter = provider.counter
+        self.context_window = provider.context_window
+        self.supports_tools = provider.supports_tools
+        self.reports_usage = provider.reports_usage
+        self.serialises = provider.serialises
+        self._ticket = ticket
+        self._cancel = cancel
+
+    def count_prompt(self, messages, *, tools=None) -> int:
+        return self.inner.count_prompt(messages, tools=tools)
+
+    def stream_chat(self, messages, **options) -> Iterator[Any]:
+        if not self._ticket.held and not self._ticket.wait(options.get("cancel") or self._cancel):
+            return iter([Finish("cancelled")])
+        return self.inner.stream_chat(messages, **options)
+
+    def _stream(self, request, *, cancel, timeout_s):  # pragma: no cover - stream_chat is the entry
+        raise NotImplementedError
+
+
+_END = object()
+
+
+class ReplyRun:
+    """``produce()`` (an iterator of events) run in its own thread, its events read
+    with ``await next_event(timeout)``.
+
+    Parameters
+    ----------
+    produce : callable
+        Returns the iterator to run (called in the thread).
+    cancel : threading.Event
+        Set by :meth:`abandon`; the engine stops at its next check.
+    loop : asyncio.AbstractEventLoop
+    depth : int
+        Events in flight between the thread and the loop.
+    """
+
+    def __init__(self, produce: Callable[[], Iterator[Any]], cancel: threading.Event,
+                 loop: asyncio.AbstractEventLoop, *, depth: int = 64, on_end: Callable[[], None] | None = None) -> None:
+        self._produce = produce
+        self.cancel = cancel
+        self._loop = loop
+        self._queue: asyncio.Queue = asyncio.Queue(maxsize=depth)
+        self._abandoned = threading.Event()
+        self._on_end = on_end
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="boundctx-reply", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Any) -> None:
+        future = asyncio.run_coroutine_threadsafe(self._queue.put(item), self._loop)
+        while True:
+            try:
+                future.result(timeout=0.1)
+                return
+            except TimeoutError:
+                if self._abandoned.is_set():  # nobody reads any more: drop, let the engine wind down
+                    future.cancel()
+                    return
+            except RuntimeError:  # the loop is closed (server shutting down)
+                return
+
+    def _run(self) -> None:
+        try:
+            for event in self._produce():
+                if self._abandoned.is_set():
+                    continue  # the engine was cancelled; let it finish its own way
+                self._put(event)
+        except BaseException as exc:  # reported to the reader, never lost in a thread
+            self.error = exc
+        finally:
+            if self._on_end is not None:
+                self._on_end()
+            if not self._abandoned.is_set():
+                self._put(_END)
+
+    async def next_event(self, timeout: float | None) -> Any:
+        """The next event; ``None`` when the run ended; raises ``TimeoutError`` after
+        ``timeout`` seconds without one (a ping is due)."""
+        item = await asyncio.wait_for(self._queue.get(), timeout) if timeout else await self._queue.get()
+        return None if item is _END else item
+
+    def abandon(self) -> None:
+        """The reader is gone: cancel the reply and stop handing events over."""
+        self.cancel.set()
+        self._abandoned.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()

@@ -1,0 +1,121 @@
+"""Reading a ``POST /v1/chat/completions`` body: what is accepted, and the 400 for the rest.
+
+Unknown fields are ignored (front ends send many: ``user``, ``seed``, ``logit_bias``...),
+as OpenAI-compatible servers do; what boundctx would have to ignore *silently* to
+answer (``n > 1``, image parts, a tool message with no id) is refused with the field
+named, so nothing is dropped without a word.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ["BadRequest", "ChatCompletionRequest", "parse_chat_request"]
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class BadRequest(ValueError):
+    """A request boundctx will not run; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class StreamOptions(msgspec.Struct, forbid_unknown_fields=False):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(msgspec.Struct, forbid_unknown_fields=False):
+    model: str
+    messages: list[dict[str, Any]]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    n: int = 1
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+
+
+def parse_chat_request(body: bytes) -> ChatCompletionRequest:
+    """The checked request, its messages in the plain form the engine takes.
+
+    Raises
+    ------
+    BadRequest
+    """
+    try:
+        req = msgspec.json.decode(body, type=ChatCompletionRequest)
+    except msgspec.ValidationError as exc:
+        where = str(exc).rpartition(" - at `$.")[2].rstrip("`") or None
+        raise BadRequest(f"invalid request: {exc}", param=where) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise BadRequest("the request body is not valid JSON") from None
+    if req.n != 1:
+        raise BadRequest(f"n = {req.n}: boundctx serve returns one choice; send n = 1", param="n")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(req, name)
+        if value is not None and value < 1:
+            raise BadRequest(f"{name} must be at least 1, got {value}", param=name)
+    if req.temperature is not None and not 0 <= req.temperature <= 2:
+        raise BadRequest(f"temperature must be between 0 and 2, got {req.temperature}", param="temperature")
+    if not req.messages:
+        raise BadRequest("messages is empty: send at least one user message", param="messages")
+    req.messages = [_message(m, i) for i, m in enumerate(req.messages)]
+    if not any(m["role"] == "user" for m in req.messages):
+        raise BadRequest("messages hold no user message to answer", param="messages")
+    if req.tools is not None:
+        for i, tool in enumerate(req.tools):
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                raise BadRequest("each tool needs {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                                 param=f"tools[{i}]")
+    return req
+
+
+def _message(m: dict[str, Any], i: int) -> dict[str, Any]:
+    where = f"messages[{i}]"
+    role = m.get("role")
+    if role not in _ROLES:
+        raise BadRequest(f"{where}.role is {role!r}; accepted: {', '.join(_ROLES)}", param=f"{where}.role")
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                           "content": _content(m.get("content"), f"{where}.content")}
+    if role == "tool":
+        call_id = m.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise BadRequest(f"{where} is a tool result without a tool_call_id", param=f"{where}.tool_call_id")
+        out["tool_call_id"] = call_id
+    if role == "assistant" and m.get("tool_calls"):
+        calls = m["tool_calls"]
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                                  for c in calls):
+            raise BadRequest(f"{where}.tool_calls must be a list of function calls", param=f"{where}.tool_calls")
+        out["tool_calls"] = calls
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    return out
+
+
+def _content(content: Any, where: str) -> str:
+    """Text content: a string, null, or text parts (joined); other parts are refused."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for k, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise BadRequest(f"{where}[{k}] is a {kind!r} part; boundctx serve reads text parts only",
+                                 param=f"{where}[{k}]")
+        return "".join(texts)
+    raise BadRequest(f"{where} must be a string or a list of text parts", param=where)

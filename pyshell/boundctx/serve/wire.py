@@ -1,0 +1,87 @@
+"""The OpenAI wire format: completion chunks, errors and server-sent-event framing.
+
+What a client reads, decided in one place (``shared/research/serving.md`` §2, §8.2):
+
+* every message is ``data: <compact JSON>\\n\\n`` (LF framing), ending with
+  ``data: [DONE]``;
+* every chunk is a valid ``chat.completion.chunk`` with exactly one choice, except the
+  usage chunk asked for with ``stream_options.include_usage`` (``choices: []``);
+* boundctx's own progress travels as a chunk with an empty delta and a top-level
+  ``boundctx`` object (and Open WebUI's status ``event``), never in ``delta.content``
+  and never as an ``event:``-named message, which the official client does not filter;
+* errors are ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import msgspec
+
+__all__ = ["DONE", "PING", "Chunks", "error_body", "frame"]
+
+_encode = msgspec.json.Encoder().encode
+
+DONE = b"data: [DONE]\n\n"
+PING = b": ping\n\n"
+
+
+def frame(obj: Any) -> bytes:
+    """One server-sent event carrying ``obj`` as compact JSON."""
+    return b"data: " + _encode(obj) + b"\n\n"
+
+
+def error_body(message: str, type: str, code: str | int | None = None, param: str | None = None,
+               **extra: Any) -> dict[str, Any]:
+    """An error in the OpenAI shape; ``extra`` keys sit beside the standard four (as
+    llama.cpp's ``n_prompt_tokens``/``n_ctx``)."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code, **extra}}
+
+
+class Chunks:
+    """The chunks of one streamed completion (one id, one creation time, one model)."""
+
+    def __init__(self, model: str) -> None:
+        self.id = f"chatcmpl-{secrets.token_hex(12)}"
+        self.created = int(time.time())
+        self.model = model
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+
+    def role(self) -> dict[str, Any]:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def content(self, text: str) -> dict[str, Any]:
+        return self._chunk({"content": text})
+
+    def tool_calls(self, calls: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+
+    def progress(self, extension: dict[str, Any], status: str | None = None, done: bool = False) -> dict[str, Any]:
+        """A chunk that says what boundctx is doing: an empty delta, the ``boundctx``
+        extension, and (``status``) Open WebUI's status event."""
+        extra: dict[str, Any] = {"boundctx": extension}
+        if status is not None:
+            extra["event"] = {"type": "status", "data": {"description": status, "done": done}}
+        return self._chunk({}, **extra)
+
+    def finish(self, reason: str, extension: dict[str, Any]) -> dict[str, Any]:
+        return self._chunk({}, reason, boundctx=extension)
+
+    def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": usage}
+
+    def completion(self, text: str, reason: str, usage: dict[str, Any], tool_calls: list[dict[str, Any]],
+                   extension: dict[str, Any]) -> dict[str, Any]:
+        """The whole (non-streamed) ``chat.completion``."""
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": reason}], "usage": usage,
+                "boundctx": extension}

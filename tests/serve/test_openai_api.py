@@ -1,0 +1,298 @@
+"""boundctx serve through the official openai client and raw HTTP, on loopback, with the
+scripted provider: answers, progress apart from the answer, errors in the OpenAI shape
+with real statuses, cancellation, admission and the guard."""
+
+import json
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
+
+from boundctx import config  # noqa: E402
+from boundctx.analysis import Engine  # noqa: E402
+from boundctx.analysis.workers import WORKER_INSTRUCTIONS  # noqa: E402
+from boundctx.events import ReplyDelta  # noqa: E402
+from boundctx.providers import ScriptedProvider  # noqa: E402
+from boundctx.serve import ServeError, create_app  # noqa: E402
+
+MODEL = "boundctx-test"
+LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
+
+
+def answer(request):
+    """Workers note the failing line; the coordinator answers in pieces."""
+    if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
+        body = request.messages[-1]["content"]
+        return "step 377 FAILED id=7f3a9c11" if "FAILED" in body else ""
+    return ["The ", "failing ", "step ", "is ", "377."]
+
+
+def settings(**over):
+    return config.load(env={}, overrides={"analysis.notes_max_tokens": 256, **over})
+
+
+def client(server, key="none", **kw):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, **kw)
+
+
+ASK = [{"role": "user", "content": "Which step failed?"}]
+# An agent's turn: the question, its own tool call, and a result far larger than the window.
+WITH_LOG = ASK + [{"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "read_log", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": LOG}]
+
+
+def test_a_plain_completion_and_the_models_list(serve):
+    server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
+    c = client(server)
+    out = c.chat.completions.create(model=MODEL, messages=ASK)
+    assert out.choices[0].message.content == "The failing step is 377."
+    assert out.choices[0].finish_reason == "stop" and out.usage.prompt_tokens > 0
+    assert [m.id for m in c.models.list()] == [MODEL]
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+
+
+def direct_text(provider_factory, messages, **over):
+    engine = Engine(provider_factory(), settings=settings(**over), max_reply_tokens=256)
+    return "".join(e.text for e in engine.reply(messages) if isinstance(e, ReplyDelta))
+
+
+def test_a_stream_carries_progress_apart_from_the_answer_byte_for_byte(serve):
+    make = lambda: ScriptedProvider(answer, context_window=2048)  # noqa: E731
+    server = serve(make(), settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    messages = WITH_LOG
+    chunks = list(client(server).chat.completions.create(
+        model=MODEL, messages=messages, stream=True, max_tokens=256, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"  # the role chunk first
+    assert all(len(ch.choices) == 1 for ch in chunks[:-1]) and chunks[-1].choices == []  # usage last, asked for
+    assert chunks[-1].usage.completion_tokens > 0
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks[:-1])
+    assert content == direct_text(make, messages) == "The failing step is 377."
+    progress = [ch.model_extra["boundctx"] for ch in chunks if (ch.model_extra or {}).get("boundctx")]
+    kinds = [p["type"] for p in progress]
+    assert kinds[0] == "fitted" and "analysis_progress" in kinds and kinds[-1] == "done"
+    sections = {p["sections"] for p in progress if p["type"] == "analysis_progress"}
+    assert len(sections) == 1 and sections.pop() > 1
+    for ch in chunks:  # a progress chunk never carries text, and says so for Open WebUI
+        ext = (ch.model_extra or {}).get("boundctx")
+        if ext and ext["type"] == "analysis_progress":
+            assert not ch.choices[0].delta.content
+            assert ch.model_extra["event"]["type"] == "status"
+
+
+def test_usage_chunk_only_when_asked_and_the_stream_helper_works(serve):
+    server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
+    chunks = list(client(server).chat.completions.create(model=MODEL, messages=ASK, stream=True))
+    assert all(len(ch.choices) == 1 for ch in chunks) and chunks[-1].choices[0].finish_reason == "stop"
+    with client(server).chat.completions.stream(model=MODEL, messages=ASK) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content == "The failing step is 377."
+
+
+def test_the_raw_stream_is_lf_framed_json_ending_with_done(serve):
+    server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
+    with httpx.stream("POST", server.url + "/v1/chat/completions",
+                      json={"model": MODEL, "messages": ASK, "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join(r.iter_bytes())
+    assert b"\r" not in raw and raw.endswith(b"data: [DONE]\n\n")
+    events = raw.split(b"\n\n")[:-1]
+    assert all(e.startswith(b"data: ") for e in events)
+    bodies = [json.loads(e[6:]) for e in events[:-1]]
+    assert all(b["object"] == "chat.completion.chunk" and len(b["choices"]) == 1 for b in bodies)
+    assert "error" not in json.dumps(bodies)
+
+
+@pytest.mark.parametrize("body, code, param", [
+    (b"{not json", None, None),
+    (json.dumps({"model": MODEL, "messages": ASK, "n": 2}).encode(), None, "n"),
+    (json.dumps({"model": MODEL, "messages": "hi"}).encode(), None, "messages"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}).encode(), None,
+     "messages[0].role"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(),
+     None, "messages[0].content[0]"),
+    (json.dumps({"model": MODEL, "messages": ASK, "max_tokens": 0}).encode(), None, "max_tokens"),
+    (json.dumps({"model": MODEL, "messages": [{"role": "tool", "content": "r"}]}).encode(), None,
+     "messages[0].tool_call_id"),
+])
+def test_bad_requests_get_a_clear_400_and_the_server_keeps_serving(serve, body, code, param):
+    provider = ScriptedProvider(answer, context_window=8192)
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    r = httpx.post(server.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["message"] and err["param"] == param
+    assert provider.requests == []  # nothing reached the model
+    assert client(server).chat.completions.create(model=MODEL, messages=ASK).choices[0].message.content
+
+
+def test_an_unknown_model_is_404_in_the_openai_shape(serve):
+    server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL)
+    with pytest.raises(openai.NotFoundError) as info:
+        client(server).chat.completions.create(model="gpt-4", messages=ASK)
+    assert info.value.code == "model_not_found"
+
+
+def test_a_prompt_analysis_cannot_fit_is_a_400_context_length_exceeded_before_any_byte(serve):
+    provider = ScriptedProvider(answer, context_window=1024)
+    server = serve(provider, settings=settings(**{"chat.analysis_workers": 0}), model_id=MODEL)
+    messages = WITH_LOG
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as info:
+            out = client(server).chat.completions.create(model=MODEL, messages=messages, stream=stream,
+                                                         max_tokens=128)
+            list(out) if stream else None
+        assert info.value.code == "context_length_exceeded" and info.value.status_code == 400
+        assert info.value.body["n_ctx"] == 1024
+    assert provider.requests == []
+
+
+def test_api_keys_guard_every_route_but_health(serve):
+    server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL, api_keys={"k1", "k2"})
+    with pytest.raises(openai.AuthenticationError):
+        client(server, key="wrong").chat.completions.create(model=MODEL, messages=ASK)
+    assert httpx.get(server.url + "/v1/models").status_code == 401
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert client(server, key="k2").chat.completions.create(model=MODEL, messages=ASK).choices[0].message.content
+
+
+def test_a_body_over_the_cap_is_413_before_it_is_parsed(serve):
+    server = serve(ScriptedProvider(answer), settings=settings(**{"serve.max_body_bytes": 4096}), model_id=MODEL)
+    big = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000}]})
+    r = httpx.post(server.url + "/v1/chat/completions", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_host_header_that_is_not_loopback_is_refused(serve):
+    server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL)
+    r = httpx.get(server.url + "/v1/models", headers={"host": "evil.example:8765"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "host_not_allowed"
+    assert httpx.get(server.url + "/v1/models", headers={"host": f"localhost:{server.port}"}).status_code == 200
+
+
+def test_binding_beyond_loopback_without_a_key_is_refused():
+    with pytest.raises(ServeError, match="without an API key"):
+        create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0")
+    create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0", api_keys={"k"})
+
+
+class Slow:
+    """A reply of many pieces, one every ``gap`` seconds; counts what it produced."""
+
+    def __init__(self, pieces=200, gap=0.01):
+        self.pieces, self.gap = pieces, gap
+        self.produced = 0
+        self.started = threading.Event()
+
+    def __call__(self, request):
+        def gen():
+            self.started.set()
+            for i in range(self.pieces):
+                time.sleep(self.gap)
+                self.produced += 1
+                yield f"w{i} "
+        return gen()
+
+
+def test_past_the_queue_a_request_is_503_with_retry_after(serve):
+    slow = Slow(pieces=100, gap=0.02)
+    server = serve(ScriptedProvider(slow), model_id=MODEL,
+                   settings=settings(**{"serve.active_replies": 1, "serve.queue_depth": 0}))
+    first = threading.Thread(target=lambda: client(server).chat.completions.create(model=MODEL, messages=ASK))
+    first.start()
+    try:
+        assert slow.started.wait(10)
+        r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": ASK})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert r.json()["error"]["code"] == "server_busy"
+    finally:
+        first.join(30)
+    assert client(server).chat.completions.create(model=MODEL, messages=ASK).choices[0].message.content
+
+
+def test_a_client_that_closes_its_stream_cancels_its_reply_and_not_the_other(serve):
+    slow_a, slow_b = Slow(pieces=300, gap=0.01), Slow(pieces=30, gap=0.01)
+    pick = {}
+
+    def respond(request):
+        return pick[request.messages[-1]["content"]](request)
+
+    pick["a"], pick["b"] = slow_a, slow_b
+    server = serve(ScriptedProvider(respond), model_id=MODEL, settings=settings(**{"serve.active_replies": 2}))
+    done_b = {}
+
+    def run_b():
+        chunks = client(server).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "b"}], stream=True)
+        done_b["text"] = "".join(ch.choices[0].delta.content or "" for ch in chunks)
+
+    tb = threading.Thread(target=run_b)
+    stream = client(server).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "a"}],
+                                                    stream=True)
+    tb.start()
+    got = 0
+    for ch in stream:
+        got += bool(ch.choices and ch.choices[0].delta.content)
+        if got == 3:
+            break
+    stream.close()
+    tb.join(30)
+    deadline = time.monotonic() + 10
+    while any(t.name == "boundctx-reply" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "boundctx-reply" for t in threading.enumerate())  # no thread left behind
+    assert slow_a.produced < 40  # stopped within a few pieces of the close, not run on into the queue
+    assert done_b["text"] == "".join(f"w{i} " for i in range(30))  # the other reply untouched
+
+
+def test_a_failure_mid_stream_is_an_error_chunk_then_done(serve):
+    def respond(request):
+        def gen():
+            yield "partial "
+            raise RuntimeError("llama_decode returned -1")
+        return gen()
+
+    server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL)
+    with httpx.stream("POST", server.url + "/v1/chat/completions",
+                      json={"model": MODEL, "messages": ASK, "stream": True}) as r:
+        raw = b"".join(r.iter_bytes()).decode()
+    frames = [json.loads(f[6:]) for f in raw.split("\n\n") if f.startswith("data: {")]
+    assert "error" in frames[-1] and frames[-1]["error"]["type"] == "server_error"
+    assert raw.endswith("data: [DONE]\n\n")
+    with pytest.raises(openai.APIError):
+        list(client(server).chat.completions.create(model=MODEL, messages=ASK, stream=True))
+
+
+def test_a_node_fetch_reader_gets_the_same_text(serve, tmp_path):
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the plain JavaScript fetch check needs it")
+    server = serve(ScriptedProvider(answer, context_window=2048), settings=settings(), model_id=MODEL)
+    script = tmp_path / "read.mjs"
+    script.write_text("""import fs from "node:fs";
+const res = await fetch(process.argv[2] + "/v1/chat/completions", {method: "POST",
+  headers: {"content-type": "application/json"},
+  body: JSON.stringify({model: process.argv[3], stream: true,
+                        messages: JSON.parse(fs.readFileSync(process.argv[4], "utf8"))})});
+const reader = res.body.getReader(); const dec = new TextDecoder(); let buf = "", text = "", progress = 0;
+for (;;) { const {value, done} = await reader.read(); if (done) break; buf += dec.decode(value, {stream: true});
+  let i; while ((i = buf.indexOf("\\n\\n")) >= 0) { const msg = buf.slice(0, i); buf = buf.slice(i + 2);
+    if (!msg.startsWith("data: ") || msg === "data: [DONE]") continue;
+    const c = JSON.parse(msg.slice(6)); if (c.boundctx) progress++;
+    text += c.choices[0].delta.content || ""; } }
+console.log(JSON.stringify({text, progress}));
+""")
+    messages = tmp_path / "messages.json"
+    messages.write_text(json.dumps(WITH_LOG))
+    run = subprocess.run([node, str(script), server.url, MODEL, str(messages)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["text"] == "The failing step is 377." and out["progress"] > 1
