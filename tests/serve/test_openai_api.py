@@ -296,3 +296,18 @@ console.log(JSON.stringify({text, progress}));
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     assert out["text"] == "The failing step is 377." and out["progress"] > 1
+
+
+def test_a_non_streaming_client_that_gives_up_cancels_its_reply(serve):
+    # Plain Starlette runs a non-streaming handler to the end after the client left;
+    # here the disconnect ends the reply (an openai client's timeout retries would
+    # otherwise pile up expensive replies).
+    slow = Slow(pieces=500, gap=0.01)
+    server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL)
+    with pytest.raises(openai.APITimeoutError):
+        client(server, timeout=0.5).chat.completions.create(model=MODEL, messages=ASK)
+    deadline = time.monotonic() + 10
+    while any(t.name == "boundctx-reply" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "boundctx-reply" for t in threading.enumerate())
+    assert slow.produced < 150

@@ -267,31 +267,32 @@ class _Server:
         text: list[str] = []
         calls: list[dict[str, Any]] = []
         watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
-        event = first
+        events = [first]
         try:
-            while event is not None:
-                if watcher.done():  # the client went away: stop its reply, not another's
+            while True:
+                for event in events:
+                    if event is None:
+                        return _error(500, "the reply ended without a result", "server_error", "internal_error",
+                                      headers={"x-should-retry": "false"})
+                    if isinstance(event, ReplyDelta):
+                        text.append(event.text)
+                    elif isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
+                        calls.append(_wire_call(event))
+                    elif isinstance(event, Failed):
+                        return _error(500, event.error, "server_error", _code(event),
+                                      headers={"x-should-retry": "false"})
+                    elif isinstance(event, Done):
+                        reason = "tool_calls" if calls else _FINISH.get(event.finish_reason, "stop")
+                        return _json(200, chunks.completion("".join(text), reason, _usage(event), calls,
+                                                            _done_extension(event)))
+                waiter = asyncio.ensure_future(run.next_events(None))
+                await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiter.done():  # the client went away: stop its reply, not another's
+                    waiter.cancel()
                     run.abandon()
-                    break
-                if isinstance(event, ReplyDelta):
-                    text.append(event.text)
-                elif isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
-                    calls.append(_wire_call(event))
-                elif isinstance(event, Failed):
-                    return _error(500, event.error, "server_error", _code(event), headers={"x-should-retry": "false"})
-                elif isinstance(event, Done):
-                    reason = "tool_calls" if calls else _FINISH.get(event.finish_reason, "stop")
-                    return _json(200, chunks.completion("".join(text), reason, _usage(event), calls,
-                                                        _done_extension(event)))
-                next_event = asyncio.ensure_future(run.next_event(None))
-                await asyncio.wait({next_event, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if not next_event.done():
-                    next_event.cancel()
-                    run.abandon()
-                    break
-                event = next_event.result()
-            return _error(500, "the reply ended without a result", "server_error", "internal_error",
-                          headers={"x-should-retry": "false"})
+                    return _error(499, "the client closed the connection", "invalid_request_error",
+                                  "client_closed")
+                events = waiter.result()
         finally:
             watcher.cancel()
             self.runs.discard(run)
@@ -367,12 +368,12 @@ class _Stream:
         chunks = Chunks(self.server.model_id)
         run = self.run
         gone = asyncio.ensure_future(_wait_for_disconnect(receive))
-        last_progress = 0.0
-        calls: list[dict[str, Any]] = []
+        self._last_progress = 0.0
+        self._calls: list[dict[str, Any]] = []
         finished = False
 
         async def put(data: bytes) -> bool:
-            """Send one message; False when the client is gone or stopped reading."""
+            """Send one write; False when the client is gone or stopped reading."""
             if gone.done():
                 return False
             try:
@@ -387,52 +388,25 @@ class _Stream:
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no")]})
-            if not await put(frame(chunks.role())):
-                return
-            event = self.first
+            events = [self.first]
+            data = frame(chunks.role())
             while True:
-                if event is None:
-                    await put(frame(error_body("the reply ended without a result", "server_error",
-                                               "internal_error")) + DONE)
+                for event in events:
+                    piece, finished = self._frames(chunks, event)
+                    data += piece
+                    if finished:
+                        break
+                if not await put(data) or finished:
                     return
-                if isinstance(event, ReplyDelta):
-                    ok = await put(frame(chunks.content(event.text)))
-                elif isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
-                    calls.append(_wire_call(event))
-                    ok = await put(frame(chunks.tool_calls([calls[-1]])))
-                elif isinstance(event, Done):
-                    reason = "tool_calls" if calls else _FINISH.get(event.finish_reason, "stop")
-                    data = frame(chunks.finish(reason, _done_extension(event)))
-                    if self.req.stream_options is not None and self.req.stream_options.include_usage:
-                        data += frame(chunks.usage(_usage(event)))
-                    finished = True
-                    await put(data + DONE)
-                    return
-                elif isinstance(event, Failed):
-                    finished = True
-                    await put(frame(error_body(event.error, "server_error", _code(event))) + DONE)
-                    return
-                else:
-                    ext, said = _extension(event)
-                    ext["reply_id"] = chunks.id
-                    now = time.monotonic()
-                    # Progress is coalesced (the last one of a burst may be skipped;
-                    # text never is).
-                    if isinstance(event, AnalysisProgress) and now - last_progress < self.min_gap:
-                        ok = True
-                    else:
-                        last_progress = now
-                        ok = await put(frame(chunks.progress(ext, said if self.openwebui else None)))
-                if not ok:
-                    return
+                data = b""
                 while True:
-                    waiter = asyncio.ensure_future(run.next_event(self.ping))
+                    waiter = asyncio.ensure_future(run.next_events(self.ping))
                     await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
                     if not waiter.done():
                         waiter.cancel()
                         return
                     try:
-                        event = waiter.result()
+                        events = waiter.result()
                         break
                     except asyncio.TimeoutError:
                         if not await put(PING):
@@ -446,3 +420,30 @@ class _Stream:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except Exception:  # the connection is gone already
                 pass
+
+    def _frames(self, chunks: Chunks, event: Any) -> tuple[bytes, bool]:
+        """The bytes one event becomes on the wire, and whether it ends the stream."""
+        if event is None:
+            return frame(error_body("the reply ended without a result", "server_error", "internal_error")) + DONE, True
+        if isinstance(event, ReplyDelta):
+            return frame(chunks.content(event.text)), False
+        if isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
+            self._calls.append(_wire_call(event))
+            return frame(chunks.tool_calls([self._calls[-1]])), False
+        if isinstance(event, Done):
+            reason = "tool_calls" if self._calls else _FINISH.get(event.finish_reason, "stop")
+            data = frame(chunks.finish(reason, _done_extension(event)))
+            if self.req.stream_options is not None and self.req.stream_options.include_usage:
+                data += frame(chunks.usage(_usage(event)))
+            return data + DONE, True
+        if isinstance(event, Failed):
+            return frame(error_body(event.error, "server_error", _code(event))) + DONE, True
+        now = time.monotonic()
+        # Progress is coalesced to serve.progress_max_hz (a skipped one is superseded by
+        # the next; text is never skipped).
+        if isinstance(event, AnalysisProgress) and now - self._last_progress < self.min_gap:
+            return b"", False
+        self._last_progress = now
+        ext, said = _extension(event)
+        ext["reply_id"] = chunks.id
+        return frame(chunks.progress(ext, said if self.openwebui else None)), False

@@ -145,7 +145,10 @@ class ReplyRun:
         self._produce = produce
         self.cancel = cancel
         self._loop = loop
-        self._queue: asyncio.Queue = asyncio.Queue(maxsize=depth)
+        self._queue: asyncio.Queue = asyncio.Queue()
+        # Backpressure without a round trip per event: the thread takes a place before
+        # it hands an event over, the reader gives places back as it takes events.
+        self._places = threading.Semaphore(depth)
         self._abandoned = threading.Event()
         self._on_end = on_end
         self.error: BaseException | None = None
@@ -153,17 +156,13 @@ class ReplyRun:
         self._thread.start()
 
     def _put(self, item: Any) -> None:
-        future = asyncio.run_coroutine_threadsafe(self._queue.put(item), self._loop)
-        while True:
-            try:
-                future.result(timeout=0.1)
+        while not self._places.acquire(timeout=0.1):
+            if self._abandoned.is_set():  # nobody reads any more: drop, let the engine wind down
                 return
-            except TimeoutError:
-                if self._abandoned.is_set():  # nobody reads any more: drop, let the engine wind down
-                    future.cancel()
-                    return
-            except RuntimeError:  # the loop is closed (server shutting down)
-                return
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed (server shutting down)
+            pass
 
     def _run(self) -> None:
         try:
@@ -179,10 +178,22 @@ class ReplyRun:
             if not self._abandoned.is_set():
                 self._put(_END)
 
-    async def next_event(self, timeout: float | None) -> Any:
-        """The next event; ``None`` when the run ended; raises ``TimeoutError`` after
-        ``timeout`` seconds without one (a ping is due)."""
+    async def next_events(self, timeout: float | None) -> list[Any]:
+        """The events ready now (at least one, waiting up to ``timeout`` seconds for it,
+        else ``TimeoutError``: a ping is due); a ``None`` in the list ends the run.
+        Taking all that are ready lets a slow moment send them in one write."""
         item = await asyncio.wait_for(self._queue.get(), timeout) if timeout else await self._queue.get()
+        items = [item]
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        for _ in items:
+            self._places.release()
+        return [None if i is _END else i for i in items]
+
+    async def next_event(self, timeout: float | None) -> Any:
+        """One event (the first of a reply is read alone, to decide the status)."""
+        item = await asyncio.wait_for(self._queue.get(), timeout) if timeout else await self._queue.get()
+        self._places.release()
         return None if item is _END else item
 
     def abandon(self) -> None:
