@@ -8,8 +8,14 @@ on a block boundary, offsets above 2**31, bad arguments).
 from __future__ import annotations
 
 import array
+import copy
+import ctypes
 import json
+import mmap
 import os
+import pickle
+import random
+import sys
 import tempfile
 
 import pytest
@@ -21,6 +27,7 @@ from reference import lineindex as ref
 from strategies import (
     BOM,
     PI_DIALECT,
+    _Renderer,
     classify_windows,
     dialects,
     display_inputs,
@@ -275,6 +282,343 @@ def test_scan_accepts_any_contiguous_buffer():
     expected = fields(native.scan_bytes(data, PI))
     assert fields(native.scan_bytes(bytearray(data), PI)) == expected
     assert fields(native.scan_bytes(memoryview(data), PI)) == expected
+
+
+# ---------------------------------------------------------------------------
+# qualified kinds: a type value that needs a second key
+# ---------------------------------------------------------------------------
+
+Q = native.QualifiedKind
+# The shapes of the real dialects: a top-level second key, and a key inside an object.
+QUALIFIED = {
+    "user": MESSAGE,
+    "system": Q(COMPACTION, "subtype", "compact_boundary"),
+    "event_msg": Q(MESSAGE, "payload.type", "user_message"),
+}
+
+# Vocabularies that hit, nearly miss and miss the keys and values the drawn tables name.
+Q_TYPES = ["system", "event_msg", "user", "message", "x"]
+Q_PATHS = ["subtype", "payload.type", "payload", "meta.kind", "p.q", "x"]
+Q_VALUES = ["compact_boundary", "user_message", "a", "b"]
+TOP_KEYS = ["type", "subtype", "payload", "meta", "p", "x", "Subtype", "subtype ", "payload.type"]
+INNER_KEYS = ["type", "kind", "q", "x", "Type"]
+LEAF_STRINGS = Q_TYPES + Q_VALUES + ["", "A", "user_message ", "compact_boundar", "\u00e9", "a" * 70]
+
+
+@st.composite
+def qualified_dialects(draw) -> dict[str, int]:
+    """Tables mixing plain and qualified kinds, over paths that begin with different keys."""
+    table, first_keys = {}, {}
+    for name in draw(st.lists(st.sampled_from(Q_TYPES), unique=True, max_size=5)):
+        path = draw(st.sampled_from([None, *Q_PATHS]))
+        kind = draw(st.sampled_from([MESSAGE, COMPACTION]))
+        first = path.split(".")[0] if path else None
+        if path is None or first_keys.get(first, path) != path or (first not in first_keys
+                                                                    and len(first_keys) == 4):
+            table[name] = draw(st.sampled_from([MESSAGE, COMPACTION, OTHER]))
+            continue
+        first_keys[first] = path
+        values = draw(st.lists(st.sampled_from(Q_VALUES), min_size=1, max_size=4))
+        table[name] = Q(kind, path, *values)
+    return table
+
+
+class Obj(tuple):
+    """An object as (key, value) pairs, so that a key may repeat."""
+
+
+class PairsRenderer(_Renderer):
+    def value(self, value):
+        if isinstance(value, Obj):
+            return self.members(list(value))
+        return super().value(value)
+
+
+def either(*strategies):
+    """One of ``strategies``, each as likely (``st.one_of`` favours some branches)."""
+    return st.sampled_from(strategies).flatmap(lambda s: s)
+
+
+_leaf = either(st.sampled_from(LEAF_STRINGS), st.none(), st.booleans(), st.integers(-9, 9),
+               st.text(max_size=4))
+_named = st.sampled_from(Q_VALUES + Q_TYPES)  # strings a drawn table names, to hit it often
+_deeper = st.lists(st.tuples(st.sampled_from(INNER_KEYS), either(_named, _leaf)), max_size=2).map(Obj)
+_inner = st.lists(st.tuples(st.sampled_from(INNER_KEYS),
+                            either(_named, _named, _leaf, st.lists(_leaf, max_size=2), _deeper)),
+                  max_size=4).map(Obj)
+_member = either(_leaf, _inner, st.lists(_inner, max_size=2),
+                 st.integers(0, 300).map(lambda k: "f" * k))  # long fillers reach window edges
+# Members that satisfy a path of QUALIFIED or of a drawn table with the first value.
+ON_PATH_HITS = [("subtype", "compact_boundary"), ("payload", Obj([("type", "user_message")])),
+                ("payload", Obj([("type", "user_message"), ("message", "hi")])),
+                ("subtype", "a"), ("payload", "a"), ("meta", Obj([("kind", "a")])),
+                ("p", Obj([("q", "compact_boundary")])), ("x", "compact_boundary"),
+                ("payload", Obj([("type", "compact_boundary")])),
+                ("payload", Obj([("type", "token_count"), ("type", "user_message")]))]  # a near hit
+# Members on a path that settle it with no match: a later hit must not count.
+ON_PATH_MISSES = [("subtype", 1), ("subtype", None), ("subtype", ["compact_boundary"]), ("payload", Obj([])),
+                  ("payload", Obj([("x", "user_message")])), ("payload", "user_message"),
+                  ("payload", Obj([("type", False)])), ("meta", Obj([("x", Obj([("kind", "a")]))]))]
+_on_path = either(_named, _named, _inner, _inner, _leaf, st.lists(_inner, max_size=1))
+
+
+@st.composite
+def qualified_lines(draw, *, mutate: bool = True) -> bytes:
+    """A line whose members are on and around qualifier paths: "type" and second keys
+    missing, repeated, before or after each other, nested deeper, of the wrong JSON type,
+    written with escapes and whitespace; some of them then damaged (a byte inserted or
+    deleted, or cut short, perhaps closed with a brace)."""
+    members = draw(st.lists(st.tuples(st.sampled_from(TOP_KEYS[1:]), _member), max_size=3))
+    for key in draw(st.lists(st.sampled_from(TOP_KEYS[1:6]), max_size=3)):
+        members.insert(draw(st.integers(0, len(members))), (key, draw(_on_path)))
+    chosen = [draw(st.sampled_from(ON_PATH_HITS)) for _ in range(draw(st.sampled_from([1, 1, 0, 2])))]
+    chosen += [draw(st.sampled_from(ON_PATH_MISSES)) for _ in range(draw(st.sampled_from([0, 1])))]
+    for key, value in chosen:
+        if isinstance(value, Obj):  # the hit among other members of its object
+            value = Obj(draw(st.lists(st.tuples(st.sampled_from(INNER_KEYS[1:]), _leaf), max_size=2))
+                        + list(value) + draw(st.lists(st.tuples(st.sampled_from(INNER_KEYS), _leaf),
+                                                      max_size=2)))
+        members.insert(draw(st.integers(0, len(members))), (key, value))
+    for _ in range(draw(st.sampled_from([1, 1, 1, 0, 2]))):
+        value = draw(either(st.sampled_from(Q_TYPES[:2]), st.sampled_from(Q_TYPES), _leaf))
+        members.insert(draw(st.integers(0, len(members))), ("type", value))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    renderer = PairsRenderer(rng, spacing=draw(st.booleans()), escaping=draw(st.booleans()))
+    line = renderer.members(members).encode("utf-8", "surrogatepass")
+    damage = draw(st.sampled_from(["none"] * 4 + ["insert", "delete", "cut", "cut and close"])) if mutate else "none"
+    if damage != "none" and line:
+        at = draw(st.integers(0, len(line) - 1))
+        if damage == "insert":
+            line = line[:at] + bytes([draw(st.sampled_from(list(b'{}[]":,\\ x1')))]) + line[at:]
+        elif damage == "delete":
+            line = line[:at] + line[at + 1:]
+        elif damage == "cut":
+            line = line[:at]
+        else:  # still {...}, so the walk runs into the end of the line wherever it was cut
+            line = line[:at] + b"}"
+    return line
+
+
+def first_key_object(pairs):
+    """A decoded object keeping the first of repeated keys, as the classifier reads them."""
+    out = {}
+    for key, value in pairs:
+        out.setdefault(key, value)
+    return out
+
+
+def plain_parse_kind(line: bytes, dialect: dict[str, int]) -> int:
+    """What a json.loads of a whole, valid line says its kind is under ``dialect``."""
+    record = json.loads(line, object_pairs_hook=first_key_object)
+    kind_of_type = dialect.get(record.get("type")) if isinstance(record.get("type"), str) else None
+    if kind_of_type is None:
+        return OTHER
+    if not isinstance(kind_of_type, Q):
+        return int(kind_of_type)
+    value = record
+    for key in kind_of_type.path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return int(kind_of_type) if isinstance(value, str) and value in kind_of_type.values else OTHER
+
+
+@settings(max_examples=600)
+@given(qualified_lines(), either(st.just(QUALIFIED), qualified_dialects()), classify_windows(),
+       st.booleans())
+def test_qualified_classification_matches_reference_on_adversarial_lines(line, dialect, window, at_file_start):
+    base = 0 if at_file_start else 1
+    got = native.scan_bytes(line + b"\n", native.DialectTable(dialect), base_offset=base,
+                            classify_window=window)
+    assert list(got.kinds) == [ref.classify_line(line, dialect, classify_window=window,
+                                                 at_file_start=at_file_start)]
+
+
+@settings(max_examples=400)
+@given(qualified_lines(mutate=False), either(st.just(QUALIFIED), qualified_dialects()))
+def test_qualified_classification_of_a_whole_valid_line_is_what_a_plain_parse_says(line, dialect):
+    assert kinds_of(line + b"\n", dialect, base_offset=1) == [plain_parse_kind(line, dialect)]
+
+
+@given(noisy_bytes(), either(st.just(QUALIFIED), qualified_dialects()), classify_windows())
+def test_qualified_scan_matches_reference_on_arbitrary_bytes(data, dialect, window):
+    got, want = scan_both(data, dialect, classify_window=window)
+    assert got == want
+
+
+@settings(max_examples=60)
+@given(st.lists(qualified_lines(), max_size=8), qualified_dialects(), classify_windows())
+def test_qualified_scan_matches_reference_on_documents(lines, dialect, window):
+    got, want = scan_both(b"".join(line + b"\n" for line in lines), dialect, classify_window=window)
+    assert got == want
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=400), qualified_dialects(), classify_windows())
+def test_native_never_crashes_on_random_bytes_with_qualified_kinds(data, dialect, window):
+    result = native.scan_bytes(data, native.DialectTable(dialect), classify_window=window)
+    assert len(result.kinds) == data.count(b"\n")
+    assert set(result.kinds) <= {MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED}
+
+
+@pytest.fixture(scope="module")
+def page_before_a_guard():
+    """A writable page followed by one that faults on any access (Linux)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the guard page is set with Linux mprotect")
+    page = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    area = mmap.mmap(-1, 2 * page)
+    pin = ctypes.c_char.from_buffer(area)  # the area's address, for mprotect
+    guard = ctypes.c_void_p(ctypes.addressof(pin) + page)
+    assert libc.mprotect(guard, page, 0) == 0, os.strerror(ctypes.get_errno())  # PROT_NONE
+    view = memoryview(area)[:page]
+    yield view
+    view.release()
+    libc.mprotect(guard, page, mmap.PROT_READ | mmap.PROT_WRITE)
+    del pin
+    area.close()
+
+
+@settings(max_examples=500, deadline=None)
+@given(either(qualified_lines(), st.binary(max_size=300)), either(st.just(QUALIFIED), qualified_dialects()),
+       classify_windows())
+def test_classification_never_reads_past_the_end_of_the_bytes(page_before_a_guard, line, dialect, window):
+    # The bytes end where the guard page begins: one byte read past them is a SIGSEGV.
+    page = page_before_a_guard
+    table = native.DialectTable(dialect)
+    for data in (line.replace(b"\n", b"") + b"\n", b" " + line.replace(b"\n", b"")):
+        page[len(page) - len(data):] = data
+        got = native.scan_bytes(page[len(page) - len(data):], table, base_offset=1, classify_window=window)
+        assert len(got.kinds) == data.count(b"\n")
+
+
+SYSTEM = b'{"type":"system"'
+EVENT = b'{"type":"event_msg"'
+QUALIFIED_EXAMPLES = [
+    # Claude Code: a compaction is a system line whose subtype says so.
+    (SYSTEM + b',"subtype":"compact_boundary","content":"Conversation compacted"}', COMPACTION),
+    (SYSTEM + b',"subtype":"turn_duration"}', OTHER),
+    (SYSTEM + b'}', OTHER),  # the key is missing
+    (b'{"subtype":"compact_boundary","type":"system"}', COMPACTION),  # before "type"
+    (b'{"uuid":"u","subtype":"compact_boundary","cwd":"/","type":"system"}', COMPACTION),
+    (SYSTEM + b',"subtype":"compact_boundary","subtype":"x"}', COMPACTION),  # first key wins
+    (SYSTEM + b',"subtype":"x","subtype":"compact_boundary"}', OTHER),
+    (b'{"subtype":"x","type":"system","subtype":"compact_boundary"}', OTHER),
+    (b'{"subtype":1,"type":"system","subtype":"compact_boundary"}', OTHER),
+    (b'{"subtype":1,"type":"system","x":tr"ue}', OTHER),  # settled before "type": decided there
+    (b'{"payload":{},"type":"event_msg","payload":{"type":"user_message"}}', OTHER),
+    (b'{"payload":{"x":1},"type":"event_msg","x":tr"ue}', OTHER),
+    (b'{"payload":{"type":2},"type":"event_msg","payload":{"type":"user_message"}}', OTHER),
+    (b'{"payload":"user_message","type":"event_msg","x":tr"ue}', OTHER),
+    (SYSTEM + b',"sub\\u0074ype":"compact_\\u0062oundary"}', COMPACTION),  # escaped
+    (SYSTEM + b',"subtype":"COMPACT_BOUNDARY"}', OTHER),
+    (SYSTEM + b',"subtype":"compact_boundary "}', OTHER),
+    (SYSTEM + b',"subtype":"compact_boundar\\u00e9"}', OTHER),
+    (SYSTEM + b',"subtype":["compact_boundary"]}', OTHER),  # the wrong JSON type
+    (SYSTEM + b',"subtype":null}', OTHER),
+    (SYSTEM + b',"subtype":{"type":"compact_boundary"}}', OTHER),
+    (SYSTEM + b',"x":{"subtype":"compact_boundary"}}', OTHER),  # nested deeper
+    (SYSTEM + b',"subtype":"' + b"c" * 70 + b'"}', OTHER),  # longer than any value
+    (b'{"type":"summary","summary":"A title","leafUuid":"u"}', OTHER),  # not in this table
+    (b'{"type":"user","subtype":"compact_boundary"}', MESSAGE),  # a plain kind needs nothing
+    (b'{"type":"user","x":tr"ue}', MESSAGE),  # ... so the walk stops at "type"
+    (SYSTEM + b',"x":tr"ue,"subtype":"compact_boundary"}', CORRUPT),  # a qualified one walks on
+    (SYSTEM + b',"subtype":"compact_boundary","x":tr"ue}', COMPACTION),  # and stops when it knows
+    (SYSTEM + b',"subtype":"compact_boundary",}', COMPACTION),
+    (SYSTEM + b',"subtype":"compact\x01"}', CORRUPT),
+    (b'{"type":1,"subtype":"compact_boundary"}', OTHER),
+    # Codex: a user turn is an event_msg whose payload is a user_message.
+    (EVENT + b',"payload":{"type":"user_message","message":"hi"}}', MESSAGE),
+    (EVENT + b',"payload":{"type":"token_count","info":null}}', OTHER),
+    (EVENT + b',"payload":{"message":"hi","type":"user_message"}}', MESSAGE),
+    (EVENT + b',"payload":{"message":"hi"}}', OTHER),  # the inner key is missing
+    (EVENT + b',"payload":{}}', OTHER),
+    (EVENT + b'}', OTHER),
+    (b'{"payload":{"type":"user_message"},"type":"event_msg"}', MESSAGE),  # before "type"
+    (b'{"payload":{"type":"user_message","x":[1,{"a":"}"}]},"ts":1,"type":"event_msg"}', MESSAGE),
+    (EVENT + b',"payload":{"type":"user_message","type":"x"}}', MESSAGE),  # first key wins
+    (EVENT + b',"payload":{"type":"x","type":"user_message"}}', OTHER),
+    (b'{"payload":{"type":"user_message","type":"x"},"type":"event_msg"}', MESSAGE),
+    (b'{"payload":{"type":"x","type":"user_message"},"type":"event_msg"}', OTHER),
+    (EVENT + b',"payload":{"type":"x"},"payload":{"type":"user_message"}}', OTHER),
+    (EVENT + b',"payload":{"x":{"type":"user_message"}}}', OTHER),  # nested deeper
+    (EVENT + b',"payload":[{"type":"user_message"}]}', OTHER),  # the wrong JSON type
+    (EVENT + b',"payload":"user_message"}', OTHER),
+    (EVENT + b',"payload":{"type":["user_message"]}}', OTHER),
+    (EVENT + b',"payload":{"type":null,"x":1}}', OTHER),
+    (EVENT + b',"type":"user_message"}', OTHER),  # a second top-level "type" is not the path
+    (EVENT + b',"pay\\u006coad":{"\\u0074ype":"user_\\u006dessage"}}', MESSAGE),  # escaped
+    (EVENT + b',"payload":{"type":"user_message"}]', CORRUPT),  # not {...}
+    (EVENT + b',"payload":{"type":"user_message"}', MESSAGE),  # only what it walks is checked
+    (EVENT + b',"payload":{"a" 1,"type":"user_message"}}', CORRUPT),  # walked, so validated
+    (EVENT + b',"payload":{"type":"user_message","a" 1}}', MESSAGE),  # decided before it
+    (b'{"payload":{"type":"user_message","a" 1},"type":"event_msg"}', CORRUPT),
+    (EVENT + b',"payload":{"type":"user_message",}}', MESSAGE),
+    (b'{"payload":{"type":"user_message",},"type":"event_msg"}', CORRUPT),
+    (b'{"type":"response_item","payload":{"type":"user_message"}}', OTHER),  # not in this table
+]
+
+
+@pytest.mark.parametrize(("line", "kind"), QUALIFIED_EXAMPLES)
+def test_qualified_fixed_examples(line, kind):
+    assert ref.classify_line(line, QUALIFIED) == kind
+    assert kinds_of(line + b"\n", QUALIFIED, base_offset=1) == [kind]
+
+
+@pytest.mark.parametrize(
+    ("line", "window", "kind"),
+    [
+        (SYSTEM + b',"subtype":"compact_boundary"}', 15, UNDECIDED),  # "type" is cut
+        (SYSTEM + b',"subtype":"compact_boundary"}', 16, UNDECIDED),  # its path is past the edge
+        (SYSTEM + b',"subtype":"compact_boundary"}', 20, UNDECIDED),  # the path's key is cut
+        (SYSTEM + b',"subtype":"compact_boundary"}', 44, UNDECIDED),  # its value is cut
+        (SYSTEM + b',"subtype":"compact_boundary"}', 45, COMPACTION),
+        (SYSTEM + b',"subtype":"turn_duration"}', 42, OTHER),
+        (b'{"subtype":"compact_boundary","type":"system"}', 44, UNDECIDED),  # now "type" is cut
+        (b'{"subtype":"compact_boundary","type":"system"}', 45, COMPACTION),
+        (b'{"type":"user","subtype":"compact_boundary"}', 16, MESSAGE),  # plain: needs no path
+        (EVENT + b',"payload":{"type":"user_message","message":"' + b"m" * 50 + b'"}}', 51, UNDECIDED),
+        (EVENT + b',"payload":{"type":"user_message","message":"' + b"m" * 50 + b'"}}', 52, MESSAGE),
+        (EVENT + b',"payload":{"message":"' + b"m" * 50 + b'","type":"user_message"}}', 100, UNDECIDED),
+        (EVENT + b',"payload":{"type":"token_count"}}', 50, UNDECIDED),
+        (EVENT + b',"payload":{"type":"token_count"}}', 51, OTHER),
+    ],
+)
+def test_a_qualifier_past_the_window_edge_leaves_the_line_undecided(line, window, kind):
+    assert kinds_of(line + b"\n", QUALIFIED, classify_window=window, base_offset=1) == [kind]
+    assert kinds_of(line + b"\n", QUALIFIED, classify_window=len(line), base_offset=1) != [UNDECIDED]
+
+
+@pytest.mark.parametrize("shift", range(-3, 4))
+def test_scan_fd_qualifier_on_a_block_boundary(shift):
+    # The line's "payload" object straddles offset 4096 for some shifts; its inner
+    # "type" comes after the boundary, and the next line is qualified the other way.
+    head = EVENT + b',"ts":"' + b"t" * (4096 - len(EVENT) - 30 + shift) + b'",'
+    data = (head + b'"payload":{"message":"hi","type":"user_message"}}\n'
+            + SYSTEM + b',"subtype":"compact_boundary"}\n' + EVENT + b',"payload":{"type":"x"}}\n')
+    table = native.DialectTable(QUALIFIED)
+    expected = fields(ref.scan_bytes(data, QUALIFIED))
+    assert expected[1] == [MESSAGE, COMPACTION, OTHER]
+    for block_size in (4096, 4097):
+        assert fields(scan_file(data, table, block_size=block_size)) == expected
+
+
+def test_qualified_kind_is_its_kind_and_says_where_it_looks():
+    kind = Q(COMPACTION, "subtype", "compact_boundary", "microcompact_boundary")
+    assert kind == COMPACTION and isinstance(kind, int) and hash(kind) == hash(COMPACTION)
+    assert kind.path == "subtype" and kind.values == ("compact_boundary", "microcompact_boundary")
+    assert repr(kind) == "QualifiedKind(2, 'subtype', 'compact_boundary', 'microcompact_boundary')"
+    line = b'{"type":"system","subtype":"microcompact_boundary"}\n'
+    assert kinds_of(line, {"system": kind}) == [COMPACTION]
+    for copied in (copy.deepcopy(kind), pickle.loads(pickle.dumps(kind))):
+        assert (type(copied), copied, copied.path, copied.values) == (Q, kind, kind.path, kind.values)
+
+
+def test_a_qualified_table_holds_4_paths_and_32_names():
+    paths = ["a", "b.c", "d", "e.f"]
+    table = {f"t{i}": Q(MESSAGE, paths[i % 4], "v") for i in range(32)}
+    native.DialectTable(table)
+    assert kinds_of(b'{"e":{"f":"v"},"type":"t31"}\n', table) == [MESSAGE]
+    assert kinds_of(b'{"e":{"f":"v"},"type":"t30"}\n', table) == [OTHER]
 
 
 # ---------------------------------------------------------------------------
@@ -582,6 +926,25 @@ def test_build_flag_says_whether_native_checks_are_on():
         (lambda: native.DialectTable({"m\u00e9ssage": 1}), "ASCII characters"),
         (lambda: native.DialectTable({"message": 4}), "must be MESSAGE, COMPACTION or OTHER"),
         (lambda: native.DialectTable({"message": 0}), "must be MESSAGE, COMPACTION or OTHER"),
+        (lambda: native.QualifiedKind(OTHER, "subtype", "x"), "MESSAGE or COMPACTION"),
+        (lambda: native.QualifiedKind(4, "subtype", "x"), "MESSAGE or COMPACTION"),
+        (lambda: native.QualifiedKind(MESSAGE, "a.b.c", "x"), "at most two keys"),
+        (lambda: native.QualifiedKind(MESSAGE, "type", "x"), "cannot begin with"),
+        (lambda: native.QualifiedKind(MESSAGE, "type.x", "x"), "cannot begin with"),
+        (lambda: native.QualifiedKind(MESSAGE, "a.", "x"), "must be 1-64 ASCII bytes"),
+        (lambda: native.QualifiedKind(MESSAGE, "a" * 65, "x"), "must be 1-64 ASCII bytes"),
+        (lambda: native.QualifiedKind(MESSAGE, "p\u00e9", "x"), "ASCII characters"),
+        (lambda: native.QualifiedKind(MESSAGE, b"subtype", "x"), "must be a str"),
+        (lambda: native.QualifiedKind(MESSAGE, "subtype"), "1-4 values"),
+        (lambda: native.QualifiedKind(MESSAGE, "subtype", *"abcde"), "1-4 values"),
+        (lambda: native.QualifiedKind(MESSAGE, "subtype", ""), "must be 1-64 ASCII bytes"),
+        (lambda: native.QualifiedKind(MESSAGE, "subtype", "x" * 65), "must be 1-64 ASCII bytes"),
+        (lambda: native.QualifiedKind(MESSAGE, "subtype", 1), "ASCII characters"),
+        (lambda: native.DialectTable({"a": native.QualifiedKind(MESSAGE, "payload.type", "x"),
+                                      "b": native.QualifiedKind(MESSAGE, "payload", "x")}),
+         "must begin with different keys"),
+        (lambda: native.DialectTable({f"t{i}": native.QualifiedKind(MESSAGE, f"k{i}", "x") for i in range(5)}),
+         "at most 4 qualifier paths"),
     ],
 )
 def test_invalid_arguments_raise_value_error(call, message):

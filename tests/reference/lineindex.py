@@ -14,7 +14,9 @@ The three public functions mirror the native ones:
 - ``project_display(prefix, total_len, content_limit)`` builds the bounded display form
   of one line from a prefix of it.
 
-A dialect here is a plain ``dict[str, int]`` (type value -> kind).
+A dialect here is a plain ``dict[str, int]`` (type value -> kind); a kind with ``path``
+and ``values`` attributes (``lineindex.QualifiedKind``) applies only where the string at
+that path is one of the values, and a line of that type is otherwise OTHER.
 """
 
 from __future__ import annotations
@@ -236,43 +238,149 @@ def classify_line(
         return BLANK if whole else UNDECIDED
     if body[0] != OPEN_OBJECT or not ends_with_brace:
         return CORRUPT
-    names = {name.encode("ascii"): kind for name, kind in dialect.items()}
     try:
-        return _kind_from_top_level_keys(Cursor(body, 1), names)
+        return _kind_from_top_level_keys(Cursor(body, 1), _Table(dialect))
     except Malformed:
         return CORRUPT
     except RanOut:
         return CORRUPT if whole else UNDECIDED
 
 
-def _kind_from_top_level_keys(cur: Cursor, names: dict[bytes, int]) -> int:
+@dataclass(frozen=True)
+class _Rule:
+    """What a type value stands for: ``kind`` for every line of it (``path`` None), or
+    ``kind`` only where the string at ``path`` is one of ``values`` (else OTHER)."""
+
+    kind: int
+    path: tuple[bytes, ...] | None = None
+    values: frozenset[bytes] = frozenset()
+
+    def qualified(self, found: bytes | None) -> int:
+        return self.kind if found in self.values else OTHER
+
+
+class _Table:
+    """A dialect as rules by encoded type value, and its paths by their first key."""
+
+    def __init__(self, dialect: Mapping[str, int]) -> None:
+        self.rules: dict[bytes, _Rule] = {}
+        self.paths: dict[bytes, tuple[bytes, ...]] = {}
+        for name, kind in dialect.items():
+            path = getattr(kind, "path", None)  # a lineindex.QualifiedKind
+            if path is None:
+                self.rules[name.encode("ascii")] = _Rule(int(kind))
+                continue
+            keys = tuple(k.encode("ascii") for k in path.split("."))
+            values = frozenset(v.encode("ascii") for v in kind.values)
+            self.rules[name.encode("ascii")] = _Rule(int(kind), keys, values)
+            self.paths[keys[0]] = keys
+
+
+def _kind_from_top_level_keys(cur: Cursor, table: _Table) -> int:
     """Walk the members of the top-level object (its ``{`` already taken) until the
-    first ``"type"`` key decides, or the object ends."""
+    first ``"type"`` key decides, or the object ends.
+
+    A type value with a qualified rule decides only once its path is known: a member
+    whose key begins a path is read as that path says wherever it sits (the first such
+    member only), so the path may come before "type" or after it."""
+    found: dict[tuple[bytes, ...], bytes | None] = {}  # path -> its string (None: none)
+    waiting: _Rule | None = None  # the type's rule, while its path is not yet known
+    typed = False
+    cur.skip_whitespace()
+    if cur.peek() == CLOSE_OBJECT:
+        return OTHER  # no "type" key
     while True:
-        cur.skip_whitespace()
-        if cur.peek() == CLOSE_OBJECT:
-            return OTHER  # no "type" key
-        if cur.take() != QUOTE:
-            raise Malformed("a key must be a string")
-        key = read_string(cur)
-        cur.skip_whitespace()
-        if cur.take() != COLON:
-            raise Malformed("':' must follow a key")
-        cur.skip_whitespace()
-        if key == b"type":
+        key = _member_key(cur)
+        if key == b"type" and not typed:
+            typed = True
             if cur.take() != QUOTE:
                 return OTHER  # a "type" that is not a string: not a record we know
-            return names.get(read_string(cur), OTHER)
+            rule = table.rules.get(read_string(cur))
+            if rule is None:
+                return OTHER
+            if rule.path is None:
+                return rule.kind
+            if rule.path in found:
+                return rule.qualified(found[rule.path])
+            waiting = rule
+        elif key in table.paths and table.paths[key] not in found:
+            path = table.paths[key]
+            decides = waiting is not None and waiting.path == path
+            found[path] = _read_path_value(cur, path, decides=decides)
+            if decides:
+                return waiting.qualified(found[path])
+        else:
+            skip_value(cur)
+        if _end_of_member(cur):
+            return OTHER  # no "type" key, or its path is not in the object
+
+
+def _member_key(cur: Cursor) -> bytes | None:
+    """Read a member's key and the ``:`` after it; the cursor is left on its value."""
+    if cur.take() != QUOTE:
+        raise Malformed("a key must be a string")
+    key = read_string(cur)
+    cur.skip_whitespace()
+    if cur.take() != COLON:
+        raise Malformed("':' must follow a key")
+    cur.skip_whitespace()
+    cur.peek()  # a value must follow
+    return key
+
+
+def _end_of_member(cur: Cursor) -> bool:
+    """After a member's value: True at the object's ``}``, False after a ``,`` (and the
+    next key's quote, when the bytes go on)."""
+    cur.skip_whitespace()
+    separator = cur.take()
+    if separator == CLOSE_OBJECT:
+        return True
+    if separator != COMMA:
+        raise Malformed("',' or '}' must follow a value")
+    cur.skip_whitespace()
+    if not cur.at_end() and cur.peek() != QUOTE:
+        raise Malformed("a key must follow ','")
+    return False
+
+
+def _read_path_value(cur: Cursor, path: tuple[bytes, ...], *, decides: bool) -> bytes | None:
+    """The string a path's value holds (None when there is none) with the cursor on that
+    value. When the answer ``decides`` the line, reading stops as soon as it is known;
+    otherwise the whole value is read."""
+    if len(path) == 1:
+        if cur.peek() == QUOTE:
+            cur.take()
+            return read_string(cur)
+    elif cur.peek() == OPEN_OBJECT:
+        return _read_inner(cur, path[1], decides=decides)
+    if not decides:
         skip_value(cur)
-        cur.skip_whitespace()
-        separator = cur.take()
-        if separator == CLOSE_OBJECT:
-            return OTHER
-        if separator != COMMA:
-            raise Malformed("',' or '}' must follow a value")
-        cur.skip_whitespace()
-        if not cur.at_end() and cur.peek() != QUOTE:
-            raise Malformed("a key must follow ','")
+    return None
+
+
+def _read_inner(cur: Cursor, inner: bytes, *, decides: bool) -> bytes | None:
+    """The string value of the first member named ``inner`` of the object at the cursor."""
+    cur.take()  # "{"
+    cur.skip_whitespace()
+    if cur.peek() == CLOSE_OBJECT:
+        cur.take()
+        return None
+    seen, value = False, None
+    while True:
+        key = _member_key(cur)
+        if key == inner and not seen:
+            seen = True
+            if cur.peek() == QUOTE:
+                cur.take()
+                value = read_string(cur)
+            elif not decides:
+                skip_value(cur)
+            if decides:
+                return value
+        else:
+            skip_value(cur)
+        if _end_of_member(cur):
+            return value
 
 
 # ---------------------------------------------------------------------------

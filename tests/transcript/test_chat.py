@@ -83,6 +83,51 @@ def test_claude_code_lines_become_tool_exchanges(tmp_path):
         writable_style(t.window())
 
 
+def test_a_claude_code_compaction_is_its_boundary_line_and_the_summary_after_it(tmp_path):
+    path = write_lines(tmp_path / "claude.jsonl", [
+        {"type": "summary", "summary": "Fixing the build", "leafUuid": "x"},  # a title, not a compaction
+        {"type": "user", "message": {"role": "user", "content": "old question"}},
+        {"type": "system", "subtype": "turn_duration", "durationMs": 5},
+        {"type": "system", "subtype": "compact_boundary", "content": "Conversation compacted"},
+        {"type": "user", "isCompactSummary": True, "message": {"role": "user", "content": "we fixed E42"}},
+        {"type": "user", "message": {"role": "user", "content": "and now?"}},
+    ])
+    with Transcript.open(path) as t:
+        assert (t.message_count, t.compaction_count) == (3, 1)
+        window = t.window()
+        assert [c.record["subtype"] for c in window.compactions] == ["compact_boundary"]
+        assert chat_messages(window).messages == [
+            {"role": "user", "content": "Summary of the earlier conversation (compacted):\nwe fixed E42"},
+            {"role": "user", "content": "and now?"}]
+
+
+def test_a_codex_question_is_sent_once_whether_written_as_an_item_an_event_or_both(tmp_path):
+    def user_item(text):
+        return {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": text}]}}
+
+    def event(kind, **fields):
+        return {"type": "event_msg", "payload": {"type": kind, **fields}}
+
+    path = write_lines(tmp_path / "codex.jsonl", [
+        {"type": "session_meta", "payload": {"id": "s"}},
+        user_item("cli question"), event("user_message", message="cli question", images=[]),  # Codex CLI
+        event("token_count", info=None),
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                              "content": [{"type": "output_text", "text": "answer"}]}},
+        event("user_message", message="desktop question", images=[]),  # Codex Desktop: the event only
+        event("agent_message", message="answer again"),
+    ])
+    with Transcript.open(path) as t:
+        assert t.message_count == 4  # both lines of the first question, the answer, the event
+        assert chat_messages(t.window()).messages == [
+            {"role": "user", "content": "cli question"}, {"role": "assistant", "content": "answer"},
+            {"role": "user", "content": "desktop question"}]
+        # A window that holds only one of the two lines of a question still sends it once.
+        assert chat_messages(t.window(message_before=1)).messages == [{"role": "user", "content": "cli question"}]
+        assert chat_messages(t.window(message_limit=3)).messages[0] == {"role": "user", "content": "cli question"}
+
+
 def test_codex_items_merge_their_calls_and_a_compacted_line_replaces_history(tmp_path):
     def item(payload):
         return {"type": "response_item", "payload": payload}

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from boundctx.transcript import Transcript, dialects
+from boundctx._native import lineindex as li
+from boundctx.transcript import Transcript, dialects, layout
 from boundctx.transcript.chat import chat_messages
 from support import assert_well_formed  # Codex call arguments are not always JSON
 
@@ -20,11 +21,12 @@ MAIN_4D = "4d5611e5-241a-462a-8d15-5122611a9569"
 MAIN_AE = "ae4a77f8-aedd-4bc1-888f-c94edc91af04"
 DESKTOP_ONLY_EVENTS = "rollout-2026-05-11T13-28-45-019e1695-0522-7c83-8b39-0dd379793f80.jsonl"
 SUMMARY_PREFIX = "Summary of the earlier conversation (compacted):\n"
-NEEDS_NATIVE = ("the line index classifies by the top-level \"type\" only; a Claude Code compaction is a "
-                "'system' line told apart by its subtype (and 'summary' lines are session titles), so the "
-                "window's count needs a subtype-aware rule in the native classifier")
 
-# file -> (dialect, messages as the dialect table counts them, compactions the agent shows)
+# file -> (dialect, messages as the dialect table counts them, compactions the agent shows).
+# Claude Code: user and assistant lines; a compaction is a system compact_boundary line
+# ("summary" lines are session titles). Codex: response items, and user_message events
+# (38, 2 and 3 of them), which Codex CLI writes beside the response item of the same
+# question; compacted lines (a context_compacted event only echoes one).
 REAL_FILES = {
     f"{CLAUDE}/{MAIN_4D}.jsonl": ("claude-code", 154 + 254, 1),
     f"{CLAUDE}/{MAIN_4D}/subagents/agent-a2898e3.jsonl": ("claude-code", 34 + 40, 0),
@@ -33,12 +35,10 @@ REAL_FILES = {
     f"{CLAUDE}/{MAIN_AE}/subagents/agent-aac57f5.jsonl": ("claude-code", 13 + 15, 0),
     f"{CLAUDE}/{MAIN_AE}/subagents/agent-acompact-946d2b.jsonl": ("claude-code", 1 + 1, 0),
     f"{CLAUDE}/turn-2.jsonl": ("claude-code", 6 + 14, 0),
-    f"{CODEX}/rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl": ("codex", 1302, 1),
-    f"{CODEX}/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl": ("codex", 249, 0),
-    f"{CODEX}/{DESKTOP_ONLY_EVENTS}": ("codex", 95, 0),
+    f"{CODEX}/rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl": ("codex", 1302 + 38, 1),
+    f"{CODEX}/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl": ("codex", 249 + 2, 0),
+    f"{CODEX}/{DESKTOP_ONLY_EVENTS}": ("codex", 95 + 3, 0),
 }
-# What the window reports today where that is not what the agent shows.
-WINDOW_COMPACTIONS_WRONG = {f"{CLAUDE}/{MAIN_4D}.jsonl", f"{CLAUDE}/{MAIN_AE}.jsonl", f"{CLAUDE}/turn-2.jsonl"}
 
 
 @pytest.fixture
@@ -75,13 +75,33 @@ def test_every_real_file_has_the_message_count_of_a_plain_parse_in_its_dialect_a
         assert_well_formed(conversation.messages, json_arguments=False)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NEEDS_NATIVE)) if n in WINDOW_COMPACTIONS_WRONG
-    else n for n in sorted(REAL_FILES)])
+@pytest.mark.parametrize("name", sorted(REAL_FILES))
 def test_every_real_file_reports_the_compactions_the_agent_shows(real_session, name):
     dialect, _, compactions = REAL_FILES[name]
-    _, (_, compaction_count), _ = read(real_session(name), dialect)
-    assert compaction_count == compactions
+    path = real_session(name)
+    for d in (dialect, "auto"):
+        window, (_, compaction_count), _ = read(path, d)
+        assert compaction_count == compactions
+        shown = [c.record for c in window.compactions]
+        assert len(shown) == compactions
+        assert all(r.get("subtype") == "compact_boundary" or r["type"] == "compacted" for r in shown)
+
+
+def test_a_sidecar_of_the_old_classification_is_rebuilt(real_session, monkeypatch):
+    """Layout format 1 counted Claude Code's session titles as compactions: turn-2.jsonl
+    showed 15. Its sidecar holds those kinds, so a newer classification must not trust it."""
+    path = real_session(f"{CLAUDE}/turn-2.jsonl")
+    old_table = li.DialectTable({"user": li.MESSAGE, "assistant": li.MESSAGE, "summary": li.COMPACTION})
+    with monkeypatch.context() as old:
+        old.setattr(layout, "FORMAT_VERSION", 1)
+        old.setattr(layout, "native_table", lambda name: old_table)
+        with Transcript.open(path, dialect="claude-code") as t:
+            assert (t.layout_outcome, t.message_count, t.compaction_count) == ("built", 20, 15)
+    assert path.with_name(path.name + ".layout").exists()
+    with Transcript.open(path, dialect="claude-code") as t:
+        assert (t.layout_outcome, t.message_count, t.compaction_count) == ("rebuilt", 20, 0)
+    with Transcript.open(path, dialect="claude-code") as t:
+        assert (t.layout_outcome, t.compaction_count) == ("valid", 0)  # the rebuilt one is kept
 
 
 # Claude Code -------------------------------------------------------------------------
@@ -206,8 +226,8 @@ def test_a_codex_cli_session_keeps_every_user_turn_once_and_every_tool_exchange(
 
 @pytest.fixture
 def codex_events_dialect(monkeypatch):
-    """The codex table with every event_msg line a message: the line kinds a subtype-aware
-    classifier would give user_message events, plus the other events chat_messages skips."""
+    """The codex table with every event_msg line a message, not only user_message events:
+    the other events (agent messages, token counts, ...) must be skipped by chat_messages."""
     name = "codex-with-events"
     monkeypatch.setitem(dialects.DIALECTS, name, {**dialects.DIALECTS["codex"], "event_msg": dialects.MESSAGE})
     return name
@@ -231,9 +251,35 @@ def test_codex_user_message_events_are_user_turns_once(real_session, codex_event
     assert_well_formed(conversation.messages, json_arguments=False)
 
 
-@pytest.mark.xfail(strict=True, reason="event_msg lines are 'other' in the codex table (the line index classifies "
-                                       "by the top-level type only); user_message events need a payload-type rule "
-                                       "in the native classifier to reach the window")
-def test_a_codex_desktop_session_with_only_user_message_events_asks_its_questions(real_session):
-    _, _, conversation = read(real_session(f"{CODEX}/{DESKTOP_ONLY_EVENTS}"))
-    assert sum(m["role"] == "user" for m in conversation.messages) == 3
+@pytest.mark.parametrize("dialect", ["codex", "auto"])
+def test_a_codex_desktop_session_with_only_user_message_events_asks_its_questions(real_session, dialect):
+    path = real_session(f"{CODEX}/{DESKTOP_ONLY_EVENTS}")
+    events = [r["payload"]["message"] for r in records_of(path)
+              if r["type"] == "event_msg" and r["payload"]["type"] == "user_message"]
+    window, _, conversation = read(path, dialect)
+    assert [e.record["payload"]["message"] for e in window.messages if e.type == "event_msg"] == events
+    assert [m["content"] for m in conversation.messages if m["role"] == "user"] == events and len(events) == 3
+    assert_well_formed(conversation.messages, json_arguments=False)
+
+
+# Each Codex question once: every response item, and a user_message event only where no
+# response item of its turn holds the question (in these files: where the file has none).
+CODEX_TURNS_ONCE = {
+    "rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl": 1302,
+    "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl": 249,
+    DESKTOP_ONLY_EVENTS: 95 + 3,
+}
+ECHOES_IN_THE_WINDOW = (
+    "Codex CLI (and Desktop 0.104) write each question twice, as a response_item user message and as a "
+    "user_message event; Desktop 0.128 writes some only as the event. A line's kind cannot depend on other "
+    "lines, so the window counts both lines of such a turn (chat_messages sends it once). Counting it once "
+    "needs the window itself (store/entries) to leave out a user_message event whose turn holds a "
+    "response_item user message, or a line kind for 'a message unless echoed' that the layout keeps apart")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=ECHOES_IN_THE_WINDOW)) if n != DESKTOP_ONLY_EVENTS
+    else n for n in sorted(CODEX_TURNS_ONCE)])
+def test_the_window_counts_each_codex_question_once(real_session, name):
+    _, (message_count, _), _ = read(real_session(f"{CODEX}/{name}"), "codex")
+    assert message_count == CODEX_TURNS_ONCE[name]

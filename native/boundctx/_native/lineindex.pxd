@@ -9,16 +9,30 @@ cdef enum LineKind:
     KIND_OTHER = 3
     KIND_CORRUPT = 4
     KIND_BLANK = 5
-    KIND_UNDECIDED = 6   # well-formed so far, but the "type" key lies past the classify window
+    KIND_UNDECIDED = 6   # well-formed so far, but what decides lies past the classify window
+
+# Where a qualified kind looks for its second value: the top-level member ``key``, or
+# (inner_len > 0) the member ``inner`` of the object that member holds.
+cdef struct QualifierPath:
+    char key[64]
+    int key_len
+    char inner[64]
+    int inner_len
 
 cdef struct DialectEntry:
     char name[64]
     int name_len
     uint8_t kind
+    int path                # index into Dialect.paths, or -1: every line of this type is `kind`
+    int value_count         # a qualified entry is `kind` where the path holds one of these
+    char values[4][64]
+    int value_lens[4]
 
 cdef struct Dialect:
     DialectEntry entries[32]
     int count
+    QualifierPath paths[4]  # distinct, and no two begin with the same key
+    int path_count
 
 # Growable output of a scan: line start offsets and one kind per line.
 cdef struct LineBuf:

@@ -183,54 +183,186 @@ cdef Py_ssize_t _skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) 
     return j
 
 
+cdef enum:
+    # What li_classify knows of a qualifier path (its qlen slot; >= 0 is the length of
+    # the string found there, NAME_CAP + 1 when that string can match no value).
+    Q_UNSEEN = -1     # the path's top-level key has not been met yet
+    Q_NONE = -2       # met, and it holds no string: matches no value
+    SETTLED = -3      # _read_inner: the value is known, and the caller decides now
+
+
+cdef inline Py_ssize_t _skip_ws(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    while i < n and _is_ws(p[i]):
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _after_member(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                              bint *closed) noexcept nogil:
+    """After an object member's value ending at p[i]: the index of the next key's quote
+    (``*closed`` false; ``n`` when the bytes end first), the index after the object's
+    ``}`` (``*closed`` true), RAN_OUT or MALFORMED."""
+    i = _skip_ws(p, n, i)
+    if i >= n:
+        return RAN_OUT
+    if p[i] == 44:  # ','
+        i = _skip_ws(p, n, i + 1)
+        if i < n and p[i] != 34:
+            return MALFORMED  # a key must follow a comma
+        closed[0] = False
+        return i
+    if p[i] == 125:  # '}'
+        closed[0] = True
+        return i + 1
+    return MALFORMED
+
+
+cdef Py_ssize_t _member_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                              unsigned char *key, Py_ssize_t *klen) noexcept nogil:
+    """Read the key whose opening quote is at p[i] (decoded into ``key``, NAME_CAP bytes)
+    and the ``:`` after it; return the index of the value's first byte, RAN_OUT or
+    MALFORMED."""
+    cdef Py_ssize_t r
+    if i >= n:
+        return RAN_OUT
+    if p[i] != 34:
+        return MALFORMED
+    r = _read_string(p, n, i + 1, key, NAME_CAP, klen)
+    if r < 0:
+        return r
+    i = _skip_ws(p, n, r)
+    if i >= n:
+        return RAN_OUT
+    if p[i] != 58:  # ':'
+        return MALFORMED
+    i = _skip_ws(p, n, i + 1)
+    return i if i < n else RAN_OUT
+
+
+cdef Py_ssize_t _read_inner(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                            const QualifierPath *path, unsigned char *val, Py_ssize_t *vlen,
+                            bint stop) noexcept nogil:
+    """Read the object whose ``{`` is at p[i], keeping in ``val``/``*vlen`` the string
+    value of its first member named ``path.inner`` (``*vlen`` is Q_NONE when there is no
+    such member, or it holds no string). Return the index after the object, or, with
+    ``stop``, SETTLED as soon as that value is known; else RAN_OUT or MALFORMED."""
+    cdef unsigned char key[NAME_CAP]
+    cdef Py_ssize_t r, klen
+    cdef bint found = False, closed = False
+    vlen[0] = Q_NONE
+    i = _skip_ws(p, n, i + 1)
+    if i >= n:
+        return RAN_OUT
+    if p[i] == 125:
+        return i + 1
+    # Invariant: p[i] is where a member's key must begin; `found` says whether a member
+    # named path.inner came before it (only the first one counts).
+    while True:
+        r = _member_value(p, n, i, key, &klen)
+        if r < 0:
+            return r
+        i = r
+        if not found and klen == path.inner_len and _bytes_eq(path.inner, key, klen):
+            found = True
+            if p[i] == 34:
+                r = _read_string(p, n, i + 1, val, NAME_CAP, vlen)
+                if r < 0:
+                    return r
+                if stop:
+                    return SETTLED
+                i = r
+            else:
+                vlen[0] = Q_NONE
+                if stop:
+                    return SETTLED
+                r = _skip_value(p, n, i)
+                if r < 0:
+                    return r
+                i = r
+        else:
+            r = _skip_value(p, n, i)
+            if r < 0:
+                return r
+            i = r
+        r = _after_member(p, n, i, &closed)
+        if r < 0 or closed:
+            return r
+        i = r
+
+
+cdef inline int _entry_of(const Dialect *d, const unsigned char *name, Py_ssize_t n) noexcept nogil:
+    cdef int k
+    if n > NAME_CAP:
+        return -1
+    for k in range(d.count):
+        if d.entries[k].name_len == n and _bytes_eq(d.entries[k].name, name, n):
+            return k
+    return -1
+
+
+cdef inline int _path_of(const Dialect *d, const unsigned char *key, Py_ssize_t n) noexcept nogil:
+    """The qualifier path that begins with top-level key ``key`` (at most one does)."""
+    cdef int k
+    for k in range(d.path_count):
+        if d.paths[k].key_len == n and _bytes_eq(d.paths[k].key, key, n):
+            return k
+    return -1
+
+
+cdef inline uint8_t _qualified(const DialectEntry *e, const unsigned char *val,
+                               Py_ssize_t vlen) noexcept nogil:
+    """The kind of a line of qualified entry ``e`` whose path holds val[0:vlen]."""
+    cdef int k
+    if 0 <= vlen <= NAME_CAP:
+        for k in range(e.value_count):
+            if e.value_lens[k] == vlen and _bytes_eq(e.values[k], val, vlen):
+                return e.kind
+    return KIND_OTHER
+
+
 cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int last_sig,
                          bint at_file_start, const Dialect *d) noexcept nogil:
     """Classify one line from its first ``n`` bytes (``whole`` when that is the line).
 
     ``last_sig`` is the line's last byte that is not whitespace (-1 if none). The walk
-    reads top-level keys until the first "type" key and maps its string value through
-    the dialect table. It validates only what it walks, plus the closing brace.
+    reads top-level members until the first "type" key and maps its string value through
+    the dialect table. A qualified entry also needs the string at its path (a top-level
+    key, or a key inside the object a top-level key holds): a member on a path is read
+    as the path says wherever it sits (only the first of that key counts), and the walk
+    goes on past "type" until the path is settled or the object ends. It validates only
+    what it walks, plus the closing brace; it stops as soon as the kind is known.
     """
     cdef Py_ssize_t i = 0, r, klen, vlen
-    cdef unsigned char key[8]
+    cdef unsigned char key[NAME_CAP]
     cdef unsigned char val[NAME_CAP]
-    cdef int k
+    cdef unsigned char qval[4][NAME_CAP]
+    cdef Py_ssize_t qlen[4]
+    cdef int k, e, want = -1
+    cdef bint typed = False, stop, closed = False
+    for k in range(4):
+        qlen[k] = Q_UNSEEN
     if at_file_start and n >= 3 and p[0] == 0xEF and p[1] == 0xBB and p[2] == 0xBF:
         i = 3  # a UTF-8 byte-order mark at byte 0 is tolerated, never part of a record
-    while i < n and _is_ws(p[i]):
-        i += 1
+    i = _skip_ws(p, n, i)
     if i == n:
         return KIND_BLANK if whole else KIND_UNDECIDED
     if p[i] != 123 or last_sig != 125:  # must look like {...}
         return KIND_CORRUPT
-    i += 1
+    i = _skip_ws(p, n, i + 1)
+    if i < n and p[i] == 125:
+        return KIND_OTHER  # an object with no "type" key
+    # Invariant: p[i] is where a top-level key must begin (or i == n); `want` is the
+    # entry of the type value while it waits for its path, else -1; qlen[k] says what
+    # the walk has met of path k.
     while True:
-        while i < n and _is_ws(p[i]):
-            i += 1
-        if i >= n:
-            break
-        if p[i] == 125:
-            return KIND_OTHER  # an object with no "type" key
-        if p[i] != 34:
-            return KIND_CORRUPT
-        r = _read_string(p, n, i + 1, key, 4, &klen)
+        r = _member_value(p, n, i, key, &klen)
         if r == MALFORMED:
             return KIND_CORRUPT
         if r == RAN_OUT:
             break
         i = r
-        while i < n and _is_ws(p[i]):
-            i += 1
-        if i >= n:
-            break
-        if p[i] != 58:  # ':'
-            return KIND_CORRUPT
-        i += 1
-        while i < n and _is_ws(p[i]):
-            i += 1
-        if i >= n:
-            break
-        if klen == 4 and key[0] == 116 and key[1] == 121 and key[2] == 112 and key[3] == 101:
+        if not typed and klen == 4 and key[0] == 116 and key[1] == 121 and key[2] == 112 and key[3] == 101:
+            typed = True
             if p[i] != 34:
                 return KIND_OTHER  # "type" is not a string: not a record we know
             r = _read_string(p, n, i + 1, val, NAME_CAP, &vlen)
@@ -238,31 +370,48 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
                 return KIND_CORRUPT
             if r == RAN_OUT:
                 break
-            if vlen <= NAME_CAP:
-                for k in range(d.count):
-                    if d.entries[k].name_len == vlen and _bytes_eq(d.entries[k].name, val, vlen):
-                        return d.entries[k].kind
-            return KIND_OTHER
-        r = _skip_value(p, n, i)
+            e = _entry_of(d, val, vlen)
+            if e < 0:
+                return KIND_OTHER
+            if d.entries[e].path < 0:
+                return d.entries[e].kind
+            k = d.entries[e].path
+            if qlen[k] != Q_UNSEEN:  # the path came before "type"
+                return _qualified(&d.entries[e], qval[k], qlen[k])
+            want = e
+            i = r
+        else:
+            k = _path_of(d, key, klen)
+            if k >= 0 and qlen[k] == Q_UNSEEN:
+                stop = want >= 0 and d.entries[want].path == k
+                if d.paths[k].inner_len == 0 and p[i] == 34:
+                    r = _read_string(p, n, i + 1, qval[k], NAME_CAP, &qlen[k])
+                    if r >= 0 and stop:
+                        return _qualified(&d.entries[want], qval[k], qlen[k])
+                elif d.paths[k].inner_len > 0 and p[i] == 123:
+                    r = _read_inner(p, n, i, &d.paths[k], qval[k], &qlen[k], stop)
+                    if (r >= 0 or r == SETTLED) and stop:
+                        return _qualified(&d.entries[want], qval[k], qlen[k])
+                else:
+                    qlen[k] = Q_NONE  # not a string (or not an object): matches nothing
+                    if stop:
+                        return KIND_OTHER
+                    r = _skip_value(p, n, i)
+            else:
+                r = _skip_value(p, n, i)
+            if r == MALFORMED:
+                return KIND_CORRUPT
+            if r == RAN_OUT:
+                break
+            i = r
+        r = _after_member(p, n, i, &closed)
         if r == MALFORMED:
             return KIND_CORRUPT
         if r == RAN_OUT:
             break
+        if closed:
+            return KIND_OTHER  # no "type" key, or its path is not in the object
         i = r
-        while i < n and _is_ws(p[i]):
-            i += 1
-        if i >= n:
-            break
-        if p[i] == 44:  # ','
-            i += 1
-            while i < n and _is_ws(p[i]):
-                i += 1
-            if i < n and p[i] != 34:
-                return KIND_CORRUPT  # a key must follow a comma
-            continue
-        if p[i] == 125:
-            return KIND_OTHER
-        return KIND_CORRUPT
     # The walk ran out of bytes before it could decide.
     return KIND_CORRUPT if whole else KIND_UNDECIDED
 
@@ -356,35 +505,133 @@ cdef int _scan_block(ScanState *st, LineBuf *out, const unsigned char *buf, Py_s
     return 0
 
 
+cdef bytes _ascii_name(object text, str what):
+    """``text`` as 1-NAME_CAP ASCII bytes, or a ValueError naming ``what`` it is."""
+    if not isinstance(text, str) or not text.isascii():
+        raise ValueError(f"{what} {text!r} must be a str of ASCII characters")
+    name = text.encode("ascii")
+    if not 0 < len(name) <= NAME_CAP:
+        raise ValueError(f"{what} {text!r} must be 1-{NAME_CAP} ASCII bytes")
+    return name
+
+
+class QualifiedKind(int):
+    """A line kind that a type value has only where a second key agrees; elsewhere a line
+    of that type is ``OTHER``.
+
+    It is the int ``kind`` itself, so code that only asks which kind a type value stands
+    for reads it like any other table value.
+
+    Parameters
+    ----------
+    kind : int
+        ``MESSAGE`` or ``COMPACTION``.
+    path : str
+        Where the second value is: a top-level key (``"subtype"``), or a top-level key
+        and a key of the object it holds, joined by a dot (``"payload.type"``). Keys are
+        1-64 ASCII bytes without dots; the first is not ``"type"``.
+    *values : str
+        The string values (1-4 of them, 1-64 ASCII bytes each) that make the line ``kind``.
+    """
+
+    def __new__(cls, kind, path, *values):
+        if kind not in (KIND_MESSAGE, KIND_COMPACTION):
+            raise ValueError(f"a qualified kind is MESSAGE or COMPACTION, got {kind!r}")
+        if not isinstance(path, str):
+            raise ValueError(f"path {path!r} must be a str")
+        keys = path.split(".")
+        if len(keys) > 2:
+            raise ValueError(f"path {path!r} names at most two keys (a top-level key and one inside it)")
+        for key in keys:
+            _ascii_name(key, "path key")
+        if keys[0] == "type":
+            raise ValueError(f"path {path!r} cannot begin with \"type\", the key it qualifies")
+        if not 0 < len(values) <= 4:
+            raise ValueError(f"a qualified kind lists 1-4 values, got {len(values)}")
+        for value in values:
+            _ascii_name(value, "qualifier value")
+        self = int.__new__(cls, kind)
+        self._path = path
+        self._values = tuple(values)
+        return self
+
+    @property
+    def path(self):
+        return self._path
+
+    @property
+    def values(self):
+        return self._values
+
+    def __getnewargs__(self):
+        # copy and pickle rebuild it through __new__, which needs all three
+        return (int(self), self._path, *self._values)
+
+    def __repr__(self):
+        return f"QualifiedKind({int(self)}, {self._path!r}, {', '.join(map(repr, self._values))})"
+
+
 cdef class DialectTable:
     """Maps a line's top-level ``"type"`` value to a line kind.
 
     Parameters
     ----------
     kinds : dict[str, int]
-        Type value -> kind (``MESSAGE``, ``COMPACTION`` or ``OTHER``). At most 32
-        entries of at most 64 ASCII bytes each.
+        Type value -> kind (``MESSAGE``, ``COMPACTION``, ``OTHER``, or a
+        :class:`QualifiedKind`). At most 32 entries of at most 64 ASCII bytes each; the
+        qualified ones use at most 4 distinct paths, no two beginning with the same key.
     """
     cdef Dialect c_dialect
 
     def __init__(self, dict kinds):
-        cdef bytes name
-        cdef int i = 0
+        cdef Dialect built
+        cdef DialectEntry *entry
+        cdef QualifierPath *qp
+        cdef bytes name, part
+        cdef int i = 0, k
+        memset(&built, 0, sizeof(Dialect))
         if len(kinds) > 32:
             raise ValueError(f"a dialect table holds at most 32 type names, got {len(kinds)}")
+        paths = []  # (key, inner) of each distinct path, in order of first use
         for key, kind in kinds.items():
-            if not isinstance(key, str) or not key.isascii():
-                raise ValueError(f"type name {key!r} must be a str of ASCII characters")
-            name = key.encode("ascii")
-            if not 0 < len(name) <= NAME_CAP:
-                raise ValueError(f"type name {key!r} must be 1-{NAME_CAP} ASCII bytes")
+            name = _ascii_name(key, "type name")
             if kind not in (KIND_MESSAGE, KIND_COMPACTION, KIND_OTHER):
                 raise ValueError(f"kind for {key!r} must be MESSAGE, COMPACTION or OTHER, got {kind!r}")
-            memcpy(self.c_dialect.entries[i].name, <const char *>name, len(name))
-            self.c_dialect.entries[i].name_len = len(name)
-            self.c_dialect.entries[i].kind = kind
+            entry = &built.entries[i]
+            memcpy(entry.name, <const char *>name, len(name))
+            entry.name_len = len(name)
+            entry.kind = kind
+            entry.path = -1
+            if isinstance(kind, QualifiedKind):
+                keys = tuple(kind.path.split("."))
+                if keys not in paths:
+                    # One top-level key opens at most one path, so the walk meeting that
+                    # key knows what to read inside it.
+                    if any(p[0] == keys[0] for p in paths):
+                        raise ValueError(f"qualifier paths must begin with different keys: "
+                                         f"{kind.path!r} and {'.'.join(next(p for p in paths if p[0] == keys[0]))!r}")
+                    if len(paths) == 4:
+                        raise ValueError("a dialect table uses at most 4 qualifier paths")
+                    paths.append(keys)
+                entry.path = paths.index(keys)
+                entry.value_count = len(kind.values)
+                for k, value in enumerate(kind.values):
+                    part = value.encode("ascii")
+                    memcpy(entry.values[k], <const char *>part, len(part))
+                    entry.value_lens[k] = len(part)
             i += 1
-        self.c_dialect.count = i
+        built.count = i
+        for k, keys in enumerate(paths):
+            qp = &built.paths[k]
+            part = keys[0].encode("ascii")
+            memcpy(qp.key, <const char *>part, len(part))
+            qp.key_len = len(part)
+            if len(keys) == 2:
+                part = keys[1].encode("ascii")
+                memcpy(qp.inner, <const char *>part, len(part))
+                qp.inner_len = len(part)
+        built.path_count = len(paths)
+        self.c_dialect = built
 
 
 class ScanResult:

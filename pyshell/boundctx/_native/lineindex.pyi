@@ -13,6 +13,13 @@ DEFAULT_CLASSIFY_WINDOW: Final[int]
 DEFAULT_BLOCK_SIZE: Final[int]
 BUILT_WITH_CHECKS: Final[bool]
 
+class QualifiedKind(int):
+    def __new__(cls, kind: int, path: str, *values: str) -> QualifiedKind: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def values(self) -> tuple[str, ...]: ...
+
 class DialectTable:
     def __init__(self, kinds: dict[str, int]) -> None: ...
 

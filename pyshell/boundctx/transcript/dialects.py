@@ -1,9 +1,11 @@
-"""Which top-level ``"type"`` values are messages and compactions, per transcript dialect.
+"""Which lines are messages and compactions, per transcript dialect.
 
 boundctx's own lines and pi session v3 lines share entry types (``message``,
 ``compaction``, ``session``, ...). Claude Code and Codex CLI session files use other
 type values for the same roles; reading them only needs these tables, because the line
-index classifies by the ``"type"`` key wherever it sits in the object.
+index classifies by the top-level ``"type"`` key wherever it sits in the object, and,
+for a type value whose lines are not all alike, by one second key as well (a
+:class:`QualifiedKind`; see docs/decisions/0018-qualified-line-kinds.md).
 
 The names of the three dialects never collide, so ``auto`` (the default) is their union
 and a file of any of them opens without being told what it is.
@@ -20,18 +22,31 @@ _li = load("lineindex")
 MESSAGE: int = _li.MESSAGE
 COMPACTION: int = _li.COMPACTION
 OTHER: int = _li.OTHER
+QualifiedKind = _li.QualifiedKind
 
-__all__ = ["DIALECTS", "dialect_kinds", "native_table"]
+__all__ = ["DIALECTS", "QualifiedKind", "dialect_kinds", "native_table"]
 
-#: dialect name -> {type value: kind}; values not listed are "other" lines.
+#: dialect name -> {type value: kind}; values not listed are "other" lines. A
+#: QualifiedKind is the kind only where its second key agrees (else "other"); as an int
+#: it is that kind, which is what a type value can be indexed as.
 DIALECTS: dict[str, dict[str, int]] = {
     # boundctx and pi session v3: {"type":"message",...}, {"type":"compaction",...}
     "boundctx": {"message": MESSAGE, "compaction": COMPACTION},
-    # Claude Code: user/assistant turns; "summary" lines carry compaction summaries.
-    "claude-code": {"user": MESSAGE, "assistant": MESSAGE, "summary": COMPACTION},
-    # Codex CLI rollouts: every response item (message, tool call, tool output,
-    # reasoning) is a turn of the conversation; "compacted" replaces history.
-    "codex": {"response_item": MESSAGE, "compacted": COMPACTION},
+    # Claude Code: user/assistant turns. A compaction is a "system" line with subtype
+    # compact_boundary (the "user" line after it, marked isCompactSummary, holds the
+    # summary and stays a message); other system lines (turn durations, hook summaries)
+    # are not. "summary" lines title the session and replace nothing.
+    "claude-code": {"user": MESSAGE, "assistant": MESSAGE,
+                    "system": QualifiedKind(COMPACTION, "subtype", "compact_boundary")},
+    # Codex rollouts: every response item (message, tool call, tool output, reasoning)
+    # is a turn of the conversation; "compacted" replaces history. Of the events, a
+    # user_message is a user turn as the agent shows it: Codex Desktop writes some
+    # questions nowhere else. Codex CLI writes it beside the response item that gave
+    # the model the same question, so its window holds both lines and chat_messages
+    # sends the turn once. The other events (agent messages, token counts,
+    # context_compacted, ...) echo response items and compactions for the display.
+    "codex": {"response_item": MESSAGE, "compacted": COMPACTION,
+              "event_msg": QualifiedKind(MESSAGE, "payload.type", "user_message")},
 }
 DIALECTS["pi"] = DIALECTS["boundctx"]
 DIALECTS["auto"] = {k: v for name in ("boundctx", "claude-code", "codex") for k, v in DIALECTS[name].items()}

@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 MAGIC = b"BCTXLAY\x01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: Claude Code compact_boundary and Codex user_message lines (decision 0018)
 HASH_SPAN = 4096
 MAX_SEGMENTS = 16
 # Segments of at most this many lines are read into memory and checked whole on load.
