@@ -8,6 +8,7 @@ would already catch for that kind of failure. This module imports nothing from b
     BoundctxError
     ├── ConfigError(ValueError)                  a setting has a value outside its range
     ├── PromptTemplateError(ValueError)          a model's chat template refused or failed
+    ├── ToolOfferError(ValueError)               tools given to a reply cannot be offered as given
     ├── SectionPlanError(ValueError)             a source cannot be cut into sections as asked
     │   ├── SourceTooLarge                          more characters than analysis.max_source_chars
     │   ├── TooManySections                         more sections than analysis.max_sections
@@ -61,6 +62,7 @@ __all__ = [
     "SourceTooLarge",
     "TaskOutputInvalid",
     "TooManySections",
+    "ToolOfferError",
     "TranscriptChanged",
     "TranscriptCorrupt",
     "TranscriptError",
@@ -84,6 +86,13 @@ class ConfigError(BoundctxError, ValueError):
 
 class PromptTemplateError(BoundctxError, ValueError):
     """A model's chat template did not compile, refused the messages, or failed on them."""
+
+
+class ToolOfferError(BoundctxError, ValueError):
+    """The tools given to ``Engine.reply`` cannot be offered to the model: not a list of
+    OpenAI function tools, a name given twice or taken by the engine's own
+    ``read_chat_section``, or a model that cannot call tools. Raised at the call, before
+    any model call; the message names the tool and what to change."""
 
 
 class SectionPlanError(BoundctxError, ValueError):

@@ -99,15 +99,31 @@ class ReplyDelta(msgspec.Struct, frozen=True, tag="reply_delta"):
 
 
 class ToolCall(msgspec.Struct, frozen=True, tag="tool_call"):
-    """The model asked for a tool."""
+    """The model asked for a tool.
+
+    Attributes
+    ----------
+    id, name : str
+    arguments : str
+        Exactly as the model produced them (not parsed or checked).
+    internal : bool
+        True for a call the engine answers itself (``read_chat_section``, or a name no
+        offered tool has): a :class:`ToolResult` follows. False for a call of one of the
+        tools the caller offered: the engine does not run it; the reply ends with
+        ``Done("tool_calls")`` carrying it, and the caller runs it and sends the result
+        back (decision 0020).
+    """
 
     id: str
     name: str
     arguments: str
+    internal: bool = True
 
 
 class ToolResult(msgspec.Struct, frozen=True, tag="tool_result"):
-    """What a tool returned to the model."""
+    """What one of the engine's own tools returned to the model; or, for an internal
+    call the reply ended before answering (the same turn called the caller's tools), why
+    it was not run (``content`` starts ``"not run:"``)."""
 
     id: str
     content: str
@@ -122,15 +138,21 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
         ``"stop"``; ``"length"`` (cut at the reply's token budget: not a complete
         answer); ``"repetition"`` (stopped because the model repeated itself: repeated
         lines were not passed on, a phrase looping within a line was, three or four
-        times); ``"cancelled"``; or ``"tool_rounds_exhausted"`` (the model still asked
-        for rereads when its rounds were spent).
+        times); ``"cancelled"``; ``"tool_rounds_exhausted"`` (the model still asked
+        for rereads when its rounds were spent); or ``"tool_calls"`` (the model called
+        tools the caller offered: they are in ``tool_calls``, for the caller to run).
+        A ``"length"`` stop can carry tool calls too; their arguments may then be cut.
     usage : dict
         Token counts reported or counted (``prompt_tokens``, ``completion_tokens``);
         after a repetition stop also ``withheld_chars``.
+    tool_calls : list of ToolCall
+        The calls of the caller's tools the reply ended with, in the model's order,
+        each as the model produced it (``internal`` False); empty otherwise.
     """
 
     finish_reason: str
     usage: dict[str, Any] = {}
+    tool_calls: list[ToolCall] = []
 
 
 class Failed(msgspec.Struct, frozen=True, tag="failed"):

@@ -6,6 +6,11 @@
 ``ReplyDelta`` never speaks notes. Every model call is counted against its window
 before it is made; a failure that would leave part of the input unread ends the reply
 with :class:`~boundctx.events.Failed` rather than an answer from part of it.
+
+A front end that drives an agent offers its own tools with the reply (decision 0020):
+the engine adds ``read_chat_section`` for that reply only and answers its calls itself;
+a call of one of the caller's tools ends the reply with that call, for the caller to
+run and send back as a ``tool`` message.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from boundctx import config
 from boundctx.analysis.fitting import fit_conversation
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.workers import Notes, iter_read_in_sections
-from boundctx.errors import BoundctxError, ContextOverflow, GenerationError, SectionReadError
+from boundctx.errors import BoundctxError, ContextOverflow, GenerationError, SectionReadError, ToolOfferError
 from boundctx.events import Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Finish, Provider, TextChunk, ToolCallChunk
 
@@ -39,6 +46,67 @@ _NOTES_HEADER_TOKENS = 48
 
 def _files_as_messages(files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"File {label}:\n{text}"} for label, text in files]
+
+
+_TOOL_SHAPE = "{'type': 'function', 'function': {'name': ..., 'description': ..., 'parameters': {...}}}"
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    return tool["function"]["name"]
+
+
+def _callers_tools(tools: Any) -> list[dict[str, Any]]:
+    """The caller's tools, checked, as a private deep copy: what the model is offered
+    cannot change under a reply, and the caller's own objects are never touched."""
+    if tools is None:
+        return []
+    if not isinstance(tools, (list, tuple)):
+        raise ToolOfferError(f"tools must be a list of OpenAI function tools ({_TOOL_SHAPE}), "
+                             f"got {type(tools).__name__}")
+    first_at: dict[str, int] = {}
+    copies: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, Mapping):
+            raise ToolOfferError(f"{where} is a {type(tool).__name__}, not a dict; each tool is {_TOOL_SHAPE}")
+        if tool.get("type") != "function":
+            raise ToolOfferError(f"{where} has type {tool.get('type')!r}; only function tools can be offered: "
+                                 f"{_TOOL_SHAPE}")
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping):
+            raise ToolOfferError(f"{where} has no 'function' object; give {_TOOL_SHAPE}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ToolOfferError(f"{where} has no function name: set tools[{i}]['function']['name'] to the name "
+                                 "the model is to call it by")
+        where = f"tools[{i}] ({name!r})"
+        if name == READ_TOOL_NAME:
+            raise ToolOfferError(f"{where} has the name of the engine's own tool, which it adds to a reply "
+                                 "that has originals to reread; give yours another name")
+        if name in first_at:
+            raise ToolOfferError(f"{where} has the same name as tools[{first_at[name]}]; a call names its "
+                                 "tool, so names must be unique")
+        first_at[name] = i
+        description = fn.get("description")
+        if description is not None and not isinstance(description, str):
+            raise ToolOfferError(f"{where} has a description of type {type(description).__name__}; it must be "
+                                 "text")
+        params = fn.get("parameters")
+        # An empty schema ({}) is how some clients write a tool without arguments.
+        if params is not None and not (isinstance(params, Mapping) and (not params or params.get("type") == "object")):
+            got = f"type {params.get('type')!r}" if isinstance(params, Mapping) else type(params).__name__
+            raise ToolOfferError(f"{where} has parameters of {got}; they must be a JSON schema of an object: "
+                                 "{'type': 'object', 'properties': {...}, 'required': [...]}")
+        if isinstance(params, Mapping) and not isinstance(params.get("properties", {}), Mapping):
+            raise ToolOfferError(f"{where} has parameters whose 'properties' is not an object mapping each "
+                                 "argument's name to its schema")
+        try:
+            # The schema is rendered as JSON into the prompt and counted there.
+            copies.append(msgspec.json.decode(msgspec.json.encode(tool)))
+        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+            raise ToolOfferError(f"{where} cannot be written as JSON ({exc}); a tool holds only JSON "
+                                 "values") from None
+    return copies
 
 
 class Engine:
@@ -67,17 +135,57 @@ class Engine:
         self.max_tool_rounds = max_tool_rounds
 
     def reply(self, messages: Sequence[Mapping[str, Any]], *, files: Sequence[tuple[str, str]] = (),
-              cancel: Any = None) -> Iterator[Event]:
+              cancel: Any = None, tools: Sequence[Mapping[str, Any]] | None = None) -> Iterator[Event]:
         """Answer the last user message of ``messages`` (with ``files`` attached to it).
 
-        Yields
-        ------
-        Event
+        Parameters
+        ----------
+        messages : sequence of dict
+            The conversation, OpenAI-style. The current turn is the last user message
+            and what follows it: after a reply that ended with calls of the caller's
+            tools, the assistant message with those ``tool_calls`` and one
+            ``{"role": "tool", "tool_call_id": ..., "content": ...}`` result each. Current
+            tool results are sent whole when they fit and read in sections when they do
+            not; earlier tool exchanges are the first history dropped to fit.
+        files : sequence of (label, text)
+            Attached to the last user message.
+        cancel : threading.Event, optional
+        tools : list of dict, optional
+            The caller's own tools, OpenAI function tools (``{"type": "function",
+            "function": {"name", "description", "parameters"}}``), offered to the model
+            in every answering call and counted in its budget. ``read_chat_section`` is
+            added beside them for this reply only when analysis kept originals. A call
+            of one of them is not run here: the reply ends ``Done("tool_calls")`` with
+            the calls, and the caller runs them and sends the results back. Neither the
+            list nor its dicts are changed.
+
+        Returns
+        -------
+        iterator of Event
             ``Fitted`` first (what is sent, dropped, clipped or analysed),
             ``AnalysisProgress`` while inputs are read, ``Stage`` when the answer (or a
             reread) starts, ``ReplyDelta`` for the answer, ``ToolCall``/``ToolResult``
-            around rereads, then ``Done`` or ``Failed``.
+            around rereads (``ToolCall.internal``), ``ToolCall(internal=False)`` for
+            each call of a caller's tool, then ``Done`` or ``Failed``.
+
+        Raises
+        ------
+        ToolOfferError
+            At the call, before any event: ``tools`` is not a list of function tools, a
+            name is missing, given twice or ``read_chat_section``, parameters are not an
+            object schema, or the provider cannot call tools (an agent turn answered
+            without them would look like a choice not to call any).
         """
+        offered = _callers_tools(tools)
+        if offered and not self.provider.supports_tools:
+            names = ", ".join(map(_tool_name, offered))
+            raise ToolOfferError(f"{self.provider.name} cannot call tools (decision 0010), so the tools offered "
+                                 f"({names}) could never be called; use a tool-capable model (a remote one, or a "
+                                 "local one whose chat template renders tools) or send no tools")
+        return self._events(messages, files, cancel, offered)
+
+    def _events(self, messages: Sequence[Mapping[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
+                callers: list[dict[str, Any]]) -> Iterator[Event]:
         started = time.monotonic()
         messages = list(map(dict, messages))
         system = str(self.settings["chat.system_prompt"])
@@ -87,12 +195,12 @@ class Engine:
         else:
             shift = 0
         try:
-            yield from self._reply(messages, files, cancel, started, shift)
+            yield from self._reply(messages, files, cancel, started, shift, callers)
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
 
     def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-               started: float, shift: int) -> Iterator[Event]:
+               started: float, shift: int, callers: list[dict[str, Any]]) -> Iterator[Event]:
         s = self.settings
         provider = self.provider
         workers = int(s["chat.analysis_workers"])
@@ -108,14 +216,30 @@ class Engine:
         question = str(messages[question_at].get("content") or "")
         convo = messages[:question_at] + _files_as_messages(files) + messages[question_at:]
         turn_start = question_at
-        tools_room = 0
+        # The caller's tools go with every answering call, so every count made to fit the
+        # conversation includes their schemas, exactly as the model's template renders them.
+        base_tools = callers or None
+        if callers:
+            schemas = provider.count_prompt([], tools=base_tools)
+            if schemas >= limit:
+                raise ContextOverflow(
+                    f"the schemas of the {len(callers)} tools offered take {schemas} tokens, leaving nothing of "
+                    f"the {limit} the prompt may take; offer fewer or shorter tools, or raise chat.n_ctx",
+                    prompt_tokens=schemas, context_window=limit)
+
+        def count(msgs: Sequence[Mapping[str, Any]]) -> int:
+            return provider.count_prompt(msgs, tools=base_tools)
+
+        reread_room = 0
         if workers and provider.supports_tools:
+            # read_chat_section joins the tools only if something is analysed: its schema
+            # (with an id for every item that could be) is kept free beside the notes.
             probe = Originals()
             for k in range(len(files) + len(convo) - question_at):
                 probe.add("", str(k))
-            tools_room = provider.count_prompt([], tools=[probe.tool_schema()]) - provider.count_prompt([])
-        notes_room = workers * (int(s["analysis.notes_max_tokens"]) + _NOTES_HEADER_TOKENS) + tools_room
-        fit = fit_conversation(convo, count=provider.count_prompt, limit=limit, analysis_on=workers > 0,
+            reread_room = provider.count_prompt([], tools=callers + [probe.tool_schema()]) - count([])
+        notes_room = workers * (int(s["analysis.notes_max_tokens"]) + _NOTES_HEADER_TOKENS) + reread_room
+        fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
                                notes_room=notes_room, clip_chars=int(s["chat.tool_result_clip_chars"]),
                                turn_start=turn_start)
         final = list(fit.messages)
@@ -135,9 +259,11 @@ class Engine:
             item = final[index]
             content = str(item.get("content") or "")
             # An attached file is kept (and reread) as the file itself, without its header.
+            role = item.get("role")
             return attached.get(content) or (
-                "the user's message" if item.get("role") == "user" else f"tool result {callers_index(index)}",
-                content)
+                "the user's message" if role == "user" else
+                f"assistant message {callers_index(index)}" if role == "assistant" else
+                f"tool result {callers_index(index)}", content)
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
@@ -155,7 +281,7 @@ class Engine:
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
                                                f"note-taking workers; see the notes on {oid}]"}
             blocks.append(self._notes_block(oid, label, len(text), notes))
-        tools = None
+        tools = base_tools
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "")
             notes = instructions + "\n\n" + "\n\n".join(blocks)
@@ -165,8 +291,8 @@ class Engine:
             else:
                 final.insert(0, {"role": "system", "content": notes})
             if provider.supports_tools:
-                tools = [originals.tool_schema()]
-        yield from self._coordinate(final, tools, originals, limit, cancel, started)
+                tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
+        yield from self._coordinate(final, tools, callers, originals, limit, cancel, started)
 
     @staticmethod
     def _notes_block(oid: str, label: str, length: int, notes: list[Notes]) -> str:
@@ -177,15 +303,20 @@ class Engine:
         return "\n".join(parts)
 
     def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                    originals: Originals, limit: int, cancel: Any, started: float) -> Iterator[Event]:
+                    callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
+                    started: float) -> Iterator[Event]:
         provider = self.provider
         temperature = float(self.settings["chat.temperature"])
+        theirs = {_tool_name(t) for t in callers}
+        names = [_tool_name(t) for t in tools or ()]
         for round_ in range(self.max_tool_rounds + 1):
             # The provider counts this prompt against its window (with max_tokens = the
             # reply budget, the same bound as `limit`) before any model call.
             calls: list[ToolCallChunk] = []
             finish = Finish("stop")
-            offered = tools if round_ < self.max_tool_rounds else None
+            # With the rereads spent, the caller's tools are still offered: calling them
+            # is the agent's next step, not a reread.
+            offered = tools if round_ < self.max_tool_rounds else (callers or None)
             yield Stage("rereading" if round_ else "answering", time.monotonic() - started, round_)
             guard = RepetitionGuard()
             stream = provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
@@ -219,16 +350,34 @@ class Engine:
             rest = guard.finish()
             if rest:
                 yield ReplyDelta(rest)
+            usage = {"prompt_tokens": finish.prompt_tokens, "completion_tokens": finish.completion_tokens}
             if finish.reason == "cancelled" or not calls:
-                yield Done(finish.reason, {"prompt_tokens": finish.prompt_tokens,
-                                           "completion_tokens": finish.completion_tokens})
+                yield Done(finish.reason, usage)
+                return
+            if any(c.name in theirs for c in calls):
+                # The caller's calls end the reply. A reread asked for in the same turn is
+                # not answered: its result could reach the model only after the caller's
+                # results, in a later reply whose originals have other ids, and the
+                # caller's history must not hold calls of a tool it never offered.
+                ended: list[ToolCall] = []
+                called = ", ".join(dict.fromkeys(c.name for c in calls if c.name in theirs))
+                for c in calls:
+                    if c.name in theirs:
+                        ended.append(ToolCall(c.id, c.name, c.arguments, internal=False))
+                        yield ended[-1]
+                    else:
+                        yield ToolCall(c.id, c.name, c.arguments)
+                        yield ToolResult(c.id, f"not run: the same turn called the caller's {called}, which "
+                                               "ends the reply for the caller to run")
+                # A call cut at the output budget keeps "length": its arguments may be cut.
+                yield Done("length" if finish.reason == "length" else "tool_calls", usage, ended)
                 return
             messages = messages + [{"role": "assistant", "content": "", "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in calls]}]
             for c in calls:
                 yield ToolCall(c.id, c.name, c.arguments)
-                result = self._run_tool(c, originals)
+                result = self._run_tool(c, originals, names)
                 trial = messages + [{"role": "tool", "tool_call_id": c.id, "content": result}]
                 if provider.count_prompt(trial, tools=tools) > limit:
                     result = (f"error: {len(result)} characters do not fit the remaining context; "
@@ -239,9 +388,10 @@ class Engine:
         yield Done("tool_rounds_exhausted")
 
     @staticmethod
-    def _run_tool(call: ToolCallChunk, originals: Originals) -> str:
-        if call.name != READ_TOOL_NAME:
-            return f"error: no tool named {call.name!r}; the only tool is {READ_TOOL_NAME}"
+    def _run_tool(call: ToolCallChunk, originals: Originals, names: list[str]) -> str:
+        if call.name != READ_TOOL_NAME or READ_TOOL_NAME not in names:
+            offered = ", ".join(names) or "none"
+            return f"error: no tool named {call.name!r} is offered in this reply (its tools: {offered})"
         try:
             return originals.call(call.arguments)
         except SectionReadError as exc:
