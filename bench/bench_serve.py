@@ -33,7 +33,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests" / "serve"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from _environment import run_facts  # noqa: E402
 
@@ -129,7 +129,7 @@ def main() -> int:
     ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "serve.json"))
     args = ap.parse_args()
     from boundctx import config
-    from conftest import Running
+    from serve.running import Running
     from boundctx.serve import create_app
 
     gap = args.gap_ms / 1000

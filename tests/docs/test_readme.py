@@ -17,6 +17,7 @@ file, and a command naming a file no fixture makes fails until one does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -25,6 +26,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from typing import NamedTuple
 
 import pytest
@@ -53,10 +56,17 @@ NOT_RUN = [
      "the test suite itself: CI runs it (.ci/run); run from a test it would recurse"),
     (r"^python bench/",
      "a benchmark: minutes of work on up to 1 GiB in /tmp; its numbers are bench/RESULTS.md"),
+    (r"^boundctx serve\b",
+     "a server that runs until stopped: the examples that talk to it run against the same command "
+     "started by this test (SERVED)"),
 ]
+# Examples that talk to `boundctx serve` on its default address: the test starts the
+# README's own serve command (the embedded model) for them, and stops it after.
+SERVED = [(r"127\.0\.0\.1:8765", ["boundctx", "serve", "--n-ctx", "2048"])]
 # Run, but only in the slow run: (pattern, reason).
 SLOW = [
     (r"(^|\|\s*)boundctx (-\S+ )*(ask|plan)\b", "a real generation with the embedded model"),
+    (r"127\.0\.0\.1:8765", "a real generation with the embedded model, through boundctx serve"),
     (r"^boundctx doctor\b(?!.*--no-generate)", "a real generation with the embedded model, in a child process"),
     (r"--size\s+[\d.]+\s*[gG]", "a gigabyte of generated data"),
     (r"\bLlamaCppProvider\(", "a real generation with the embedded model"),
@@ -64,8 +74,10 @@ SLOW = [
 # Modules an example needs: skipped where they are not installed, as the other tests do.
 NEEDS = [
     (r"\bLlamaCounter\(|\bLlamaCppProvider\(|(^|\|\s*)boundctx (-\S+ )*(ask|plan|doctor)\b"
-     r"|^boundctx split\b(?!.*--tokenizer)",
+     r"|^boundctx split\b(?!.*--tokenizer)|127\.0\.0\.1:8765",
      "llama_cpp"),
+    (r"127\.0\.0\.1:8765", "uvicorn"),
+    (r"\bfrom openai import\b", "openai"),
     (r"\bTiktokenCounter\(|--tokenizer tiktoken", "tiktoken"),
 ]
 # Exit statuses other than 0 that a line may end with: the embedded 135M model often
@@ -234,11 +246,41 @@ def run_example(case: Case, root: pathlib.Path) -> subprocess.CompletedProcess:
                           text=True, timeout=3600)  # a hang guard, not a speed check
 
 
+@contextlib.contextmanager
+def serving(argv: list[str], root: pathlib.Path):
+    """The README's serve command, running in the sandbox until the block ends."""
+    server = subprocess.Popen(argv, cwd=root / "work", env=example_env(root), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if urllib.request.urlopen("http://127.0.0.1:8765/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{' '.join(argv)} did not start: {server.stderr.read()[-2000:]}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(30)
+        server.stderr.close()
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_readme_example_runs_as_written(case, sandbox):
     for module in _match(NEEDS, case.code):
         pytest.importorskip(module, reason=f"{module} is not installed (pip install '.[test]')")
-    done = run_example(case, sandbox)
+    with contextlib.ExitStack() as stack:
+        for argv in _match(SERVED, case.code):
+            stack.enter_context(serving(argv, sandbox))
+        done = run_example(case, sandbox)
     allowed = set().union(*_match(EXIT_OK, case.code)) or {0}
     assert done.returncode in allowed and "Traceback (most recent call last)" not in done.stderr, (
         f"README.md line {case.line} exited {done.returncode} (expected {sorted(allowed)}):\n"

@@ -1,40 +1,16 @@
 """A real boundctx serve on loopback (uvicorn in a thread, port 0) for each test."""
 
-import threading
-import time
-
 import pytest
 
 pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
 pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
 
 
-class Running:
-    def __init__(self, app):
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("boundctx serve did not start")
-            time.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.app = app
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
 @pytest.fixture
 def serve():
     """``serve(provider, **create_app options)`` -> a running server (``.url``)."""
     from boundctx.serve import create_app
+    from serve.running import Running
 
     started = []
 

@@ -311,3 +311,57 @@ def test_a_non_streaming_client_that_gives_up_cancels_its_reply(serve):
         time.sleep(0.05)
     assert not any(t.name == "boundctx-reply" for t in threading.enumerate())
     assert slow.produced < 150
+
+
+TOOLS = [{"type": "function", "function": {"name": "read_log", "description": "Read the build log.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+
+
+def test_a_tools_round_trip_through_the_official_client(serve):
+    from boundctx.providers import ToolCallChunk
+
+    def respond(request):
+        if request.messages[-1]["role"] == "tool":
+            return "It read: " + request.messages[-1]["content"]
+        return [ToolCallChunk("call_1", "read_log", "{}")]
+
+    provider = ScriptedProvider(respond, context_window=8192)
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    c = client(server)
+    first = c.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS)
+    assert first.choices[0].finish_reason == "tool_calls"
+    call = first.choices[0].message.tool_calls[0]
+    assert (call.id, call.function.name, call.function.arguments) == ("call_1", "read_log", "{}")
+    assert [t["function"]["name"] for t in provider.requests[0].tools] == ["read_log"]
+    messages = ASK + [first.choices[0].message.model_dump(exclude_none=True),
+                      {"role": "tool", "tool_call_id": "call_1", "content": "step 377 FAILED"}]
+    second = c.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "It read: step 377 FAILED"
+    chunks = list(c.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, stream=True))
+    streamed = [tc for ch in chunks for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert [(t.id, t.function.name) for t in streamed] == [("call_1", "read_log")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_bad_tool_is_a_400_naming_it(serve):
+    server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL)
+    bad = TOOLS + [{"type": "function", "function": {"name": "read_log"}}]
+    with pytest.raises(openai.BadRequestError) as info:
+        client(server).chat.completions.create(model=MODEL, messages=ASK, tools=bad)
+    assert info.value.code == "invalid_tools" and "read_log" in str(info.value)
+
+
+def test_a_log_pasted_under_the_question_is_read_in_sections(serve):
+    # The user message *is* the long input: workers quote its head and tail as the
+    # question (analysis.workers.worker_question), so each has room for its section.
+    from boundctx.analysis.workers import QUESTION_MAX_CHARS, worker_question
+
+    server = serve(ScriptedProvider(answer, context_window=4096), settings=settings(), model_id=MODEL)
+    pasted = [{"role": "user", "content": "Which step failed?\n\n" + LOG}]
+    chunks = list(client(server).chat.completions.create(model=MODEL, messages=pasted, stream=True, max_tokens=256))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "The failing step is 377."
+    assert any((ch.model_extra or {}).get("boundctx", {}).get("type") == "analysis_progress" for ch in chunks)
+    quoted = worker_question(pasted[0]["content"])
+    assert quoted.startswith("Which step failed?") and len(quoted) < QUESTION_MAX_CHARS + 120
+    assert f"{len(pasted[0]['content']) - QUESTION_MAX_CHARS:,} characters" in quoted
+    assert worker_question("short question") == "short question"

@@ -57,6 +57,24 @@ class Notes(msgspec.Struct, frozen=True):
     sections: list[int]
 
 
+#: Longest question a worker prompt quotes whole. A front end's user message often *is*
+#: the long input (a log pasted under the question): quoted whole in every worker prompt
+#: it would leave no room for the section. Its head and tail stand for it instead (the
+#: question is usually written before or after what was pasted); the whole message is
+#: read in sections all the same.
+QUESTION_MAX_CHARS = 800
+
+
+def worker_question(question: str) -> str:
+    """``question`` as worker prompts quote it: whole up to :data:`QUESTION_MAX_CHARS`,
+    else its first and last halves of that around a marker saying how much is left out."""
+    if len(question) <= QUESTION_MAX_CHARS:
+        return question
+    half = QUESTION_MAX_CHARS // 2
+    left = len(question) - 2 * half
+    return f"{question[:half]}\n[... {left:,} characters of this message are not quoted here: they are read in sections ...]\n{question[-half:]}"
+
+
 def worker_messages(question: str, notes: str, section: str, *, number: int, total: int, source_id: str,
                     start: int, end: int) -> list[dict[str, Any]]:
     """The prompt of one worker call. The instructions and the question come first and
@@ -122,6 +140,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
     workers = int(settings["chat.analysis_workers"])
     if workers < 1:
         raise ValueError("section analysis is off (chat.analysis_workers = 0)")
+    question = worker_question(question)
     context = min(int(settings["analysis.worker_n_ctx"]), provider.context_window)
     notes_max = int(settings["analysis.notes_max_tokens"])
     started = time.monotonic() if started is None else started

@@ -23,8 +23,7 @@ import msgspec
 
 from boundctx import config
 from boundctx.analysis import Engine
-from boundctx.analysis.originals import READ_TOOL_NAME
-from boundctx.errors import BoundctxError, ConfigError
+from boundctx.errors import BoundctxError, ConfigError, ToolOfferError
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Provider
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
@@ -213,14 +212,14 @@ class _Server:
             return _error(503, "every reply slot and queue place is taken; retry shortly", "server_overloaded",
                           "server_busy", headers={"Retry-After": "5"})
         cancel = threading.Event()
-        gated = GatedProvider(self.provider, ticket, cancel)
-        engine.provider = gated
-        tools = req.tools
-
-        def produce():
-            return engine.reply(req.messages, cancel=cancel, **({"tools": tools} if tools else {}))
-
-        run = ReplyRun(produce, cancel, asyncio.get_running_loop(), on_end=ticket.release)
+        engine.provider = GatedProvider(self.provider, ticket, cancel)
+        try:
+            # The tools are checked here, before any event: a bad one is a 400.
+            events = engine.reply(req.messages, cancel=cancel, tools=req.tools)
+        except ToolOfferError as exc:
+            ticket.release()
+            return _error(400, str(exc), "invalid_request_error", "invalid_tools", "tools")
+        run = ReplyRun(lambda: events, cancel, asyncio.get_running_loop(), on_end=ticket.release)
         self.runs.add(run)
         try:
             first = await run.next_event(None)
@@ -276,7 +275,7 @@ class _Server:
                                       headers={"x-should-retry": "false"})
                     if isinstance(event, ReplyDelta):
                         text.append(event.text)
-                    elif isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
+                    elif isinstance(event, ToolCall) and not event.internal:
                         calls.append(_wire_call(event))
                     elif isinstance(event, Failed):
                         return _error(500, event.error, "server_error", _code(event),
@@ -368,7 +367,7 @@ class _Stream:
         chunks = Chunks(self.server.model_id)
         run = self.run
         gone = asyncio.ensure_future(_wait_for_disconnect(receive))
-        self._last_progress = 0.0
+        self._last_progress = -1e9
         self._calls: list[dict[str, Any]] = []
         finished = False
 
@@ -427,7 +426,7 @@ class _Stream:
             return frame(error_body("the reply ended without a result", "server_error", "internal_error")) + DONE, True
         if isinstance(event, ReplyDelta):
             return frame(chunks.content(event.text)), False
-        if isinstance(event, ToolCall) and event.name != READ_TOOL_NAME:
+        if isinstance(event, ToolCall) and not event.internal:
             self._calls.append(_wire_call(event))
             return frame(chunks.tool_calls([self._calls[-1]])), False
         if isinstance(event, Done):
@@ -438,12 +437,13 @@ class _Stream:
             return data + DONE, True
         if isinstance(event, Failed):
             return frame(error_body(event.error, "server_error", _code(event))) + DONE, True
-        now = time.monotonic()
-        # Progress is coalesced to serve.progress_max_hz (a skipped one is superseded by
-        # the next; text is never skipped).
-        if isinstance(event, AnalysisProgress) and now - self._last_progress < self.min_gap:
-            return b"", False
-        self._last_progress = now
+        if isinstance(event, AnalysisProgress):
+            # Progress is coalesced to serve.progress_max_hz: a skipped step is superseded
+            # by the next; the end of the analysis and text are never skipped.
+            now = time.monotonic()
+            if now - self._last_progress < self.min_gap and event.phase != "done":
+                return b"", False
+            self._last_progress = now
         ext, said = _extension(event)
         ext["reply_id"] = chunks.id
         return frame(chunks.progress(ext, said if self.openwebui else None)), False
