@@ -650,6 +650,14 @@ class Transcript:
             self._lock_fd = lfd
             _remove_leftovers(os.path.realpath(self.path))
 
+    def _holds_lock_now(self) -> bool:
+        """Take the write lock if it is free (kept until close, as any writer's)."""
+        try:
+            self._acquire_lock()
+        except TranscriptLocked:
+            return False
+        return True
+
     def _acquire_writer(self) -> int:
         """The write lock and an append fd on the very file being read (call after
         :meth:`_refresh`): opened without blocking, and refused unless it is that
@@ -756,9 +764,16 @@ class Transcript:
     def _read_history(self) -> History:
         layout = self._layout
         if layout.torn_bytes:
-            raise TranscriptChanged(
-                f"{self.path!r} ends with {layout.torn_bytes} bytes of an unfinished write; "
-                "append or reopen once the writer is done, then take the history")
+            # An unfinished write: a writer is still at it, or died mid-append. Every
+            # writer holds the lock, so if it can be taken nobody is writing, and the
+            # tail is moved aside (as the next append would) instead of refusing forever.
+            if not self._holds_lock_now():
+                raise TranscriptChanged(
+                    f"{self.path!r} ends with {layout.torn_bytes} bytes of a write still in progress "
+                    "in another process; take the history once it has finished")
+            self._acquire_writer()
+            self._quarantine_tail()
+            layout = self._layout
         starts = layout.starts.all()
         kinds = layout.kinds.all()
         if layout.from_sidecar and not layout.agrees(starts, kinds):

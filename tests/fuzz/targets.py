@@ -1,0 +1,491 @@
+"""One fuzz target per native entry point: arbitrary bytes in, one call, compared with
+the twin.
+
+Each target reads the arguments of one call from a :class:`Source` (any bytes are a
+valid input: reads past the end give zeros), calls the native entry point, and checks
+it against its slow twin in ``tests/reference/`` (or ``twins.py``) where that is cheap,
+or against the invariants its docstring promises where no twin applies (hostile
+arrays). Arguments the native code must refuse are generated on purpose; the refusal
+must be a ``ValueError`` (or ``TypeError`` for a wrong type), never a crash or a wrong
+answer.
+
+The same targets are driven by Hypothesis (``test_fuzz_native.py``) and by atheris
+(``atheris_native.py``), so a crash file from one replays in the other.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+
+import numpy as np
+
+from boundctx._native import lineindex, sections, tokenmap
+from reference import graphemes
+from reference import lineindex as ref_lineindex
+from reference import sections as ref_sections
+from reference import tokenmap as ref_tokenmap
+from strategies import BOM, HARD_PIECES, PI_DIALECT
+
+try:  # a relative import under pytest, a plain one when run as a script
+    from . import twins
+except ImportError:
+    import twins  # type: ignore[no-redef]
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class Mismatch(AssertionError):
+    """Native and twin disagree (or an invariant failed): a finding."""
+
+
+class Source:
+    """Arbitrary bytes read as the arguments of one call; every read is defined on any
+    input, so each input names exactly one call."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data)
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def int(self, lo: int, hi: int) -> int:
+        """An integer in ``[lo, hi]``."""
+        span = hi - lo + 1
+        if span <= 1:
+            return lo
+        raw = self.take((span.bit_length() + 7) // 8)
+        return lo + int.from_bytes(raw, "little") % span
+
+    def bool(self) -> bool:
+        return self.int(0, 1) == 1
+
+    def choice(self, options):
+        return options[self.int(0, len(options) - 1)]
+
+    def int64(self) -> int:
+        """Mostly edge values, sometimes any int64."""
+        if self.bool():
+            return self.choice([INT64_MIN, INT64_MAX, -1, 0, 1, 2, 3, 2**31, 2**32, 2**62])
+        return int.from_bytes(self.take(8).ljust(8, b"\0"), "little", signed=True)
+
+    def raw(self, max_len: int) -> bytes:
+        return self.take(self.int(0, max_len))
+
+    def jsonish(self, max_len: int) -> bytes:
+        """Bytes assembled from what the framer and classifier care about, plus raw ones."""
+        out, size = [], self.int(0, max_len)
+        while sum(map(len, out)) < size and self.pos < len(self.data):
+            out.append(self.choice(_JSON_PIECES) if self.int(0, 3) else self.raw(8))
+        return b"".join(out)[:max_len]
+
+    def text(self, max_len: int, *, surrogates: bool = True) -> str:
+        """Text of hard pieces (clusters, CRLF, whitespace, CJK), words and arbitrary
+        code points (lone surrogates included unless ``surrogates`` is false)."""
+        out, n = [], self.int(0, max_len)
+        while sum(map(len, out)) < n and self.pos < len(self.data):
+            kind = self.int(0, 5)
+            if kind <= 1:
+                out.append(self.choice(HARD_PIECES))
+            elif kind <= 3:
+                out.append(self.choice(["a", "b", " ", "\n", "\t", "\r\n", "word ", "\u00e9", "\u20ac"]))
+            else:
+                cp = self.int(0, 0x10FFFF)
+                if not surrogates and 0xD800 <= cp <= 0xDFFF:
+                    cp = 0xFFFD
+                out.append(chr(cp))
+        return "".join(out)[: max(n, 0)]
+
+    def partition(self, total: int, max_pieces: int = 20) -> list[int]:
+        """Byte lengths that add up to ``total`` (some zero)."""
+        cuts = sorted(self.int(0, total) for _ in range(self.int(0, max_pieces)))
+        edges = [0, *cuts, total]
+        return [b - a for a, b in zip(edges, edges[1:])]
+
+
+_JSON_PIECES = [
+    b"{", b"}", b"[", b"]", b'"', b":", b",", b" ", b"\t", b"\r", b"\n", b"\\", b'\\"', b"\\u0070",
+    b'{"type":"message"', b'{"type":"compaction"', b'"type"', b'"message"', b'"session"',
+    b'"ty\\u0070e"', b'{"type":', b'{"a":1,"type":"message"}', b'"x":"' + b"y" * 40 + b'"',
+    b"null", b"true", b"12", b"-1.5e3", BOM, b"\xe2\x80\xa8", b"\xe2\x80\xa9", b"\xc3\xa9",
+    b"\xf0\x9f\x98\x80", b"\xff", b"\x00", b"\x1f",
+]
+
+_DIALECTS = [PI_DIALECT, {}, {"message": 1}, {"user": 1, "assistant": 1, "summary": 2, "x": 3},
+             {f"t{i}": 1 + i % 3 for i in range(32)}]
+_TABLES = [lineindex.DialectTable(d) for d in _DIALECTS]
+
+
+def _fields(result) -> tuple:
+    if isinstance(result, ref_lineindex.ScanResult):
+        return result.starts, result.kinds, result.indexed_end, result.scanned_end, result.torn_bytes
+    return (array.array("q", result.starts).tolist(), list(result.kinds), result.indexed_end,
+            result.scanned_end, result.torn_bytes)
+
+
+def _same_refusal(native_call, twin_call) -> object:
+    """Run both; they must both refuse (ValueError) or both answer. Returns the pair of
+    answers, or None when both refused."""
+    try:
+        got = native_call()
+    except ValueError as exc:
+        try:
+            twin_call()
+        except ValueError:
+            return None
+        raise Mismatch(f"native refused ({exc}) what the twin accepts") from None
+    try:
+        want = twin_call()
+    except ValueError as exc:
+        raise Mismatch(f"native answered {got!r} where the twin refuses ({exc})") from None
+    return got, want
+
+
+# -- lineindex ---------------------------------------------------------------------
+
+
+def fuzz_scan_bytes(src: Source) -> None:
+    data = src.jsonish(600)
+    i = src.int(0, len(_DIALECTS) - 1)
+    window = src.choice([1, 2, 7, 16, 64, lineindex.DEFAULT_CLASSIFY_WINDOW])
+    # The documented range is 0..2**62 - len(data): offsets keep headroom below int64.
+    top = 2**62 - len(data)
+    base = src.choice([0, 0, 1, 2**31 + 3, 2**40, -1, top, top + 1, INT64_MAX])
+    overflow = not 0 <= base <= top
+    try:
+        got = lineindex.scan_bytes(data, _TABLES[i], base_offset=base, classify_window=window)
+    except ValueError:
+        if not overflow:
+            raise Mismatch(f"scan_bytes refused base_offset={base} for {len(data)} bytes") from None
+        return
+    if overflow:
+        raise Mismatch(f"scan_bytes accepted base_offset={base} for {len(data)} bytes (offsets overflow)")
+    want = ref_lineindex.scan_bytes(data, _DIALECTS[i], base_offset=base, classify_window=window)
+    if _fields(got) != _fields(want):
+        raise Mismatch(f"scan_bytes({data!r}, dialect {i}, base={base}, window={window})")
+
+
+_memfd: int | None = None
+
+
+def _file_holding(data: bytes) -> int:
+    """One in-memory file per process, refilled for each input (no disk traffic)."""
+    global _memfd
+    if _memfd is None:
+        _memfd = os.memfd_create("boundctx-fuzz") if hasattr(os, "memfd_create") else os.open(
+            os.path.join(os.environ.get("TMPDIR", "/tmp"), f"boundctx-fuzz-{os.getpid()}"),
+            os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.ftruncate(_memfd, 0)
+    os.pwrite(_memfd, data, 0)
+    return _memfd
+
+
+def fuzz_scan_fd(src: Source) -> None:
+    data = src.jsonish(600)
+    if src.bool():  # a line longer than a block
+        data += b'{"type":"message","t":"' + b"x" * src.int(4000, 9000) + b'"}\n' + src.jsonish(100)
+    i = src.int(0, len(_DIALECTS) - 1)
+    starts = [0] + [k + 1 for k, b in enumerate(data) if b == 10]
+    start = src.choice(starts) if src.bool() else src.int(0, len(data) + 5)
+    end = -1 if src.bool() else src.int(max(start - 2, 0), len(data) + 5)
+    block = src.choice([4096, 4097, 5003, 8192, 4095])
+    window = src.choice([1, 3, 16, 64, lineindex.DEFAULT_CLASSIFY_WINDOW])
+    seen: list[int] = []
+    fd = _file_holding(data)
+    try:
+        got = lineindex.scan_fd(fd, _TABLES[i], start=start, end=end, block_size=block,
+                                classify_window=window, progress=seen.append)
+    except ValueError:
+        if block >= 4096 and (end == -1 or end >= start):
+            raise Mismatch(f"scan_fd refused start={start} end={end} block={block}") from None
+        return
+    if block < 4096 or (end != -1 and end < start):
+        raise Mismatch(f"scan_fd accepted start={start} end={end} block={block}")
+    piece = data[start:] if end == -1 else data[start:end]
+    want = ref_lineindex.scan_bytes(piece, _DIALECTS[i], base_offset=start, classify_window=window)
+    if _fields(got) != _fields(want):
+        raise Mismatch(f"scan_fd of {data!r}[{start}:{end}] with block {block}, window {window}")
+    if seen != sorted(seen) or any(s < 0 for s in seen):
+        raise Mismatch(f"progress went backwards: {seen}")
+
+
+def fuzz_project_display(src: Source) -> None:
+    prefix = src.jsonish(400)
+    total = len(prefix) + src.choice([0, 0, 1, 5, 100, -1])
+    limit = src.choice([0, 1, 5, 40, 300, -1]) if src.bool() else src.int(0, 500)
+    both = _same_refusal(lambda: lineindex.project_display(prefix, total, limit),
+                         lambda: ref_lineindex.project_display(prefix, total, limit))
+    if both and both[0] != both[1]:
+        raise Mismatch(f"project_display({prefix!r}, {total}, {limit}): {both[0]!r} != {both[1]!r}")
+
+
+def fuzz_escape_line_separators(src: Source) -> None:
+    data = src.jsonish(300)
+    got = lineindex.escape_line_separators(data)
+    want = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
+    if got != want or (want == data and got is not data):
+        raise Mismatch(f"escape_line_separators({data!r}) = {got!r}")
+
+
+_NAMES = ["message", "compaction", "session", "x", "type", "", "m\u00e9ssage", "a" * 64, "a" * 65,
+          b"message", 7, None, "\x00", " "]
+_KINDS = [1, 2, 3, 0, 4, -1, True, 1.0, 2.5, "1", None]
+
+
+def fuzz_dialect_table(src: Source) -> None:
+    kinds = {}
+    for _ in range(src.choice([0, 1, 3, 8, 32, 33])):
+        name = src.choice(_NAMES) if src.bool() else src.take(src.int(1, 6)).decode("latin-1")
+        kinds[name] = src.choice(_KINDS) if src.int(0, 3) == 0 else src.int(1, 3)
+    accepts = twins.dialect_table_accepts(kinds)
+    try:
+        table = lineindex.DialectTable(kinds)
+    except (ValueError, TypeError) as exc:
+        if accepts:
+            raise Mismatch(f"DialectTable refused {kinds!r}: {exc}") from None
+        return
+    if not accepts:
+        raise Mismatch(f"DialectTable accepted {kinds!r}")
+    lines = [b'{"type":"' + k.encode() + b'"' + src.choice([b"}", b',"a":1}', b" }", b""]) for k in kinds]
+    data = b"\n".join(lines + [src.jsonish(100)])
+    window = src.choice([1, 8, lineindex.DEFAULT_CLASSIFY_WINDOW])
+    got = lineindex.scan_bytes(data, table, classify_window=window)
+    want = ref_lineindex.scan_bytes(data, kinds, classify_window=window)
+    if _fields(got) != _fields(want):
+        raise Mismatch(f"a table of {kinds!r} classifies {data!r} differently")
+
+
+_QK_PATHS = ["subtype", "payload.type", "a.b", "payload", "type", "type.x", "a.b.c", "", "a..b", ".a",
+             "x" * 64, "x" * 65, "p\u00e9", 7]
+_QK_VALUES = ["user_message", "a", "v", "type", "x" * 64, "", "x" * 65, "\u00e9", None]
+
+
+def _qualified_member(path: str, value: bytes) -> bytes:
+    keys = path.split(".")
+    inner = b'"' + value + b'"'
+    if len(keys) == 2:
+        inner = b'{"' + keys[1].encode() + b'":' + inner + b"}"
+    return b'"' + keys[0].encode() + b'":' + inner
+
+
+def fuzz_qualified_kind(src: Source) -> None:
+    # Mostly valid arguments (so the table gets built and scanned), sometimes not.
+    hostile = src.int(0, 3) == 0
+    kind = src.choice([1, 2, 3, 0, True] if hostile else [1, 2])
+    path = src.choice(_QK_PATHS if hostile else _QK_PATHS[:4])
+    values = tuple(src.choice(_QK_VALUES if hostile else _QK_VALUES[:5])
+                   for _ in range(src.choice([0, 1, 2, 4, 5] if hostile else [1, 2, 4])))
+    accepts = twins.qualified_kind_accepts(kind, path, values)
+    try:
+        qk = lineindex.QualifiedKind(kind, path, *values)
+    except (ValueError, TypeError) as exc:
+        if accepts:
+            raise Mismatch(f"QualifiedKind({kind!r}, {path!r}, *{values!r}) refused: {exc}") from None
+        return
+    if not accepts:
+        raise Mismatch(f"QualifiedKind({kind!r}, {path!r}, *{values!r}) accepted")
+    if (int(qk), qk.path, qk.values) != (kind, path, values):
+        raise Mismatch(f"QualifiedKind keeps {(int(qk), qk.path, qk.values)}")
+    kinds = {"event": qk, "message": 1, "other": 3}
+    if src.bool():  # a second qualified type on its own path (or the same one)
+        kinds["item"] = lineindex.QualifiedKind(2, src.choice(["kind", "payload.type", path]), "c")
+    try:
+        table = lineindex.DialectTable(kinds)
+    except ValueError:
+        return  # two paths with the same first key: a documented refusal
+    lines = []
+    for _ in range(src.int(0, 8)):
+        typ = src.choice([b"event", b"item", b"message", b"other", b"x"])
+        member = _qualified_member(src.choice([path, "kind", "payload.type"]),
+                                   src.choice([v.encode() for v in values] + [b"c", b"zz", b""]))
+        parts = [b'"type":"' + typ + b'"', member]
+        if src.bool():
+            parts.reverse()  # the qualifier before "type"
+        if src.bool():
+            parts.insert(src.int(0, 2), b'"n":' + src.choice([b"1", b'"s"', b"[1,{}]", b'{"type":"x"}']))
+        line = b"{" + b",".join(parts) + b"}"
+        if src.int(0, 3) == 0:
+            line = line[: src.int(0, len(line))]  # cut: truncated or unbalanced
+        lines.append(line)
+    data = b"\n".join(lines + [src.jsonish(60)])
+    window = src.choice([1, 8, 24, 64, lineindex.DEFAULT_CLASSIFY_WINDOW])
+    got = lineindex.scan_bytes(data, table, classify_window=window)
+    want = ref_lineindex.scan_bytes(data, kinds, classify_window=window)
+    if _fields(got) != _fields(want):
+        raise Mismatch(f"qualified table {kinds!r} classifies {data!r} (window {window}) differently")
+
+
+# -- sections ----------------------------------------------------------------------
+
+
+def _spans(text: str, src: Source) -> tuple[list[int], list[int]]:
+    return ref_tokenmap.token_spans(text, src.partition(ref_tokenmap.utf8_length(text), 40))
+
+
+def _i64(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def fuzz_next_cut(src: Source) -> None:
+    text = src.text(60)
+    if not text:
+        text = "a"
+    n = len(text)
+    start = src.int(0, n - 1)
+    max_tokens, overlap = src.int(1, 30), src.int(0, 20)
+    if src.int(0, 3):
+        s, e = _spans(text, src)
+        boundaries = [p for p in range(start + 1) if graphemes.is_boundary(text, p, 0)]
+        floor = src.choice([-1, *boundaries])
+        got = sections.next_cut(text, _i64(s), _i64(e), start, max_tokens, overlap, floor)
+        want = ref_sections.next_cut(text, s, e, start, max_tokens, overlap, None if floor < 0 else floor)
+        if got != want:
+            raise Mismatch(f"next_cut({text!r}, {s}, {e}, {start}, {max_tokens}, {overlap}, {floor}): "
+                           f"{got} != {want}")
+        return
+    # Hostile spans (as a broken TokenCounter could give): refused or a sane answer.
+    k = src.int(0, 8)
+    s = [src.int64() if src.bool() else src.int(-2, n + 2) for _ in range(k)]
+    e = [src.int64() if src.bool() else src.int(-2, n + 2) for _ in range(src.choice([k, k, k + 1]))]
+    floor = src.choice([-1, 0, start, start + 1, src.int(-3, n + 3)])
+    start = src.choice([start, -1, n])
+    try:
+        end, nxt, kind = sections.next_cut(text, _i64(s), _i64(e), start, max_tokens, overlap, floor)
+    except ValueError:
+        return
+    if not (kind in range(5) and -1 <= end <= n and -1 <= nxt <= n and (end < 0 or end > start)):
+        raise Mismatch(f"next_cut on hostile spans {s}, {e} gave {(end, nxt, kind)} for n={n}, start={start}")
+
+
+def fuzz_is_boundary(src: Source) -> None:
+    text = src.text(30)
+    n = len(text)
+    i, floor = src.int(-3, n + 3), src.int(-2, n + 2)
+    try:
+        got = sections.is_boundary(text, i, floor)
+    except ValueError:
+        if 0 <= floor <= n:
+            raise Mismatch(f"is_boundary({text!r}, {i}, {floor}) refused a floor in range") from None
+        return
+    if not 0 <= floor <= n:
+        raise Mismatch(f"is_boundary accepted floor={floor} for a text of {n}")
+    if got != graphemes.is_boundary(text, i, floor):
+        raise Mismatch(f"is_boundary({text!r}, {i}, {floor}) = {got}")
+
+
+def fuzz_grapheme_value(src: Source) -> None:
+    c = chr(src.int(0, 0x10FFFF))
+    if sections.grapheme_value(c) != graphemes.value(c):
+        raise Mismatch(f"grapheme_value({c!r})")
+
+
+def fuzz_is_space(src: Source) -> None:
+    c = chr(src.int(0, 0x10FFFF))
+    if sections.is_space(c) != c.isspace():
+        raise Mismatch(f"is_space({c!r})")
+
+
+def fuzz_newline_sync(src: Source) -> None:
+    text = src.text(50)
+    n = len(text)
+    start = src.int(-1, n + 1)
+    end = src.int(start - 1, n + 1)
+    if src.int(0, 3):
+        tok_start = _spans(text, src)[0]
+    else:  # sorted, but not from any tokenization
+        tok_start = sorted(src.int(-2, n + 2) for _ in range(src.int(0, 10)))
+    both = _same_refusal(lambda: sections.newline_sync(text, _i64(tok_start), start, end),
+                         lambda: twins.newline_sync(text, tok_start, start, end))
+    if both and both[0] != both[1]:
+        raise Mismatch(f"newline_sync({text!r}, {tok_start}, {start}, {end}): {both[0]} != {both[1]}")
+    if src.bool():  # unsorted starts: any answer, but an answer
+        hostile = _i64([src.int64() for _ in range(src.int(0, 6))])
+        if 0 <= start <= end <= n:
+            got = sections.newline_sync(text, hostile, start, end)
+            if not (len(got) == 3 and -1 <= got[0] <= got[1] <= n):
+                raise Mismatch(f"newline_sync on hostile starts gave {got}")
+
+
+# -- tokenmap ----------------------------------------------------------------------
+
+
+def fuzz_utf8_length(src: Source) -> None:
+    text = src.text(80)
+    if tokenmap.utf8_length(text) != ref_tokenmap.utf8_length(text):
+        raise Mismatch(f"utf8_length({text!r})")
+
+
+def fuzz_code_point_byte_offsets(src: Source) -> None:
+    text = src.text(80)
+    size = len(text) + 1 + src.choice([0, 0, 0, -1, 1])
+    out = np.full(max(size, 0), -7, np.int64)
+    try:
+        tokenmap.code_point_byte_offsets(text, out)
+    except ValueError:
+        if size == len(text) + 1:
+            raise Mismatch("code_point_byte_offsets refused a right-sized buffer") from None
+        return
+    if size != len(text) + 1 or out.tolist() != ref_tokenmap.code_point_byte_offsets(text):
+        raise Mismatch(f"code_point_byte_offsets({text!r}) into {size} entries: {out.tolist()}")
+
+
+def fuzz_token_spans(src: Source) -> None:
+    text = src.text(60)
+    total = ref_tokenmap.utf8_length(text)
+    if src.int(0, 2):
+        pieces = src.partition(total)
+    else:  # lengths from no tokenization of this text
+        pieces = [src.int64() if src.bool() else src.int(-1, total + 1) for _ in range(src.int(1, 8))]
+    size = len(pieces) + src.choice([0, 0, 0, 1, -1])
+    cp_start, cp_end = np.empty(max(size, 0), np.int64), np.empty(len(pieces), np.int64)
+    try:
+        tokenmap.token_spans(text, _i64(pieces), cp_start, cp_end)
+    except ValueError:
+        try:
+            if size == len(pieces):
+                ref_tokenmap.token_spans(text, pieces)
+        except ValueError:
+            return
+        if size == len(pieces):
+            raise Mismatch(f"token_spans refused pieces {pieces} of {text!r}") from None
+        return
+    if size != len(pieces):
+        raise Mismatch("token_spans filled output buffers of the wrong size")
+    want = ref_tokenmap.token_spans(text, pieces)  # raises for pieces native took: a finding
+    if (cp_start.tolist(), cp_end.tolist()) != want:
+        raise Mismatch(f"token_spans({text!r}, {pieces})")
+
+
+#: Every target, by the native entry point it calls.
+TARGETS = {
+    "lineindex.scan_bytes": fuzz_scan_bytes,
+    "lineindex.scan_fd": fuzz_scan_fd,
+    "lineindex.project_display": fuzz_project_display,
+    "lineindex.escape_line_separators": fuzz_escape_line_separators,
+    "lineindex.DialectTable": fuzz_dialect_table,
+    "lineindex.QualifiedKind": fuzz_qualified_kind,
+    "sections.next_cut": fuzz_next_cut,
+    "sections.is_boundary": fuzz_is_boundary,
+    "sections.grapheme_value": fuzz_grapheme_value,
+    "sections.is_space": fuzz_is_space,
+    "sections.newline_sync": fuzz_newline_sync,
+    "tokenmap.utf8_length": fuzz_utf8_length,
+    "tokenmap.code_point_byte_offsets": fuzz_code_point_byte_offsets,
+    "tokenmap.token_spans": fuzz_token_spans,
+}
+#: Names in the stubs that are not called directly: results, checked through the calls
+#: that return them.
+CHECKED_THROUGH = {"lineindex.ScanResult": ("lineindex.scan_bytes", "lineindex.scan_fd")}
+_ORDER = sorted(TARGETS)
+
+
+def run(data: bytes, target: str | None = None) -> str:
+    """Run one input: its first byte picks the target unless ``target`` is given.
+    Returns the target's name; raises :class:`Mismatch` on a finding."""
+    src = Source(data)
+    name = target or _ORDER[src.int(0, len(_ORDER) - 1)]
+    TARGETS[name](src)
+    return name
