@@ -365,3 +365,31 @@ def test_a_log_pasted_under_the_question_is_read_in_sections(serve):
     assert quoted.startswith("Which step failed?") and len(quoted) < QUESTION_MAX_CHARS + 120
     assert f"{len(pasted[0]['content']) - QUESTION_MAX_CHARS:,} characters" in quoted
     assert worker_question("short question") == "short question"
+
+
+def test_a_quiet_stream_gets_keepalive_pings(serve):
+    def respond(request):
+        def gen():
+            time.sleep(0.8)  # a long prompt evaluation: nothing to send for a while
+            yield "late"
+        return gen()
+
+    server = serve(ScriptedProvider(respond), settings=settings(**{"serve.sse_ping_seconds": 0.2}), model_id=MODEL)
+    with httpx.stream("POST", server.url + "/v1/chat/completions",
+                      json={"model": MODEL, "messages": ASK, "stream": True}) as r:
+        raw = b"".join(r.iter_bytes()).decode()
+    assert raw.count(": ping\n\n") >= 2 and raw.index(": ping") < raw.index('"late"')
+
+
+def test_boundctx_own_remote_provider_reads_boundctx_serve(serve):
+    # One boundctx in front of another: the remote provider parses what serve streams
+    # (progress chunks included) into the same answer.
+    from boundctx.providers.remote import OpenAICompatibleProvider
+
+    server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
+    remote = OpenAICompatibleProvider(server.url, model=MODEL, context_window=8192, max_retries=0)
+    try:
+        text = direct_text(lambda: remote, ASK, **{"chat.analysis_workers": 0})
+    finally:
+        remote.close()
+    assert text == "The failing step is 377."
