@@ -237,6 +237,9 @@ KEYS: dict[str, Key] = _declare(
         minimum=0, exclusive_minimum=True),
     Key("serve.progress_openwebui", "bool", True, "progress chunks also carry Open WebUI's status "
         "'event' object"),
+    Key("serve.sessions_dir", "str", "", "the folder of sessions (transcripts) boundctx serve reads and "
+        "writes under /boundctx/v1/sessions (empty: $XDG_DATA_HOME/boundctx/sessions, or "
+        "~/.local/share/boundctx/sessions)"),
 )
 
 

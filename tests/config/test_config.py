@@ -50,6 +50,7 @@ DESIGN_LIMITS = {
     "serve.send_timeout_seconds": (30.0, 0),
     "serve.progress_max_hz": (4.0, 0),
     "serve.progress_openwebui": (True, "maybe"),
+    "serve.sessions_dir": ("", 1),
 }
 
 

@@ -7,14 +7,16 @@ pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip
 
 
 @pytest.fixture
-def serve():
-    """``serve(provider, **create_app options)`` -> a running server (``.url``)."""
+def serve(tmp_path):
+    """``serve(provider, **create_app options)`` -> a running server (``.url``); its
+    sessions folder is in tmp_path unless given."""
     from boundctx.serve import create_app
     from serve.running import Running
 
     started = []
 
     def start(provider, **options):
+        options.setdefault("sessions_dir", str(tmp_path / "sessions"))
         running = Running(create_app(provider, **options))
         started.append(running)
         return running

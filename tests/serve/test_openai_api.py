@@ -174,10 +174,11 @@ def test_a_host_header_that_is_not_loopback_is_refused(serve):
     assert httpx.get(server.url + "/v1/models", headers={"host": f"localhost:{server.port}"}).status_code == 200
 
 
-def test_binding_beyond_loopback_without_a_key_is_refused():
+def test_binding_beyond_loopback_without_a_key_is_refused(tmp_path):
     with pytest.raises(ServeError, match="without an API key"):
-        create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0")
-    create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0", api_keys={"k"})
+        create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0", sessions_dir=str(tmp_path))
+    create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0", api_keys={"k"},
+               sessions_dir=str(tmp_path))
 
 
 class Slow:
@@ -393,3 +394,14 @@ def test_boundctx_own_remote_provider_reads_boundctx_serve(serve):
     finally:
         remote.close()
     assert text == "The failing step is 377."
+
+
+def test_the_sessions_routes_sit_behind_the_same_guard(serve, tmp_path):
+    server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL, api_keys={"k"},
+                   sessions_dir=str(tmp_path / "s"))
+    url = server.url + "/boundctx/v1/sessions"
+    assert httpx.get(url).status_code == 401
+    auth = {"authorization": "Bearer k"}
+    assert httpx.post(url, json={"id": "chat-1"}, headers=auth).status_code == 201
+    assert [s["id"] for s in httpx.get(url, headers=auth).json()["data"]] == ["chat-1"]
+    assert (tmp_path / "s" / "chat-1.jsonl").exists()

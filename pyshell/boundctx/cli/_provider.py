@@ -26,6 +26,7 @@ _SETTING_OF = {
     "host": "serve.host",
     "port": "serve.port",
     "api_key_file": "serve.api_key_file",
+    "sessions_dir": "serve.sessions_dir",
 }
 
 

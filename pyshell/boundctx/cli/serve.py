@@ -22,6 +22,8 @@ def add_parser(sub, summary: str) -> None:
     p.add_argument("--port", type=int, metavar="N", help="port (serve.port, default 8765; 0 = any free one)")
     p.add_argument("--api-key-file", metavar="FILE", help="API keys clients may send, one per line "
                                                           "(serve.api_key_file; also $BOUNDCTX_SERVE_API_KEY)")
+    p.add_argument("--sessions-dir", metavar="DIR", help="the folder of sessions under /boundctx/v1/sessions "
+                                                          "(serve.sessions_dir)")
     p.add_argument("--model-id", metavar="NAME", help="the model name clients send and /v1/models lists "
                                                       "(default: the model file's name, or --model)")
     p.set_defaults(run=run)

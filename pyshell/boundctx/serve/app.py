@@ -14,6 +14,7 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -27,14 +28,15 @@ from boundctx.errors import BoundctxError, ConfigError, ToolOfferError
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Provider
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
+from boundctx.serve.http import TooLarge, error as _error, json_response as _json, read_body as _read_body
 from boundctx.serve.requests import BadRequest, ChatCompletionRequest, parse_chat_request
+from boundctx.serve.sessions import session_routes
 from boundctx.serve.wire import DONE, PING, Chunks, error_body, frame
 
-__all__ = ["ServeError", "create_app", "is_loopback"]
+__all__ = ["ServeError", "create_app", "is_loopback", "sessions_folder"]
 
 log = logging.getLogger("boundctx.serve")
 
-_encode = msgspec.json.Encoder().encode
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 #: What each engine ending is called on the wire (OpenAI's finish reasons).
 _FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "repetition": "stop",
@@ -54,17 +56,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def _json(status: int, body: Any, headers: Mapping[str, str] | None = None):
-    from starlette.responses import Response
-
-    return Response(_encode(body), status_code=status, media_type="application/json", headers=dict(headers or {}))
-
-
-def _error(status: int, message: str, type: str, code: Any = None, param: str | None = None,
-           headers: Mapping[str, str] | None = None, **extra: Any):
-    return _json(status, error_body(message, type, code, param, **extra), headers)
 
 
 class Guard:
@@ -103,25 +94,18 @@ class Guard:
         return await self.app(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
-
-
-async def _read_body(request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _TooLarge()
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise _TooLarge()
-        parts.append(part)
-    return b"".join(parts)
+def sessions_folder(settings: Mapping[str, Any]) -> str:
+    """``serve.sessions_dir``, or the default under the user's data folder."""
+    configured = str(settings["serve.sessions_dir"])
+    if configured:
+        return os.path.expanduser(configured)
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, "boundctx", "sessions")
 
 
 def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None, model_id: str | None = None,
-               api_keys: frozenset[str] | set[str] | None = None, host: str | None = None):
+               api_keys: frozenset[str] | set[str] | None = None, host: str | None = None,
+               sessions_dir: str | None = None):
     """The ASGI application serving ``provider``.
 
     Parameters
@@ -137,6 +121,9 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         Keys a client may send; none means no key is asked for.
     host : str, optional
         The address the server is bound to: a loopback one turns the Host-header check on.
+    sessions_dir : str, optional
+        The folder the session routes read and write (default
+        :func:`sessions_folder`); created when missing.
 
     Raises
     ------
@@ -155,7 +142,13 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
                          "bind 127.0.0.1")
     allowed = (frozenset(_LOOPBACK_NAMES | {host.lower(), f"[{host.lower()}]"}) if is_loopback(host) else None)
     server = _Server(provider, resolved, model_id or provider.name)
+    folder = sessions_dir if sessions_dir is not None else sessions_folder(resolved)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); set serve.sessions_dir") from None
     app = Starlette(routes=[
+        *session_routes(folder, resolved),
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/health", server.health, methods=["GET"]),
         Route("/v1/models", server.models, methods=["GET"]),
@@ -193,7 +186,7 @@ class _Server:
     async def chat_completions(self, request):
         try:
             body = await _read_body(request, int(self.settings["serve.max_body_bytes"]))
-        except _TooLarge:
+        except TooLarge:
             return _error(413, f"the request body is over {self.settings['serve.max_body_bytes']:,} bytes "
                                "(serve.max_body_bytes); send long inputs in smaller parts", "invalid_request_error",
                           "request_too_large")

@@ -1,0 +1,498 @@
+"""``boundctx serve``'s sessions API: transcripts under one folder, read in bounded windows.
+
+Routes (``shared/research/serving.md`` §3, §8.1)::
+
+    GET    /boundctx/v1/sessions?limit=&after=                  list, newest first
+    POST   /boundctx/v1/sessions                                create ({"id"} optional)
+    GET    /boundctx/v1/sessions/{id}                           metadata
+    GET    /boundctx/v1/sessions/{id}/messages?message_before=&message_limit=&content_limit=&layout_version=
+    POST   /boundctx/v1/sessions/{id}/messages                  lossless append
+    GET    /boundctx/v1/sessions/{id}/messages/{index}          one message, uncapped
+    PATCH  /boundctx/v1/sessions/{id}/messages/{index}          edit (full-history rewrite)
+    DELETE /boundctx/v1/sessions/{id}/messages/{index}          delete (full-history rewrite)
+
+A session id is a name, never a path: ``[A-Za-z0-9_-]{1,128}``, stored as
+``<sessions_dir>/<id>.jsonl``, and refused unless that resolves (symlinks followed) to a
+regular file directly inside the real sessions folder. Every refusal happens before
+anything is opened.
+
+Layout versions
+---------------
+A message index is a cursor only while the messages before it stay where they are. An
+append keeps them there; a rewrite (edit, delete) moves them, and the store always
+rewrites by writing a new file and renaming it over the old one, so the file's
+``(st_dev, st_ino)`` changes. ``layout_version`` is therefore a hash of
+
+* the file's device and inode (changes on every rewrite, never on an append),
+* an epoch this server bumps when it rewrites the file itself or sees the same inode
+  shrink (a truncation or an in-place rewrite by another program), so a rewrite that
+  reuses a freed inode number is still caught when it goes through this server,
+* a random salt of this process: a cursor from before a restart gets 409 and the client
+  re-reads from the end, instead of trusting an inode number the file may have reused
+  while nobody watched.
+
+What it cannot see: two rewrites by another program between two requests of this
+server that land on the same reused inode number and leave the file no smaller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from boundctx import config
+from boundctx.errors import (
+    EntryInvalid,
+    TranscriptChanged,
+    TranscriptLocked,
+    TranscriptNotAFile,
+    TranscriptNotFound,
+    TranscriptPermission,
+)
+from boundctx.serve.http import TooLarge as _TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
+from boundctx.transcript.store import Transcript
+
+__all__ = ["SESSION_ID", "session_routes"]
+
+#: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+PREFIX = "/boundctx/v1/sessions"
+SUFFIX = ".jsonl"
+LIST_DEFAULT, LIST_MAX = 50, 1000
+MESSAGE_LIMIT_MAX = 1000
+#: The largest per-message display budget a window may ask for: 1,000 messages of this
+#: much stay a bounded reply; the whole of one message is the single-message route's job.
+CONTENT_LIMIT_MAX = 1 << 20
+#: edit/delete wait this long for another writer's append before answering 409; short,
+#: as a request thread waits with it.
+LOCK_WAIT_S = 1.0
+RETRY_AFTER = "1"
+
+
+class _Refused(Exception):
+    """A request answered with an error before (or instead of) touching the file."""
+
+    def __init__(self, status: int, message: str, code: str, param: str | None = None,
+                 type: str = "invalid_request_error", headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.param, self.type, self.headers = status, code, param, type, headers
+
+    def response(self):
+        return _error(self.status, str(self), self.type, self.code, self.param, headers=self.headers)
+
+
+def _stale(param: str = "layout_version") -> _Refused:
+    return _Refused(409, "the session was rewritten (a message edited or deleted) since this cursor was "
+                         "issued, so message indexes have moved; read the window again from the end",
+                    "stale_cursor", param)
+
+
+class _Versions:
+    """The layout version of each session file (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._salt = secrets.token_bytes(16)
+        self._lock = threading.Lock()
+        # real path -> [(dev, ino), largest size seen, epoch]
+        self._seen: dict[str, list] = {}
+
+    def of(self, real: str, st: os.stat_result) -> str:
+        key = (st.st_dev, st.st_ino)
+        with self._lock:
+            seen = self._seen.get(real)
+            if seen is None:
+                seen = self._seen[real] = [key, st.st_size, 0]
+            elif seen[0] != key:
+                seen[0], seen[1] = key, st.st_size
+            elif st.st_size < seen[1]:  # same inode, shorter: not an append
+                seen[1] = st.st_size
+                seen[2] += 1
+            else:
+                seen[1] = st.st_size
+            epoch = seen[2]
+        digest = hashlib.blake2b(f"{key[0]}:{key[1]}:{epoch}".encode(), key=self._salt, digest_size=8)
+        return digest.hexdigest()
+
+    def rewritten(self, real: str) -> None:
+        """This server rewrote ``real``: no old cursor holds, whatever inode it got."""
+        with self._lock:
+            seen = self._seen.get(real)
+            if seen is not None:
+                seen[2] += 1
+
+
+class _Sessions:
+    def __init__(self, sessions_dir: str, settings: config.Settings) -> None:
+        self.dir = os.fspath(sessions_dir)
+        self.real_dir = os.path.realpath(self.dir)
+        self.message_limit = int(settings["transcript.window_messages"])
+        self.content_limit = int(settings["transcript.window_content_bytes"])
+        self.max_body = int(settings["serve.max_body_bytes"])
+        self.versions = _Versions()
+
+    # -- names --------------------------------------------------------------------
+
+    def _id(self, value: Any) -> str:
+        if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
+            raise _Refused(400, f"{value!r} is not a session id: ids are 1 to 128 letters, digits, '_' or '-' "
+                                "(never a path)", "invalid_session_id", "id")
+        return value
+
+    def _path(self, sid: str) -> str:
+        return os.path.join(self.dir, sid + SUFFIX)
+
+    def _existing(self, sid: str) -> tuple[str, str]:
+        """The path and real path of an existing session file, refused (404) unless it
+        is a regular file directly inside the real sessions folder."""
+        path = self._path(self._id(sid))
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except OSError:
+            st = None
+        if st is None or os.path.dirname(real) != self.real_dir or not stat.S_ISREG(st.st_mode):
+            # One answer for missing, outside and not-a-file: a caller cannot probe
+            # what lies outside the folder.
+            raise _Refused(404, f"no session {sid!r}", "session_not_found", "id")
+        return path, real
+
+    # -- the parts of a reply --------------------------------------------------------
+
+    def _read(self, path: str, real: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, os.stat_result]:
+        """``read(transcript, version)`` on one file that stayed the same file
+        throughout (a rewrite under the read is retried, then refused as 409)."""
+        for _ in range(3):
+            st = _stat_regular(path)
+            version = self.versions.of(real, st)
+            with _opened(path) as t:
+                out = read(t, version)
+            after = _stat_regular(path)
+            if (after.st_dev, after.st_ino) == (st.st_dev, st.st_ino):
+                return out, self.versions.of(real, after), after
+        raise _Refused(409, "the session keeps being rewritten under the read; try again", "session_changed",
+                       headers={"Retry-After": RETRY_AFTER})
+
+    # -- handlers (blocking: run in the thread pool) ----------------------------------
+
+    def list(self, limit: int, after: str | None) -> dict[str, Any]:
+        found: list[tuple[int, str, os.stat_result]] = []
+        try:
+            entries = list(os.scandir(self.dir))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(SUFFIX) or not SESSION_ID.fullmatch(name[: -len(SUFFIX)]):
+                continue
+            real = os.path.realpath(entry.path)
+            try:
+                st = os.stat(real)
+            except OSError:
+                continue
+            if os.path.dirname(real) != self.real_dir or not stat.S_ISREG(st.st_mode):
+                continue
+            found.append((st.st_mtime_ns, name[: -len(SUFFIX)], st))
+        # Newest first; the id breaks ties so the order (and `after`) is stable.
+        found.sort(key=lambda f: (-f[0], f[1]))
+        start = 0
+        if after is not None:
+            ids = [f[1] for f in found]
+            if after not in ids:
+                raise _Refused(400, f"after={after!r} is not a listed session; page from the start again",
+                               "invalid_cursor", "after")
+            start = ids.index(after) + 1
+        page = found[start : start + limit]
+        data = [self._summary(sid, st) for _, sid, st in page]
+        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "has_more": start + limit < len(found)}
+
+    def _summary(self, sid: str, st: os.stat_result) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": sid, "object": "boundctx.session", "bytes": st.st_size,
+                                "modified": st.st_mtime_ns // 1_000_000_000}
+        try:
+            with Transcript.open(self._path(sid)) as t:
+                item["message_count"], item["compaction_count"] = t.message_count, t.compaction_count
+        except Exception as exc:  # one unreadable file must not hide the others
+            item["message_count"] = item["compaction_count"] = None
+            item["error"] = f"{type(exc).__name__}: {exc}"
+        return item
+
+    def create(self, sid: str) -> dict[str, Any]:
+        path = self._path(sid)
+        if not os.path.isdir(self.real_dir):
+            raise _Refused(500, f"the sessions folder {self.dir!r} does not exist", "sessions_folder_missing",
+                           type="server_error")
+        try:
+            # O_EXCL refuses anything already at the name, a dangling symlink included.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644))
+        except FileExistsError:
+            raise _Refused(409, f"session {sid!r} exists", "session_exists", "id") from None
+        return self.get(sid)
+
+    def get(self, sid: str) -> dict[str, Any]:
+        path, real = self._existing(sid)
+        counts, version, st = self._read(path, real, lambda t, v: (t.message_count, t.compaction_count))
+        return {"id": sid, "object": "boundctx.session", "message_count": counts[0],
+                "compaction_count": counts[1], "bytes": st.st_size,
+                "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
+
+    def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
+        path, real = self._existing(sid)
+        before = _int_param(query, "message_before", None, 0)
+        limit = _int_param(query, "message_limit", self.message_limit, 0, MESSAGE_LIMIT_MAX)
+        content = _int_param(query, "content_limit", self.content_limit, 0, CONTENT_LIMIT_MAX)
+        wanted = query.get("layout_version")
+
+        def read(t: Transcript, version: str):
+            if wanted is not None and wanted != version:
+                raise _stale()
+            if before is not None and before > t.message_count:
+                raise _Refused(400, f"message_before={before} is past the last message; the session has "
+                                    f"{t.message_count}", "invalid_value", "message_before")
+            return t.window(message_before=before, message_limit=limit, content_limit=content)
+
+        w, version, _ = self._read(path, real, read)
+        return {**msgspec.to_builtins(w), "layout_version": version}
+
+    def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
+        path, real = self._existing(sid)
+        index = _index(index_text)
+        wanted = query.get("layout_version")
+
+        def read(t: Transcript, version: str):
+            if wanted is not None and wanted != version:
+                raise _stale()
+            _check_index(index, t.message_count)
+            return t.window(message_before=index + 1, message_limit=1, content_limit=None).messages[0]
+
+        entry, version, _ = self._read(path, real, read)
+        return {**msgspec.to_builtins(entry), "layout_version": version}
+
+    def append(self, sid: str, body: bytes) -> dict[str, Any]:
+        path, real = self._existing(sid)
+        record = _record(body)
+        with _opened(path) as t:
+            line = _writing(lambda: t.append(record))
+            count = t.message_count
+        return {"line": line, "message_count": count}
+
+    def rewrite(self, sid: str, index_text: str, query: Mapping[str, str], body: bytes | None) -> dict[str, Any]:
+        """Edit (``body``: the replacement record) or delete (``body`` None) one message."""
+        path, real = self._existing(sid)
+        index = _index(index_text)
+        record = _record(body) if body is not None else None
+        if record is not None:
+            _writing(lambda: encode_record(record))  # refused before the lock and the history read
+        wanted = query.get("layout_version")
+        st = _stat_regular(path)
+        if wanted is not None and wanted != self.versions.of(real, st):
+            raise _stale()
+        with _opened(path) as t:
+            _check_index(index, t.message_count)
+            if record is not None:
+                _writing(lambda: t.edit(index, record, lock_wait=LOCK_WAIT_S))
+            else:
+                _writing(lambda: t.delete(index, lock_wait=LOCK_WAIT_S))
+        self.versions.rewritten(real)
+        return self.get(sid)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _stat_regular(path: str) -> os.stat_result:
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise _Refused(404, "the session is gone", "session_not_found", "id") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Refused(404, "the session is gone", "session_not_found", "id")
+    return st
+
+
+class _opened:
+    """``Transcript.open`` with the store's errors said as HTTP ones."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> Transcript:
+        try:
+            self.t = Transcript.open(self.path)
+        except (TranscriptNotFound, TranscriptNotAFile):
+            raise _Refused(404, "the session is gone", "session_not_found", "id") from None
+        except TranscriptPermission as exc:
+            raise _Refused(403, str(exc), "permission_denied", type="permission_error") from None
+        return self.t
+
+    def __exit__(self, *exc) -> None:
+        self.t.close()
+
+
+def _writing(write: Callable[[], Any]) -> Any:
+    try:
+        return write()
+    except EntryInvalid as exc:
+        raise _Refused(400, str(exc), "invalid_record", "record") from None
+    except TranscriptLocked:
+        raise _Refused(409, "another writer holds this session; retry shortly", "session_locked",
+                       headers={"Retry-After": RETRY_AFTER}) from None
+    except TranscriptChanged as exc:
+        raise _Refused(409, str(exc), "session_changed", headers={"Retry-After": RETRY_AFTER}) from None
+    except TranscriptPermission as exc:
+        raise _Refused(403, str(exc), "permission_denied", type="permission_error") from None
+    except IndexError as exc:  # the message went between the check and the rewrite
+        raise _Refused(404, str(exc), "message_not_found", "index") from None
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum: int,
+               maximum: int | None = None) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return default
+    # int() alone would take " 5", "+5", "5_0" and "٥"; a cursor is plain ASCII digits.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise _Refused(400, f"{name} must be a non-negative integer, got {text!r}", "invalid_value", name)
+    value = int(text)
+    if value < minimum or (maximum is not None and value > maximum):
+        top = f" and at most {maximum:,}" if maximum is not None else ""
+        raise _Refused(400, f"{name} must be at least {minimum}{top}, got {value}", "invalid_value", name)
+    return value
+
+
+def _index(text: str) -> int:
+    return _int_param({"index": text}, "index", None, 0)  # type: ignore[return-value]
+
+
+def _check_index(index: int, count: int) -> None:
+    if index >= count:
+        raise _Refused(404, f"no message {index}: the session has {count} (indexes 0 to {count - 1})",
+                       "message_not_found", "index")
+
+
+def _record(body: bytes) -> dict[str, Any]:
+    """A request body as a record, read as the store reads a line (no NaN or Infinity,
+    no numbers out of a double's range, bounded nesting)."""
+    try:
+        value = decode_record(body)
+    except LineUnreadable as exc:
+        raise _Refused(400, f"the body is not JSON the store can keep: {exc}", "invalid_json", "record") from None
+    if not isinstance(value, dict):
+        raise _Refused(400, f"the body must be a JSON object (a record), got {type(value).__name__}",
+                       "invalid_record", "record")
+    return value
+
+
+# -- routes --------------------------------------------------------------------------------
+
+
+def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] | None = None) -> list:
+    """The sessions API's routes over transcripts in ``sessions_dir``.
+
+    Parameters
+    ----------
+    sessions_dir : path
+        The folder holding ``<id>.jsonl`` transcripts.
+    settings : mapping, optional
+        Resolved settings or a partial mapping over :func:`boundctx.config.load`
+        (``transcript.window_*`` give the window defaults, ``serve.max_body_bytes``
+        bounds bodies).
+
+    Returns
+    -------
+    list of starlette.routing.Route
+    """
+    from starlette.concurrency import run_in_threadpool
+    from starlette.routing import Route
+
+    s = _Sessions(os.fspath(sessions_dir), config.resolve(settings))
+
+    async def answer(status: int, work: Callable[[], Any]):
+        try:
+            return _json(status, await run_in_threadpool(work))
+        except _Refused as refused:
+            return refused.response()
+
+    async def body_of(request) -> bytes:
+        try:
+            return await _read_body(request, s.max_body)
+        except _TooLarge:
+            raise _Refused(413, f"the request body is over {s.max_body:,} bytes (serve.max_body_bytes)",
+                           "request_too_large") from None
+
+    async def sessions(request):
+        if request.method == "GET":
+            try:
+                limit = _int_param(request.query_params, "limit", LIST_DEFAULT, 1, LIST_MAX)
+            except _Refused as refused:
+                return refused.response()
+            return await answer(200, lambda: s.list(limit, request.query_params.get("after")))
+        try:
+            body = await body_of(request)
+            given = msgspec.json.decode(body) if body.strip() else {}
+        except _Refused as refused:
+            return refused.response()
+        except msgspec.DecodeError as exc:
+            return _error(400, f"the body is not JSON: {exc}", "invalid_request_error", "invalid_json")
+        if not isinstance(given, dict):
+            return _error(400, "the body must be a JSON object", "invalid_request_error", "invalid_json")
+        try:
+            sid = s._id(given["id"]) if given.get("id") is not None else secrets.token_hex(12)
+        except _Refused as refused:
+            return refused.response()
+        return await answer(201, lambda: s.create(sid))
+
+    async def session(request):
+        return await answer(200, lambda: s.get(request.path_params["id"]))
+
+    async def messages(request):
+        sid = request.path_params["id"]
+        if request.method == "GET":
+            return await answer(200, lambda: s.window(sid, request.query_params))
+        try:
+            body = await body_of(request)
+        except _Refused as refused:
+            return refused.response()
+        return await answer(201, lambda: s.append(sid, body))
+
+    async def message(request):
+        sid, index = request.path_params["id"], request.path_params["index"]
+        if request.method == "GET":
+            return await answer(200, lambda: s.message(sid, index, request.query_params))
+        if request.method == "DELETE":
+            return await answer(200, lambda: s.rewrite(sid, index, request.query_params, None))
+        try:
+            body = await body_of(request)
+        except _Refused as refused:
+            return refused.response()
+        return await answer(200, lambda: s.rewrite(sid, index, request.query_params, body))
+
+    async def nowhere(request):
+        # Anything else under the sessions prefix (an id holding a "/", a path past a
+        # known route, a method a route does not take) is answered in the API's error
+        # shape, not Starlette's plain text.
+        path = request.url.path
+        for route in routes[:-1]:
+            if route.path_regex.match(path):
+                allowed = ", ".join(sorted(route.methods - {"HEAD"}))
+                return _error(405, f"{request.method} is not a method of {route.path} (use {allowed})",
+                              "invalid_request_error", "method_not_allowed", headers={"Allow": allowed})
+        return _error(404, f"no such sessions route: {path}", "invalid_request_error", "not_found")
+
+    routes = [
+        Route(PREFIX, sessions, methods=["GET", "POST"]),
+        Route(PREFIX + "/{id}", session, methods=["GET"]),
+        Route(PREFIX + "/{id}/messages", messages, methods=["GET", "POST"]),
+        Route(PREFIX + "/{id}/messages/{index}", message, methods=["GET", "PATCH", "DELETE"]),
+    ]
+    routes.append(Route(PREFIX + "/{rest:path}", nowhere, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
+    return routes
