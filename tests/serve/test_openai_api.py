@@ -405,3 +405,19 @@ def test_the_sessions_routes_sit_behind_the_same_guard(serve, tmp_path):
     assert httpx.post(url, json={"id": "chat-1"}, headers=auth).status_code == 201
     assert [s["id"] for s in httpx.get(url, headers=auth).json()["data"]] == ["chat-1"]
     assert (tmp_path / "s" / "chat-1.jsonl").exists()
+
+
+def test_two_servers_on_one_sessions_folder_agree_on_layout_versions(serve, tmp_path):
+    # Several boundctx serve processes behind one balancer: paging through either one
+    # must not be refused as stale.
+    folder = str(tmp_path / "shared")
+    a = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL, sessions_dir=folder)
+    b = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL, sessions_dir=folder)
+    assert httpx.post(a.url + "/boundctx/v1/sessions", json={"id": "s"}).status_code == 201
+    rec = {"type": "message", "message": {"role": "user", "content": "hi"}}
+    for server in (a, b, a):
+        assert httpx.post(server.url + "/boundctx/v1/sessions/s/messages", json=rec).status_code == 201
+    va, vb = (httpx.get(x.url + "/boundctx/v1/sessions/s").json()["layout_version"] for x in (a, b))
+    assert va == vb
+    page = httpx.get(b.url + "/boundctx/v1/sessions/s/messages", params={"layout_version": va, "message_limit": 2})
+    assert page.status_code == 200 and page.json()["message_count"] == 3

@@ -21,18 +21,14 @@ Layout versions
 A message index is a cursor only while the messages before it stay where they are. An
 append keeps them there; a rewrite (edit, delete) moves them, and the store always
 rewrites by writing a new file and renaming it over the old one, so the file's
-``(st_dev, st_ino)`` changes. ``layout_version`` is therefore a hash of
+``(st_dev, st_ino)`` changes. ``layout_version`` is a hash of the device and inode:
+it changes on every rewrite, never on an append, and every server process sharing the
+folder computes the same one (several ``boundctx serve`` behind one balancer).
 
-* the file's device and inode (changes on every rewrite, never on an append),
-* an epoch this server bumps when it rewrites the file itself or sees the same inode
-  shrink (a truncation or an in-place rewrite by another program), so a rewrite that
-  reuses a freed inode number is still caught when it goes through this server,
-* a random salt of this process: a cursor from before a restart gets 409 and the client
-  re-reads from the end, instead of trusting an inode number the file may have reused
-  while nobody watched.
-
-What it cannot see: two rewrites by another program between two requests of this
-server that land on the same reused inode number and leave the file no smaller.
+What it cannot see: a change that keeps the inode (another program truncating or
+editing the file in place; a window past the end is still refused with 400), and two
+rewrites between two requests that land on a freed inode number reused (the second
+rewrite's temporary file can get the number the first one freed).
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ import os
 import re
 import secrets
 import stat
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -97,37 +92,15 @@ def _stale(param: str = "layout_version") -> _Refused:
 
 
 class _Versions:
-    """The layout version of each session file (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._salt = secrets.token_bytes(16)
-        self._lock = threading.Lock()
-        # real path -> [(dev, ino), largest size seen, epoch]
-        self._seen: dict[str, list] = {}
+    """The layout version of each session file (see the module docstring): the same in
+    every server process, so a client paging through several behind a balancer is not
+    refused for switching between them."""
 
     def of(self, real: str, st: os.stat_result) -> str:
-        key = (st.st_dev, st.st_ino)
-        with self._lock:
-            seen = self._seen.get(real)
-            if seen is None:
-                seen = self._seen[real] = [key, st.st_size, 0]
-            elif seen[0] != key:
-                seen[0], seen[1] = key, st.st_size
-            elif st.st_size < seen[1]:  # same inode, shorter: not an append
-                seen[1] = st.st_size
-                seen[2] += 1
-            else:
-                seen[1] = st.st_size
-            epoch = seen[2]
-        digest = hashlib.blake2b(f"{key[0]}:{key[1]}:{epoch}".encode(), key=self._salt, digest_size=8)
-        return digest.hexdigest()
+        return hashlib.blake2b(f"{st.st_dev}:{st.st_ino}".encode(), digest_size=8).hexdigest()
 
     def rewritten(self, real: str) -> None:
-        """This server rewrote ``real``: no old cursor holds, whatever inode it got."""
-        with self._lock:
-            seen = self._seen.get(real)
-            if seen is not None:
-                seen[2] += 1
+        """This server rewrote ``real``: the rename gave it a new inode, hence a new version."""
 
 
 class _Sessions:
