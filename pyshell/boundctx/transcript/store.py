@@ -423,13 +423,13 @@ class Transcript:
             buf = pread_exact(self._fd, run_start - pre, run_end - run_start + pre)
             if len(buf) != run_end - run_start + pre:
                 raise _StaleLayout(f"line {plan[j - 1].line} runs past the end of the file")
+            if pre and buf[0] != 10:
+                raise _StaleLayout(f"line {plan[i].line} does not start after a newline")
+            # Every other line of the run starts after a newline and ends with one: the
+            # rescan proves it along with the kinds.
             self._check_framing(buf, pre, run_start, plan[i].line, plan[j - 1].line)
             for ln in plan[i:j]:
                 at = ln.start - run_start + pre
-                if at and buf[at - 1] != 10:
-                    raise _StaleLayout(f"line {ln.line} does not start after a newline")
-                if buf[at + ln.end - ln.start - 1] != 10:
-                    raise _StaleLayout(f"line {ln.line} does not end with a newline")
                 body = buf[at : at + ln.end - ln.start - 1]
                 if ln.start == 0 and body.startswith(BOM):
                     body = body[3:]
@@ -792,12 +792,10 @@ class Transcript:
             buf = pread_exact(self._fd, lo - pre, hi - lo + pre)
             if len(buf) != hi - lo + pre or (pre and buf[0] != 10):
                 raise _StaleLayout(f"line {i} does not start after a newline")
-            self._check_framing(buf, pre, lo, i, j - 1)
+            self._check_framing(buf, pre, lo, i, j - 1)  # and so every line ends with a newline
             view = memoryview(buf)
             for k in range(i, j):
                 a, b = int(starts[k]) - lo + pre, int(ends[k]) - lo + pre
-                if buf[b - 1] != 10:
-                    raise _StaleLayout(f"line {k} does not end with a newline")
                 lines.append(bytes(view[a:b]))
             i = j
         is_msg = is_sequence(kinds).tolist()
@@ -835,10 +833,7 @@ class Transcript:
             f.write(data)
         # Invalidate both cache layers: the sidecars on disk and the layout in memory.
         for side in sidecar_paths(self.path):
-            try:
-                os.unlink(side)
-            except OSError:
-                pass
+            _unlink_quietly(side)
         os.close(self._wfd)
         self._wfd = None
         new_fd = _open_regular_fd(self.path)
