@@ -421,3 +421,20 @@ def test_two_servers_on_one_sessions_folder_agree_on_layout_versions(serve, tmp_
     assert va == vb
     page = httpx.get(b.url + "/boundctx/v1/sessions/s/messages", params={"layout_version": va, "message_limit": 2})
     assert page.status_code == 200 and page.json()["message_count"] == 3
+
+
+def test_several_tool_calls_stream_as_separate_calls(serve):
+    # A client merges tool-call deltas by index: each call needs its own.
+    from boundctx.providers import ToolCallChunk
+
+    tools = TOOLS + [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
+    calls = [ToolCallChunk("call_1", "read_log", "{}"), ToolCallChunk("call_2", "grep", '{"q": "FAILED"}')]
+    server = serve(ScriptedProvider(lambda request: list(calls), context_window=8192), settings=settings(),
+                   model_id=MODEL)
+    with client(server).chat.completions.stream(model=MODEL, messages=ASK, tools=tools) as stream:
+        final = stream.get_final_completion()
+    got = [(c.id, c.function.name, c.function.arguments) for c in final.choices[0].message.tool_calls]
+    assert got == [("call_1", "read_log", "{}"), ("call_2", "grep", '{"q": "FAILED"}')]
+    assert final.choices[0].finish_reason == "tool_calls"
+    whole = client(server).chat.completions.create(model=MODEL, messages=ASK, tools=tools)
+    assert [c.id for c in whole.choices[0].message.tool_calls] == ["call_1", "call_2"]

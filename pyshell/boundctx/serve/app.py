@@ -257,7 +257,6 @@ class _Server:
     async def _complete(self, request, req: ChatCompletionRequest, run: ReplyRun, first: Any):
         chunks = Chunks(self.model_id)
         text: list[str] = []
-        calls: list[dict[str, Any]] = []
         watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
         events = [first]
         try:
@@ -268,14 +267,12 @@ class _Server:
                                       headers={"x-should-retry": "false"})
                     if isinstance(event, ReplyDelta):
                         text.append(event.text)
-                    elif isinstance(event, ToolCall) and not event.internal:
-                        calls.append(_wire_call(event))
                     elif isinstance(event, Failed):
                         return _error(500, event.error, "server_error", _code(event),
                                       headers={"x-should-retry": "false"})
                     elif isinstance(event, Done):
-                        reason = "tool_calls" if calls else _FINISH.get(event.finish_reason, "stop")
-                        return _json(200, chunks.completion("".join(text), reason, _usage(event), calls,
+                        return _json(200, chunks.completion("".join(text), _finish(event), _usage(event),
+                                                            [_wire_call(c) for c in event.tool_calls],
                                                             _done_extension(event)))
                 waiter = asyncio.ensure_future(run.next_events(None))
                 await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -300,6 +297,12 @@ async def _wait_for_disconnect(receive) -> None:
 def _code(failed: Failed) -> str:
     return {"IncompleteCoverage": "analysis_failed", "GenerationTimeout": "timeout",
             "GenerationError": "generation_failed"}.get(failed.kind, "reply_failed")
+
+
+def _finish(done: Done) -> str:
+    """The OpenAI finish reason of an engine ending; a reply that carries calls of the
+    caller's tools ended with them."""
+    return "tool_calls" if done.tool_calls else _FINISH.get(done.finish_reason, "stop")
 
 
 def _wire_call(event: ToolCall) -> dict[str, Any]:
@@ -361,7 +364,7 @@ class _Stream:
         run = self.run
         gone = asyncio.ensure_future(_wait_for_disconnect(receive))
         self._last_progress = -1e9
-        self._calls: list[dict[str, Any]] = []
+        self._calls = 0  # the caller's tool calls sent so far
         finished = False
 
         async def put(data: bytes) -> bool:
@@ -420,11 +423,10 @@ class _Stream:
         if isinstance(event, ReplyDelta):
             return frame(chunks.content(event.text)), False
         if isinstance(event, ToolCall) and not event.internal:
-            self._calls.append(_wire_call(event))
-            return frame(chunks.tool_calls([self._calls[-1]])), False
+            self._calls += 1
+            return frame(chunks.tool_call(self._calls - 1, _wire_call(event))), False
         if isinstance(event, Done):
-            reason = "tool_calls" if self._calls else _FINISH.get(event.finish_reason, "stop")
-            data = frame(chunks.finish(reason, _done_extension(event)))
+            data = frame(chunks.finish(_finish(event), _done_extension(event)))
             if self.req.stream_options is not None and self.req.stream_options.include_usage:
                 data += frame(chunks.usage(_usage(event)))
             return data + DONE, True

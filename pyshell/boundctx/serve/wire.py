@@ -58,8 +58,10 @@ class Chunks:
     def content(self, text: str) -> dict[str, Any]:
         return self._chunk({"content": text})
 
-    def tool_calls(self, calls: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+    def tool_call(self, index: int, call: dict[str, Any]) -> dict[str, Any]:
+        """One tool call, whole; ``index`` is its place in the reply's calls (clients
+        merge deltas by it)."""
+        return self._chunk({"tool_calls": [{"index": index, **call}]})
 
     def progress(self, extension: dict[str, Any], status: str | None = None, done: bool = False) -> dict[str, Any]:
         """A chunk that says what boundctx is doing: an empty delta, the ``boundctx``
