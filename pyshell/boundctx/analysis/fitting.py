@@ -155,10 +155,10 @@ def _sizes(messages: Sequence[dict[str, Any]]) -> np.ndarray:
 
 
 def _first_fitting_step(msgs: Sequence[dict[str, Any]], steps: list[tuple[list[int], bool]], count: Count,
-                        limit: int) -> tuple[int, dict[int, int]]:
+                        limit: int) -> int:
     """The first step ``k`` (0 = drop nothing, ``len(steps)`` = drop every step) whose
     kept messages fit ``limit``, with ``exact(k - 1) > limit`` counted; or
-    ``len(steps) + 1`` when none fits. Also the exact counts made, by step."""
+    ``len(steps) + 1`` when none fits."""
     n_steps = len(steps)
     # The step that drops each message (never: past the last one).
     step_of = np.full(len(msgs), n_steps + 1, dtype=np.int64)
@@ -218,7 +218,7 @@ def _first_fitting_step(msgs: Sequence[dict[str, Any]], steps: list[tuple[list[i
         run = run + 1 if fits == last_fit else 1
         last_fit = fits
         widths.append(hi - lo)
-    return hi, counted
+    return hi
 
 
 def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit: int, analysis_on: bool,
@@ -252,7 +252,7 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     turn = current_turn_start(msgs) if turn_start is None else turn_start
     keep_system = bool(msgs) and msgs[0].get("role") == "system"
     steps = drop_order(msgs, turn, keep_system)
-    k, _ = _first_fitting_step(msgs, steps, count, limit)
+    k = _first_fitting_step(msgs, steps, count, limit)
     taken = steps[:k]
     dropped = {i for new, _ in taken for i in new}
     research = sum(len(new) for new, is_research in taken if is_research)
