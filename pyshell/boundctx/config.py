@@ -240,6 +240,9 @@ KEYS: dict[str, Key] = _declare(
     Key("serve.sessions_dir", "str", "", "the folder of sessions (transcripts) boundctx serve reads and "
         "writes under /boundctx/v1/sessions (empty: $XDG_DATA_HOME/boundctx/sessions, or "
         "~/.local/share/boundctx/sessions)"),
+    Key("serve.cors_origins", "str", "", "origins (scheme://host[:port], comma-separated; * for any) whose "
+        "pages may call boundctx serve from a browser; empty sends no CORS headers. Credentials are never "
+        "allowed: send the API key as a bearer token"),
 )
 
 

@@ -51,6 +51,7 @@ DESIGN_LIMITS = {
     "serve.progress_max_hz": (4.0, 0),
     "serve.progress_openwebui": (True, "maybe"),
     "serve.sessions_dir": ("", 1),
+    "serve.cors_origins": ("", 1),
 }
 
 

@@ -3,7 +3,6 @@ scripted provider: answers, progress apart from the answer, errors in the OpenAI
 with real statuses, cancellation, admission and the guard."""
 
 import json
-import re
 import threading
 import time
 
@@ -12,39 +11,11 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
 
-from boundctx import config  # noqa: E402
 from boundctx.analysis import Engine  # noqa: E402
-from boundctx.analysis.workers import WORKER_INSTRUCTIONS  # noqa: E402
 from boundctx.events import ReplyDelta  # noqa: E402
 from boundctx.providers import ScriptedProvider  # noqa: E402
 from boundctx.serve import ServeError, create_app  # noqa: E402
-
-MODEL = "boundctx-test"
-LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
-
-
-def answer(request):
-    """Workers note the failing line; the coordinator answers in pieces."""
-    if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
-        body = request.messages[-1]["content"]
-        return "step 377 FAILED id=7f3a9c11" if "FAILED" in body else ""
-    return ["The ", "failing ", "step ", "is ", "377."]
-
-
-def settings(**over):
-    return config.load(env={}, overrides={"analysis.notes_max_tokens": 256, **over})
-
-
-def client(server, key="none", **kw):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, **kw)
-
-
-ASK = [{"role": "user", "content": "Which step failed?"}]
-# An agent's turn: the question, its own tool call, and a result far larger than the window.
-WITH_LOG = ASK + [{"role": "assistant", "content": "", "tool_calls": [
-    {"id": "c1", "type": "function", "function": {"name": "read_log", "arguments": "{}"}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": LOG}]
-
+from serve.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings  # noqa: E402
 
 def test_a_plain_completion_and_the_models_list(serve):
     server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
@@ -179,24 +150,6 @@ def test_binding_beyond_loopback_without_a_key_is_refused(tmp_path):
         create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0", sessions_dir=str(tmp_path))
     create_app(ScriptedProvider(answer), settings=settings(), host="0.0.0.0", api_keys={"k"},
                sessions_dir=str(tmp_path))
-
-
-class Slow:
-    """A reply of many pieces, one every ``gap`` seconds; counts what it produced."""
-
-    def __init__(self, pieces=200, gap=0.01):
-        self.pieces, self.gap = pieces, gap
-        self.produced = 0
-        self.started = threading.Event()
-
-    def __call__(self, request):
-        def gen():
-            self.started.set()
-            for i in range(self.pieces):
-                time.sleep(self.gap)
-                self.produced += 1
-                yield f"w{i} "
-        return gen()
 
 
 def test_past_the_queue_a_request_is_503_with_retry_after(serve):

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,11 +28,13 @@ from boundctx.analysis import Engine
 from boundctx.errors import BoundctxError, ConfigError, ToolOfferError
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Provider
-from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
 from boundctx.serve.http import TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
 from boundctx.serve.requests import BadRequest, ChatCompletionRequest, parse_chat_request
-from boundctx.serve.sessions import session_routes
-from boundctx.serve.wire import DONE, PING, Chunks, error_body, frame
+from boundctx.serve.sessions import Sessions, session_routes
+from boundctx.serve.settings import LiveSettings, settings_routes, with_values
+from boundctx.serve.streaming import EventStream, ProgressGate, wait_for_disconnect
+from boundctx.serve.wire import DONE, Chunks, error_body, frame
 
 __all__ = ["ServeError", "create_app", "is_loopback", "sessions_folder"]
 
@@ -60,12 +63,20 @@ def is_loopback(host: str) -> bool:
 
 class Guard:
     """Pure ASGI checks in front of every route (no ``BaseHTTPMiddleware``, which hides
-    client disconnects from streaming handlers)."""
+    client disconnects from streaming handlers): the Host header, CORS, the API key.
 
-    def __init__(self, app, *, keys: frozenset[str], allowed_hosts: frozenset[str] | None) -> None:
+    CORS headers go only to a configured origin (``serve.cors_origins``), never with
+    ``Access-Control-Allow-Credentials``: the key travels in a header the page's script
+    sets, not in a cookie the browser adds on its own. A preflight is answered before
+    the key check, as browsers send it without one.
+    """
+
+    def __init__(self, app, *, keys: frozenset[str], allowed_hosts: frozenset[str] | None,
+                 cors: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.keys = tuple(k.encode() for k in keys)
         self.allowed_hosts = allowed_hosts
+        self.cors = cors
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -79,6 +90,19 @@ class Guard:
                                        "requests addressed to it (a guard against DNS rebinding)",
                                   "invalid_request_error", "host_not_allowed")
                 return await response(scope, receive, send)
+        allow_origin = self._allowed_origin(headers.get("origin"))
+        if allow_origin is not None:
+            cors_headers = [(b"access-control-allow-origin", allow_origin.encode("latin-1")), (b"vary", b"Origin")]
+            if scope.get("method") == "OPTIONS" and "access-control-request-method" in headers:
+                from starlette.responses import Response
+
+                response = Response(status_code=204, headers={
+                    "access-control-allow-origin": allow_origin, "vary": "Origin",
+                    "access-control-allow-methods": "GET, POST, PATCH, DELETE",
+                    "access-control-allow-headers": "authorization, content-type",
+                    "access-control-max-age": "600"})
+                return await response(scope, receive, send)
+            send = _with_headers(send, cors_headers + [(b"access-control-expose-headers", b"retry-after")])
         if self.keys and scope.get("path") not in ("/health", "/v1/health"):
             given = headers.get("authorization", "")
             token = given[7:].strip().encode() if given[:7].lower() == "bearer " else b""
@@ -92,6 +116,21 @@ class Guard:
                                   headers={"WWW-Authenticate": "Bearer"})
                 return await response(scope, receive, send)
         return await self.app(scope, receive, send)
+
+    def _allowed_origin(self, origin: str | None) -> str | None:
+        if origin is None or not self.cors:
+            return None
+        if "*" in self.cors:
+            return "*"
+        return origin if origin.lower() in self.cors else None
+
+
+def _with_headers(send, extra: list[tuple[bytes, bytes]]):
+    async def sender(message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+    return sender
 
 
 def sessions_folder(settings: Mapping[str, Any]) -> str:
@@ -133,6 +172,9 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     from starlette.applications import Starlette
     from starlette.routing import Route
 
+    from boundctx.serve.engine_routes import engine_routes
+    from boundctx.serve.session_replies import session_reply_routes
+
     resolved = config.resolve(settings)
     keys = frozenset(api_keys or ())
     host = host if host is not None else str(resolved["serve.host"])
@@ -141,14 +183,18 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
                          "the model and read the sessions. Set serve.api_key_file or BOUNDCTX_SERVE_API_KEY, or "
                          "bind 127.0.0.1")
     allowed = (frozenset(_LOOPBACK_NAMES | {host.lower(), f"[{host.lower()}]"}) if is_loopback(host) else None)
+    origins = cors_origins(str(resolved["serve.cors_origins"]))
     server = _Server(provider, resolved, model_id or provider.name)
     folder = sessions_dir if sessions_dir is not None else sessions_folder(resolved)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); set serve.sessions_dir") from None
+    sessions = Sessions(folder, server.live)
     app = Starlette(routes=[
-        *session_routes(folder, resolved),
+        *session_routes(sessions, extra=session_reply_routes(server, sessions)),
+        *settings_routes(server.live, int(resolved["serve.max_body_bytes"])),
+        *engine_routes(server),
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/health", server.health, methods=["GET"]),
         Route("/v1/models", server.models, methods=["GET"]),
@@ -157,19 +203,48 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         Route("/chat/completions", server.chat_completions, methods=["POST"]),
     ])
     app.state.boundctx = server
-    return Guard(app, keys=keys, allowed_hosts=allowed)
+    return Guard(app, keys=keys, allowed_hosts=allowed, cors=origins)
+
+
+def cors_origins(text: str) -> frozenset[str]:
+    """The origins of ``serve.cors_origins`` (comma-separated; ``*`` is any origin).
+
+    Raises
+    ------
+    ServeError
+        An entry that is not an origin (``scheme://host[:port]``, no path).
+    """
+    out = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if item != "*":
+            parts = urllib.parse.urlsplit(item)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+                raise ServeError(f"serve.cors_origins: {item!r} is not an origin; write scheme://host[:port], "
+                                 "e.g. http://localhost:3000 (or * for any origin)")
+            item = f"{parts.scheme}://{parts.netloc.lower()}"
+        out.add(item)
+    return frozenset(out)
 
 
 class _Server:
+    """What every route shares: the provider, the live settings, the reply slots, and
+    the replies in flight by id (for the cancel route)."""
+
     def __init__(self, provider: Provider, settings: config.Settings, model_id: str) -> None:
         self.provider = provider
-        self.settings = settings
+        self.live = LiveSettings(settings)
         self.model_id = model_id
         # A local model generates one reply at a time whatever the setting says.
         active = 1 if provider.serialises else int(settings["serve.active_replies"])
         self.slots = Slots(active, int(settings["serve.queue_depth"]))
         self.created = int(time.time())
-        self.runs: set[ReplyRun] = set()
+        self.replies: dict[str, ReplyRun] = {}
+
+    @property
+    def settings(self) -> config.Settings:
+        return self.live.current
 
     # -- plain routes -------------------------------------------------------------------
 
@@ -181,24 +256,17 @@ class _Server:
             {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "boundctx",
              "meta": {"n_ctx": self.provider.context_window}}]})
 
-    # -- chat completions ---------------------------------------------------------------
+    # -- one reply ----------------------------------------------------------------------
 
-    async def chat_completions(self, request):
+    async def begin(self, messages: list[dict[str, Any]], *, reply_id: str, max_tokens: int | None = None,
+                    temperature: float | None = None, tools: list[dict[str, Any]] | None = None):
+        """Admit and start one reply: ``(run, first event)``, or the error response to
+        send instead (before any byte of a reply). The run is in :attr:`replies` until
+        :meth:`end`."""
         try:
-            body = await _read_body(request, int(self.settings["serve.max_body_bytes"]))
-        except TooLarge:
-            return _error(413, f"the request body is over {self.settings['serve.max_body_bytes']:,} bytes "
-                               "(serve.max_body_bytes); send long inputs in smaller parts", "invalid_request_error",
-                          "request_too_large")
-        try:
-            req = parse_chat_request(body)
-            engine = self._engine(req)
+            engine = self._engine(max_tokens, temperature)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error", exc.code, exc.param)
-        if req.model != self.model_id:
-            return _error(404, f"the model {req.model!r} does not exist here; this server serves "
-                               f"{self.model_id!r} (GET /v1/models)", "invalid_request_error", "model_not_found",
-                          "model")
         try:
             ticket = self.slots.admit()
         except Busy:
@@ -208,35 +276,35 @@ class _Server:
         engine.provider = GatedProvider(self.provider, ticket, cancel)
         try:
             # The tools are checked here, before any event: a bad one is a 400.
-            events = engine.reply(req.messages, cancel=cancel, tools=req.tools)
+            events = engine.reply(messages, cancel=cancel, tools=tools)
         except ToolOfferError as exc:
             ticket.release()
             return _error(400, str(exc), "invalid_request_error", "invalid_tools", "tools")
         run = ReplyRun(lambda: events, cancel, asyncio.get_running_loop(), on_end=ticket.release)
-        self.runs.add(run)
+        self.replies[reply_id] = run
         try:
             first = await run.next_event(None)
         except BaseException:
             run.abandon()
+            self.end(reply_id)
             raise
         if isinstance(first, Failed) or first is None:
-            self.runs.discard(run)
+            self.end(reply_id)
             return self._failed_before_output(first, run)
-        if req.stream:
-            return _Stream(self, req, run, first)
-        return await self._complete(request, req, run, first)
+        return run, first
 
-    def _engine(self, req: ChatCompletionRequest) -> Engine:
-        overrides: dict[str, Any] = {}
-        if req.temperature is not None:
-            overrides["chat.temperature"] = req.temperature
-        settings = self.settings if not overrides else config.resolve({**dict(self.settings), **overrides})
-        max_tokens = req.max_completion_tokens or req.max_tokens or min(DEFAULT_MAX_TOKENS,
-                                                                       max(1, self.provider.context_window // 4))
-        if max_tokens >= self.provider.context_window:
+    def end(self, reply_id: str) -> None:
+        self.replies.pop(reply_id, None)
+
+    def _engine(self, max_tokens: int | None, temperature: float | None) -> Engine:
+        settings = self.settings
+        if temperature is not None:
+            settings = with_values(settings, {"chat.temperature": temperature}, "the request")
+        window = self.provider.context_window
+        max_tokens = max_tokens or min(DEFAULT_MAX_TOKENS, max(1, window // 4))
+        if max_tokens >= window:
             raise BadRequest(f"max_tokens = {max_tokens} leaves no room for the prompt in the "
-                             f"{self.provider.context_window}-token window", param="max_tokens",
-                             code="context_length_exceeded")
+                             f"{window}-token window", param="max_tokens", code="context_length_exceeded")
         try:
             return Engine(self.provider, settings=settings, max_reply_tokens=max_tokens)
         except (ConfigError, ValueError) as exc:
@@ -254,10 +322,45 @@ class _Server:
         # client retries 5xx twice unless told.
         return _error(500, failed.error, "server_error", _code(failed), headers={"x-should-retry": "false"})
 
-    async def _complete(self, request, req: ChatCompletionRequest, run: ReplyRun, first: Any):
+    def stream_settings(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`EventStream` from the current settings."""
+        s = self.settings
+        return {"ping_s": float(s["serve.sse_ping_seconds"]) or None,
+                "send_timeout_s": float(s["serve.send_timeout_seconds"])}
+
+    # -- chat completions ---------------------------------------------------------------
+
+    async def chat_completions(self, request):
+        try:
+            body = await _read_body(request, int(self.settings["serve.max_body_bytes"]))
+        except TooLarge:
+            return _error(413, f"the request body is over {self.settings['serve.max_body_bytes']:,} bytes "
+                               "(serve.max_body_bytes); send long inputs in smaller parts", "invalid_request_error",
+                          "request_too_large")
+        try:
+            req = parse_chat_request(body)
+        except BadRequest as exc:
+            return _error(400, str(exc), "invalid_request_error", exc.code, exc.param)
+        if req.model != self.model_id:
+            return _error(404, f"the model {req.model!r} does not exist here; this server serves "
+                               f"{self.model_id!r} (GET /v1/models)", "invalid_request_error", "model_not_found",
+                          "model")
         chunks = Chunks(self.model_id)
+        started = await self.begin(req.messages, reply_id=chunks.id,
+                                   max_tokens=req.max_completion_tokens or req.max_tokens,
+                                   temperature=req.temperature, tools=req.tools)
+        if not isinstance(started, tuple):
+            return started
+        run, first = started
+        if req.stream:
+            frames = _ChatFrames(chunks, req, self.settings)
+            return EventStream(run, first, frames=frames, opening=frame(chunks.role()),
+                               on_close=lambda: self.end(chunks.id), **self.stream_settings())
+        return await self._complete(request, chunks, run, first)
+
+    async def _complete(self, request, chunks: Chunks, run: ReplyRun, first: Any):
         text: list[str] = []
-        watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+        watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
         events = [first]
         try:
             while True:
@@ -284,14 +387,7 @@ class _Server:
                 events = waiter.result()
         finally:
             watcher.cancel()
-            self.runs.discard(run)
-
-
-async def _wait_for_disconnect(receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
+            self.end(chunks.id)
 
 
 def _code(failed: Failed) -> str:
@@ -345,79 +441,18 @@ def _extension(event: Any) -> tuple[dict[str, Any], str | None]:
     return {"type": type(event).__name__}, None
 
 
-class _Stream:
-    """The streamed reply: headers and the role chunk at once, then one event each."""
+class _ChatFrames:
+    """What each engine event becomes in a streamed chat completion."""
 
-    def __init__(self, server: _Server, req: ChatCompletionRequest, run: ReplyRun, first: Any) -> None:
-        self.server = server
-        self.req = req
-        self.run = run
-        self.first = first
-        s = server.settings
-        self.ping = float(s["serve.sse_ping_seconds"]) or None
-        self.send_timeout = float(s["serve.send_timeout_seconds"])
-        self.min_gap = 1.0 / float(s["serve.progress_max_hz"])
-        self.openwebui = bool(s["serve.progress_openwebui"])
-
-    async def __call__(self, scope, receive, send) -> None:
-        chunks = Chunks(self.server.model_id)
-        run = self.run
-        gone = asyncio.ensure_future(_wait_for_disconnect(receive))
-        self._last_progress = -1e9
+    def __init__(self, chunks: Chunks, req: ChatCompletionRequest, settings: config.Settings) -> None:
+        self.chunks = chunks
+        self.include_usage = req.stream_options is not None and req.stream_options.include_usage
+        self.progress = ProgressGate(float(settings["serve.progress_max_hz"]))
+        self.openwebui = bool(settings["serve.progress_openwebui"])
         self._calls = 0  # the caller's tool calls sent so far
-        finished = False
 
-        async def put(data: bytes) -> bool:
-            """Send one write; False when the client is gone or stopped reading."""
-            if gone.done():
-                return False
-            try:
-                await asyncio.wait_for(send({"type": "http.response.body", "body": data, "more_body": True}),
-                                       self.send_timeout)
-                return True
-            except (asyncio.TimeoutError, OSError):
-                log.info("boundctx serve: a client stopped reading; its reply is cancelled")
-                return False
-
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no")]})
-            events = [self.first]
-            data = frame(chunks.role())
-            while True:
-                for event in events:
-                    piece, finished = self._frames(chunks, event)
-                    data += piece
-                    if finished:
-                        break
-                if not await put(data) or finished:
-                    return
-                data = b""
-                while True:
-                    waiter = asyncio.ensure_future(run.next_events(self.ping))
-                    await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
-                    if not waiter.done():
-                        waiter.cancel()
-                        return
-                    try:
-                        events = waiter.result()
-                        break
-                    except asyncio.TimeoutError:
-                        if not await put(PING):
-                            return
-        finally:
-            gone.cancel()
-            if not finished:  # the client left (or stopped reading) first: end its reply
-                run.abandon()
-            self.server.runs.discard(run)
-            try:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            except Exception:  # the connection is gone already
-                pass
-
-    def _frames(self, chunks: Chunks, event: Any) -> tuple[bytes, bool]:
-        """The bytes one event becomes on the wire, and whether it ends the stream."""
+    async def __call__(self, event: Any) -> tuple[bytes, bool]:
+        chunks = self.chunks
         if event is None:
             return frame(error_body("the reply ended without a result", "server_error", "internal_error")) + DONE, True
         if isinstance(event, ReplyDelta):
@@ -427,18 +462,13 @@ class _Stream:
             return frame(chunks.tool_call(self._calls - 1, _wire_call(event))), False
         if isinstance(event, Done):
             data = frame(chunks.finish(_finish(event), _done_extension(event)))
-            if self.req.stream_options is not None and self.req.stream_options.include_usage:
+            if self.include_usage:
                 data += frame(chunks.usage(_usage(event)))
             return data + DONE, True
         if isinstance(event, Failed):
             return frame(error_body(event.error, "server_error", _code(event))) + DONE, True
-        if isinstance(event, AnalysisProgress):
-            # Progress is coalesced to serve.progress_max_hz: a skipped step is superseded
-            # by the next; the end of the analysis and text are never skipped.
-            now = time.monotonic()
-            if now - self._last_progress < self.min_gap and event.phase != "done":
-                return b"", False
-            self._last_progress = now
+        if isinstance(event, AnalysisProgress) and not self.progress.due(event):
+            return b"", False
         ext, said = _extension(event)
         ext["reply_id"] = chunks.id
         return frame(chunks.progress(ext, said if self.openwebui else None)), False

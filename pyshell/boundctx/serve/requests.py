@@ -1,9 +1,11 @@
-"""Reading a ``POST /v1/chat/completions`` body: what is accepted, and the 400 for the rest.
+"""Reading request bodies: what is accepted, and the 400 for the rest.
 
-Unknown fields are ignored (front ends send many: ``user``, ``seed``, ``logit_bias``...),
-as OpenAI-compatible servers do; what boundctx would have to ignore *silently* to
-answer (``n > 1``, image parts, a tool message with no id) is refused with the field
-named, so nothing is dropped without a word.
+On ``POST /v1/chat/completions`` unknown fields are ignored (front ends send many:
+``user``, ``seed``, ``logit_bias``...), as OpenAI-compatible servers do; what boundctx
+would have to ignore *silently* to answer (``n > 1``, image parts, a tool message with
+no id) is refused with the field named, so nothing is dropped without a word. boundctx's
+own routes refuse unknown fields: no front end sends them by habit, and a misspelt
+option ignored is a surprise.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["BadRequest", "ChatCompletionRequest", "parse_chat_request"]
+__all__ = ["BadRequest", "ChatCompletionRequest", "CountRequest", "SessionReplyRequest", "UnderstandRequest",
+           "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
+           "parse_session_reply"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -43,6 +47,90 @@ class ChatCompletionRequest(msgspec.Struct, forbid_unknown_fields=False):
     tool_choice: Any = None
 
 
+class SessionReplyRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /boundctx/v1/sessions/{id}/replies``: boundctx's own route, so a field it
+    does not know is refused rather than ignored."""
+
+    content: str
+    history: int = 50
+    max_tokens: int | None = None
+    temperature: float | None = None
+    save: bool = True
+
+
+class CountRequest(msgspec.Struct, forbid_unknown_fields=True):
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+
+
+class UnderstandRequest(msgspec.Struct, forbid_unknown_fields=True):
+    message: str
+    catalog: dict[str, Any] | None = None
+    bfcl: list[dict[str, Any]] | None = None
+    records: list[dict[str, Any]] = []
+    click: dict[str, Any] | None = None
+    single_call: bool = False
+
+
+#: The most history a session reply starts from (the window read before fitting).
+HISTORY_MAX = 1000
+
+
+def decode(body: bytes, type: Any) -> Any:
+    """``body`` as ``type``, or a :class:`BadRequest` naming the field."""
+    try:
+        return msgspec.json.decode(body, type=type)
+    except msgspec.ValidationError as exc:
+        where = str(exc).rpartition(" - at `$.")[2].rstrip("`") or None
+        raise BadRequest(f"invalid request: {exc}", param=where) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise BadRequest("the request body is not valid JSON") from None
+
+
+def parse_session_reply(body: bytes) -> SessionReplyRequest:
+    req = decode(body, SessionReplyRequest)
+    if not req.content.strip():
+        raise BadRequest("content is empty: send the question to answer", param="content")
+    if not 0 <= req.history <= HISTORY_MAX:
+        raise BadRequest(f"history must be 0 to {HISTORY_MAX} messages, got {req.history}", param="history")
+    _check_options(req)
+    return req
+
+
+def parse_count_request(body: bytes) -> CountRequest:
+    req = decode(body, CountRequest)
+    req.messages = check_messages(req.messages)
+    check_tools(req.tools)
+    return req
+
+
+def _check_options(req: Any) -> None:
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(req, name, None)
+        if value is not None and value < 1:
+            raise BadRequest(f"{name} must be at least 1, got {value}", param=name)
+    if req.temperature is not None and not 0 <= req.temperature <= 2:
+        raise BadRequest(f"temperature must be between 0 and 2, got {req.temperature}", param="temperature")
+
+
+def check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` in the plain form the engine takes (one user message at least)."""
+    if not messages:
+        raise BadRequest("messages is empty: send at least one user message", param="messages")
+    out = [_message(m, i) for i, m in enumerate(messages)]
+    if not any(m["role"] == "user" for m in out):
+        raise BadRequest("messages hold no user message to answer", param="messages")
+    return out
+
+
+def check_tools(tools: list[dict[str, Any]] | None) -> None:
+    for i, tool in enumerate(tools or ()):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise BadRequest("each tool needs {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                             param=f"tools[{i}]")
+
+
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     """The checked request, its messages in the plain form the engine takes.
 
@@ -50,32 +138,12 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     ------
     BadRequest
     """
-    try:
-        req = msgspec.json.decode(body, type=ChatCompletionRequest)
-    except msgspec.ValidationError as exc:
-        where = str(exc).rpartition(" - at `$.")[2].rstrip("`") or None
-        raise BadRequest(f"invalid request: {exc}", param=where) from None
-    except (msgspec.DecodeError, RecursionError):
-        raise BadRequest("the request body is not valid JSON") from None
+    req = decode(body, ChatCompletionRequest)
     if req.n != 1:
         raise BadRequest(f"n = {req.n}: boundctx serve returns one choice; send n = 1", param="n")
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = getattr(req, name)
-        if value is not None and value < 1:
-            raise BadRequest(f"{name} must be at least 1, got {value}", param=name)
-    if req.temperature is not None and not 0 <= req.temperature <= 2:
-        raise BadRequest(f"temperature must be between 0 and 2, got {req.temperature}", param="temperature")
-    if not req.messages:
-        raise BadRequest("messages is empty: send at least one user message", param="messages")
-    req.messages = [_message(m, i) for i, m in enumerate(req.messages)]
-    if not any(m["role"] == "user" for m in req.messages):
-        raise BadRequest("messages hold no user message to answer", param="messages")
-    if req.tools is not None:
-        for i, tool in enumerate(req.tools):
-            fn = tool.get("function") if isinstance(tool, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-                raise BadRequest("each tool needs {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                                 param=f"tools[{i}]")
+    _check_options(req)
+    req.messages = check_messages(req.messages)
+    check_tools(req.tools)
     return req
 
 

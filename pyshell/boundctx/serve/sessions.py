@@ -53,10 +53,11 @@ from boundctx.errors import (
     TranscriptPermission,
 )
 from boundctx.serve.http import TooLarge as _TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, writable_style
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
 
-__all__ = ["SESSION_ID", "session_routes"]
+__all__ = ["SESSION_ID", "Refused", "Sessions", "session_routes"]
 
 #: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -73,7 +74,7 @@ LOCK_WAIT_S = 1.0
 RETRY_AFTER = "1"
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A request answered with an error before (or instead of) touching the file."""
 
     def __init__(self, status: int, message: str, code: str, param: str | None = None,
@@ -85,8 +86,8 @@ class _Refused(Exception):
         return _error(self.status, str(self), self.type, self.code, self.param, headers=self.headers)
 
 
-def _stale(param: str = "layout_version") -> _Refused:
-    return _Refused(409, "the session was rewritten (a message edited or deleted) since this cursor was "
+def _stale(param: str = "layout_version") -> Refused:
+    return Refused(409, "the session was rewritten (a message edited or deleted) since this cursor was "
                          "issued, so message indexes have moved; read the window again from the end",
                     "stale_cursor", param)
 
@@ -103,20 +104,34 @@ class _Versions:
         """This server rewrote ``real``: the rename gave it a new inode, hence a new version."""
 
 
-class _Sessions:
-    def __init__(self, sessions_dir: str, settings: config.Settings) -> None:
+class Sessions:
+    """The session files under one folder, and the blocking work of each route (run in
+    a thread).
+
+    Parameters
+    ----------
+    sessions_dir : path
+    settings : Settings or LiveSettings
+        Where the window defaults (``transcript.window_*``) are read at each request,
+        so a settings change applies to the next window.
+    """
+
+    def __init__(self, sessions_dir: str | os.PathLike, settings: Any) -> None:
         self.dir = os.fspath(sessions_dir)
         self.real_dir = os.path.realpath(self.dir)
-        self.message_limit = int(settings["transcript.window_messages"])
-        self.content_limit = int(settings["transcript.window_content_bytes"])
-        self.max_body = int(settings["serve.max_body_bytes"])
+        self._settings = settings
+        self.max_body = int(self.settings["serve.max_body_bytes"])
         self.versions = _Versions()
+
+    @property
+    def settings(self) -> config.Settings:
+        return getattr(self._settings, "current", self._settings)
 
     # -- names --------------------------------------------------------------------
 
     def _id(self, value: Any) -> str:
         if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
-            raise _Refused(400, f"{value!r} is not a session id: ids are 1 to 128 letters, digits, '_' or '-' "
+            raise Refused(400, f"{value!r} is not a session id: ids are 1 to 128 letters, digits, '_' or '-' "
                                 "(never a path)", "invalid_session_id", "id")
         return value
 
@@ -135,7 +150,7 @@ class _Sessions:
         if st is None or os.path.dirname(real) != self.real_dir or not stat.S_ISREG(st.st_mode):
             # One answer for missing, outside and not-a-file: a caller cannot probe
             # what lies outside the folder.
-            raise _Refused(404, f"no session {sid!r}", "session_not_found", "id")
+            raise Refused(404, f"no session {sid!r}", "session_not_found", "id")
         return path, real
 
     # -- the parts of a reply --------------------------------------------------------
@@ -151,7 +166,7 @@ class _Sessions:
             after = _stat_regular(path)
             if (after.st_dev, after.st_ino) == (st.st_dev, st.st_ino):
                 return out, self.versions.of(real, after), after
-        raise _Refused(409, "the session keeps being rewritten under the read; try again", "session_changed",
+        raise Refused(409, "the session keeps being rewritten under the read; try again", "session_changed",
                        headers={"Retry-After": RETRY_AFTER})
 
     # -- handlers (blocking: run in the thread pool) ----------------------------------
@@ -180,7 +195,7 @@ class _Sessions:
         if after is not None:
             ids = [f[1] for f in found]
             if after not in ids:
-                raise _Refused(400, f"after={after!r} is not a listed session; page from the start again",
+                raise Refused(400, f"after={after!r} is not a listed session; page from the start again",
                                "invalid_cursor", "after")
             start = ids.index(after) + 1
         page = found[start : start + limit]
@@ -202,13 +217,13 @@ class _Sessions:
     def create(self, sid: str) -> dict[str, Any]:
         path = self._path(sid)
         if not os.path.isdir(self.real_dir):
-            raise _Refused(500, f"the sessions folder {self.dir!r} does not exist", "sessions_folder_missing",
+            raise Refused(500, f"the sessions folder {self.dir!r} does not exist", "sessions_folder_missing",
                            type="server_error")
         try:
             # O_EXCL refuses anything already at the name, a dangling symlink included.
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644))
         except FileExistsError:
-            raise _Refused(409, f"session {sid!r} exists", "session_exists", "id") from None
+            raise Refused(409, f"session {sid!r} exists", "session_exists", "id") from None
         return self.get(sid)
 
     def get(self, sid: str) -> dict[str, Any]:
@@ -221,15 +236,18 @@ class _Sessions:
     def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
         path, real = self._existing(sid)
         before = _int_param(query, "message_before", None, 0)
-        limit = _int_param(query, "message_limit", self.message_limit, 0, MESSAGE_LIMIT_MAX)
-        content = _int_param(query, "content_limit", self.content_limit, 0, CONTENT_LIMIT_MAX)
+        settings = self.settings
+        limit = _int_param(query, "message_limit", int(settings["transcript.window_messages"]), 0,
+                           MESSAGE_LIMIT_MAX)
+        content = _int_param(query, "content_limit", int(settings["transcript.window_content_bytes"]), 0,
+                             CONTENT_LIMIT_MAX)
         wanted = query.get("layout_version")
 
         def read(t: Transcript, version: str):
             if wanted is not None and wanted != version:
                 raise _stale()
             if before is not None and before > t.message_count:
-                raise _Refused(400, f"message_before={before} is past the last message; the session has "
+                raise Refused(400, f"message_before={before} is past the last message; the session has "
                                     f"{t.message_count}", "invalid_value", "message_before")
             return t.window(message_before=before, message_limit=limit, content_limit=content)
 
@@ -278,6 +296,35 @@ class _Sessions:
         self.versions.rewritten(real)
         return self.get(sid)
 
+    def conversation(self, sid: str, history: int, save: bool) -> tuple[str, Conversation, str | None]:
+        """What a reply on session ``sid`` starts from: its path, the chat messages of its
+        newest ``history`` messages, and the style the exchange will be written in
+        (None with ``save`` off). A session in a format boundctx does not write is
+        refused here, before any model call, unless ``save`` is off."""
+        path, real = self._existing(sid)
+
+        def read(t: Transcript, version: str):
+            window = t.window(message_limit=history, content_limit=None) if history else None
+            style = None
+            if save:
+                try:
+                    style = writable_style(window, transcript=t) if window is not None else "text"
+                except ValueError as exc:
+                    raise Refused(400, f"{exc} (send \"save\": false to reply without writing)",
+                                   "session_read_only", "save") from None
+            return (chat_messages(window) if window is not None else Conversation([], [])), style
+
+        (conversation, style), _, _ = self._read(path, real, read)
+        return path, conversation, style
+
+    def save_exchange(self, sid: str, question: str, answer: str, style: str, parent_id: str | None) -> dict[str, Any]:
+        """Append a complete exchange to session ``sid``: its lines and the new count."""
+        path, real = self._existing(sid)
+        with _opened(path) as t:
+            lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id))
+            count = t.message_count
+        return {"lines": lines, "message_count": count, "layout_version": self.versions.of(real, _stat_regular(path))}
+
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -286,9 +333,9 @@ def _stat_regular(path: str) -> os.stat_result:
     try:
         st = os.stat(path)
     except OSError:
-        raise _Refused(404, "the session is gone", "session_not_found", "id") from None
+        raise Refused(404, "the session is gone", "session_not_found", "id") from None
     if not stat.S_ISREG(st.st_mode):
-        raise _Refused(404, "the session is gone", "session_not_found", "id")
+        raise Refused(404, "the session is gone", "session_not_found", "id")
     return st
 
 
@@ -302,9 +349,9 @@ class _opened:
         try:
             self.t = Transcript.open(self.path)
         except (TranscriptNotFound, TranscriptNotAFile):
-            raise _Refused(404, "the session is gone", "session_not_found", "id") from None
+            raise Refused(404, "the session is gone", "session_not_found", "id") from None
         except TranscriptPermission as exc:
-            raise _Refused(403, str(exc), "permission_denied", type="permission_error") from None
+            raise Refused(403, str(exc), "permission_denied", type="permission_error") from None
         return self.t
 
     def __exit__(self, *exc) -> None:
@@ -315,16 +362,16 @@ def _writing(write: Callable[[], Any]) -> Any:
     try:
         return write()
     except EntryInvalid as exc:
-        raise _Refused(400, str(exc), "invalid_record", "record") from None
+        raise Refused(400, str(exc), "invalid_record", "record") from None
     except TranscriptLocked:
-        raise _Refused(409, "another writer holds this session; retry shortly", "session_locked",
+        raise Refused(409, "another writer holds this session; retry shortly", "session_locked",
                        headers={"Retry-After": RETRY_AFTER}) from None
     except TranscriptChanged as exc:
-        raise _Refused(409, str(exc), "session_changed", headers={"Retry-After": RETRY_AFTER}) from None
+        raise Refused(409, str(exc), "session_changed", headers={"Retry-After": RETRY_AFTER}) from None
     except TranscriptPermission as exc:
-        raise _Refused(403, str(exc), "permission_denied", type="permission_error") from None
+        raise Refused(403, str(exc), "permission_denied", type="permission_error") from None
     except IndexError as exc:  # the message went between the check and the rewrite
-        raise _Refused(404, str(exc), "message_not_found", "index") from None
+        raise Refused(404, str(exc), "message_not_found", "index") from None
 
 
 def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum: int,
@@ -334,11 +381,11 @@ def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum
         return default
     # int() alone would take " 5", "+5", "5_0" and "٥"; a cursor is plain ASCII digits.
     if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise _Refused(400, f"{name} must be a non-negative integer, got {text!r}", "invalid_value", name)
+        raise Refused(400, f"{name} must be a non-negative integer, got {text!r}", "invalid_value", name)
     value = int(text)
     if value < minimum or (maximum is not None and value > maximum):
         top = f" and at most {maximum:,}" if maximum is not None else ""
-        raise _Refused(400, f"{name} must be at least {minimum}{top}, got {value}", "invalid_value", name)
+        raise Refused(400, f"{name} must be at least {minimum}{top}, got {value}", "invalid_value", name)
     return value
 
 
@@ -348,7 +395,7 @@ def _index(text: str) -> int:
 
 def _check_index(index: int, count: int) -> None:
     if index >= count:
-        raise _Refused(404, f"no message {index}: the session has {count} (indexes 0 to {count - 1})",
+        raise Refused(404, f"no message {index}: the session has {count} (indexes 0 to {count - 1})",
                        "message_not_found", "index")
 
 
@@ -358,9 +405,9 @@ def _record(body: bytes) -> dict[str, Any]:
     try:
         value = decode_record(body)
     except LineUnreadable as exc:
-        raise _Refused(400, f"the body is not JSON the store can keep: {exc}", "invalid_json", "record") from None
+        raise Refused(400, f"the body is not JSON the store can keep: {exc}", "invalid_json", "record") from None
     if not isinstance(value, dict):
-        raise _Refused(400, f"the body must be a JSON object (a record), got {type(value).__name__}",
+        raise Refused(400, f"the body must be a JSON object (a record), got {type(value).__name__}",
                        "invalid_record", "record")
     return value
 
@@ -368,17 +415,21 @@ def _record(body: bytes) -> dict[str, Any]:
 # -- routes --------------------------------------------------------------------------------
 
 
-def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] | None = None) -> list:
-    """The sessions API's routes over transcripts in ``sessions_dir``.
+def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str, Any] | None = None, *,
+                   extra: list | None = None) -> list:
+    """The sessions API's routes.
 
     Parameters
     ----------
-    sessions_dir : path
-        The folder holding ``<id>.jsonl`` transcripts.
+    sessions : Sessions or path
+        The sessions, or the folder holding ``<id>.jsonl`` transcripts.
     settings : mapping, optional
-        Resolved settings or a partial mapping over :func:`boundctx.config.load`
-        (``transcript.window_*`` give the window defaults, ``serve.max_body_bytes``
-        bounds bodies).
+        With a folder: resolved settings or a partial mapping over
+        :func:`boundctx.config.load` (``transcript.window_*`` give the window defaults,
+        ``serve.max_body_bytes`` bounds bodies).
+    extra : list of Route, optional
+        More routes under the sessions prefix (a session's replies), matched before the
+        catch-all that answers unknown paths in the API's error shape.
 
     Returns
     -------
@@ -387,32 +438,32 @@ def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] 
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
-    s = _Sessions(os.fspath(sessions_dir), config.resolve(settings))
+    s = sessions if isinstance(sessions, Sessions) else Sessions(sessions, config.resolve(settings))
 
     async def answer(status: int, work: Callable[[], Any]):
         try:
             return _json(status, await run_in_threadpool(work))
-        except _Refused as refused:
+        except Refused as refused:
             return refused.response()
 
     async def body_of(request) -> bytes:
         try:
             return await _read_body(request, s.max_body)
         except _TooLarge:
-            raise _Refused(413, f"the request body is over {s.max_body:,} bytes (serve.max_body_bytes)",
+            raise Refused(413, f"the request body is over {s.max_body:,} bytes (serve.max_body_bytes)",
                            "request_too_large") from None
 
     async def sessions(request):
         if request.method == "GET":
             try:
                 limit = _int_param(request.query_params, "limit", LIST_DEFAULT, 1, LIST_MAX)
-            except _Refused as refused:
+            except Refused as refused:
                 return refused.response()
             return await answer(200, lambda: s.list(limit, request.query_params.get("after")))
         try:
             body = await body_of(request)
             given = msgspec.json.decode(body) if body.strip() else {}
-        except _Refused as refused:
+        except Refused as refused:
             return refused.response()
         except msgspec.DecodeError as exc:
             return _error(400, f"the body is not JSON: {exc}", "invalid_request_error", "invalid_json")
@@ -420,7 +471,7 @@ def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] 
             return _error(400, "the body must be a JSON object", "invalid_request_error", "invalid_json")
         try:
             sid = s._id(given["id"]) if given.get("id") is not None else secrets.token_hex(12)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.response()
         return await answer(201, lambda: s.create(sid))
 
@@ -433,7 +484,7 @@ def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] 
             return await answer(200, lambda: s.window(sid, request.query_params))
         try:
             body = await body_of(request)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.response()
         return await answer(201, lambda: s.append(sid, body))
 
@@ -445,7 +496,7 @@ def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] 
             return await answer(200, lambda: s.rewrite(sid, index, request.query_params, None))
         try:
             body = await body_of(request)
-        except _Refused as refused:
+        except Refused as refused:
             return refused.response()
         return await answer(200, lambda: s.rewrite(sid, index, request.query_params, body))
 
@@ -466,6 +517,7 @@ def session_routes(sessions_dir: str | os.PathLike, settings: Mapping[str, Any] 
         Route(PREFIX + "/{id}", session, methods=["GET"]),
         Route(PREFIX + "/{id}/messages", messages, methods=["GET", "POST"]),
         Route(PREFIX + "/{id}/messages/{index}", message, methods=["GET", "PATCH", "DELETE"]),
+        *(extra or ()),
     ]
     routes.append(Route(PREFIX + "/{rest:path}", nowhere, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
     return routes

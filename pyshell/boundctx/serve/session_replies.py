@@ -1,0 +1,135 @@
+"""Replies on a session: the engine's typed events as a named event stream, and the
+exchange written to the session only once the answer is complete.
+
+Route::
+
+    POST /boundctx/v1/sessions/{id}/replies   {"content": "...", "history": 50,
+                                               "max_tokens": N, "temperature": T, "save": true}
+
+The reply starts from the session's newest ``history`` messages (read whole, then fitted
+and analysed as any reply is) with ``content`` as the new user message. The answer is a
+``text/event-stream`` of named events, each one's ``data`` the event as the library
+encodes it (``msgspec.json.encode(event)``, its ``type`` field equal to the event name)::
+
+    event: reply             {"id", "session", "notices", "history_messages"}  (first, always)
+    event: fitted            what fitting dropped, clipped or sent to analysis
+    event: analysis_progress section k of n, worker, phase, elapsed
+    event: stage             answering / rereading
+    event: tool_call         the engine rereading its originals (read_chat_section)
+    event: tool_result       the characters it got back
+    event: reply_delta       answer text
+    event: done              the ending, and whether the exchange was saved
+    event: failed            why the reply failed (nothing is saved)
+
+The question and the answer are appended (one message line each, in the session's own
+style) only after a ``done`` with finish reason ``stop``: an answer cut at its budget,
+stopped in a loop, cancelled or failed leaves the session as it was, and ``done`` says
+why nothing was saved. ``POST /boundctx/v1/replies/{id}/cancel`` with the id of the
+``reply`` event stops it; so does closing the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import msgspec
+
+from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta
+from boundctx.serve.http import TooLarge, error as _error, read_body as _read_body
+from boundctx.serve.requests import BadRequest, parse_session_reply
+from boundctx.serve.sessions import PREFIX, Refused, Sessions
+from boundctx.serve.streaming import EventStream, ProgressGate
+
+__all__ = ["named_event", "session_reply_routes"]
+
+_encode = msgspec.json.Encoder().encode
+
+
+def named_event(name: str, data: Any) -> bytes:
+    """One server-sent event named ``name``, its data compact JSON."""
+    return b"event: " + name.encode() + b"\ndata: " + _encode(data) + b"\n\n"
+
+
+def _name(event: Any) -> str:
+    return type(event).__struct_config__.tag
+
+
+class _SessionFrames:
+    """What each engine event becomes, and the save once the answer is complete."""
+
+    def __init__(self, server: Any, sessions: Sessions, sid: str, question: str, style: str | None,
+                 parent_id: str | None) -> None:
+        self.server, self.sessions, self.sid = server, sessions, sid
+        self.question, self.style, self.parent_id = question, style, parent_id
+        self.answer: list[str] = []
+        self.progress = ProgressGate(float(server.settings["serve.progress_max_hz"]))
+
+    async def __call__(self, event: Any) -> tuple[bytes, bool]:
+        if event is None:
+            return named_event("failed", {"type": "failed", "error": "the reply ended without a result",
+                                          "kind": "internal_error", "saved": False}), True
+        if isinstance(event, ReplyDelta):
+            self.answer.append(event.text)
+        elif isinstance(event, AnalysisProgress) and not self.progress.due(event):
+            return b"", False
+        data = msgspec.to_builtins(event)
+        if isinstance(event, Done):
+            data.update(await self._save(event))
+            return named_event("done", data), True
+        if isinstance(event, Failed):
+            data["saved"] = False
+            return named_event("failed", data), True
+        return named_event(_name(event), data), False
+
+    async def _save(self, done: Done) -> dict[str, Any]:
+        if self.style is None:
+            return {"saved": False, "not_saved": "the request asked not to save (save: false)"}
+        if done.finish_reason != "stop":
+            return {"saved": False, "not_saved": f"the answer is not complete (finish reason "
+                                                 f"{done.finish_reason!r}); the session is as it was"}
+        try:
+            where = await asyncio.to_thread(self.sessions.save_exchange, self.sid, self.question,
+                                            "".join(self.answer), self.style, self.parent_id)
+        except Refused as refused:
+            return {"saved": False, "not_saved": f"the exchange could not be appended: {refused}"}
+        return {"saved": True, **where}
+
+
+def session_reply_routes(server: Any, sessions: Sessions) -> list:
+    """The replies route over ``sessions``, run by ``server`` (the app's shared state)."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.routing import Route
+
+    async def reply(request):
+        sid = request.path_params["id"]
+        limit = int(server.settings["serve.max_body_bytes"])
+        try:
+            body = await _read_body(request, limit)
+        except TooLarge:
+            return _error(413, f"the request body is over {limit:,} bytes (serve.max_body_bytes)",
+                          "invalid_request_error", "request_too_large")
+        try:
+            req = parse_session_reply(body)
+        except BadRequest as exc:
+            return _error(400, str(exc), "invalid_request_error", exc.code or "invalid_request", exc.param)
+        try:
+            path, conversation, style = await run_in_threadpool(sessions.conversation, sid, req.history, req.save)
+        except Refused as refused:
+            return refused.response()
+        messages = conversation.messages + [{"role": "user", "content": req.content}]
+        reply_id = f"reply-{secrets.token_hex(12)}"
+        started = await server.begin(messages, reply_id=reply_id, max_tokens=req.max_tokens,
+                                     temperature=req.temperature)
+        if not isinstance(started, tuple):
+            return started
+        run, first = started
+        frames = _SessionFrames(server, sessions, sid, req.content, style, conversation.last_id)
+        opening = named_event("reply", {"type": "reply", "id": reply_id, "session": sid,
+                                        "notices": conversation.notices,
+                                        "history_messages": len(conversation.messages)})
+        return EventStream(run, first, frames=frames, opening=opening, on_close=lambda: server.end(reply_id),
+                           **server.stream_settings())
+
+    return [Route(PREFIX + "/{id}/replies", reply, methods=["POST"])]

@@ -1,0 +1,142 @@
+"""The server's settings as a Settings screen reads and changes them.
+
+Routes::
+
+    GET   /boundctx/v1/settings/schema     every key: type, default, accepted values, help
+    GET   /boundctx/v1/settings            the schema with each key's value, source and
+                                           whether it can change while serving
+    PATCH /boundctx/v1/settings            {"chat.analysis_workers": 0, ...}; null puts a
+                                           key back to what it was when the server started
+
+A change is checked exactly as a config file's value is (type, range, closed set; the
+message says what is accepted), all keys of one request or none, and applies from the
+next reply on; replies already running keep the settings they started with. It lives in
+this server process only (a restart, or another ``boundctx serve`` behind the same
+balancer, has the configured values): ``boundctx config set`` is what persists.
+
+What the server was built from cannot change while it runs: ``serve.*`` (the socket,
+the keys, the sessions folder, the queue), ``chat.n_ctx`` and ``local.*`` (the loaded
+model). Those are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from boundctx import config
+from boundctx.errors import ConfigError
+from boundctx.serve.http import TooLarge, error as _error, json_response as _json, read_body as _read_body
+
+__all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
+
+PREFIX = "/boundctx/v1/settings"
+SOURCE = "PATCH /boundctx/v1/settings"
+_FIXED_KEYS = frozenset({"chat.n_ctx"})
+_FIXED_GROUPS = ("serve.", "local.")
+
+
+def fixed_while_serving(name: str) -> bool:
+    """Whether ``name`` shaped the server itself (read once, at start)."""
+    return name in _FIXED_KEYS or name.startswith(_FIXED_GROUPS)
+
+
+def with_values(settings: config.Settings, values: Mapping[str, Any], source: str) -> config.Settings:
+    """``settings`` with ``values`` (already checked) over them, said to come from ``source``."""
+    merged = dict(settings)
+    sources = {name: settings.source(name) for name in merged}
+    for name, value in values.items():
+        merged[name], sources[name] = value, source
+    return config.Settings(merged, sources)
+
+
+class SettingRefused(ConfigError):
+    """A change the server does not take; ``name`` is the key."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class LiveSettings:
+    """The server's current settings: the ones it started with, with the changes made
+    through the API over them. ``current`` is swapped whole, so a reply that read it
+    once sees one consistent set."""
+
+    def __init__(self, started: config.Settings) -> None:
+        self.started = started
+        self.current = started
+        self._lock = threading.Lock()
+
+    def patch(self, changes: Mapping[str, Any]) -> config.Settings:
+        """Apply ``changes`` (all or none).
+
+        Raises
+        ------
+        SettingRefused
+            An unknown key, a key fixed while serving, or a value the key does not accept.
+        """
+        checked: dict[str, Any] = {}
+        for name, value in changes.items():
+            if name not in config.KEYS:
+                raise SettingRefused(name, f"{name!r} is not a setting; GET {PREFIX}/schema lists them")
+            if fixed_while_serving(name):
+                raise SettingRefused(name, f"{name} is read when boundctx serve starts and cannot change while "
+                                           "it runs; set it in the config file, the environment or a flag, and "
+                                           "restart")
+            try:
+                checked[name] = None if value is None else config.KEYS[name].check(value, SOURCE, parse=False)
+            except ConfigError as exc:
+                raise SettingRefused(name, str(exc)) from None
+        with self._lock:
+            values = dict(self.current)
+            sources = {name: self.current.source(name) for name in values}
+            for name, value in checked.items():
+                if value is None:  # back to the value the server started with
+                    values[name], sources[name] = self.started[name], self.started.source(name)
+                else:
+                    values[name], sources[name] = value, SOURCE
+            self.current = config.Settings(values, sources)
+            return self.current
+
+    def view(self) -> dict[str, Any]:
+        settings = self.current
+        data = [{**item, "value": settings[item["name"]], "source": settings.source(item["name"]),
+                 "writable": not fixed_while_serving(item["name"])} for item in config.schema()]
+        return {"object": "boundctx.settings", "data": data}
+
+
+def settings_routes(live: LiveSettings, max_body: int) -> list:
+    from starlette.routing import Route
+
+    async def schema(request):
+        return _json(200, {"object": "boundctx.settings_schema", "data": config.schema()})
+
+    async def settings(request):
+        if request.method == "GET":
+            return _json(200, live.view())
+        try:
+            body = await _read_body(request, max_body)
+        except TooLarge:
+            return _error(413, f"the request body is over {max_body:,} bytes (serve.max_body_bytes)",
+                          "invalid_request_error", "request_too_large")
+        try:
+            changes = msgspec.json.decode(body)
+        except msgspec.DecodeError as exc:
+            return _error(400, f"the body is not JSON: {exc}", "invalid_request_error", "invalid_json")
+        if not isinstance(changes, dict) or not changes:
+            return _error(400, 'the body must be a JSON object of settings to change, e.g. '
+                               '{"chat.analysis_workers": 0}', "invalid_request_error", "invalid_settings")
+        try:
+            live.patch(changes)
+        except SettingRefused as exc:
+            return _error(400, str(exc), "invalid_request_error", "invalid_setting", exc.name)
+        return _json(200, live.view())
+
+    return [
+        Route(PREFIX + "/schema", schema, methods=["GET"]),
+        Route(PREFIX, settings, methods=["GET", "PATCH"]),
+    ]

@@ -1,0 +1,379 @@
+"""boundctx serve's own routes beyond sessions' storage: replies on a session (named
+events, saved only once complete), cancelling a reply by id, exact counts,
+understanding, the settings a Settings screen reads and changes, and CORS."""
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from boundctx import config
+from boundctx.providers import ScriptedProvider
+from boundctx.serve import ServeError, create_app
+from boundctx.transcript.store import Transcript
+from serve.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings
+
+API = "/boundctx/v1"
+
+
+def events_of(response):
+    """The named events of a server-sent-event stream: [(name, data), ...]."""
+    out, name, data = [], None, []
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+        elif line == "" and (name or data):
+            out.append((name, json.loads("\n".join(data))))
+            name, data = None, []
+    if name or data:
+        out.append((name, json.loads("\n".join(data))))
+    return out
+
+
+def new_session(server, sid, records=()):
+    assert httpx.post(server.url + API + "/sessions", json={"id": sid}).status_code == 201
+    for record in records:
+        assert httpx.post(f"{server.url}{API}/sessions/{sid}/messages", json=record).status_code == 201
+
+
+def message(role, text):
+    return {"type": "message", "message": {"role": role, "content": text}}
+
+
+def reply(server, sid, timeout=60, **body):
+    with httpx.stream("POST", f"{server.url}{API}/sessions/{sid}/replies", json=body, timeout=timeout) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        return events_of(r)
+
+
+def session_messages(tmp_path, sid):
+    with Transcript.open(str(tmp_path / "sessions" / f"{sid}.jsonl")) as t:
+        return [e.record["message"] for e in t.window(message_limit=1000, content_limit=None).messages]
+
+
+# -- replies on a session -----------------------------------------------------------------
+
+
+def test_a_session_reply_streams_named_events_and_saves_the_exchange_once_complete(serve, tmp_path):
+    seen = []
+
+    def respond(request):
+        seen.append(request.messages)
+        return answer(request)
+
+    server = serve(ScriptedProvider(respond, context_window=4096),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    new_session(server, "s", [message("user", "I will paste the build log."), message("assistant", "Noted.")])
+    question = "Which step failed?\n\n" + LOG  # a pasted log: read in sections by the workers
+    events = reply(server, "s", content=question)
+    names = [n for n, _ in events]
+    assert names[0] == "reply" and events[0][1]["id"].startswith("reply-")
+    assert events[0][1]["history_messages"] == 2
+    assert names[1] == "fitted" and "analysis_progress" in names and names[-1] == "done"
+    assert names.index("analysis_progress") < names.index("reply_delta")  # progress before the answer
+    for name, data in events[1:]:
+        assert data["type"] == name  # the data is the library's event, its tag the name
+    text = "".join(d["text"] for n, d in events if n == "reply_delta")
+    assert text == "The failing step is 377."
+    done = events[-1][1]
+    assert done["finish_reason"] == "stop" and done["saved"] is True and done["message_count"] == 4
+    # The exchange is in the session, in order, after the history it was asked on.
+    assert session_messages(tmp_path, "s")[2:] == [{"role": "user", "content": question},
+                                                   {"role": "assistant", "content": text}]
+    # The coordinator was sent the session's history, and the question as notes (the log
+    # itself was read in sections by the workers, not sent whole).
+    last = seen[-1]
+    assert not any(LOG in m["content"] for m in last)
+    assert any("Which step failed?" in m["content"] for request in seen[:-1] for m in request)
+
+
+def test_history_bounds_what_a_session_reply_starts_from(serve):
+    seen = []
+
+    def respond(request):
+        seen.append([m["content"] for m in request.messages])
+        return "ok"
+
+    server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL)
+    new_session(server, "h", [message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(10)])
+    events = reply(server, "h", content="now?", history=4)
+    assert events[0][1]["history_messages"] == 4
+    assert [c for c in seen[-1] if c.startswith("m")] == ["m6", "m7", "m8", "m9"]
+
+
+def test_a_cancelled_session_reply_saves_nothing_and_the_cancel_route_names_it(serve, tmp_path):
+    slow = Slow(pieces=500, gap=0.01)
+    server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL)
+    new_session(server, "c", [message("user", "hello"), message("assistant", "hi")])
+    got = []
+    with httpx.stream("POST", f"{server.url}{API}/sessions/c/replies", json={"content": "go on"},
+                      timeout=60) as r:
+        lines = r.iter_lines()
+        for name, data in iter_events(lines):
+            got.append((name, data))
+            if name == "reply_delta" and sum(n == "reply_delta" for n, _ in got) == 3:
+                reply_id = got[0][1]["id"]
+                cancelled = httpx.post(f"{server.url}{API}/replies/{reply_id}/cancel")
+                assert cancelled.status_code == 200 and cancelled.json()["cancelled"] is True
+    name, done = got[-1]
+    assert name == "done" and done["finish_reason"] == "cancelled" and done["saved"] is False
+    assert "not complete" in done["not_saved"]
+    assert slow.produced < 100
+    assert len(session_messages(tmp_path, "c")) == 2  # nothing appended
+    # The reply is over: its id is no longer in flight.
+    again = httpx.post(f"{server.url}{API}/replies/{got[0][1]['id']}/cancel")
+    assert again.status_code == 404 and again.json()["error"]["code"] == "reply_not_found"
+
+
+def iter_events(lines):
+    name, data = None, []
+    for line in lines:
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+        elif line == "" and (name or data):
+            yield name, json.loads("\n".join(data))
+            name, data = None, []
+
+
+def test_a_client_that_leaves_a_session_reply_cancels_it_and_saves_nothing(serve, tmp_path):
+    slow = Slow(pieces=500, gap=0.01)
+    server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL)
+    new_session(server, "d")
+    with httpx.stream("POST", f"{server.url}{API}/sessions/d/replies", json={"content": "go"}, timeout=60) as r:
+        for name, _ in iter_events(r.iter_lines()):
+            if name == "reply_delta":
+                break
+    deadline = time.monotonic() + 10
+    while any(t.name == "boundctx-reply" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "boundctx-reply" for t in threading.enumerate())
+    assert slow.produced < 100
+    assert session_messages(tmp_path, "d") == []
+
+
+def test_a_failed_session_reply_says_why_and_saves_nothing(serve, tmp_path):
+    def respond(request):
+        def gen():
+            yield "partial "
+            raise RuntimeError("the model server went away")
+        return gen()
+
+    server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL)
+    new_session(server, "f")
+    events = reply(server, "f", content="q")
+    name, failed = events[-1]
+    assert name == "failed" and "went away" in failed["error"] and failed["saved"] is False
+    assert session_messages(tmp_path, "f") == []
+
+
+def test_another_agents_session_is_answered_only_without_saving(serve, tmp_path):
+    server = serve(ScriptedProvider(lambda r: "fine"), settings=settings(), model_id=MODEL)
+    path = tmp_path / "sessions" / "cc.jsonl"
+    path.write_text(json.dumps({"type": "user", "message": {"role": "user", "content": "hi"},
+                                "uuid": "u1", "sessionId": "x"}) + "\n")
+    before = path.read_bytes()
+    refused = httpx.post(f"{server.url}{API}/sessions/cc/replies", json={"content": "q"})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "session_read_only"
+    assert "save" in refused.json()["error"]["message"]
+    events = reply(server, "cc", content="q", save=False)
+    assert events[-1][0] == "done" and events[-1][1]["saved"] is False
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("body, status, param", [
+    ({"content": "q", "colour": "red"}, 400, None),     # an unknown field is refused, not ignored
+    ({"content": "   "}, 400, "content"),
+    ({}, 400, None),
+    ({"content": "q", "history": -1}, 400, "history"),
+    ({"content": "q", "history": 5000}, 400, "history"),
+    ({"content": "q", "max_tokens": 0}, 400, "max_tokens"),
+    ({"content": "q", "temperature": 9}, 400, "temperature"),
+    ({"content": 5}, 400, "content"),
+])
+def test_bad_session_replies_are_400_and_touch_nothing(serve, tmp_path, body, status, param):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL)
+    new_session(server, "b", [message("user", "hi")])
+    before = (tmp_path / "sessions" / "b.jsonl").read_bytes()
+    r = httpx.post(f"{server.url}{API}/sessions/b/replies", json=body)
+    assert r.status_code == status and r.json()["error"]["message"]
+    if param is not None:
+        assert r.json()["error"]["param"] == param
+    assert (tmp_path / "sessions" / "b.jsonl").read_bytes() == before
+    for bad, want in (("../b", 404), ("no-such", 404), ("a.b", 400)):
+        r = httpx.post(f"{server.url}{API}/sessions/{bad}/replies", json={"content": "q"})
+        assert r.status_code == want
+    r = httpx.post(f"{server.url}{API}/sessions/b/replies", content=b"{not json")
+    assert r.status_code == 400
+    assert httpx.get(server.url + "/health").status_code == 200  # still serving
+
+
+# -- cancel by id on a chat completion ------------------------------------------------------
+
+
+def test_a_chat_completion_is_cancelled_by_its_id(serve):
+    slow = Slow(pieces=500, gap=0.01)
+    server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL)
+    stream = client(server).chat.completions.create(model=MODEL, messages=ASK, stream=True)
+    text, last = [], None
+    for ch in stream:
+        if ch.choices and ch.choices[0].delta.content:
+            text.append(ch.choices[0].delta.content)
+            if len(text) == 3:
+                assert httpx.post(f"{server.url}{API}/replies/{ch.id}/cancel").status_code == 200
+        last = ch
+    assert last.choices[0].finish_reason == "stop" and last.model_extra["boundctx"]["cancelled"] is True
+    assert slow.produced < 100
+    assert httpx.post(f"{server.url}{API}/replies/chatcmpl-nope/cancel").status_code == 404
+
+
+# -- counts -------------------------------------------------------------------------------
+
+
+def test_count_is_the_providers_own_count_of_the_prompt(serve):
+    provider = ScriptedProvider(lambda r: "x", context_window=4096)
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello " * 50}]
+    plain = httpx.post(server.url + API + "/count", json={"messages": messages}).json()
+    with_tools = httpx.post(server.url + API + "/count", json={"messages": messages, "tools": tools}).json()
+    assert plain["prompt_tokens"] == provider.count_prompt(messages)
+    assert with_tools["prompt_tokens"] == provider.count_prompt(messages, tools=tools) > plain["prompt_tokens"]
+    assert plain["context_window"] == 4096 and plain["fits"] is True
+    assert plain["exact"] is bool(provider.counter.exact)
+    for bad in ({"messages": []}, {"messages": [{"role": "wizard", "content": "x"}]}, {"message": []},
+                {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}):
+        r = httpx.post(server.url + API + "/count", json=bad)
+        assert r.status_code == 400 and r.json()["error"]["message"]
+
+
+def test_count_on_the_embedded_models_tokenizer(serve):
+    llama_tokens = pytest.importorskip("boundctx.tokens.llama")
+    try:
+        counter = llama_tokens.LlamaCounter(llama_tokens.default_model_path())
+    except Exception as exc:  # no llama-cpp-python or no embedded model here
+        pytest.skip(f"the embedded model's tokenizer is not available: {exc}")
+    provider = ScriptedProvider(lambda r: "x", counter=counter, context_window=2048)
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    messages = [{"role": "user", "content": "Count me, exactly."}]
+    got = httpx.post(server.url + API + "/count", json={"messages": messages}).json()
+    assert got["exact"] is True and got["prompt_tokens"] == counter.count_prompt(messages)
+
+
+# -- understanding ------------------------------------------------------------------------
+
+
+def test_understand_returns_the_checked_plan_with_its_budget(serve):
+    from understanding.booking import CATALOG, GOLD, MESSAGE, RECORDS
+    from understanding.oracle import Oracle
+
+    import msgspec
+
+    server = serve(ScriptedProvider(Oracle(GOLD, RECORDS)), settings=settings(), model_id=MODEL)
+    records = msgspec.to_builtins(RECORDS)
+    r = httpx.post(server.url + API + "/understand", json={"message": MESSAGE, "catalog": CATALOG,
+                                                          "records": records}, timeout=60)
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    assert plan["status"] == "ready"
+    assert [(a["operation"], a["record"]) for a in plan["acts"]] == [("book_table", "sakura"),
+                                                                     ("cancel_booking", "b1")]
+    assert plan["budget"]["model_calls"] == 6
+    for bad in ({"message": MESSAGE}, {"message": MESSAGE, "catalog": {"operations": "nope"}},
+                {"message": MESSAGE, "catalog": CATALOG, "bfcl": []}, {"message": MESSAGE, "catalog": CATALOG,
+                                                                         "records": [{"id": 1}]}):
+        r = httpx.post(server.url + API + "/understand", json=bad, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["message"], bad
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+def test_the_settings_schema_and_values_a_settings_screen_renders(serve):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL)
+    schema = httpx.get(server.url + API + "/settings/schema").json()["data"]
+    assert schema == json.loads(json.dumps(config.schema()))
+    view = {item["name"]: item for item in httpx.get(server.url + API + "/settings").json()["data"]}
+    workers = view["chat.analysis_workers"]
+    assert (workers["minimum"], workers["maximum"], workers["writable"]) == (0, 8, True)
+    assert workers["value"] == config.load(env={})["chat.analysis_workers"]
+    assert view["serve.port"]["writable"] is False and view["chat.n_ctx"]["writable"] is False
+
+
+def test_a_settings_change_applies_to_the_next_reply_and_a_refused_one_changes_nothing(serve):
+    server = serve(ScriptedProvider(answer, context_window=8192),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    url = server.url + API + "/settings"
+    big = WITH_LOG  # a tool result far larger than the window
+
+    def kinds():
+        chunks = list(client(server).chat.completions.create(model=MODEL, messages=big, stream=True,
+                                                             max_tokens=256))
+        return [c.model_extra["boundctx"] for c in chunks if (c.model_extra or {}).get("boundctx")]
+
+    assert any(p["type"] == "analysis_progress" for p in kinds())  # sections read by workers
+    changed = httpx.patch(url, json={"chat.analysis_workers": 0})
+    assert changed.status_code == 200
+    item = next(i for i in changed.json()["data"] if i["name"] == "chat.analysis_workers")
+    assert item["value"] == 0 and item["source"].startswith("PATCH")
+    progress = kinds()
+    assert not any(p["type"] == "analysis_progress" for p in progress)  # the clipping path
+    assert progress[0]["type"] == "fitted" and progress[0]["clipped"] > 0
+    for body, param, words in (({"chat.analysis_workers": 9}, "chat.analysis_workers", "0–8"),
+                               ({"chat.analysis_workers": "two"}, "chat.analysis_workers", "not an int"),
+                               ({"serve.port": 9000}, "serve.port", "restart"),
+                               ({"chat.no_such": 1}, "chat.no_such", "not a setting"),
+                               ({"chat.temperature": 0.5, "chat.analysis_workers": -1}, "chat.analysis_workers",
+                                "accepted")):
+        r = httpx.patch(url, json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param and words in r.json()["error"]["message"]
+    now = {i["name"]: i["value"] for i in httpx.get(url).json()["data"]}
+    assert now["chat.analysis_workers"] == 0  # refused requests changed nothing, not even their valid keys
+    assert now["chat.temperature"] == settings()["chat.temperature"]
+    for bad in (b"[1]", b"{}", b"nope"):
+        assert httpx.patch(url, content=bad).status_code == 400
+    back = httpx.patch(url, json={"chat.analysis_workers": None}).json()["data"]
+    item = next(i for i in back if i["name"] == "chat.analysis_workers")
+    assert item["value"] == settings()["chat.analysis_workers"] and not item["source"].startswith("PATCH")
+
+
+# -- CORS ---------------------------------------------------------------------------------
+
+
+def test_no_cors_headers_unless_an_origin_is_configured(serve):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL)
+    r = httpx.get(server.url + "/v1/models", headers={"Origin": "http://localhost:3000"})
+    assert r.status_code == 200 and not any(k.startswith("access-control-") for k in r.headers)
+
+
+def test_a_configured_origin_gets_cors_headers_never_credentials(serve):
+    server = serve(ScriptedProvider(lambda r: "x"), model_id=MODEL, api_keys={"k"},
+                   settings=settings(**{"serve.cors_origins": "http://localhost:3000, https://app.example"}))
+    pre = httpx.options(server.url + "/v1/chat/completions", headers={
+        "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert pre.status_code == 204  # a preflight carries no key
+    assert pre.headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "authorization" in pre.headers["access-control-allow-headers"]
+    ok = httpx.get(server.url + "/v1/models", headers={"Origin": "https://app.example", "Authorization": "Bearer k"})
+    assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
+    denied = httpx.get(server.url + "/v1/models", headers={"Origin": "https://app.example"})
+    assert denied.status_code == 401 and denied.headers["access-control-allow-origin"] == "https://app.example"
+    other = httpx.get(server.url + "/v1/models", headers={"Origin": "https://evil.example",
+                                                          "Authorization": "Bearer k"})
+    assert "access-control-allow-origin" not in other.headers
+    for r in (pre, ok, denied, other):
+        assert "access-control-allow-credentials" not in r.headers
+
+
+def test_a_cors_origin_that_is_not_one_is_refused_at_start(tmp_path):
+    for bad in ("localhost:3000", "http://x/path", "ftp://x"):
+        with pytest.raises(ServeError, match="not an origin"):
+            create_app(ScriptedProvider(lambda r: "x"), settings=settings(**{"serve.cors_origins": bad}),
+                       sessions_dir=str(tmp_path))
