@@ -260,6 +260,21 @@ def test_a_locked_session_answers_409_with_retry_after(server, folder):
     assert server.http.post(f"{API}/s1/messages", json=rec).status_code == 201
 
 
+def test_an_append_waits_for_a_writer_that_lets_go_soon(server, folder):
+    # Another writer's append (an agent, another server process) holds the lock for a
+    # moment: the API append waits its turn rather than refusing.
+    import threading
+
+    path = sample(folder, target_bytes=5_000)
+    rec = {"type": "message", "message": {"role": "user", "content": "x"}}
+    holder = Transcript.open(path)
+    holder.append(rec)
+    count = holder.message_count
+    threading.Timer(0.3, holder.close).start()
+    r = server.http.post(f"{API}/s1/messages", json=rec)
+    assert r.status_code == 201 and r.json()["message_count"] == count + 1
+
+
 # -- refusals --------------------------------------------------------------------------------
 
 

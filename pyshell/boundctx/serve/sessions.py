@@ -68,8 +68,8 @@ MESSAGE_LIMIT_MAX = 1000
 #: The largest per-message display budget a window may ask for: 1,000 messages of this
 #: much stay a bounded reply; the whole of one message is the single-message route's job.
 CONTENT_LIMIT_MAX = 1 << 20
-#: edit/delete wait this long for another writer's append before answering 409; short,
-#: as a request thread waits with it.
+#: Writes wait this long for another writer (another server process, an agent appending)
+#: before answering 409 with Retry-After; short, as a request thread waits with it.
 LOCK_WAIT_S = 1.0
 RETRY_AFTER = "1"
 
@@ -272,7 +272,7 @@ class Sessions:
         path, real = self._existing(sid)
         record = _record(body)
         with _opened(path) as t:
-            line = _writing(lambda: t.append(record))
+            line = _writing(lambda: t.append(record, lock_wait=LOCK_WAIT_S))
             count = t.message_count
         return {"line": line, "message_count": count}
 
@@ -321,7 +321,8 @@ class Sessions:
         """Append a complete exchange to session ``sid``: its lines and the new count."""
         path, real = self._existing(sid)
         with _opened(path) as t:
-            lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id))
+            lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id,
+                                                     lock_wait=LOCK_WAIT_S))
             count = t.message_count
         return {"lines": lines, "message_count": count, "layout_version": self.versions.of(real, _stat_regular(path))}
 

@@ -439,9 +439,10 @@ def _record(role: str, text: str, *, style: str, parent_id: str | None, extra: d
 
 
 def append_exchange(transcript, question: str, answer: str, *, style: str, parent_id: str | None,
-                    attachments: list[tuple[str, int]] = ()) -> list[int]:
+                    attachments: list[tuple[str, int]] = (), lock_wait: float = 0.0) -> list[int]:
     """Append the question and the answer as two message lines (each written whole and
     synced); attached files are named, with their size, in the question's line.
+    ``lock_wait``: seconds to wait for another writer's lock (held across both lines).
 
     Returns the two lines' physical line numbers.
     """
@@ -450,4 +451,4 @@ def append_exchange(transcript, question: str, answer: str, *, style: str, paren
         text += "\n\n" + "\n".join(f"[attached: {name} ({chars:,} characters)]" for name, chars in attachments)
     user = _record("user", text, style=style, parent_id=parent_id)
     assistant = _record("assistant", answer, style=style, parent_id=user["id"])
-    return [transcript.append(user), transcript.append(assistant)]
+    return [transcript.append(user, lock_wait=lock_wait), transcript.append(assistant)]

@@ -690,7 +690,7 @@ class Transcript:
             self._wfd = wfd
         return self._wfd
 
-    def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True) -> int:
+    def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True, lock_wait: float = 0.0) -> int:
         """Append one record as one complete line, written with one ``write`` call.
 
         A torn tail left by an earlier crash is first moved to a side file (see
@@ -702,6 +702,9 @@ class Transcript:
             Must have a string ``"type"``; it is written as the first key.
         sync : bool
             ``fsync`` after the write (default), so a power cut cannot lose it.
+        lock_wait : float
+            Seconds to wait for the write lock while another writer holds it (default:
+            refuse at once). Once taken, the lock is held until :meth:`close`.
 
         Returns
         -------
@@ -713,7 +716,7 @@ class Transcript:
         EntryInvalid, TranscriptLocked, TranscriptPermission
         """
         line = encode_record(record)
-        self._acquire_lock()
+        self._acquire_lock(wait=lock_wait)
         self._refresh()  # may follow the path to a replaced file (and drop the old fd)
         wfd = self._acquire_writer()
         if self._layout.torn_bytes:
