@@ -10,7 +10,12 @@ generating is the server's):
   overhead per token over direct;
 * **serve, N concurrent streams** (default 64, 500 requests): p50/p99 time to the role
   chunk and to the first content chunk, the share answered 503, and the threads and
-  RSS of the process before and after (they must come back).
+  RSS of the process before and after (they must come back);
+* the same two runs on uvicorn's fallbacks (asyncio's loop, h11), for what the serve
+  extra's uvloop and httptools buy.
+
+The clients run in a process of their own, on raw sockets: a full HTTP client parsing
+every chunk as JSON cost more CPU than the server and measured itself.
 
 Goals (issue 13): p99 first chunk ≤ 50 ms at 64 streams; overhead ≤ 2% of model time.
 
@@ -31,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -80,40 +86,83 @@ def direct(tokens: int, gap_s: float, repeats: int) -> dict:
     return {"first_token_s": statistics.median(first), "total_s": statistics.median(total)}
 
 
-async def one_stream(client, url: str) -> dict:
+async def one_stream(host: str, port: int, path: str) -> dict:
+    """One streamed request on a raw socket, timing when the role and the first content
+    chunk arrive. A full HTTP client (httpx parsing every line into JSON) costs more CPU
+    per chunk than the server does: at 64 streams it saturated its own core and measured
+    itself. This one only looks for markers in the bytes as they come."""
+    body = json.dumps({"model": MODEL, "messages": MESSAGES, "stream": True}).encode()
+    request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
     started = time.perf_counter()
     out = {"status": None, "role_s": None, "first_content_s": None, "total_s": None}
-    async with client.stream("POST", url, json={"model": MODEL, "messages": MESSAGES, "stream": True}) as r:
-        out["status"] = r.status_code
-        if r.status_code != 200:
-            await r.aread()
-            return out
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(request)
+        seen = b""
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
             now = time.perf_counter() - started
-            delta = chunk["choices"][0]["delta"] if chunk.get("choices") else {}
-            if out["role_s"] is None and delta.get("role"):
+            seen = seen[-64:] + data  # a marker may straddle two reads
+            if out["status"] is None and seen.startswith(b"HTTP/1.1 "):
+                out["status"] = int(seen[9:12])
+            if out["role_s"] is None and b'"role":"assistant"' in seen:
                 out["role_s"] = now
-            if out["first_content_s"] is None and delta.get("content"):
+            if out["first_content_s"] is None and b'"content":"t' in seen:
                 out["first_content_s"] = now
+    finally:
+        writer.close()
     out["total_s"] = time.perf_counter() - started
     return out
 
 
 async def load(url: str, streams: int, requests: int) -> list[dict]:
-    import httpx
+    parts = urllib.parse.urlsplit(url)
+    gate = asyncio.Semaphore(streams)
 
-    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        gate = asyncio.Semaphore(streams)
+    async def bounded():
+        async with gate:
+            return await one_stream(parts.hostname, parts.port, parts.path)
 
-        async def bounded():
-            async with gate:
-                return await one_stream(client, url)
+    return await asyncio.gather(*(bounded() for _ in range(requests)))
 
-        return await asyncio.gather(*(bounded() for _ in range(requests)))
+
+def clients(url: str, streams: int, requests: int) -> list[dict]:
+    child = subprocess.run([sys.executable, __file__, "--clients-only", url, str(streams), str(requests)],
+                           capture_output=True, text=True, check=True, timeout=1800)
+    return json.loads(child.stdout)
+
+
+def one_client(single: list[dict], base: dict, model_s: float) -> dict:
+    total = statistics.median(r["total_s"] for r in single)
+    return {"role_s": statistics.median(r["role_s"] for r in single),
+            "first_content_s": statistics.median(r["first_content_s"] for r in single),
+            "total_s": total, "overhead_share_of_model_time": (total - base["total_s"]) / model_s}
+
+
+def load_summary(results: list[dict], streams: int, requests: int) -> dict:
+    ok = [r for r in results if r["status"] == 200]
+    return {"streams": streams, "requests": requests, "answered": len(ok),
+            "busy_503_share": sum(r["status"] == 503 for r in results) / len(results),
+            "role_p50_s": pct([r["role_s"] for r in ok], 0.5), "role_p99_s": pct([r["role_s"] for r in ok], 0.99),
+            "first_content_p50_s": pct([r["first_content_s"] for r in ok], 0.5),
+            "first_content_p99_s": pct([r["first_content_s"] for r in ok], 0.99)}
+
+
+def _stack(running) -> dict:
+    """The event loop and HTTP parser uvicorn chose ("auto": uvloop and httptools when
+    installed)."""
+    config = running.server.config
+    return {"loop": "uvloop" if config.loop == "auto" and _importable("uvloop") else config.loop,
+            "http": "httptools" if config.http == "auto" and _importable("httptools") else config.http}
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 def pct(values: list[float], q: float) -> float:
@@ -131,6 +180,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--gap-ms", type=float, default=5.0, help="scripted time per token (default 5 ms)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of both stacks (default 3)")
     ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "serve.json"))
     args = ap.parse_args()
     from boundctx import config
@@ -138,39 +188,50 @@ def main() -> int:
     from boundctx.serve import create_app
 
     gap = args.gap_ms / 1000
-    base = direct(args.tokens, gap, 5)
+    base = direct(args.tokens, gap, 10)
     settings = config.load(env={}, overrides={"serve.active_replies": args.streams, "serve.queue_depth": args.streams})
     threads_before, rss_before = threading.active_count(), rss_kib()
-    server = Running(create_app(provider(args.tokens, gap), settings=settings, model_id=MODEL))
-    url = server.url + "/v1/chat/completions"
-    single = [asyncio.run(load(url, 1, 1))[0] for _ in range(5)]
-    # The concurrent clients run in a process of their own: in this one they would share
-    # the server's interpreter lock and be measured as the server's latency.
-    child = subprocess.run([sys.executable, __file__, "--clients-only", url, str(args.streams), str(args.requests)],
-                           capture_output=True, text=True, check=True, timeout=1800)
-    results = json.loads(child.stdout)
-    time.sleep(1)
-    server.stop()
+    model_s = args.tokens * gap
+    # Each round runs both stacks, alternating which goes first (the machine is shared
+    # and noisy; medians over rounds): the serve extra's (uvloop, httptools, what
+    # uvicorn's "auto" picks) and uvicorn's fallbacks where those are not installed
+    # (asyncio's loop, h11).
+    stacks = {"auto": {}, "fallback": {"loop": "asyncio", "http": "h11"}}
+    rounds: dict[str, list[dict]] = {name: [] for name in stacks}
+    chosen = None
+    for r in range(args.rounds):
+        for name in (list(stacks) if r % 2 == 0 else list(stacks)[::-1]):
+            server = Running(create_app(provider(args.tokens, gap), settings=settings, model_id=MODEL),
+                             **stacks[name])
+            if name == "auto":
+                chosen = _stack(server)
+            url = server.url + "/v1/chat/completions"
+            # The clients run in a process of their own: in this one they would share
+            # the server's interpreter lock and be measured as the server's latency.
+            # One client, one connection after another; the first request a warm-up.
+            single = clients(url, 1, 11)[1:]
+            results = clients(url, args.streams, args.requests)
+            server.stop()
+            rounds[name].append({"serve_one_client": one_client(single, base, model_s),
+                                 "load": load_summary(results, args.streams, args.requests)})
     time.sleep(0.5)
     threads_after, rss_after = threading.active_count(), rss_kib()
-    ok = [r for r in results if r["status"] == 200]
-    model_s = args.tokens * gap
-    one_total = statistics.median(r["total_s"] for r in single)
+
+    def medians(runs: list[dict]) -> dict:
+        return {part: {key: statistics.median(run[part][key] for run in runs) for key in runs[0][part]}
+                for part in ("serve_one_client", "load")}
+
     report = {
         "direct": base,
-        "serve_one_client": {"role_s": statistics.median(r["role_s"] for r in single),
-                             "first_content_s": statistics.median(r["first_content_s"] for r in single),
-                             "total_s": one_total,
-                             "overhead_share_of_model_time": (one_total - base["total_s"]) / model_s},
-        "load": {"streams": args.streams, "requests": args.requests, "answered": len(ok),
-                 "busy_503_share": sum(r["status"] == 503 for r in results) / len(results),
-                 "role_p50_s": pct([r["role_s"] for r in ok], 0.5), "role_p99_s": pct([r["role_s"] for r in ok], 0.99),
-                 "first_content_p50_s": pct([r["first_content_s"] for r in ok], 0.5),
-                 "first_content_p99_s": pct([r["first_content_s"] for r in ok], 0.99)},
+        "rounds": args.rounds,
+        "stack": {**chosen, **medians(rounds["auto"])},
+        "fallback_stack": {**{k: v for k, v in stacks["fallback"].items()}, **medians(rounds["fallback"])},
+        "every_round": rounds,
         "threads": {"before": threads_before, "after": threads_after},
         "rss_kib": {"before": rss_before, "after": rss_after},
         "tokens": args.tokens, "gap_ms": args.gap_ms, "model_time_s": model_s,
-        "versions": run_facts(("boundctx", "starlette", "uvicorn", "httpx")),
+        "client": "raw asyncio sockets, markers found in the bytes (no JSON parsing)",
+        "versions": run_facts(("boundctx", "starlette", "uvicorn", "uvloop", "httptools")),
     }
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))

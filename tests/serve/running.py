@@ -5,11 +5,11 @@ import time
 
 
 class Running:
-    def __init__(self, app):
+    def __init__(self, app, **config):
         import uvicorn
 
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="off"))
+                                                    lifespan="off", **config))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

@@ -361,6 +361,7 @@ class _Server:
     async def _complete(self, request, chunks: Chunks, run: ReplyRun, first: Any):
         text: list[str] = []
         watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        watcher.add_done_callback(lambda _: run.wake())
         events = [first]
         try:
             while True:
@@ -377,14 +378,11 @@ class _Server:
                         return _json(200, chunks.completion("".join(text), _finish(event), _usage(event),
                                                             [_wire_call(c) for c in event.tool_calls],
                                                             _done_extension(event)))
-                waiter = asyncio.ensure_future(run.next_events(None))
-                await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if not waiter.done():  # the client went away: stop its reply, not another's
-                    waiter.cancel()
+                events = await run.next_events(None)
+                if watcher.done():  # the client went away: stop its reply, not another's
                     run.abandon()
                     return _error(499, "the client closed the connection", "invalid_request_error",
                                   "client_closed")
-                events = waiter.result()
         finally:
             watcher.cancel()
             self.end(chunks.id)

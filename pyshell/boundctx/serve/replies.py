@@ -125,6 +125,11 @@ class GatedProvider(Provider):
 _END = object()
 
 
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 class ReplyRun:
     """``produce()`` (an iterator of events) run in its own thread, its events read
     with ``await next_event(timeout)``.
@@ -145,7 +150,12 @@ class ReplyRun:
         self._produce = produce
         self.cancel = cancel
         self._loop = loop
-        self._queue: asyncio.Queue = asyncio.Queue()
+        # The events handed over and not read yet, and the reader's wait for more: a
+        # plain future, not a Task or asyncio.Queue per event. Each event's handover
+        # wakes the loop, and the engine's thread waits for the interpreter lock for as
+        # long as the loop then runs, so the loop's work per event is the cost per token.
+        self._ready: deque[Any] = deque()
+        self._waiter: asyncio.Future | None = None
         # Backpressure without a round trip per event: the thread takes a place before
         # it hands an event over, the reader gives places back as it takes events.
         self._places = threading.Semaphore(depth)
@@ -160,9 +170,20 @@ class ReplyRun:
             if self._abandoned.is_set():  # nobody reads any more: drop, let the engine wind down
                 return
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._deliver, item)
         except RuntimeError:  # the loop is closed (server shutting down)
             pass
+
+    def _deliver(self, item: Any) -> None:  # on the loop
+        self._ready.append(item)
+        self.wake()
+
+    def wake(self) -> None:
+        """End the reader's wait now (on the loop): with nothing ready it gets ``[]``,
+        so it can look at what else happened (the client left)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     def _run(self) -> None:
         try:
@@ -178,21 +199,39 @@ class ReplyRun:
             if not self._abandoned.is_set():
                 self._put(_END)
 
+    async def _wait(self, timeout: float | None) -> None:
+        """Until an event is ready, :meth:`wake` is called, or ``timeout`` seconds pass
+        (``TimeoutError``)."""
+        if self._ready:
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_later(timeout, _expire, waiter) if timeout else None
+        try:
+            woken = await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        if not woken:
+            raise asyncio.TimeoutError()
+
     async def next_events(self, timeout: float | None) -> list[Any]:
-        """The events ready now (at least one, waiting up to ``timeout`` seconds for it,
-        else ``TimeoutError``: a ping is due); a ``None`` in the list ends the run.
-        Taking all that are ready lets a slow moment send them in one write."""
-        item = await asyncio.wait_for(self._queue.get(), timeout) if timeout else await self._queue.get()
-        items = [item]
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
+        """The events ready now, waiting up to ``timeout`` seconds for one (else
+        ``TimeoutError``: a ping is due); ``[]`` when woken with none; a ``None`` in the
+        list ends the run. Taking all that are ready lets a slow moment send them in one
+        write."""
+        await self._wait(timeout)
+        items = list(self._ready)
+        self._ready.clear()
         for _ in items:
             self._places.release()
         return [None if i is _END else i for i in items]
 
     async def next_event(self, timeout: float | None) -> Any:
         """One event (the first of a reply is read alone, to decide the status)."""
-        item = await asyncio.wait_for(self._queue.get(), timeout) if timeout else await self._queue.get()
+        while not self._ready:
+            await self._wait(timeout)
+        item = self._ready.popleft()
         self._places.release()
         return None if item is _END else item
 

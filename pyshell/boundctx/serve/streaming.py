@@ -50,6 +50,15 @@ class ProgressGate:
         return True
 
 
+if hasattr(asyncio, "timeout"):  # Python 3.11+: a timer on the running task, no new task per write
+    async def _within(seconds: float, awaitable) -> Any:
+        async with asyncio.timeout(seconds):
+            return await awaitable
+else:  # pragma: no cover - Python 3.10
+    async def _within(seconds: float, awaitable) -> Any:
+        return await asyncio.wait_for(awaitable, seconds)
+
+
 async def wait_for_disconnect(receive) -> None:
     while True:
         message = await receive()
@@ -91,13 +100,15 @@ class EventStream:
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         finished = False
 
+        gone.add_done_callback(lambda _: run.wake())
+
         async def put(data: bytes) -> bool:
             """Send one write; False when the client is gone or stopped reading."""
             if gone.done():
                 return False
             try:
-                await asyncio.wait_for(send({"type": "http.response.body", "body": data, "more_body": True}),
-                                       self.send_timeout_s)
+                await _within(self.send_timeout_s, send({"type": "http.response.body", "body": data,
+                                                         "more_body": True}))
                 return True
             except (asyncio.TimeoutError, OSError):
                 log.info("boundctx serve: a client stopped reading; its reply is cancelled")
@@ -119,17 +130,16 @@ class EventStream:
                     return
                 data = b""
                 while True:
-                    waiter = asyncio.ensure_future(run.next_events(self.ping_s))
-                    await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
-                    if not waiter.done():
-                        waiter.cancel()
-                        return
                     try:
-                        events = waiter.result()
-                        break
+                        events = await run.next_events(self.ping_s)
                     except asyncio.TimeoutError:
                         if not await put(PING):
                             return
+                        continue
+                    if gone.done():  # woken by the client leaving
+                        return
+                    if events:
+                        break
         finally:
             gone.cancel()
             if not finished:  # the client left (or stopped reading) first: end its reply
