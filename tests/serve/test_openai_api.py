@@ -349,6 +349,20 @@ def test_boundctx_own_remote_provider_reads_boundctx_serve(serve):
     assert text == "The failing step is 377."
 
 
+def test_boundctx_ask_without_a_model_name_uses_the_one_the_server_lists(serve, capsys):
+    # boundctx serve refuses a model it does not serve (404): the CLI, given no --model,
+    # asks /v1/models and uses the one model there instead of a made-up "default".
+    from boundctx.cli import main
+    from boundctx.cli._provider import served_model
+
+    server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
+    assert served_model(server.url + "/v1", None) == MODEL
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--n-ctx", "8192",
+                 "Which step failed?"]) == 0
+    assert "The failing step is 377." in capsys.readouterr().out
+    assert served_model("http://127.0.0.1:9", None) is None  # nothing there: the old default stands
+
+
 def test_the_sessions_routes_sit_behind_the_same_guard(serve, tmp_path):
     server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL, api_keys={"k"},
                    sessions_dir=str(tmp_path / "s"))

