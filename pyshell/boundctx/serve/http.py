@@ -10,7 +10,7 @@ import msgspec
 
 from boundctx.serve.wire import error_body
 
-__all__ = ["TooLarge", "error", "json_response", "read_body"]
+__all__ = ["TooLarge", "body_or_refusal", "busy", "error", "json_response", "read_body", "too_large"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -43,3 +43,23 @@ async def read_body(request, limit: int) -> bytes:
             raise TooLarge()
         parts.append(part)
     return b"".join(parts)
+
+
+def too_large(limit: int):
+    """413 for a body over ``serve.max_body_bytes``."""
+    return error(413, f"the request body is over {limit:,} bytes (serve.max_body_bytes); send long inputs in "
+                      "smaller parts", "invalid_request_error", "request_too_large")
+
+
+def busy():
+    """503 when every reply slot and queue place is taken."""
+    return error(503, "every reply slot and queue place is taken; retry shortly", "server_overloaded",
+                 "server_busy", headers={"Retry-After": "5"})
+
+
+async def body_or_refusal(request, limit: int):
+    """The body, or the 413 response to send instead."""
+    try:
+        return await read_body(request, limit)
+    except TooLarge:
+        return too_large(limit)

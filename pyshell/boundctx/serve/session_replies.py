@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta
-from boundctx.serve.http import TooLarge, error as _error, read_body as _read_body
+from boundctx.serve.http import body_or_refusal, error as _error
 from boundctx.serve.requests import BadRequest, parse_session_reply
 from boundctx.serve.sessions import PREFIX, Refused, Sessions
 from boundctx.serve.streaming import EventStream, ProgressGate
@@ -104,12 +104,9 @@ def session_reply_routes(server: Any, sessions: Sessions) -> list:
 
     async def reply(request):
         sid = request.path_params["id"]
-        limit = int(server.settings["serve.max_body_bytes"])
-        try:
-            body = await _read_body(request, limit)
-        except TooLarge:
-            return _error(413, f"the request body is over {limit:,} bytes (serve.max_body_bytes)",
-                          "invalid_request_error", "request_too_large")
+        body = await body_or_refusal(request, int(server.settings["serve.max_body_bytes"]))
+        if not isinstance(body, bytes):
+            return body
         try:
             req = parse_session_reply(body)
         except BadRequest as exc:

@@ -29,7 +29,7 @@ import msgspec
 
 from boundctx import config
 from boundctx.errors import ConfigError
-from boundctx.serve.http import TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.serve.http import body_or_refusal, error as _error, json_response as _json
 
 __all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
 
@@ -118,11 +118,9 @@ def settings_routes(live: LiveSettings, max_body: int) -> list:
     async def settings(request):
         if request.method == "GET":
             return _json(200, live.view())
-        try:
-            body = await _read_body(request, max_body)
-        except TooLarge:
-            return _error(413, f"the request body is over {max_body:,} bytes (serve.max_body_bytes)",
-                          "invalid_request_error", "request_too_large")
+        body = await body_or_refusal(request, max_body)
+        if not isinstance(body, bytes):
+            return body
         try:
             changes = msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
