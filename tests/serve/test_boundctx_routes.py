@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from boundctx import config
+from boundctx.analysis.workers import WORKER_INSTRUCTIONS
 from boundctx.providers import ScriptedProvider
 from boundctx.serve import ServeError, create_app
 from boundctx.transcript.store import Transcript
@@ -377,3 +378,31 @@ def test_a_cors_origin_that_is_not_one_is_refused_at_start(tmp_path):
         with pytest.raises(ServeError, match="not an origin"):
             create_app(ScriptedProvider(lambda r: "x"), settings=settings(**{"serve.cors_origins": bad}),
                        sessions_dir=str(tmp_path))
+
+
+def test_a_cancel_during_analysis_stops_before_another_worker_section(serve):
+    calls = []
+
+    def respond(request):
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
+            calls.append(time.monotonic())
+            time.sleep(0.1)  # a worker reading its section
+        return answer(request)
+
+    server = serve(ScriptedProvider(respond, context_window=4096),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    new_session(server, "w")
+    got, at_cancel = [], None
+    with httpx.stream("POST", f"{server.url}{API}/sessions/w/replies",
+                      json={"content": "Which step failed?\n\n" + LOG}, timeout=60) as r:
+        for name, data in iter_events(r.iter_lines()):
+            got.append((name, data))
+            if name == "analysis_progress" and data["section"] == 2:
+                assert httpx.post(f"{server.url}{API}/replies/{got[0][1]['id']}/cancel").status_code == 200
+                at_cancel = len(calls)
+    name, done = got[-1]
+    assert name == "done" and done["finish_reason"] == "cancelled" and done["saved"] is False
+    sections = next(d["sections"] for n, d in got if n == "analysis_progress")
+    assert sections > 4
+    assert len(calls) <= at_cancel + 1  # the section running when the cancel came, at most
+    assert "reply_delta" not in [n for n, _ in got]

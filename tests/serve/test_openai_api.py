@@ -203,6 +203,42 @@ def test_a_client_that_closes_its_stream_cancels_its_reply_and_not_the_other(ser
     assert done_b["text"] == "".join(f"w{i} " for i in range(30))  # the other reply untouched
 
 
+def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(serve):
+    # A reader that keeps the connection open but takes nothing: the socket buffers fill,
+    # a write waits past serve.send_timeout_seconds, and the reply is cancelled.
+    import socket
+
+    big = "x" * 16_384
+
+    class Flood(Slow):
+        def __call__(self, request):
+            def gen():
+                for _ in range(self.pieces):
+                    self.produced += 1
+                    yield big
+            return gen()
+
+    flood = Flood(pieces=5_000)  # 80 MB if nobody stopped it
+    server = serve(ScriptedProvider(flood, context_window=8192), model_id=MODEL,
+                   settings=settings(**{"serve.send_timeout_seconds": 0.5}))
+    body = json.dumps({"model": MODEL, "messages": ASK, "stream": True, "max_tokens": 4000}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert sock.recv(64).startswith(b"HTTP/1.1 200")  # then read nothing more
+    try:
+        deadline = time.monotonic() + 20
+        while any(t.name == "boundctx-reply" for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(t.name == "boundctx-reply" for t in threading.enumerate())  # the reply ended
+        assert flood.produced < flood.pieces  # cancelled, not run to the end into a full buffer
+        assert httpx.get(server.url + "/health").status_code == 200  # and the server serves others
+    finally:
+        sock.close()
+
+
 def test_a_failure_mid_stream_is_an_error_chunk_then_done(serve):
     def respond(request):
         def gen():
