@@ -441,3 +441,24 @@ def test_several_tool_calls_stream_as_separate_calls(serve):
     assert final.choices[0].finish_reason == "tool_calls"
     whole = client(server).chat.completions.create(model=MODEL, messages=ASK, tools=tools)
     assert [c.id for c in whole.choices[0].message.tool_calls] == ["call_1", "call_2"]
+
+
+def test_a_failed_analysis_is_not_run_again_by_the_clients_retries(serve):
+    # The official client retries a 5xx twice by default: a failure no retry can fix
+    # says so (x-should-retry: false), so an expensive analysis runs once.
+    from boundctx.analysis.workers import WORKER_INSTRUCTIONS
+
+    worker_calls = []
+
+    def respond(request):
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
+            worker_calls.append(1)
+            raise RuntimeError("the worker's model crashed")
+        return "unused"
+
+    server = serve(ScriptedProvider(respond, context_window=2048), settings=settings(), model_id=MODEL)
+    retrying = openai.OpenAI(base_url=server.url + "/v1", api_key="none")  # max_retries=2, the default
+    with pytest.raises(openai.InternalServerError) as info:
+        retrying.chat.completions.create(model=MODEL, messages=WITH_LOG, max_tokens=256)
+    assert info.value.response.headers["x-should-retry"] == "false"
+    assert len(worker_calls) == 1  # one request, one failed section: no second or third run
