@@ -15,7 +15,9 @@ def add_parser(sub, summary: str) -> None:
         "serve", help=summary,
         description="Serve POST /v1/chat/completions, GET /v1/models and GET /health on the embedded local "
                     "model (default) or an OpenAI-compatible server, with boundctx's fitting and section "
-                    "analysis behind every reply. Binds 127.0.0.1 unless told otherwise; any other address "
+                    "analysis behind every reply; and boundctx's own routes under /boundctx/v1: sessions "
+                    "(windows, append, edit, delete, replies as named events), count, understand, settings, "
+                    "and cancelling a reply by id. Binds 127.0.0.1 unless told otherwise; any other address "
                     "needs an API key.")
     add_provider_arguments(p)
     p.add_argument("--host", metavar="ADDR", help="address to bind (serve.host, default 127.0.0.1)")

@@ -4,8 +4,22 @@ Routes: ``POST /v1/chat/completions`` (streamed and not), ``GET /v1/models``,
 ``GET /health``. Each reply runs :class:`~boundctx.analysis.Engine` with its bounds,
 fitting and section analysis; progress travels as chunks of its own (see
 :mod:`boundctx.serve.wire`). A guard in front of every route checks the Host header
-(DNS rebinding of a loopback server), the API key (all routes but ``/health``) and the
-body size before a handler runs.
+(DNS rebinding of a loopback server), CORS and the API key (all routes but ``/health``).
+
+The package, one concern a module:
+
+* ``app``: the application, the guard, replies' admission and the chat completions;
+* ``wire``: the OpenAI chunk and error shapes, and SSE framing;
+* ``requests``: request bodies checked, with the 400 for what is refused;
+* ``replies``: reply slots, turns at the first model call, the reply's thread and its
+  bridge to the loop;
+* ``streaming``: sending a reply's events as an event stream (pings, send timeout,
+  disconnects);
+* ``sessions`` / ``session_replies``: transcripts under the sessions folder, and replies
+  on them as named events;
+* ``engine_routes``: counts, understanding, cancel by id;
+* ``settings``: the settings schema, and changes that apply from the next reply;
+* ``http``: the JSON and error responses and body reading every route shares.
 """
 
 from __future__ import annotations
