@@ -20,10 +20,13 @@ API = "/boundctx/v1"
 
 
 def events_of(response):
-    """The named events of a server-sent-event stream: [(name, data), ...]."""
-    out, name, data = [], None, []
+    """The named events of a server-sent-event stream: [(name, data), ...], checking
+    that their ids count from 0."""
+    out, name, data, ids = [], None, [], []
     for line in response.iter_lines():
-        if line.startswith("event: "):
+        if line.startswith("id: "):
+            ids.append(int(line[4:]))
+        elif line.startswith("event: "):
             name = line[7:]
         elif line.startswith("data: "):
             data.append(line[6:])
@@ -32,6 +35,7 @@ def events_of(response):
             name, data = None, []
     if name or data:
         out.append((name, json.loads("\n".join(data))))
+    assert ids == list(range(len(out)))
     return out
 
 

@@ -9,7 +9,8 @@ Route::
 The reply starts from the session's newest ``history`` messages (read whole, then fitted
 and analysed as any reply is) with ``content`` as the new user message. The answer is a
 ``text/event-stream`` of named events, each one's ``data`` the event as the library
-encodes it (``msgspec.json.encode(event)``, its ``type`` field equal to the event name)::
+encodes it (``msgspec.json.encode(event)``, its ``type`` field equal to the event name),
+each numbered by its ``id:`` from 0::
 
     event: reply             {"id", "session", "notices", "history_messages"}  (first, always)
     event: fitted            what fitting dropped, clipped or sent to analysis
@@ -47,9 +48,10 @@ __all__ = ["named_event", "session_reply_routes"]
 _encode = msgspec.json.Encoder().encode
 
 
-def named_event(name: str, data: Any) -> bytes:
-    """One server-sent event named ``name``, its data compact JSON."""
-    return b"event: " + name.encode() + b"\ndata: " + _encode(data) + b"\n\n"
+def named_event(name: str, data: Any, seq: int) -> bytes:
+    """One server-sent event named ``name``, numbered ``seq`` (its ``id:``, counted from 0
+    in each reply), its data compact JSON."""
+    return b"event: " + name.encode() + b"\nid: " + str(seq).encode() + b"\ndata: " + _encode(data) + b"\n\n"
 
 
 def _name(event: Any) -> str:
@@ -64,11 +66,16 @@ class _SessionFrames:
         self.server, self.sessions, self.sid = server, sessions, sid
         self.question, self.style, self.parent_id = question, style, parent_id
         self.answer: list[str] = []
+        self.seq = 0  # the reply event is 0
         self.progress = ProgressGate(float(server.settings["serve.progress_max_hz"]))
+
+    def _named(self, name: str, data: Any) -> bytes:
+        self.seq += 1
+        return named_event(name, data, self.seq)
 
     async def __call__(self, event: Any) -> tuple[bytes, bool]:
         if event is None:
-            return named_event("failed", {"type": "failed", "error": "the reply ended without a result",
+            return self._named("failed", {"type": "failed", "error": "the reply ended without a result",
                                           "kind": "internal_error", "saved": False}), True
         if isinstance(event, ReplyDelta):
             self.answer.append(event.text)
@@ -77,11 +84,11 @@ class _SessionFrames:
         data = msgspec.to_builtins(event)
         if isinstance(event, Done):
             data.update(await self._save(event))
-            return named_event("done", data), True
+            return self._named("done", data), True
         if isinstance(event, Failed):
             data["saved"] = False
-            return named_event("failed", data), True
-        return named_event(_name(event), data), False
+            return self._named("failed", data), True
+        return self._named(_name(event), data), False
 
     async def _save(self, done: Done) -> dict[str, Any]:
         if self.style is None:
@@ -125,7 +132,7 @@ def session_reply_routes(server: Any, sessions: Sessions) -> list:
         frames = _SessionFrames(server, sessions, sid, req.content, style, conversation.last_id)
         opening = named_event("reply", {"type": "reply", "id": reply_id, "session": sid,
                                         "notices": conversation.notices,
-                                        "history_messages": len(conversation.messages)})
+                                        "history_messages": len(conversation.messages)}, 0)
         return EventStream(run, first, frames=frames, opening=opening, on_close=lambda: server.end(reply_id),
                            **server.stream_settings())
 
