@@ -44,6 +44,9 @@ def test_wheel_from_the_sdist_holds_only_the_package(built):
     assert any(n.startswith("boundctx/_native/lineindex.") and n.endswith(".so") for n in names)
     assert "boundctx/_native/lineindex.pyi" in names and "boundctx/py.typed" in names
     assert not any(n.endswith((".pyx", ".pxd", ".c")) for n in names)
+    from boundctx.serve.ui import FILES  # the front end boundctx serve answers at /
+
+    assert {f"boundctx/serve/web/{name}" for name in FILES} <= set(names)
 
 
 def test_the_local_extra_installs_no_package_boundctx_never_imports():

@@ -19,7 +19,8 @@ The package, one concern a module:
   on them as named events;
 * ``engine_routes``: counts, understanding, cancel by id;
 * ``settings``: the settings schema, and changes that apply from the next reply;
-* ``http``: the JSON and error responses and body reading every route shares.
+* ``http``: the JSON and error responses and body reading every route shares;
+* ``ui``: the reference web front end (the files in ``web/``) at ``/``.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class Guard:
                     "access-control-max-age": "600"})
                 return await response(scope, receive, send)
             send = _with_headers(send, cors_headers + [(b"access-control-expose-headers", b"retry-after")])
-        if self.keys and scope.get("path") not in ("/health", "/v1/health"):
+        if self.keys and not _open_path(scope.get("path", "")):
             given = headers.get("authorization", "")
             token = given[7:].strip().encode() if given[:7].lower() == "bearer " else b""
             # Compare with every key, in constant time each: no early exit on a match.
@@ -137,6 +138,12 @@ class Guard:
         if "*" in self.cors:
             return "*"
         return origin if origin.lower() in self.cors else None
+
+
+def _open_path(path: str) -> bool:
+    """Served without a key: the health check, and the front end's files (no data; the
+    page asks for the key)."""
+    return path in ("/health", "/v1/health", "/", "/favicon.ico") or path.startswith("/ui/")
 
 
 def _with_headers(send, extra: list[tuple[bytes, bytes]]):
@@ -188,6 +195,7 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
 
     from boundctx.serve.engine_routes import engine_routes
     from boundctx.serve.session_replies import session_reply_routes
+    from boundctx.serve.ui import ui_routes
 
     resolved = config.resolve(settings)
     keys = frozenset(api_keys or ())
@@ -209,6 +217,7 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         *session_routes(sessions, extra=session_reply_routes(server, sessions)),
         *settings_routes(server.live, int(resolved["serve.max_body_bytes"])),
         *engine_routes(server),
+        *ui_routes(),
         Route("/health", server.health, methods=["GET"]),
         Route("/v1/health", server.health, methods=["GET"]),
         Route("/v1/models", server.models, methods=["GET"]),

@@ -1,0 +1,52 @@
+"""The reference web front end, served at ``/`` (its files under ``/ui/``).
+
+Plain files from the package's ``web`` folder: no build step, nothing from another
+origin. Every answer carries a content security policy that forbids inline script and
+style and any origin but this server's, so the page runs only the code shipped here.
+The page itself holds no data: it is served without the API key, which the page asks
+for and sends with every API call.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+__all__ = ["ui_routes"]
+
+WEB = pathlib.Path(__file__).with_name("web")
+#: The only files served, and their types: a name not listed is a 404, never a path.
+FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+         "app.css": "text/css; charset=utf-8"}
+POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = {"content-security-policy": POLICY, "x-content-type-options": "nosniff", "cache-control": "no-cache",
+           "referrer-policy": "no-referrer"}
+
+
+def _file(name: str):
+    from starlette.responses import Response
+
+    from boundctx.serve.http import error
+
+    kind = FILES.get(name)
+    if kind is None:
+        return error(404, f"no such front-end file: {name!r}", "invalid_request_error", "not_found")
+    return Response((WEB / name).read_bytes(), media_type=kind, headers=HEADERS)
+
+
+def ui_routes() -> list:
+    from starlette.routing import Route
+
+    async def index(request):
+        return _file("index.html")
+
+    async def asset(request):
+        return _file(request.path_params["name"])
+
+    async def icon(request):  # browsers ask for one; none is shipped
+        from starlette.responses import Response
+
+        return Response(status_code=204, headers=HEADERS)
+
+    return [Route("/", index, methods=["GET"]), Route("/ui/{name}", asset, methods=["GET"]),
+            Route("/favicon.ico", icon, methods=["GET"])]

@@ -1,0 +1,77 @@
+"""The front end in a real headless browser: Debian's chromium driven by Playwright
+through ``executable_path`` (no browser download; ``playwright install`` is never run),
+and a real boundctx serve on loopback for each test."""
+
+import os
+import shutil
+
+import pytest
+
+# The Debian /usr/bin/chromium wrapper prints a shell error on some machines; the binary
+# behind it does not.
+CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium",)
+
+
+def chromium_path():
+    """The first chromium executable found: Debian's binary, then ``chromium`` or
+    ``chromium-browser`` on PATH; None when there is none."""
+    for path in (*CHROMIUM_CANDIDATES, shutil.which("chromium"), shutil.which("chromium-browser")):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium for the session. Playwright adds --no-sandbox itself (the
+    sandbox cannot start as root), which is what lets it run in CI containers."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the browser tests need Playwright: pip install '.[test]'")
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("the browser tests need a chromium executable (none at /usr/lib/chromium/chromium "
+                    "or on PATH): apt-get install chromium")
+    playwright = sync_playwright().start()
+    try:
+        launched = playwright.chromium.launch(executable_path=executable, headless=True)
+    except BaseException:
+        playwright.stop()
+        raise
+    try:
+        yield launched
+    finally:
+        launched.close()
+        playwright.stop()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page (in its own context) for each test; 15 s default timeout."""
+    opened = browser.new_page()
+    opened.set_default_timeout(15_000)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def serve(tmp_path):
+    """``serve(provider, **create_app options)`` -> a running server (``.url``); its
+    sessions folder is in tmp_path unless given. The same as tests/serve's fixture."""
+    pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
+    pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
+    from boundctx.serve import create_app
+    from serve.running import Running
+
+    started = []
+
+    def start(provider, **options):
+        options.setdefault("sessions_dir", str(tmp_path / "sessions"))
+        running = Running(create_app(provider, **options))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()

@@ -1,0 +1,59 @@
+"""``python tests/web/screenshots.py``: the README's pictures of the front end
+(docs/screens/*.png), taken in headless Chromium from a scripted server with a sample
+session. Run it after changing what a screen shows."""
+
+import pathlib
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from boundctx.providers import ScriptedProvider  # noqa: E402
+from boundctx.serve import create_app  # noqa: E402
+from boundctx.transcript.sample import write_sample  # noqa: E402
+from serve.running import Running  # noqa: E402
+from serve.scripted import LOG, MODEL, answer, settings  # noqa: E402
+from web.conftest import chromium_path  # noqa: E402
+
+OUT = ROOT / "docs" / "screens"
+
+
+def main() -> int:
+    folder = pathlib.Path(tempfile.mkdtemp()) / "sessions"
+    folder.mkdir()
+    write_sample(folder / "sample.jsonl", target_bytes=400_000, big_every=120, big_bytes=(70_000, 90_000),
+                 compaction_every=300)
+    (folder / "build-log.jsonl").touch()
+    server = Running(create_app(ScriptedProvider(answer, context_window=4096), settings=settings(),
+                                model_id=MODEL, sessions_dir=str(folder)))
+    OUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), headless=True)
+        page = browser.new_page(viewport={"width": 900, "height": 640})
+        page.goto(server.url + "/#/")
+        page.wait_for_selector("#session-list a")
+        page.screenshot(path=OUT / "sessions.png")
+        page.goto(server.url + "/#/s/sample")
+        page.wait_for_selector("#messages .message")
+        page.screenshot(path=OUT / "session.png")
+        page.goto(server.url + "/#/s/build-log")
+        page.wait_for_selector("#session-meta")
+        page.get_by_label("Message", exact=True).fill("Which step failed?\n\n" + LOG)
+        page.get_by_role("button", name="Send").click()
+        page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
+        page.screenshot(path=OUT / "chat.png")
+        page.goto(server.url + "/#/settings")
+        page.wait_for_selector("#settings-form fieldset")
+        page.screenshot(path=OUT / "settings.png")
+        browser.close()
+    server.stop()
+    for png in sorted(OUT.glob("*.png")):
+        print(png.relative_to(ROOT), png.stat().st_size)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

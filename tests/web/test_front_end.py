@@ -1,0 +1,225 @@
+"""The reference front end in headless Chromium, used the way a person would: a large
+session opens at its newest window and pages back to message 0 with the view kept in
+place, a cut message is shown whole on demand, a chat reply streams with its progress
+apart, Stop cancels, a failure says why, settings round-trip and explain a refusal,
+replies are read aloud, and an API key is asked for."""
+
+import json
+import time
+
+import pytest
+
+from boundctx.providers import ScriptedProvider
+from boundctx.transcript.sample import write_sample
+from boundctx.transcript.store import Transcript
+from serve.scripted import LOG, MODEL, Slow, answer, settings
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+@pytest.fixture
+def folder(tmp_path):
+    d = tmp_path / "sessions"
+    d.mkdir()
+    return d
+
+
+def open_app(page, server, hash_=""):
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url + "/" + hash_)
+    return errors
+
+
+def indexes(page):
+    return page.eval_on_selector_all("#messages .message[data-index]", "ns => ns.map(n => Number(n.dataset.index))")
+
+
+def test_a_large_session_opens_newest_first_and_pages_back_to_0_in_place(page, serve, folder):
+    stats = write_sample(folder / "big.jsonl", target_bytes=3_000_000, big_every=300, big_bytes=(100_000, 200_000),
+                         compaction_every=400)
+    count = stats["messages"]
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    errors = open_app(page, server, "#/s/big")
+    page.wait_for_selector("#messages .message")
+    first = indexes(page)
+    assert first == list(range(count - 100, count))  # the newest window, in order
+    assert "compaction" in page.inner_text("#messages") or stats["compactions"] == 0
+    seen = list(first)
+    for _ in range(count // 100 + 5):
+        if seen[0] == 0:
+            break
+        top = seen[0]
+        # The reader scrolls to the top: where the oldest message shown sits then is what
+        # must not move when the page before it arrives.
+        before = page.eval_on_selector("#messages", f"""b => {{ b.scrollTop = 0;
+            return b.querySelector('.message[data-index="{top}"]').getBoundingClientRect().top; }}""")
+        page.wait_for_function(f"() => Number(document.querySelector('#messages .message[data-index]')"
+                               f".dataset.index) < {top}")
+        after = page.eval_on_selector(f'#messages .message[data-index="{top}"]',
+                                      "n => n.getBoundingClientRect().top")
+        assert abs(after - before) <= 2, (before, after)  # no jump: it stayed where it was
+        seen = indexes(page)
+    assert seen == list(range(count))  # every message once, in order, down to message 0
+    assert errors == []
+
+
+def test_a_cut_message_shows_the_marker_and_comes_whole_on_demand(page, serve, folder):
+    path = folder / "cut.jsonl"
+    long_text = "".join(f"line {i:05d} of a pasted log\n" for i in range(6000))  # ~150 KB
+    with Transcript.open(str(path), create=True) as t:
+        t.append({"type": "message", "message": {"role": "user", "content": "hello"}})
+        t.append({"type": "message", "message": {"role": "assistant", "content": long_text}})
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_app(page, server, "#/s/cut")
+    node = page.wait_for_selector('#messages .message[data-index="1"]')
+    assert "more bytes not shown" in node.inner_text()
+    shown = len(node.query_selector(".text").inner_text())
+    assert shown < len(long_text)
+    page.get_by_role("button", name="Show whole message").click()
+    page.wait_for_function("() => !document.querySelector('#messages .message[data-index=\"1\"] .cut')")
+    assert page.inner_text('#messages .message[data-index="1"] .text') == long_text.rstrip("\n") or \
+        len(page.inner_text('#messages .message[data-index="1"] .text')) >= len(long_text) - 1
+
+
+def test_a_reply_streams_with_progress_apart_and_lands_in_the_transcript(page, serve, folder):
+    server = serve(ScriptedProvider(answer, context_window=4096),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL, sessions_dir=str(folder))
+    with Transcript.open(str(folder / "chat.jsonl"), create=True):
+        pass
+    errors = open_app(page, server, "#/s/chat")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    seen_progress = []
+    page.expose_function("sawProgress", lambda text: seen_progress.append(text))
+    page.evaluate("""() => new MutationObserver(() => window.sawProgress(document.getElementById('progress')
+        .textContent)).observe(document.getElementById('progress'), {subtree: true, childList: true,
+        characterData: true})""")
+    page.get_by_label("Message", exact=True).fill("Which step failed?\n\n" + LOG)
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
+    reply = page.inner_text("#messages .message.assistant .text")
+    assert reply == "The failing step is 377."
+    assert any("Reading section" in p for p in seen_progress)  # progress was shown...
+    assert "section" not in reply.lower()  # ...and never entered the answer
+    with Transcript.open(str(folder / "chat.jsonl")) as t:
+        saved = [e.record["message"]["content"] for e in t.window(message_limit=10, content_limit=None).messages]
+    assert saved == ["Which step failed?\n\n" + LOG, "The failing step is 377."]
+    assert errors == []
+
+
+def test_stop_cancels_the_reply_and_nothing_is_saved(page, serve, folder):
+    slow = Slow(pieces=2000, gap=0.01)
+    server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    with Transcript.open(str(folder / "stop.jsonl"), create=True):
+        pass
+    open_app(page, server, "#/s/stop")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    page.get_by_label("Message", exact=True).fill("go on and on")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function("() => document.querySelector('#messages .message.assistant .text').textContent.length > 10")
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_selector("#reply-error:has-text('Stopped')")
+    assert slow.produced < 2000
+    assert (folder / "stop.jsonl").read_bytes() == b""
+
+
+def test_a_failed_reply_says_why(page, serve, folder):
+    def respond(request):
+        def gen():
+            yield "partial "
+            raise RuntimeError("the model server went away")
+        return gen()
+
+    server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    with Transcript.open(str(folder / "f.jsonl"), create=True):
+        pass
+    open_app(page, server, "#/s/f")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    page.get_by_label("Message", exact=True).fill("q")
+    page.get_by_role("button", name="Send").click()
+    error = page.wait_for_selector("#reply-error:has-text('failed')")
+    assert "went away" in error.inner_text()
+
+
+def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folder):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_app(page, server, "#/settings")
+    workers = page.get_by_label("chat.analysis_workers")
+    assert workers.get_attribute("min") == "0" and workers.get_attribute("max") == "8"
+    assert "0–8" in page.inner_text("#help-chat\\.analysis_workers")
+    workers.fill("0")
+    page.get_by_role("button", name="Save settings").click()
+    page.wait_for_selector("#settings-status:has-text('Saved: chat.analysis_workers')")
+    view = page.evaluate("() => fetch('/boundctx/v1/settings').then(r => r.json())")
+    assert next(i for i in view["data"] if i["name"] == "chat.analysis_workers")["value"] == 0
+    page.get_by_label("chat.analysis_workers").fill("9")
+    page.get_by_role("button", name="Save settings").click()
+    refusal = page.wait_for_selector(".settings .refused")
+    assert "0–8" in refusal.inner_text()
+    assert page.get_by_label("chat.analysis_workers").get_attribute("aria-invalid") == "true"
+    assert page.get_by_label("serve.port").is_disabled()  # fixed while the server runs
+
+
+def test_voice_speaks_exactly_the_reply_text(page, serve, folder):
+    page.add_init_script("""window.__spoken = [];
+        window.speechSynthesis.speak = (u) => window.__spoken.push(u.text);""")
+    server = serve(ScriptedProvider(answer, context_window=4096), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    with Transcript.open(str(folder / "v.jsonl"), create=True):
+        pass
+    open_app(page, server, "#/s/v")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    page.get_by_label("Message", exact=True).fill("Which step failed?")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_selector("#session-meta:has-text('2 messages')")
+    assert page.evaluate("() => window.__spoken") == []  # voice off: nothing is spoken
+    page.get_by_label("Read replies aloud").check()
+    page.get_by_label("Message", exact=True).fill("Which step failed?\n\n" + LOG)
+    page.get_by_label("Message", exact=True).press("Control+Enter")  # the keyboard sends too
+    page.wait_for_selector("#session-meta:has-text('4 messages')")
+    assert page.evaluate("() => window.__spoken") == ["The failing step is 377."]  # no notes, no progress
+
+
+def test_an_api_key_is_asked_for_and_then_used(page, serve, folder):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, api_keys={"sekrit"},
+                   sessions_dir=str(folder))
+    with Transcript.open(str(folder / "k.jsonl"), create=True):
+        pass
+    open_app(page, server)
+    page.wait_for_selector("#notice:has-text('API key')")
+    page.get_by_label("API key").fill("sekrit")
+    page.get_by_label("API key").dispatch_event("change")
+    page.wait_for_selector("#session-list a:has-text('k')")
+
+
+def test_every_control_has_a_label_and_the_page_runs_no_inline_code(page, serve, folder):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    response = page.goto(server.url + "/")
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    html = page.content()
+    assert "<script>" not in html and " style=" not in html and "onclick" not in html
+    for view in ("#/", "#/settings"):
+        page.goto(server.url + "/" + view)
+        page.wait_for_timeout(300)
+        unlabeled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button')]
+            .filter(e => e.offsetParent !== null)
+            .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
+            .map(e => e.id || e.outerHTML.slice(0, 60))""")
+        assert unlabeled == [], view
+
+
+def test_corrupt_lines_show_in_place_and_the_rest_reads_on(page, serve, folder):
+    lines = [json.dumps({"type": "message", "message": {"role": "user", "content": "first"}}),
+             '{"type": "message", "message": {"role": "assistant", "content": "cut off mid-wri',
+             json.dumps({"type": "message", "message": {"role": "assistant", "content": "third"}})]
+    (folder / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_app(page, server, "#/s/bad")
+    page.wait_for_selector("#messages .message")
+    shown = page.eval_on_selector_all("#messages .message", "ns => ns.map(n => n.className + ': ' + "
+                                      "n.querySelector('.text').textContent)")
+    assert len(shown) == 3
+    assert shown[0].endswith(": first") and shown[2].endswith(": third")
+    assert "corrupt" in shown[1] and "cut off mid-wri" in shown[1]
