@@ -5,7 +5,6 @@ apart, Stop cancels, a failure says why, settings round-trip and explain a refus
 replies are read aloud, and an API key is asked for."""
 
 import json
-import time
 
 import pytest
 
