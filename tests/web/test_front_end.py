@@ -158,6 +158,16 @@ def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folde
     assert "0–8" in refusal.inner_text()
     assert page.get_by_label("chat.analysis_workers").get_attribute("aria-invalid") == "true"
     assert page.get_by_label("serve.port").is_disabled()  # fixed while the server runs
+    # The next reply runs with workers = 0: a pasted log is no longer read in sections,
+    # and the refusal says why.
+    with Transcript.open(str(folder / "after.jsonl"), create=True):
+        pass
+    page.goto(server.url + "/#/s/after")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    page.eval_on_selector("#question", "(q, text) => { q.value = text; }", "Which step failed?\n\n" + LOG)
+    page.get_by_role("button", name="Send").click()
+    refused = page.wait_for_selector("#reply-error:has-text('refused')")
+    assert "analysis is off" in refused.inner_text()
 
 
 def test_voice_speaks_exactly_the_reply_text(page, serve, folder):
@@ -222,3 +232,31 @@ def test_corrupt_lines_show_in_place_and_the_rest_reads_on(page, serve, folder):
     assert len(shown) == 3
     assert shown[0].endswith(": first") and shown[2].endswith(": third")
     assert "corrupt" in shown[1] and "cut off mid-wri" in shown[1]
+
+
+@pytest.mark.slow
+def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
+    # boundctx serve as a user starts it, its front end, one real reply.
+    pytest.importorskip("llama_cpp", reason="the embedded model needs the local extra (pip install 'boundctx[local]')")
+    import sys
+
+    from servers import free_port, running_process
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "real.jsonl").touch()
+    port = free_port()
+    argv = [sys.executable, "-m", "boundctx", "serve", "--n-ctx", "2048", "--port", str(port),
+            "--sessions-dir", str(folder)]
+    url = f"http://127.0.0.1:{port}"
+    with running_process(argv, url + "/health", what="boundctx serve", log_path=tmp_path / "serve.log"):
+        page.set_default_timeout(300_000)
+        page.goto(url + "/#/s/real")
+        page.wait_for_selector("#session-meta:has-text('0 messages')")
+        page.get_by_label("Message", exact=True).fill("Say hi")
+        page.get_by_role("button", name="Send").click()
+        page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
+        assert page.inner_text("#messages .message.assistant .text").strip()
+        saved = (folder / "real.jsonl").read_text().splitlines()
+        error = page.inner_text("#reply-error") if page.is_visible("#reply-error") else ""
+        assert len(saved) == 2 or "Not saved" in error  # complete and kept, or cut and said so
