@@ -161,10 +161,14 @@ async function showWhole(node, index) {
 }
 
 function nodesOf(win) {
-  // Messages and the compactions among them, in file order; each compaction once.
+  // Messages and the compactions among them, in file order; each compaction once. A
+  // window also names the compaction in force before its first message: that one sits
+  // among an older page's lines and is shown with that page (or here, at the top, when
+  // there is no older page).
   const items = win.messages.map((e) => ({ line: e.line, node: () => messageNode(e) }));
+  const from = win.messages.length ? win.messages[0].line : -1;
   for (const c of win.compactions) {
-    if (state.compactions.has(c.line)) continue;
+    if (state.compactions.has(c.line) || (c.line < from && win.has_more_before)) continue;
     state.compactions.add(c.line);
     items.push({ line: c.line, node: () => messageNode(c, { compaction: true }) });
   }
