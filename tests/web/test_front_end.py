@@ -264,3 +264,39 @@ def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
         saved = (folder / "real.jsonl").read_text().splitlines()
         error = page.inner_text("#reply-error") if page.is_visible("#reply-error") else ""
         assert len(saved) == 2 or "Not saved" in error  # complete and kept, or cut and said so
+
+
+def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(page, serve, folder):
+    import re
+
+    from boundctx.analysis.workers import WORKER_INSTRUCTIONS
+    from boundctx.providers.base import ToolCallChunk
+
+    def respond(request):
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
+            body = request.messages[-1]["content"]
+            kept = re.search(r"Your notes so far:\n(.*?)\n\nSection", body, re.S).group(1)  # a worker rewrites them
+            kept = "" if kept == "(none yet)" else kept
+            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            hit = m.group(4).find("FAILED")
+            at = int(m.group(2)) + hit
+            return kept if hit < 0 else kept + f"step failed [S{m.group(1)} {at}-{at + 20}]"
+        if request.messages[-1]["role"] == "tool":  # the reread came back: answer from it
+            return "id=" + re.search(r"id=(\w+)", request.messages[-1]["content"]).group(1)
+        system = request.messages[0]["content"]
+        oid = re.search(r"id (src-\S+),", system).group(1)
+        start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
+        return [ToolCallChunk("r1", "read_chat_section", json.dumps({"section_id": oid, "start": start,
+                                                                     "end": end + 10}))]
+
+    server = serve(ScriptedProvider(respond, context_window=4096), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    (folder / "reread.jsonl").touch()
+    open_app(page, server, "#/s/reread")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    page.eval_on_selector("#question", "(q, text) => { q.value = text; }", "Which job id failed?\n\n" + LOG)
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
+    assert page.inner_text("#messages .message.assistant .text") == "id=7f3a9c11"
+    reread = page.inner_text("#progress .reread")
+    assert reread.startswith("Reread of the original:") and "section_id" in reread
