@@ -63,6 +63,29 @@ def scripted_server():
         server.server_close()
 
 
+@pytest.fixture
+def serve(tmp_path):
+    """``serve(provider, **create_app options)`` -> a real boundctx serve on loopback
+    (uvicorn in a thread, ``.url``), stopped after the test; its sessions folder is in
+    tmp_path unless given."""
+    pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
+    pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
+    from boundctx.serve import create_app
+    from serve.running import Running
+
+    started = []
+
+    def start(provider, **options):
+        options.setdefault("sessions_dir", str(tmp_path / "sessions"))
+        running = Running(create_app(provider, **options))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
 @pytest.fixture(scope="session")
 def cl100k():
     """tiktoken's cl100k_base (the offline copy where it cannot be downloaded)."""

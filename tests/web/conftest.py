@@ -1,6 +1,7 @@
 """The front end in a real headless browser: Debian's chromium driven by Playwright
 through ``executable_path`` (no browser download; ``playwright install`` is never run),
-and a real boundctx serve on loopback for each test."""
+and a real boundctx serve on loopback for each test (the ``serve`` fixture of
+tests/conftest.py)."""
 
 import os
 import shutil
@@ -53,25 +54,3 @@ def page(browser):
     opened.set_default_timeout(15_000)
     yield opened
     opened.close()
-
-
-@pytest.fixture
-def serve(tmp_path):
-    """``serve(provider, **create_app options)`` -> a running server (``.url``); its
-    sessions folder is in tmp_path unless given. The same as tests/serve's fixture."""
-    pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
-    pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
-    from boundctx.serve import create_app
-    from serve.running import Running
-
-    started = []
-
-    def start(provider, **options):
-        options.setdefault("sessions_dir", str(tmp_path / "sessions"))
-        running = Running(create_app(provider, **options))
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        running.stop()

@@ -31,6 +31,20 @@ def open_app(page, server, hash_=""):
     return errors
 
 
+def open_empty_session(page, server, folder, sid):
+    """A new, empty session opened in the page: what a chat test starts from."""
+    (folder / f"{sid}.jsonl").touch()
+    errors = open_app(page, server, f"#/s/{sid}")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    return errors
+
+
+def ask(page, text):
+    """Type ``text`` into the composer (set at once: typing 37 KB takes seconds) and send."""
+    page.eval_on_selector("#question", "(q, text) => { q.value = text; }", text)
+    page.get_by_role("button", name="Send").click()
+
+
 def indexes(page):
     return page.eval_on_selector_all("#messages .message[data-index]", "ns => ns.map(n => Number(n.dataset.index))")
 
@@ -89,17 +103,13 @@ def test_a_cut_message_shows_the_marker_and_comes_whole_on_demand(page, serve, f
 def test_a_reply_streams_with_progress_apart_and_lands_in_the_transcript(page, serve, folder):
     server = serve(ScriptedProvider(answer, context_window=4096),
                    settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL, sessions_dir=str(folder))
-    with Transcript.open(str(folder / "chat.jsonl"), create=True):
-        pass
-    errors = open_app(page, server, "#/s/chat")
-    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    errors = open_empty_session(page, server, folder, "chat")
     seen_progress = []
     page.expose_function("sawProgress", lambda text: seen_progress.append(text))
     page.evaluate("""() => new MutationObserver(() => window.sawProgress(document.getElementById('progress')
         .textContent)).observe(document.getElementById('progress'), {subtree: true, childList: true,
         characterData: true})""")
-    page.get_by_label("Message", exact=True).fill("Which step failed?\n\n" + LOG)
-    page.get_by_role("button", name="Send").click()
+    ask(page, "Which step failed?\n\n" + LOG)
     page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
     reply = page.inner_text("#messages .message.assistant .text")
     assert reply == "The failing step is 377."
@@ -114,12 +124,8 @@ def test_a_reply_streams_with_progress_apart_and_lands_in_the_transcript(page, s
 def test_stop_cancels_the_reply_and_nothing_is_saved(page, serve, folder):
     slow = Slow(pieces=2000, gap=0.01)
     server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
-    with Transcript.open(str(folder / "stop.jsonl"), create=True):
-        pass
-    open_app(page, server, "#/s/stop")
-    page.wait_for_selector("#session-meta:has-text('0 messages')")
-    page.get_by_label("Message", exact=True).fill("go on and on")
-    page.get_by_role("button", name="Send").click()
+    open_empty_session(page, server, folder, "stop")
+    ask(page, "go on and on")
     page.wait_for_function("() => document.querySelector('#messages .message.assistant .text').textContent.length > 10")
     page.get_by_role("button", name="Stop").click()
     page.wait_for_selector("#reply-error:has-text('Stopped')")
@@ -135,12 +141,8 @@ def test_a_failed_reply_says_why(page, serve, folder):
         return gen()
 
     server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
-    with Transcript.open(str(folder / "f.jsonl"), create=True):
-        pass
-    open_app(page, server, "#/s/f")
-    page.wait_for_selector("#session-meta:has-text('0 messages')")
-    page.get_by_label("Message", exact=True).fill("q")
-    page.get_by_role("button", name="Send").click()
+    open_empty_session(page, server, folder, "f")
+    ask(page, "q")
     error = page.wait_for_selector("#reply-error:has-text('failed')")
     assert "went away" in error.inner_text()
 
@@ -168,8 +170,7 @@ def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folde
         pass
     page.goto(server.url + "/#/s/after")
     page.wait_for_selector("#session-meta:has-text('0 messages')")
-    page.eval_on_selector("#question", "(q, text) => { q.value = text; }", "Which step failed?\n\n" + LOG)
-    page.get_by_role("button", name="Send").click()
+    ask(page, "Which step failed?\n\n" + LOG)
     refused = page.wait_for_selector("#reply-error:has-text('refused')")
     assert "analysis is off" in refused.inner_text()
 
@@ -179,12 +180,8 @@ def test_voice_speaks_exactly_the_reply_text(page, serve, folder):
         window.speechSynthesis.speak = (u) => window.__spoken.push(u.text);""")
     server = serve(ScriptedProvider(answer, context_window=4096), settings=settings(), model_id=MODEL,
                    sessions_dir=str(folder))
-    with Transcript.open(str(folder / "v.jsonl"), create=True):
-        pass
-    open_app(page, server, "#/s/v")
-    page.wait_for_selector("#session-meta:has-text('0 messages')")
-    page.get_by_label("Message", exact=True).fill("Which step failed?")
-    page.get_by_role("button", name="Send").click()
+    open_empty_session(page, server, folder, "v")
+    ask(page, "Which step failed?")
     page.wait_for_selector("#session-meta:has-text('2 messages')")
     assert page.evaluate("() => window.__spoken") == []  # voice off: nothing is spoken
     page.get_by_label("Read replies aloud").check()
@@ -291,11 +288,8 @@ def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(pag
 
     server = serve(ScriptedProvider(respond, context_window=4096), settings=settings(), model_id=MODEL,
                    sessions_dir=str(folder))
-    (folder / "reread.jsonl").touch()
-    open_app(page, server, "#/s/reread")
-    page.wait_for_selector("#session-meta:has-text('0 messages')")
-    page.eval_on_selector("#question", "(q, text) => { q.value = text; }", "Which job id failed?\n\n" + LOG)
-    page.get_by_role("button", name="Send").click()
+    open_empty_session(page, server, folder, "reread")
+    ask(page, "Which job id failed?\n\n" + LOG)
     page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
     assert page.inner_text("#messages .message.assistant .text") == "id=7f3a9c11"
     reread = page.inner_text("#progress .reread")
