@@ -25,3 +25,28 @@ def fit_by_dropping(messages, count, limit, turn, keep_system):
         if count(kept) <= limit:
             return kept, sorted(dropped), research
     return None
+
+
+def fit_analysing(messages, count, limit, turn, keep_system, notes_room, item_room):
+    """Step 3 done the slow way: drop every old step; empty the current turn's largest
+    items one by one until the rest fits beside their notes' room; then drop old steps
+    again one at a time, counting everything after each, over the conversation with
+    those items emptied. ``(dropped indexes, research dropped, analysed indexes)`` in the
+    caller's indexes, or None when even every item analysed does not fit."""
+    from boundctx.analysis.fitting import _text
+
+    steps = drop_order(messages, turn, keep_system)
+    every = {i for new, _ in steps for i in new}
+    rest = [i for i in range(len(messages)) if i not in every]
+    items = sorted((i for i in rest if i >= turn and _text(messages[i])), key=lambda i: len(_text(messages[i])),
+                   reverse=True)
+    blank = list(messages)
+    chosen = []
+    for i in items:
+        chosen.append(i)
+        blank[i] = {**blank[i], "content": ""}
+        room = notes_room + item_room * len(chosen)
+        if count([blank[j] for j in rest]) + room <= limit:
+            _, dropped, research = fit_by_dropping(blank, count, limit - room, turn, keep_system)
+            return dropped, research, chosen
+    return None

@@ -33,7 +33,7 @@ def direct_text(provider_factory, messages, **over):
 
 
 def test_a_stream_carries_progress_apart_from_the_answer_byte_for_byte(serve):
-    make = lambda: ScriptedProvider(answer, context_window=2048)  # noqa: E731
+    make = lambda: ScriptedProvider(answer, context_window=4096)  # noqa: E731
     server = serve(make(), settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
     messages = WITH_LOG
     chunks = list(client(server).chat.completions.create(
@@ -264,7 +264,7 @@ def test_a_node_fetch_reader_gets_the_same_text(serve, tmp_path):
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the plain JavaScript fetch check needs it")
-    server = serve(ScriptedProvider(answer, context_window=2048), settings=settings(), model_id=MODEL)
+    server = serve(ScriptedProvider(answer, context_window=4096), settings=settings(), model_id=MODEL)
     script = tmp_path / "read.mjs"
     script.write_text("""import fs from "node:fs";
 const res = await fetch(process.argv[2] + "/v1/chat/completions", {method: "POST",
@@ -456,7 +456,7 @@ def test_a_failed_analysis_is_not_run_again_by_the_clients_retries(serve):
             raise RuntimeError("the worker's model crashed")
         return "unused"
 
-    server = serve(ScriptedProvider(respond, context_window=2048), settings=settings(), model_id=MODEL)
+    server = serve(ScriptedProvider(respond, context_window=4096), settings=settings(), model_id=MODEL)
     retrying = openai.OpenAI(base_url=server.url + "/v1", api_key="none")  # max_retries=2, the default
     with pytest.raises(openai.InternalServerError) as info:
         retrying.chat.completions.create(model=MODEL, messages=WITH_LOG, max_tokens=256)

@@ -40,8 +40,18 @@ COORDINATOR_NOTES = (
 _REREAD = (" When an exact string matters (an id, a number, a quote), call read_chat_section with the "
            "original's id and a range the notes cite, and answer from what it returns.")
 
-#: Tokens kept for the headers around each worker's notes in the coordinator prompt.
-_NOTES_HEADER_TOKENS = 48
+#: Tokens allowed for where a text is joined to the prompt (a system message's end, a
+#: block's start): a tokenizer may merge across a join, never by more than this.
+_JOIN_TOKENS = 8
+
+
+def _sections_said(sections: Sequence[int]) -> str:
+    """A worker's sections in a few numbers: workers take sections in turn, so they are
+    every ``workers``-th one ("1, 3, … 19"), and a header of a fixed size is what the
+    notes' room can bound."""
+    if len(sections) > 3 and len({b - a for a, b in zip(sections, sections[1:])}) == 1:
+        return f"{sections[0]}, {sections[1]}, … {sections[-1]}"
+    return ", ".join(map(str, sections))
 
 
 def _files_as_messages(files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -238,10 +248,10 @@ class Engine:
             for k in range(len(files) + len(convo) - question_at):
                 probe.add("", str(k))
             reread_room = provider.count_prompt([], tools=callers + [probe.tool_schema()]) - count([])
-        notes_room = workers * (int(s["analysis.notes_max_tokens"]) + _NOTES_HEADER_TOKENS) + reread_room
+        notes_room, item_room = self._notes_rooms(workers, files, provider.supports_tools)
         fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
-                               notes_room=notes_room, clip_chars=int(s["chat.tool_result_clip_chars"]),
-                               turn_start=turn_start)
+                               notes_room=notes_room + reread_room, item_room=item_room,
+                               clip_chars=int(s["chat.tool_result_clip_chars"]), turn_start=turn_start)
         final = list(fit.messages)
         originals = Originals()
         blocks: list[str] = []
@@ -294,11 +304,35 @@ class Engine:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
         yield from self._coordinate(final, tools, callers, originals, limit, cancel, started)
 
+    def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int]:
+        """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
+        once (the notes' instructions), and for each analysed item (its notes block, with
+        every worker's header and notes at their bound, and the line the item becomes).
+        The headers are counted at their longest: the longest label an item can have,
+        the largest numbers there can be (a worker's sections are said in a few numbers,
+        see :meth:`_notes_block`)."""
+        if not workers:
+            return 0, 0
+        s = self.settings
+        text = self.provider.counter.count_text
+        max_sections = int(s["analysis.max_sections"])
+        label = "x" * max([len("assistant message 999999999"), *(len(name) for name, _ in files)])
+        oid, length = "src-ffffffff-9999", f"{int(s['analysis.max_source_chars']):,}"
+        instructions = text(COORDINATOR_NOTES + (_REREAD if rereads else "") + "\n\n") + _JOIN_TOKENS
+        top = str(max_sections)
+        worker_header = max(text(f"\nWorker {workers} (sections {top}, {top}, … {top}):\n"),
+                            text(f"\nWorker {workers} (sections {top}, {top}, {top}):\n"))
+        block = text(f"\n\nNotes on {label} (id {oid}, {length} characters):") + _JOIN_TOKENS
+        placeholder = text(f"[{label}: {length} characters, read completely by note-taking workers; see the "
+                           f"notes on {oid}]") + _JOIN_TOKENS
+        per_item = block + placeholder + workers * (int(s["analysis.notes_max_tokens"]) + worker_header)
+        return instructions, per_item
+
     @staticmethod
     def _notes_block(oid: str, label: str, length: int, notes: list[Notes]) -> str:
         parts = [f"Notes on {label} (id {oid}, {length:,} characters):"]
         for n in notes:
-            parts.append(f"Worker {n.worker + 1} (sections {', '.join(map(str, n.sections))}):\n"
+            parts.append(f"Worker {n.worker + 1} (sections {_sections_said(n.sections)}):\n"
                          f"{n.text or '(nothing relevant)'}")
         return "\n".join(parts)
 

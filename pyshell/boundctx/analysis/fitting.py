@@ -21,7 +21,11 @@ In order, each step only if the previous one did not make the prompt fit:
    the counts of a resent history cost little more than rendering it.
 3. **Analyse**: if the current turn still does not fit, its largest items (the user's
    text, attached files, tool results) are handed to section analysis, largest first,
-   until the rest fits with room for the notes. Items that fit are passed whole.
+   until the rest fits with room for the notes (``notes_room`` once, ``item_room`` for
+   each analysed item). Items that fit are passed whole. Then the history dropped to
+   get there comes back as far as it fits beside the notes: the same step search as in
+   2, over the conversation with the analysed items emptied and their room added, so a
+   long paste into a conversation keeps the conversation (decision 0023).
 
 With analysis off (``chat.analysis_workers = 0``) step 3 becomes the old behaviour: tool
 results are clipped to ``chat.tool_result_clip_chars`` characters, and a current input
@@ -222,7 +226,7 @@ def _first_fitting_step(msgs: Sequence[dict[str, Any]], steps: list[tuple[list[i
 
 
 def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit: int, analysis_on: bool,
-                     notes_room: int, clip_chars: int, turn_start: int | None = None) -> Fit:
+                     notes_room: int, clip_chars: int, turn_start: int | None = None, item_room: int = 0) -> Fit:
     """Decide what the coordinator gets (see the module docstring).
 
     Parameters
@@ -236,7 +240,10 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     analysis_on : bool
         ``chat.analysis_workers > 0``.
     notes_room : int
-        Tokens to leave for analysis notes when something is analysed.
+        Tokens to leave once when something is analysed (the notes' instructions).
+    item_room : int
+        Tokens to leave for each analysed item (its notes, their headers, and what the
+        item becomes in the prompt).
     clip_chars : int
         Characters kept of each tool result when analysis is off.
     turn_start : int, optional
@@ -279,7 +286,9 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
                 f"the current message takes {used} tokens with all older history dropped, over the {limit} "
                 "tokens available, and section analysis is off (chat.analysis_workers = 0); shorten it or "
                 "turn analysis on", prompt_tokens=used, context_window=limit)
-        return decided(remaining, clipped=clipped)
+        at, fit = _history_back(msgs, steps, dropped, {j: remaining[j] for j in clipped}, count, limit)
+        fit.clipped = at
+        return fit
     # Analyse the largest current-turn items until the rest fits beside the notes.
     candidates = sorted((i for i in range(turn, len(remaining)) if _text(remaining[i])),
                         key=lambda i: len(_text(remaining[i])), reverse=True)
@@ -288,10 +297,38 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     for i in candidates:
         analyse.append(i)
         trial[i] = {**trial[i], "content": ""}
-        if count(trial) + notes_room <= limit:
-            return decided(remaining, analyse=analyse)
-    used = count(trial) + notes_room
+        room = notes_room + item_room * len(analyse)
+        if count(trial) + room <= limit:
+            # What the engine is sent keeps each analysed item's content (it reads them);
+            # the search counts them emptied, with their room beside.
+            at, fit = _history_back(msgs, steps, dropped, {j: trial[j] for j in analyse}, count, limit - room)
+            originals = {j: remaining[j] for j in analyse}
+            for new_at, j in zip(at, analyse):
+                fit.messages[new_at] = dict(originals[j])
+            fit.analyse = at
+            return fit
+    used = count(trial) + notes_room + item_room * len(analyse)
     raise ContextOverflow(
         f"even with every current item analysed, the prompt needs {used} tokens (notes included), over the "
         f"{limit} available; raise chat.n_ctx or lower analysis.notes_max_tokens or chat.analysis_workers",
         prompt_tokens=used, context_window=limit)
+
+
+def _history_back(msgs: list[dict[str, Any]], steps: list[tuple[list[int], bool]], dropped: set[int],
+                  changed: dict[int, dict[str, Any]], count: Count, limit: int) -> tuple[list[int], Fit]:
+    """The end of step 3: with the current turn's items changed (``changed``: position
+    among the messages left after every step in ``dropped`` -> what it becomes), the
+    first drop step that fits ``limit``. It drops no more than every step did, as that
+    one is known to fit. Returns the new position of each changed item (in the order of
+    ``changed``) and the fit, its messages with the changed items in their new form."""
+    kept_all = [i for i in range(len(msgs)) if i not in dropped]  # dropped: a set
+    new_form = {kept_all[j]: m for j, m in changed.items()}
+    trial = [new_form.get(i, m) for i, m in enumerate(msgs)]
+    k = _first_fitting_step(trial, steps, count, limit)
+    taken = steps[:k]
+    gone = {i for new, _ in taken for i in new}
+    kept = [i for i in range(len(msgs)) if i not in gone]
+    where = {c: j for j, c in enumerate(kept)}
+    fit = Fit([dict(trial[i]) for i in kept], dropped=len(gone), dropped_at=sorted(gone),
+              dropped_research=sum(len(new) for new, is_research in taken if is_research))
+    return [where[kept_all[j]] for j in changed], fit
