@@ -94,6 +94,7 @@ def test_a_session_reply_streams_named_events_and_saves_the_exchange_once_comple
     # itself was read in sections by the workers, not sent whole).
     last = seen[-1]
     assert not any(LOG in m["content"] for m in last)
+    assert any(m["content"] == "Noted." for m in last)  # the conversation before the paste stays (0023)
     assert any("Which step failed?" in m["content"] for request in seen[:-1] for m in request)
 
 
