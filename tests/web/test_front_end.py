@@ -5,7 +5,9 @@ apart, Stop cancels, a failure says why, settings round-trip and explain a refus
 replies are read aloud, and an API key is asked for."""
 
 import json
+import time
 
+import httpx
 import pytest
 
 from boundctx.providers import ScriptedProvider
@@ -294,3 +296,58 @@ def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(pag
     assert page.inner_text("#messages .message.assistant .text") == "id=7f3a9c11"
     reread = page.inner_text("#progress .reread")
     assert reread.startswith("Reread of the original:") and "section_id" in reread
+
+
+def test_a_server_that_goes_away_mid_reply_shows_an_error_not_a_hang(page, folder):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    here = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(here / "serve" / "scripted_server.py"), str(folder), "slow"],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        for _ in range(300):  # bound before the port is printed, listening once the app is up
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        (folder / "gone.jsonl").touch()
+        page.goto(url + "/#/s/gone")
+        page.wait_for_selector("#session-meta:has-text('0 messages')")
+        ask(page, "talk for a while")
+        page.wait_for_function("() => document.querySelector('#messages .message.assistant .text')"
+                               ".textContent.length > 10")
+        proc.kill()  # the server dies mid-reply
+        proc.wait(10)
+        error = page.wait_for_selector("#reply-error:has-text('failed')", timeout=10_000)
+        assert error.is_visible()
+        assert page.get_by_role("button", name="Send").is_enabled()  # ready for the next try
+        assert (folder / "gone.jsonl").read_bytes() == b""
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+
+
+def test_very_long_lines_and_odd_unicode_do_not_break_the_layout(page, serve, folder):
+    odd = ("x" * 50_000 + "\n" + "e\u0301 a\u0308 " * 50 + "مرحبا بالعالم " * 20 + "\u200b" * 100
+           + "👩‍👩‍👧‍👦" * 40 + "\u202e reversed \u202c" + "漢字" * 500 + "\t\t" + "a" * 3000)
+    with Transcript.open(str(folder / "odd.jsonl"), create=True) as t:
+        t.append({"type": "message", "message": {"role": "user", "content": odd}})
+        t.append({"type": "message", "message": {"role": "assistant", "content": "fine"}})
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    errors = open_app(page, server, "#/s/odd")
+    page.wait_for_selector('#messages .message[data-index="1"]')
+    overflow = page.evaluate("""() => {
+        const box = document.getElementById('messages');
+        return {box: box.scrollWidth - box.clientWidth,
+                page: document.documentElement.scrollWidth - window.innerWidth};
+    }""")
+    assert overflow["box"] <= 1 and overflow["page"] <= 1, overflow  # nothing pushes the layout sideways
+    assert page.inner_text('#messages .message[data-index="1"] .text') == "fine"
+    assert errors == []

@@ -69,7 +69,8 @@ def run(args) -> int:
         return 2
     import uvicorn
 
-    print(f"boundctx serve: {model_id!r} on http://{host}:{port}/v1 "
+    where = f"[{host}]" if ":" in host else host
+    print(f"boundctx serve: {model_id!r} on http://{where}:{port}/v1, the front end at http://{where}:{port}/ "
           f"({'API key required' if keys else 'no API key'}; Ctrl-C stops)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off")
     return 0

@@ -291,6 +291,7 @@ async function send(event) {
   $("send").disabled = true;
   $("stop").disabled = false;
   let said = "";
+  let ended = false;  // a done or failed event came: the stream did not just stop
   try {
     const r = await fetch(`${API}/sessions/${encodeURIComponent(state.sid)}/replies`, {
       method: "POST", headers: headers({ "Content-Type": "application/json" }),
@@ -319,6 +320,7 @@ async function send(event) {
         text.textContent = said;
         box.scrollTop = box.scrollHeight;
       } else if (name === "done") {
+        ended = true;
         answer.removeAttribute("aria-busy");
         if (data.saved) {
           state.count = data.message_count;
@@ -329,11 +331,13 @@ async function send(event) {
         }
         speak(said);
       } else if (name === "failed") {
+        ended = true;
         answer.removeAttribute("aria-busy");
         error.textContent = `The reply failed: ${data.error}`;
         error.hidden = false;
       }
     }
+    if (!ended) throw new Error("the connection to the server closed before the reply ended");
   } catch (err) {
     answer.removeAttribute("aria-busy");
     if (err.name !== "AbortError") {
