@@ -149,6 +149,23 @@ def test_a_failed_reply_says_why(page, serve, folder):
     assert "went away" in error.inner_text()
 
 
+def test_a_reply_whose_analysis_fails_says_what_was_not_read(page, serve, folder):
+    from boundctx.analysis.workers import WORKER_INSTRUCTIONS
+
+    def respond(request):
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS and "step 0600" in request.messages[-1]["content"]:
+            raise RuntimeError("the worker's model ran out of memory")
+        return answer(request)
+
+    server = serve(ScriptedProvider(respond, context_window=4096), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    open_empty_session(page, server, folder, "partial")
+    ask(page, "Which step failed?\n\n" + LOG)
+    error = page.wait_for_selector("#reply-error:has-text('failed')").inner_text()
+    assert "out of memory" in error and "were not read" in error  # which sections, said
+    assert (folder / "partial.jsonl").read_bytes() == b""
+
+
 def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folder):
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_app(page, server, "#/settings")
@@ -351,3 +368,29 @@ def test_very_long_lines_and_odd_unicode_do_not_break_the_layout(page, serve, fo
     assert overflow["box"] <= 1 and overflow["page"] <= 1, overflow  # nothing pushes the layout sideways
     assert page.inner_text('#messages .message[data-index="1"] .text') == "fine"
     assert errors == []
+
+
+def test_the_sessions_list_shows_every_dialect_newest_first_with_counts(page, serve, folder, shared_file):
+    import os
+    import shutil
+
+    names = {"claude": "claude-code-sessions/turn-2.jsonl",
+             "codex": "codex-sessions/rollout-2026-05-11T13-28-45-019e1695-0522-7c83-8b39-0dd379793f80.jsonl",
+             "pi": "pi-sessions/before-compaction.jsonl"}
+    counts = {}
+    for age, (sid, name) in enumerate(names.items()):
+        path = folder / f"{sid}.jsonl"
+        shutil.copyfile(shared_file(name), path)
+        os.utime(path, (1_700_000_000 - age * 100, 1_700_000_000 - age * 100))  # claude newest, pi oldest
+        with Transcript.open(str(path)) as t:
+            counts[sid] = t.message_count
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_app(page, server)
+    page.wait_for_selector("#session-list a")
+    rows = page.eval_on_selector_all("#session-list li", "ls => ls.map(l => l.textContent)")
+    assert [r.split()[0] for r in rows] == ["claude", "codex", "pi"]
+    for row, sid in zip(rows, names):
+        assert f"{counts[sid]:,} messages" in row
+    page.get_by_role("link", name="codex").click()
+    page.wait_for_selector("#messages .message")
+    assert not page.query_selector_all("#messages .message.corrupt")  # another agent's file reads as messages
