@@ -171,6 +171,10 @@ def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folde
     open_app(page, server, "#/settings")
     workers = page.get_by_label("chat.analysis_workers")
     assert workers.get_attribute("min") == "0" and workers.get_attribute("max") == "8"
+    # A closed set is a choice of its accepted values.
+    choice = page.get_by_label("local.extra_buffers")
+    assert choice.evaluate("e => e.tagName") == "SELECT"
+    assert choice.evaluate("e => [...e.options].map(o => o.textContent)") == ["auto", "on", "off"]
     assert "0–8" in page.inner_text("#help-chat\\.analysis_workers")
     workers.fill("0")
     page.get_by_role("button", name="Save settings").click()
@@ -394,3 +398,18 @@ def test_the_sessions_list_shows_every_dialect_newest_first_with_counts(page, se
     page.get_by_role("link", name="codex").click()
     page.wait_for_selector("#messages .message")
     assert not page.query_selector_all("#messages .message.corrupt")  # another agent's file reads as messages
+
+
+def test_an_attached_file_is_read_with_the_question(page, serve, folder, tmp_path):
+    server = serve(ScriptedProvider(answer, context_window=4096), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    log = tmp_path / "build.log"
+    log.write_text(LOG)
+    open_empty_session(page, server, folder, "attach")
+    page.get_by_label("Attach a file").set_input_files(str(log))
+    ask(page, "Which step failed?")
+    page.wait_for_selector("#session-meta:has-text('2 messages')")
+    assert page.inner_text("#messages .message.assistant .text") == "The failing step is 377."
+    with Transcript.open(str(folder / "attach.jsonl")) as t:
+        question = t.window(message_limit=10, content_limit=None).messages[0].record["message"]["content"]
+    assert question == "Which step failed?\n\n[attached: build.log]\n" + LOG  # kept whole, named
