@@ -5,7 +5,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from boundctx.errors import ContextOverflow
@@ -61,6 +61,7 @@ def counter(rng: random.Random):
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2**32), st.integers(0, 220), st.booleans(), st.floats(0.0, 1.2))
+@example(1, 16, False, 0.0625)  # no step fits, and history comes back beside the analysis
 def test_the_fitted_history_is_what_dropping_one_step_at_a_time_gives(seed, n, system, where):
     rng = random.Random(seed)
     msgs = conversation(rng, n, system=system)
@@ -76,9 +77,9 @@ def test_the_fitted_history_is_what_dropping_one_step_at_a_time_gives(seed, n, s
     except ContextOverflow:
         assert expected is None  # only when no step fits and analysis cannot help either
         return
-    if expected is None:
-        assert fit.dropped_at == sorted(i for new, _ in drop_order(msgs, turn, system) for i in new)
+    if expected is None:  # no step fits: analysis, and the history that fits beside it (decision 0023)
         assert fit.analyse
+        assert (fit.dropped_at, fit.dropped_research) == fit_analysing(msgs, count, limit, turn, system, 0, 0)[:2]
         return
     kept, dropped_at, research = expected
     assert (fit.messages, fit.dropped_at, fit.dropped_research) == (kept, dropped_at, research)
