@@ -43,7 +43,7 @@ from boundctx.analysis import Engine
 from boundctx.errors import BoundctxError, ConfigError, ToolOfferError
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Provider
-from boundctx.serve.http import body_or_refusal, busy, error as _error, json_response as _json
+from boundctx.serve.http import busy, error as _error, json_response as _json, parsed_or_refusal
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
 from boundctx.serve.requests import BadRequest, ChatCompletionRequest, parse_chat_request
 from boundctx.serve.sessions import Sessions, session_routes
@@ -353,13 +353,9 @@ class _Server:
     # -- chat completions ---------------------------------------------------------------
 
     async def chat_completions(self, request):
-        body = await body_or_refusal(request, int(self.settings["serve.max_body_bytes"]))
-        if not isinstance(body, bytes):
-            return body
-        try:
-            req = parse_chat_request(body)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error", exc.code, exc.param)
+        req, refusal = await parsed_or_refusal(request, int(self.settings["serve.max_body_bytes"]), parse_chat_request)
+        if refusal is not None:
+            return refusal
         if req.model != self.model_id:
             return _error(404, f"the model {req.model!r} does not exist here; this server serves "
                                f"{self.model_id!r} (GET /v1/models)", "invalid_request_error", "model_not_found",

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from boundctx.errors import BoundctxError
-from boundctx.serve.http import body_or_refusal, busy, error as _error, json_response as _json
+from boundctx.serve.http import busy, error as _error, json_response as _json, parsed_or_refusal
 from boundctx.serve.replies import Busy, GatedProvider
 from boundctx.serve.requests import BadRequest, UnderstandRequest, decode, parse_count_request
 from boundctx.serve.streaming import wait_for_disconnect
@@ -37,17 +37,14 @@ def engine_routes(server: Any) -> list:
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
-    async def body_of(request) -> bytes | Any:
-        return await body_or_refusal(request, int(server.settings["serve.max_body_bytes"]))
+    async def parsed(request, parse):
+        return await parsed_or_refusal(request, int(server.settings["serve.max_body_bytes"]), parse,
+                                       code="invalid_request")
 
     async def count(request):
-        body = await body_of(request)
-        if not isinstance(body, bytes):
-            return body
-        try:
-            req = parse_count_request(body)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error", exc.code or "invalid_request", exc.param)
+        req, refusal = await parsed(request, parse_count_request)
+        if refusal is not None:
+            return refusal
         provider = server.provider
         tokens = await run_in_threadpool(provider.count_prompt, req.messages, tools=req.tools)
         counter = provider.counter
@@ -59,11 +56,10 @@ def engine_routes(server: Any) -> list:
     async def understand(request):
         from boundctx.understanding import Catalog, Click, Understander
 
-        body = await body_of(request)
-        if not isinstance(body, bytes):
-            return body
+        req, refusal = await parsed(request, lambda body: decode(body, UnderstandRequest))
+        if refusal is not None:
+            return refusal
         try:
-            req = decode(body, UnderstandRequest)
             if (req.catalog is None) == (req.bfcl is None):
                 raise BadRequest("send exactly one of catalog (boundctx's catalog as JSON) or bfcl (a list of "
                                  "function specs)", param="catalog")

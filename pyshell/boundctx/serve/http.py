@@ -10,7 +10,8 @@ import msgspec
 
 from boundctx.serve.wire import error_body
 
-__all__ = ["TooLarge", "body_or_refusal", "busy", "error", "json_response", "read_body", "too_large"]
+__all__ = ["TooLarge", "body_or_refusal", "busy", "error", "json_response", "parsed_or_refusal", "read_body",
+           "too_large"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -63,3 +64,18 @@ async def body_or_refusal(request, limit: int):
         return await read_body(request, limit)
     except TooLarge:
         return too_large(limit)
+
+
+async def parsed_or_refusal(request, limit: int, parse, *, code: str | None = None):
+    """``(parse(body), None)`` for the body read within ``limit``, or ``(None, response)``:
+    413 past the cap, 400 naming the field for a :class:`~boundctx.serve.requests.BadRequest`
+    (its code, else ``code``)."""
+    from boundctx.serve.requests import BadRequest
+
+    body = await body_or_refusal(request, limit)
+    if not isinstance(body, bytes):
+        return None, body
+    try:
+        return parse(body), None
+    except BadRequest as exc:
+        return None, error(400, str(exc), "invalid_request_error", exc.code or code, exc.param)

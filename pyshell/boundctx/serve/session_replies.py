@@ -38,8 +38,8 @@ from typing import Any
 import msgspec
 
 from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta
-from boundctx.serve.http import body_or_refusal, error as _error
-from boundctx.serve.requests import BadRequest, parse_session_reply
+from boundctx.serve.http import parsed_or_refusal
+from boundctx.serve.requests import parse_session_reply
 from boundctx.serve.sessions import PREFIX, Refused, Sessions
 from boundctx.serve.streaming import EventStream, ProgressGate
 
@@ -111,13 +111,10 @@ def session_reply_routes(server: Any, sessions: Sessions) -> list:
 
     async def reply(request):
         sid = request.path_params["id"]
-        body = await body_or_refusal(request, int(server.settings["serve.max_body_bytes"]))
-        if not isinstance(body, bytes):
-            return body
-        try:
-            req = parse_session_reply(body)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error", exc.code or "invalid_request", exc.param)
+        req, refusal = await parsed_or_refusal(request, int(server.settings["serve.max_body_bytes"]),
+                                               parse_session_reply, code="invalid_request")
+        if refusal is not None:
+            return refusal
         try:
             path, conversation, style = await run_in_threadpool(sessions.conversation, sid, req.history, req.save)
         except Refused as refused:
