@@ -349,6 +349,21 @@ def test_help_and_a_wrong_command_import_nothing_heavy(argv):
             assert name in run.stdout and cli.COMMANDS[name][1][:30] in run.stdout.replace("\n", " ")
 
 
+def test_reindex_imports_neither_numpy_nor_the_store(tmp_path):
+    # `boundctx reindex` of a big file should cost the scan, not imports: the native
+    # scan and the sidecar encoder, without numpy, msgspec or the transcript store. No
+    # logging either: the command says it never logs (LOGS = False), and this holds it.
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"type":"message","id":"a"}\n' * 100)
+    code = ("import sys\nfrom boundctx.cli import main\n"
+            f"code = main(['reindex', {str(path)!r}])\n"
+            "print(code, [m for m in ('numpy', 'tqdm', 'msgspec', 'logging', 'dataclasses', "
+            "'boundctx.transcript.store', 'boundctx.transcript.layout') if m in sys.modules])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip().splitlines()[-1] == "0 []", run.stdout + run.stderr
+    assert "100 messages" in run.stdout
+
+
 def test_every_command_module_builds_its_parser_from_the_table():
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -193,11 +193,15 @@ def fuzz_scan_fd(src: Source) -> None:
     end = -1 if src.bool() else src.int(max(start - 2, 0), len(data) + 5)
     block = src.choice([4096, 4097, 5003, 8192, 4095])
     window = src.choice([1, 3, 16, 64, lineindex.DEFAULT_CLASSIFY_WINDOW])
+    # Cut into parts scanned side by side (min_part small enough to cut these sizes).
+    threads = src.choice([1, 2, 3, 4])
+    min_part = src.choice([1, 5, 64, 4096])
     seen: list[int] = []
     fd = _file_holding(data)
     try:
         got = lineindex.scan_fd(fd, _TABLES[i], start=start, end=end, block_size=block,
-                                classify_window=window, progress=seen.append)
+                                classify_window=window, threads=threads, min_part=min_part,
+                                progress=seen.append)
     except ValueError:
         if block >= 4096 and (end == -1 or end >= start):
             raise Mismatch(f"scan_fd refused start={start} end={end} block={block}") from None
@@ -207,9 +211,26 @@ def fuzz_scan_fd(src: Source) -> None:
     piece = data[start:] if end == -1 else data[start:end]
     want = ref_lineindex.scan_bytes(piece, _DIALECTS[i], base_offset=start, classify_window=window)
     if _fields(got) != _fields(want):
-        raise Mismatch(f"scan_fd of {data!r}[{start}:{end}] with block {block}, window {window}")
+        raise Mismatch(f"scan_fd of {data!r}[{start}:{end}] with block {block}, window {window}, "
+                       f"{threads} threads, min_part {min_part}")
     if seen != sorted(seen) or any(s < 0 for s in seen):
         raise Mismatch(f"progress went backwards: {seen}")
+
+
+def fuzz_sequence_lines(src: Source) -> None:
+    kinds = src.raw(200) if src.bool() else bytes(src.int(0, 7) for _ in range(src.int(0, 60)))
+    line0 = src.int64() if src.bool() else src.int(0, 1000)
+    try:
+        messages, compactions = lineindex.sequence_lines(kinds, line0)
+    except ValueError:
+        if 0 <= line0 <= 2**62:
+            raise Mismatch(f"sequence_lines refused line0={line0}") from None
+        return
+    if not 0 <= line0 <= 2**62:
+        raise Mismatch(f"sequence_lines accepted line0={line0}")
+    got = (list(memoryview(messages).cast("q")), list(memoryview(compactions).cast("q")))
+    if got != ref_lineindex.sequence_lines(kinds, line0):
+        raise Mismatch(f"sequence_lines({kinds!r}, {line0})")
 
 
 def fuzz_project_display(src: Source) -> None:
@@ -463,6 +484,7 @@ def fuzz_token_spans(src: Source) -> None:
 TARGETS = {
     "lineindex.scan_bytes": fuzz_scan_bytes,
     "lineindex.scan_fd": fuzz_scan_fd,
+    "lineindex.sequence_lines": fuzz_sequence_lines,
     "lineindex.project_display": fuzz_project_display,
     "lineindex.escape_line_separators": fuzz_escape_line_separators,
     "lineindex.DialectTable": fuzz_dialect_table,

@@ -700,6 +700,72 @@ def test_scan_fd_reports_progress_after_each_block():
     assert len(seen) == -(-(len(data) - 19) // 4096)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(large_documents(), jsonl_documents(max_lines=30)), st.integers(2, 4),
+       st.sampled_from([1, 7, 100, 4096]), st.sampled_from([4096, 5003]), classify_windows())
+def test_scan_fd_in_parts_matches_one_scan(data, threads, min_part, block_size, window):
+    # Cut into parts at line starts, scanned side by side: the same lines, kinds and
+    # ends as one scan, wherever the cuts fall (lines torn at the end included).
+    got = fields(scan_file(data, threads=threads, min_part=min_part, block_size=block_size,
+                           classify_window=window))
+    assert got == fields(ref.scan_bytes(data, PI_DIALECT, classify_window=window))
+
+
+@settings(max_examples=40, deadline=None)
+@given(jsonl_documents(max_lines=12), st.data())
+def test_scan_fd_in_parts_over_a_sub_range(data, draw):
+    line_starts = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")]
+    start = draw.draw(st.sampled_from(line_starts))
+    end = draw.draw(st.one_of(st.just(-1), st.integers(start, len(data) + 5)))
+    got = fields(scan_file(data, start=start, end=end, threads=3, min_part=1, block_size=4096))
+    piece = data[start:] if end == -1 else data[start:end]
+    assert got == fields(ref.scan_bytes(piece, PI_DIALECT, base_offset=start))
+
+
+def test_scan_fd_in_parts_reports_every_part_s_bytes():
+    data = b'{"type":"message"}\n' * 5000
+    seen = []
+    result = scan_file(data, threads=2, min_part=4096, block_size=4096, progress=seen.append)
+    assert len(result.kinds) == 5000
+    assert seen == sorted(seen) and seen[-1] == len(data)
+
+
+def test_scan_fd_does_not_cut_where_no_line_starts_near_the_cut():
+    # One line of 40 MiB: no line start within 16 MiB after the middle, so the scan runs
+    # as one part (and finds the same two lines).
+    data = b'{"type":"compaction"}\n{"type":"message","text":"' + b"z" * (40 << 20) + b'"}\n'
+    result = scan_file(data, threads=2, min_part=4096)
+    assert fields(result) == ([0, 22], [COMPACTION, MESSAGE], len(data), len(data))
+
+
+def test_scan_fd_in_parts_on_a_write_only_fd_raises_oserror():
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(b'{"type":"message"}\n' * 4000)
+        f.flush()
+        fd = os.open(f.name, os.O_WRONLY)
+        try:
+            with pytest.raises(OSError):
+                native.scan_fd(fd, PI, threads=4, min_part=4096, block_size=4096)
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("bad", [{"threads": -1}, {"min_part": 0}])
+def test_scan_fd_refuses_bad_part_options(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        scan_file(b'{"type":"message"}\n', **bad)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300).map(lambda b: bytes(x % 7 for x in b)), st.integers(0, 2**40))
+def test_sequence_lines_are_the_message_corrupt_and_compaction_lines(kinds, line0):
+    messages, compactions = native.sequence_lines(kinds, line0)
+    assert list(memoryview(messages).cast("q")) == [
+        line0 + i for i, k in enumerate(kinds) if k in (MESSAGE, CORRUPT)]
+    assert list(memoryview(compactions).cast("q")) == [
+        line0 + i for i, k in enumerate(kinds) if k == COMPACTION]
+
+
 def test_scan_fd_on_a_closed_fd_raises_oserror():
     fd, path = tempfile.mkstemp()
     os.close(fd)

@@ -218,6 +218,14 @@ def scan_bytes(
     return ScanResult(starts, kinds, indexed_end=offset, scanned_end=base_offset + len(data))
 
 
+def sequence_lines(kinds: bytes, line0: int = 0) -> tuple[list[int], list[int]]:
+    """Line numbers of the message sequence (message and corrupt lines) and of
+    compaction lines, the first kind being line ``line0``."""
+    messages = [line0 + i for i, kind in enumerate(kinds) if kind in (MESSAGE, CORRUPT)]
+    compactions = [line0 + i for i, kind in enumerate(kinds) if kind == COMPACTION]
+    return messages, compactions
+
+
 def classify_line(
     line: bytes,
     dialect: Mapping[str, int],

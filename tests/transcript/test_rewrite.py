@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from boundctx import PartialHistoryRewrite, Transcript, TranscriptChanged
 from boundctx.transcript import RawLine, encode_record
-from boundctx.transcript.layout import sidecar_paths
+from boundctx.transcript.sidecar import sidecar_paths
 
 
 def make(path, n):

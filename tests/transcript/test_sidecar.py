@@ -14,7 +14,7 @@ from boundctx import Transcript, TranscriptChanged
 from boundctx.transcript import encode_record
 from boundctx.transcript import layout as layout_mod
 from boundctx.transcript import store as store_mod
-from boundctx.transcript.layout import MAGIC, sidecar_paths
+from boundctx.transcript.sidecar import MAGIC, sidecar_paths
 
 
 def make(path, n, prefix="m"):
@@ -421,3 +421,102 @@ def test_random_lies_in_a_large_sidecar_never_escape_as_exceptions(tmp_path, big
             target[at : at + 2] = values
         write_segments(str(path) + ".layout", [[segs[0][0], starts, kinds, messages, compactions]], path=path)
         check_reads_give_the_file(path, n, near=min(at, n - 1))
+
+
+# -- reindex writes what an open writes -------------------------------------------------
+
+def sidecar_written_by_open(path):
+    Transcript.open(path).close()
+    side = str(path) + ".layout"
+    data = Path(side).read_bytes()
+    os.unlink(side)
+    return data
+
+
+def test_reindex_writes_the_same_sidecar_bytes_as_an_open(tmp_path):
+    # Messages, a compaction, a corrupt line, a blank line, a line whose "type" lies
+    # past the classify window (settled by a full parse), and a torn tail.
+    path = make(tmp_path / "t.jsonl", 50)
+    late_type = b'{"pad":"' + b"p" * (1 << 20) + b'","type":"message","id":"late"}\n'
+    with open(path, "ab") as f:
+        f.write(encode_record({"type": "compaction", "summary": "s", "firstKeptEntryId": "m40"})
+                + b"{not json\n\n" + late_type + b'{"type":"message","id":"torn"')
+    by_open = sidecar_written_by_open(path)
+    from boundctx.transcript import reindex
+
+    report = reindex(path)
+    assert report.ok and report.sidecar == str(path) + ".layout"
+    assert Path(report.sidecar).read_bytes() == by_open
+    assert (report.messages, report.compactions, report.corrupt) == (52, 1, 1)
+    assert report.torn_bytes == len(b'{"type":"message","id":"torn"')
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+
+
+def test_reindex_of_real_sessions_writes_what_an_open_writes(shared_file):
+    from boundctx.transcript import reindex
+
+    for name in ("pi-sessions/large-session.jsonl",
+                 "claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+                 "codex-sessions/rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl"):
+        path = shared_file(name)
+        by_open = sidecar_written_by_open(path)
+        report = reindex(path)
+        assert report.ok, report.error
+        assert Path(report.sidecar).read_bytes() == by_open, name
+
+
+def test_a_qualified_type_past_the_classify_window_is_checked_by_the_full_parse():
+    # A Claude Code "system" line is a compaction only with subtype compact_boundary,
+    # also when its "type" lies past the classify window.
+    from boundctx.transcript.dialects import classify_by_parse, dialect_kinds
+
+    table = dialect_kinds("claude-code")
+    pad = '"pad":"' + "p" * 100 + '",'
+    boundary = ('{' + pad + '"type":"system","subtype":"compact_boundary"}').encode()
+    duration = ('{' + pad + '"type":"system","subtype":"turn_duration"}').encode()
+    assert classify_by_parse(boundary, table, at_file_start=False) == layout_mod._li.COMPACTION
+    assert classify_by_parse(duration, table, at_file_start=False) == layout_mod._li.OTHER
+    assert classify_by_parse(duration.replace(b'"subtype":"turn_duration"', b'"subtype":7'),
+                             table, at_file_start=False) == layout_mod._li.OTHER
+
+
+# -- the header writer is msgspec's MessagePack, byte for byte ---------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from boundctx.transcript import sidecar  # noqa: E402
+
+_ints = st.one_of(st.integers(-2**63, 2**64 - 1), st.integers(-300, 300),
+                  st.sampled_from([127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, -32, -33,
+                                   -128, -129, -32768, -32769, -2**31, -2**31 - 1]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({
+    "v": _ints, "dialect": st.text(max_size=40), "window": _ints,
+    # str8/16/32 forms: a 2-byte character 40,000 times is 80,000 bytes
+    "path": st.one_of(st.text(max_size=300), st.integers(0, 3).map(lambda k: "\u00fc" * (40000 + k))),
+    "start": _ints, "end": _ints, "scanned": _ints, "line0": _ints, "n": _ints, "m": _ints,
+    "c": _ints, "identity": st.tuples(_ints, _ints, _ints, _ints),
+    "head": st.text(max_size=40), "tail": st.text(max_size=40),
+    "bad": st.one_of(st.lists(_ints, max_size=20), st.integers(65530, 65540).map(lambda k: list(range(k)))),
+}))
+def test_encode_header_writes_what_msgspec_writes_and_reads(fields):
+    fields = {k: fields[k] for k in sidecar.HEADER_FIELDS}
+    got = sidecar.encode_header(**fields)
+    assert got == msgspec.msgpack.encode(layout_mod.SegmentHeader(**fields))
+    back = msgspec.msgpack.decode(got, type=layout_mod.SegmentHeader)
+    assert msgspec.structs.asdict(back) == {**fields, "bad": list(fields["bad"])}
+
+
+def test_encode_header_refuses_other_fields_and_values():
+    fields = dict(v=2, dialect="auto", window=1, path="/p", start=0, end=0, scanned=0,
+                  line0=0, n=0, m=0, c=0, identity=(0, 0, 0, 0), head="", tail="", bad=[])
+    with pytest.raises(ValueError, match="fields"):
+        sidecar.encode_header(**{k: v for k, v in fields.items() if k != "bad"})
+    with pytest.raises(OverflowError):
+        sidecar.encode_header(**{**fields, "n": 2**64})
+    with pytest.raises(TypeError):
+        sidecar.encode_header(**{**fields, "n": True})

@@ -8,14 +8,23 @@ The slow, obviously-correct twin of this module is ``tests/reference/lineindex.p
 property tests assert the two agree on arbitrary bytes.
 """
 
+import os
+
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.errno cimport errno, EINTR
+from libc.errno cimport errno, EINTR, ENOMEM
 from libc.stdint cimport int64_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcpy, memset, strerror
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t pread(int fd, void *buf, size_t count, long long offset)
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void **memptr, size_t alignment, size_t size)
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void *addr, size_t length, int advice)
+    int MADV_HUGEPAGE
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_t:
@@ -41,8 +50,17 @@ cdef extern from *:
     #ifndef BOUNDCTX_CHECKS
     #define BOUNDCTX_CHECKS 0
     #endif
+    /* A part's progress, read by the thread that reports it while another writes it. */
+    static inline long long bx_atomic_load(const long long *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+    static inline void bx_atomic_store(long long *p, long long v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+    static inline int bx_atomic_load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+    static inline void bx_atomic_store_int(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
     """
     int BOUNDCTX_CHECKS
+    long long _atomic_load "bx_atomic_load" (const long long *p) noexcept nogil
+    void _atomic_store "bx_atomic_store" (long long *p, long long v) noexcept nogil
+    int _atomic_load_int "bx_atomic_load_int" (const int *p) noexcept nogil
+    void _atomic_store_int "bx_atomic_store_int" (int *p, int v) noexcept nogil
 
 #: True when built with -DBOUNDCTX_CYTHON_CHECKS=ON (bounds and wraparound checks on).
 BUILT_WITH_CHECKS = bool(BOUNDCTX_CHECKS)
@@ -56,6 +74,16 @@ UNDECIDED = KIND_UNDECIDED
 
 DEFAULT_CLASSIFY_WINDOW = 1 << 20
 DEFAULT_BLOCK_SIZE = 1 << 20  # 256 KiB-2 MiB measured best here (bench/RESULTS.md)
+
+cdef enum:
+    # A scan of a big range is cut into parts scanned side by side (scan_fd).
+    _MAX_SCAN_THREADS = 4
+    _MIN_PART_BYTES = 16 << 20   # a part smaller than this is not worth a thread
+    MAX_CUT_SEARCH = 16 << 20    # how far past a cut point a line start is looked for
+    HUGE_PAGE = 2 << 20          # x86-64's; elsewhere only an alignment
+
+MAX_SCAN_THREADS = _MAX_SCAN_THREADS
+MIN_PART_BYTES = _MIN_PART_BYTES
 
 # Return codes of the string/value skippers below.
 cdef enum:
@@ -670,29 +698,38 @@ cdef object _result(LineBuf *out, ScanState *st, int64_t scanned_end, int64_t st
         indexed_end, scanned_end)
 
 
-cdef int _init(ScanState *st, LineBuf *out, Py_ssize_t window) except -1:
-    if window < 1:
-        raise ValueError(f"classify_window must be >= 1, got {window}")
+cdef int _state_init(ScanState *st, LineBuf *out, Py_ssize_t window) noexcept nogil:
+    """Empty scanner state and output; 0, or -1 when memory runs out (``_release`` is
+    safe either way). ``window`` >= 1 is checked by the caller."""
     st.in_line = 0
     st.pre_len = 0
     st.line_len = 0
     st.line_start = 0
     st.last_sig = -1
     st.window = window
-    st.pre = <unsigned char *>malloc(window)
-    if st.pre == NULL:
-        raise MemoryError()
     out.starts = NULL
     out.kinds = NULL
     out.count = 0
     out.cap = 0
+    st.pre = <unsigned char *>malloc(window)
+    return 0 if st.pre != NULL else -1
+
+
+cdef int _init(ScanState *st, LineBuf *out, Py_ssize_t window) except -1:
+    if window < 1:
+        raise ValueError(f"classify_window must be >= 1, got {window}")
+    if _state_init(st, out, window) < 0:
+        raise MemoryError()
     return 0
 
 
-cdef void _release(ScanState *st, LineBuf *out) noexcept:
+cdef void _release(ScanState *st, LineBuf *out) noexcept nogil:
     free(st.pre)
     free(out.starts)
     free(out.kinds)
+    st.pre = NULL
+    out.starts = NULL
+    out.kinds = NULL
 
 
 def scan_bytes(const unsigned char[::1] data not None, DialectTable dialect not None, *,
@@ -731,11 +768,11 @@ def scan_bytes(const unsigned char[::1] data not None, DialectTable dialect not 
 
 
 cdef struct Prefetch:
-    # Two blocks in flight: a reader thread fills one with pread while the caller's
-    # thread scans the other, so the kernel's copy and the scan overlap on two cores.
+    # Two blocks in flight: a reader thread fills one with pread while the scanning
+    # thread scans the other, so the kernel's copy and the scan overlap.
     int fd
     unsigned char *buf[2]
-    ssize_t got[2]          # bytes read into each slot; 0 = end of file, -1 = error
+    ssize_t got[2]          # bytes read into each slot; 0 = end of range, -1 = error
     int err[2]
     int full[2]             # 1 while a slot holds data the scanner has not consumed
     long long pos           # next offset the reader reads
@@ -766,7 +803,7 @@ cdef void _prefetch_once(Prefetch *pf) noexcept nogil:
 
 
 cdef void *_prefetch_main(void *arg) noexcept nogil:
-    """Reader thread: fill slots 0, 1, 0, ... until end of file, an error, or stop."""
+    """Reader thread: fill slots 0, 1, 0, ... until end of range, an error, or stop."""
     cdef Prefetch *pf = <Prefetch *>arg
     cdef int slot = 0, e
     cdef ssize_t got
@@ -803,16 +840,239 @@ cdef void *_prefetch_main(void *arg) noexcept nogil:
         slot ^= 1
 
 
+cdef struct Part:
+    # One byte range of a scan, scanned block by block through its own prefetch. A
+    # range other than the last begins and ends at line starts, so the lines of the
+    # parts, concatenated, are the lines of the whole range.
+    Prefetch pf
+    ScanState st
+    LineBuf out
+    const Dialect *d
+    long long start
+    long long end           # -1: to end of file
+    long long pos           # offset the scan has reached (atomic: others read it)
+    int slot
+    int direct              # 1: read each block in the scanning thread (no reader thread)
+    int err                 # errno of a failed read, else 0
+    int nomem
+    pthread_t reader
+    int reader_started
+    int opened
+    int stop                # atomic: set by the caller to abandon a worker's scan
+    pthread_t worker
+    int worker_started
+
+
+cdef unsigned char *_read_buffers(size_t block) noexcept nogil:
+    """Both slots of a part, ``2 * block`` bytes in one allocation, aligned so the
+    kernel may back them with huge pages (asked for, where it is ``madvise``-only). The
+    kernel's copy into them is most of a scan's time, and into 4 KiB pages fresh from
+    ``mmap`` it was measured ~30% slower (a TLB miss every 4 KiB written)."""
+    cdef void *p = NULL
+    cdef size_t size = (2 * block + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE
+    if posix_memalign(&p, HUGE_PAGE, size) != 0:
+        return NULL
+    madvise(p, size, MADV_HUGEPAGE)  # a hint: no huge pages, still correct
+    return <unsigned char *>p
+
+
+cdef int _part_open(Part *pt, int fd, long long start, long long end, Py_ssize_t window,
+                    size_t block, const Dialect *d, bint direct) noexcept nogil:
+    """Set up a part (``pt`` zeroed by the caller) and start its reads. Returns 0, or an
+    errno (ENOMEM included); ``_part_close`` is safe after either.
+
+    ``direct``: the scanning thread reads each block itself. With a part per core the
+    cores are busy already, and a reader thread per part only adds a hand-off (two
+    context switches) per block."""
+    pt.opened = 1
+    pt.d = d
+    pt.start = start
+    pt.end = end
+    pt.pos = start
+    pthread_mutex_init(&pt.pf.mu, NULL)
+    pthread_cond_init(&pt.pf.cv, NULL)
+    pt.pf.fd = fd
+    pt.pf.pos = start
+    pt.pf.end = end
+    pt.pf.block = block
+    if _state_init(&pt.st, &pt.out, window) < 0:
+        pt.nomem = 1
+        return ENOMEM
+    pt.pf.buf[0] = _read_buffers(block)
+    if pt.pf.buf[0] == NULL:
+        pt.nomem = 1
+        return ENOMEM
+    pt.pf.buf[1] = pt.pf.buf[0] + block
+    if direct:
+        pt.direct = 1
+        return 0
+    if end != -1 and end - start <= <long long>block:
+        _prefetch_once(&pt.pf)  # one block at most: a thread would cost more than it saves
+        return 0
+    cdef int e = pthread_create(&pt.reader, NULL, _prefetch_main, &pt.pf)
+    if e == 0:
+        pt.reader_started = 1
+    return e
+
+
+cdef int _part_step(Part *pt) noexcept nogil:
+    """Scan the part's next block. Returns 1 while there is more, 0 when the part is
+    done: at its end, at end of file, or stopped by a failed read (``pt.err``) or by
+    memory running out (``pt.nomem``)."""
+    cdef Prefetch *pf = &pt.pf
+    cdef ssize_t got
+    cdef int rc = 0, slot = pt.slot
+    if pt.direct:
+        return _part_step_direct(pt)
+    pthread_mutex_lock(&pf.mu)
+    while not pf.full[slot]:
+        pthread_cond_wait(&pf.cv, &pf.mu)
+    got = pf.got[slot]
+    pt.err = pf.err[slot]
+    pthread_mutex_unlock(&pf.mu)
+    if got <= 0:
+        return 0  # end of range, end of file (the file may have shrunk) or an error
+    rc = _scan_block(&pt.st, &pt.out, pf.buf[slot], got, pt.pos, pt.d)
+    pthread_mutex_lock(&pf.mu)
+    pf.full[slot] = 0  # hand the slot back to the reader
+    pthread_cond_broadcast(&pf.cv)
+    pthread_mutex_unlock(&pf.mu)
+    if rc < 0:
+        pt.nomem = 1
+        return 0
+    _atomic_store(&pt.pos, pt.pos + got)
+    pt.slot = slot ^ 1
+    return 1
+
+
+cdef int _part_step_direct(Part *pt) noexcept nogil:
+    """``_part_step`` reading the block in this thread."""
+    cdef Prefetch *pf = &pt.pf
+    cdef ssize_t got
+    cdef size_t want
+    if pt.end != -1 and pt.pos >= pt.end:
+        return 0
+    want = pf.block if pt.end == -1 else <size_t>min(<long long>pf.block, pt.end - pt.pos)
+    got = pread(pf.fd, pf.buf[0], want, pt.pos)
+    while got < 0 and errno == EINTR:
+        got = pread(pf.fd, pf.buf[0], want, pt.pos)
+    if got < 0:
+        pt.err = errno
+    if got <= 0:
+        return 0
+    if _scan_block(&pt.st, &pt.out, pf.buf[0], got, pt.pos, pt.d) < 0:
+        pt.nomem = 1
+        return 0
+    _atomic_store(&pt.pos, pt.pos + got)
+    return 1
+
+
+cdef void *_part_main(void *arg) noexcept nogil:
+    """Worker thread: scan one part to its end (or until told to stop)."""
+    cdef Part *pt = <Part *>arg
+    while not _atomic_load_int(&pt.stop) and _part_step(pt):
+        pass
+    return NULL
+
+
+cdef void _part_close(Part *pt) noexcept nogil:
+    """Stop and join the part's threads and free its buffers (not its output)."""
+    if not pt.opened:
+        return
+    if pt.worker_started:
+        _atomic_store_int(&pt.stop, 1)
+        pthread_join(pt.worker, NULL)
+        pt.worker_started = 0
+    if pt.reader_started:
+        pthread_mutex_lock(&pt.pf.mu)
+        pt.pf.stop = 1
+        pthread_cond_broadcast(&pt.pf.cv)
+        pthread_mutex_unlock(&pt.pf.mu)
+        pthread_join(pt.reader, NULL)
+        pt.reader_started = 0
+    pthread_cond_destroy(&pt.pf.cv)
+    pthread_mutex_destroy(&pt.pf.mu)
+    free(pt.pf.buf[0])  # both slots: one allocation
+    pt.pf.buf[0] = NULL
+    pt.pf.buf[1] = NULL
+
+
+cdef long long _line_start_from(int fd, long long pos, long long limit) noexcept nogil:
+    """The first line start at or after ``pos`` (> 0): one past the first ``\\n`` at
+    ``pos - 1`` or later, looked for before ``limit``. -1 when there is none there or a
+    read fails (the caller then does not split at this point)."""
+    cdef unsigned char buf[65536]
+    cdef const unsigned char *nl
+    cdef ssize_t got
+    cdef long long at = pos - 1
+    # Invariant: no "\\n" lies in [pos - 1, at).
+    while at < limit:
+        got = pread(fd, buf, <size_t>min(<long long>sizeof(buf), limit - at), at)
+        while got < 0 and errno == EINTR:
+            got = pread(fd, buf, <size_t>min(<long long>sizeof(buf), limit - at), at)
+        if got <= 0:
+            return -1
+        nl = <const unsigned char *>memchr(buf, 10, got)
+        if nl != NULL:
+            return at + (nl - buf) + 1
+        at += got
+    return -1
+
+
+cdef object _joined_result(Part *parts, int n, long long start):
+    """One ScanResult from the parts, in order. A part other than the last that ended
+    short of its end, or inside a line, means the file changed under the scan: the
+    result stops there, as a scan that met the end of the file would."""
+    cdef int k, last = n - 1
+    cdef Py_ssize_t total = 0, at = 0
+    cdef bytes starts, kinds
+    for k in range(n):
+        if parts[k].err:
+            raise OSError(parts[k].err, strerror(parts[k].err).decode("utf-8", "replace"))
+        if parts[k].nomem:
+            raise MemoryError()
+    for k in range(n - 1):
+        if parts[k].pos != parts[k].end or parts[k].st.in_line:
+            last = k
+            break
+    if last == 0:
+        return _result(&parts[0].out, &parts[0].st, parts[0].pos, start)
+    for k in range(last + 1):
+        total += parts[k].out.count
+    starts = PyBytes_FromStringAndSize(NULL, total * sizeof(int64_t))
+    kinds = PyBytes_FromStringAndSize(NULL, total)
+    for k in range(last + 1):
+        memcpy(<char *>starts + at * sizeof(int64_t), parts[k].out.starts,
+               parts[k].out.count * sizeof(int64_t))
+        memcpy(<char *>kinds + at, parts[k].out.kinds, parts[k].out.count)
+        at += parts[k].out.count
+    return ScanResult(starts, kinds,
+                      parts[last].st.line_start if parts[last].st.in_line else parts[last].pos,
+                      parts[last].pos)
+
+
+def _default_threads():
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_SCAN_THREADS))
+
+
 def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long long end=-1,
             Py_ssize_t classify_window=DEFAULT_CLASSIFY_WINDOW,
-            Py_ssize_t block_size=DEFAULT_BLOCK_SIZE, progress=None):
+            Py_ssize_t block_size=DEFAULT_BLOCK_SIZE, int threads=0,
+            long long min_part=MIN_PART_BYTES, progress=None):
     """Frame and classify the lines of an open file, from ``start`` up to ``end`` (or
     end of file when ``end`` is -1).
 
     The file is read with ``pread`` (1 MiB blocks by default), not mapped: another
     process may truncate a transcript while it is being scanned, and a read then
     simply returns fewer bytes where a mapping would raise SIGBUS. A reader thread
-    reads the next block while this one scans the current one, with the GIL released.
+    reads the next block while another scans the current one, with the GIL released.
+    A range of at least two ``min_part`` is cut at line starts into up to ``threads``
+    parts scanned side by side, each with its own reader: lines are classified one by
+    one, so the result is the same for any cut.
 
     Parameters
     ----------
@@ -822,8 +1082,14 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     start, end : int
         Byte range; ``start`` must be a line start.
     classify_window, block_size : int
+    threads : int
+        Parts to scan side by side; 0 (default) means one per core, at most
+        ``MAX_SCAN_THREADS``.
+    min_part : int
+        Smallest part worth a thread of its own (bytes).
     progress : callable, optional
-        Called as ``progress(bytes_done)`` after each block, with the GIL held.
+        Called as ``progress(bytes_done)`` after each block of the first part (the
+        bytes of every part counted), with the GIL held.
 
     Returns
     -------
@@ -834,81 +1100,126 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     Raises
     ------
     OSError
-        When a read fails, or the reader thread cannot start.
+        When a read fails, or a thread cannot start.
     """
-    cdef ScanState st
-    cdef LineBuf out
-    cdef Prefetch pf
-    cdef pthread_t reader
-    cdef int rc = 0, err = 0, slot = 0, started = 0
-    cdef ssize_t got
-    cdef long long pos = start
+    cdef Part *parts = NULL
+    cdef int n = 1, k, err = 0, more = 1
+    cdef long long span, cut, prev, done, target
+    cdef long long cuts[_MAX_SCAN_THREADS + 1]
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     if end != -1 and end < start:
         raise ValueError(f"end must be -1 or >= start ({start}), got {end}")
     if block_size < 4096:
         raise ValueError(f"block_size must be >= 4096, got {block_size}")
-    _init(&st, &out, classify_window)
-    memset(&pf, 0, sizeof(Prefetch))
-    pf.fd = fd
-    pf.pos = start
-    pf.end = end
-    pf.block = block_size
-    pf.buf[0] = <unsigned char *>malloc(block_size)
-    pf.buf[1] = <unsigned char *>malloc(block_size)
-    pthread_mutex_init(&pf.mu, NULL)
-    pthread_cond_init(&pf.cv, NULL)
+    if classify_window < 1:
+        raise ValueError(f"classify_window must be >= 1, got {classify_window}")
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0, got {threads}")
+    if min_part < 1:
+        raise ValueError(f"min_part must be >= 1, got {min_part}")
+    if threads == 0:
+        threads = _default_threads()
+    threads = min(threads, MAX_SCAN_THREADS)
+    cuts[0] = start
+    if threads > 1:
+        span = (end if end != -1 else os.fstat(fd).st_size) - start
+        if span >= 2 * min_part:
+            threads = <int>min(<long long>threads, span // min_part)
+            prev = start
+            for k in range(1, threads):
+                target = max(start + span * k // threads, prev + 1)
+                with nogil:
+                    cut = _line_start_from(fd, target, min(start + span, target + MAX_CUT_SEARCH))
+                if cut > prev and cut < start + span:
+                    cuts[n] = cut
+                    n += 1
+                    prev = cut
+    cuts[n] = end
+    parts = <Part *>calloc(n, sizeof(Part))
+    if parts == NULL:
+        raise MemoryError()
     try:
-        if pf.buf[0] == NULL or pf.buf[1] == NULL:
+        with nogil:
+            for k in range(n):
+                err = _part_open(&parts[k], fd, cuts[k], cuts[k + 1], classify_window,
+                                 <size_t>block_size, &dialect.c_dialect, n > 1)
+                if err:
+                    break
+                if k:
+                    err = pthread_create(&parts[k].worker, NULL, _part_main, &parts[k])
+                    if err:
+                        break
+                    parts[k].worker_started = 1
+        if err == ENOMEM:
             raise MemoryError()
-        if end != -1 and end - start <= block_size:
-            # One block at most: read it here; a thread would cost more than it saves.
+        if err:
+            raise OSError(err, "cannot start a scan thread: " + strerror(err).decode("utf-8", "replace"))
+        while more:
             with nogil:
-                _prefetch_once(&pf)
-        else:
-            err = pthread_create(&reader, NULL, _prefetch_main, &pf)
-            if err:
-                raise OSError(err, "cannot start the reader thread: " + strerror(err).decode("utf-8", "replace"))
-            started = 1
-        while True:
-            with nogil:
-                pthread_mutex_lock(&pf.mu)
-                while not pf.full[slot]:
-                    pthread_cond_wait(&pf.cv, &pf.mu)
-                got = pf.got[slot]
-                err = pf.err[slot]
-                pthread_mutex_unlock(&pf.mu)
-                if got > 0:
-                    rc = _scan_block(&st, &out, pf.buf[slot], got, pos, &dialect.c_dialect)
-                    pthread_mutex_lock(&pf.mu)
-                    pf.full[slot] = 0  # hand the slot back to the reader
-                    pthread_cond_broadcast(&pf.cv)
-                    pthread_mutex_unlock(&pf.mu)
-            if got < 0:
-                raise OSError(err, strerror(err).decode("utf-8", "replace"))
-            if rc < 0:
-                raise MemoryError()
-            if got == 0:
-                break  # end of file (or the file shrank under us: scanned_end tells)
-            pos += got
-            slot ^= 1
-            if progress is not None:
-                progress(pos - start)
-        return _result(&out, &st, pos, start)
+                more = _part_step(&parts[0])
+            if more and progress is not None:
+                done = 0
+                for k in range(n):
+                    done += _atomic_load(&parts[k].pos) - parts[k].start
+                progress(done)
+        with nogil:
+            for k in range(1, n):
+                if parts[k].worker_started:
+                    pthread_join(parts[k].worker, NULL)
+                    parts[k].worker_started = 0
+        if n > 1 and progress is not None:
+            done = 0
+            for k in range(n):
+                done += parts[k].pos - parts[k].start
+            progress(done)
+        return _joined_result(parts, n, start)
     finally:
-        if started:
-            with nogil:
-                pthread_mutex_lock(&pf.mu)
-                pf.stop = 1
-                pthread_cond_broadcast(&pf.cv)
-                pthread_mutex_unlock(&pf.mu)
-                pthread_join(reader, NULL)
-        pthread_cond_destroy(&pf.cv)
-        pthread_mutex_destroy(&pf.mu)
-        free(pf.buf[0])
-        free(pf.buf[1])
-        _release(&st, &out)
+        with nogil:
+            for k in range(n):
+                _part_close(&parts[k])
+                _release(&parts[k].st, &parts[k].out)
+        free(parts)
+
+
+def sequence_lines(const unsigned char[::1] kinds not None, long long line0=0):
+    """Line numbers of the message sequence (message and corrupt lines: a corrupt line
+    keeps its place, decision 0001) and of compaction lines among ``kinds``, whose
+    first is line ``line0``.
+
+    Returns
+    -------
+    tuple[bytes, bytes]
+        Native-endian int64 line numbers, ascending.
+    """
+    cdef Py_ssize_t n = kinds.shape[0], i, m = 0, c = 0
+    cdef int64_t *mp
+    cdef int64_t *cp
+    cdef bytes messages, compactions
+    if line0 < 0 or line0 > (1 << 62):
+        raise ValueError(f"line0 must be in 0..2**62, got {line0}")
+    with nogil:
+        for i in range(n):
+            if kinds[i] == KIND_MESSAGE or kinds[i] == KIND_CORRUPT:
+                m += 1
+            elif kinds[i] == KIND_COMPACTION:
+                c += 1
+    messages = PyBytes_FromStringAndSize(NULL, m * sizeof(int64_t))
+    compactions = PyBytes_FromStringAndSize(NULL, c * sizeof(int64_t))
+    mp = <int64_t *><char *>messages
+    cp = <int64_t *><char *>compactions
+    m = 0
+    c = 0
+    with nogil:
+        # Invariant: mp[:m] and cp[:c] hold the matching lines before line0 + i.
+        for i in range(n):
+            if kinds[i] == KIND_MESSAGE or kinds[i] == KIND_CORRUPT:
+                mp[m] = line0 + i
+                m += 1
+            elif kinds[i] == KIND_COMPACTION:
+                cp[c] = line0 + i
+                c += 1
+    return messages, compactions
 
 
 def escape_line_separators(data not None):

@@ -11,6 +11,8 @@ BLANK: Final[int]
 UNDECIDED: Final[int]
 DEFAULT_CLASSIFY_WINDOW: Final[int]
 DEFAULT_BLOCK_SIZE: Final[int]
+MAX_SCAN_THREADS: Final[int]
+MIN_PART_BYTES: Final[int]
 BUILT_WITH_CHECKS: Final[bool]
 
 class QualifiedKind(int):
@@ -42,8 +44,11 @@ def scan_fd(
     end: int = -1,
     classify_window: int = ...,
     block_size: int = ...,
+    threads: int = 0,
+    min_part: int = ...,
     progress: Callable[[int], object] | None = None,
 ) -> ScanResult: ...
+def sequence_lines(kinds: Buffer, line0: int = 0) -> tuple[bytes, bytes]: ...
 def project_display(
     prefix: Buffer, total_len: int, content_limit: int
 ) -> tuple[bytes | None, int, int]: ...

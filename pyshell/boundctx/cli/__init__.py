@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 import warnings
 from collections.abc import Iterable
@@ -30,13 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 #: What ``-v`` / ``-q`` show: the level of boundctx's own log (what was decided and
-#: done) and of llama.cpp's (its load and evaluation chatter, quiet by default).
-_LOG_LEVELS = {
-    -1: (logging.ERROR, logging.ERROR),
-    0: (logging.WARNING, logging.ERROR),
-    1: (logging.INFO, logging.WARNING),
-    2: (logging.DEBUG, logging.DEBUG),
-}
+#: done) and of llama.cpp's (its load and evaluation chatter, quiet by default), as
+#: logging's levels (ERROR 40, WARNING 30, INFO 20, DEBUG 10).
+_LOG_LEVELS = {-1: (40, 40), 0: (30, 40), 1: (20, 30), 2: (10, 10)}
 
 
 def _add_verbosity(parser: argparse.ArgumentParser) -> None:
@@ -51,27 +46,28 @@ def _verbosity(args: argparse.Namespace) -> int:
     return -1 if getattr(args, "quiet", False) else min(getattr(args, "verbose", 0), 2)
 
 
-class _Handler(logging.StreamHandler):
-    """Log records on stderr as ``boundctx: message`` (read when the record is
-    emitted, so a test's captured stderr gets them)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-        self.setFormatter(logging.Formatter("boundctx: %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stderr)
-        super().emit(record)
-
-
 def _configure_logging(level: int):
     """Show boundctx's log on stderr at ``level``; returns what undoes it (``main`` may be
     called again in the same process, by a test or a front end)."""
+    import logging
+
+    class Handler(logging.StreamHandler):
+        """Log records on stderr as ``boundctx: message`` (read when the record is
+        emitted, so a test's captured stderr gets them)."""
+
+        def __init__(self) -> None:
+            super().__init__(sys.stderr)
+            self.setFormatter(logging.Formatter("boundctx: %(message)s"))
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.setStream(sys.stderr)
+            super().emit(record)
+
     own, llama = _LOG_LEVELS[level]
     root = logging.getLogger("boundctx")
     llama_logger = logging.getLogger("boundctx.llama_cpp")
     before = (root.level, root.propagate, llama_logger.level)
-    handler = _Handler()
+    handler = Handler()
     handler.setLevel(min(own, llama))
     root.addHandler(handler)
     root.setLevel(min(own, llama))
@@ -132,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser([_command_named(argv)] if _command_named(argv) in COMMANDS else [])
     args = parser.parse_args(argv)
     args.verbosity = _verbosity(args)
-    restore_logging = _configure_logging(args.verbosity)
+    command = COMMANDS.get(args.command)
+    logs = command is None or getattr(importlib.import_module(command[0]), "LOGS", True)
+    restore_logging = _configure_logging(args.verbosity) if logs else (lambda: None)
     try:
         with warnings.catch_warnings():
             # boundctx's warnings are for the user: one plain line each on stderr.

@@ -1,9 +1,12 @@
-"""Lossless JSONL transcripts opened in bounded windows (decision record 1)."""
+"""Lossless JSONL transcripts opened in bounded windows (decision record 1).
 
-from boundctx.transcript.entries import Entry, History, RawLine, Window
-from boundctx.transcript.lineformat import encode_record
-from boundctx.transcript.reindex import ReindexReport, reindex
-from boundctx.transcript.store import RENDERER_PRESET, Transcript, iter_transcripts
+The names below are imported when first used, so ``boundctx reindex`` (which needs only
+:mod:`boundctx.transcript.reindexing`) never loads the store and numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __all__ = [
     "RENDERER_PRESET",
@@ -17,3 +20,24 @@ __all__ = [
     "iter_transcripts",
     "reindex",
 ]
+
+_HOME = {
+    "Entry": "entries", "History": "entries", "RawLine": "entries", "Window": "entries",
+    "encode_record": "lineformat",
+    "ReindexReport": "reindexing", "reindex": "reindexing",
+    "RENDERER_PRESET": "store", "Transcript": "store",
+    "iter_transcripts": "opening",
+}
+
+
+def __getattr__(name: str):
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'boundctx.transcript' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"boundctx.transcript.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

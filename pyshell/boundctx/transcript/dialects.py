@@ -16,6 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from boundctx._native import load
+from boundctx.transcript.sidecar import pread_exact
 
 _li = load("lineindex")
 
@@ -24,7 +25,8 @@ COMPACTION: int = _li.COMPACTION
 OTHER: int = _li.OTHER
 QualifiedKind = _li.QualifiedKind
 
-__all__ = ["DIALECTS", "QualifiedKind", "dialect_kinds", "native_table"]
+__all__ = ["DIALECTS", "QualifiedKind", "classify_by_parse", "dialect_kinds", "native_table",
+           "settle_undecided"]
 
 #: dialect name -> {type value: kind}; values not listed are "other" lines. A
 #: QualifiedKind is the kind only where its second key agrees (else "other"); as an int
@@ -66,3 +68,76 @@ def dialect_kinds(name: str) -> dict[str, int]:
 def native_table(name: str):
     """The compiled lookup table for dialect ``name`` (built once per process)."""
     return _li.DialectTable(dialect_kinds(name))
+
+
+@lru_cache(maxsize=1)
+def _type_only():
+    import msgspec
+
+    class TypeOnly(msgspec.Struct):
+        type: object = None
+
+    return msgspec.json.Decoder(TypeOnly)
+
+
+def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool) -> int:
+    """The kind of one line (its bytes, ``\n`` included or not) by a full parse: the
+    slow path for a line whose "type" key lies past the classify window (the parser is
+    imported only then: ``boundctx reindex`` rarely needs it)."""
+    import msgspec
+
+    from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record
+
+    if at_file_start and raw.startswith(BOM):
+        raw = raw[3:]
+    rec = None
+    try:
+        t = _type_only().decode(raw).type
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        # The reader's own rules decide (a lone surrogate escape is still a record;
+        # nesting past its depth is not), so the kind agrees with what a read shows.
+        try:
+            rec = decode_record(raw)
+        except LineUnreadable:
+            return int(_li.BLANK) if not raw.strip() else int(_li.CORRUPT)
+        if not isinstance(rec, dict):
+            return int(_li.CORRUPT)
+        t = rec.get("type")
+    if not isinstance(t, str) or t not in table:
+        return int(_li.OTHER)
+    kind = table[t]
+    if isinstance(kind, QualifiedKind):
+        # Only where the second key holds one of the values (as the native walk reads it).
+        if rec is None:
+            try:
+                rec = decode_record(raw)
+            except LineUnreadable:
+                return int(_li.CORRUPT)
+        value = rec
+        for key in kind.path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        return int(kind) if isinstance(value, str) and value in kind.values else int(_li.OTHER)
+    return int(kind)
+
+
+def settle_undecided(fd: int, res, dialect: str) -> bytes:
+    """The kinds of a native scan ``res`` of ``fd``, with every line the classify window
+    could not decide classified by a full parse (rare: a "type" key past the window)."""
+    kinds = res.kinds
+    at = kinds.find(_UNDECIDED)
+    if at < 0:
+        return kinds
+    fixed = bytearray(kinds)
+    starts = memoryview(res.starts).cast("q")
+    table = dialect_kinds(dialect)
+    # Invariant: no line before `at` is undecided in `fixed`.
+    while at >= 0:
+        start = starts[at]
+        end = starts[at + 1] if at + 1 < len(starts) else res.indexed_end
+        fixed[at] = classify_by_parse(pread_exact(fd, start, end - start), table,
+                                      at_file_start=start == 0)
+        at = kinds.find(_UNDECIDED, at + 1)
+    return bytes(fixed)
+
+
+_UNDECIDED = bytes([_li.UNDECIDED])

@@ -5,32 +5,15 @@ file so the next open costs a ``stat``, two 4 KiB reads and a few small reads, a
 again on every read. Nothing in it is trusted: a missing, old, foreign, truncated or
 lying sidecar is rebuilt.
 
-Sidecar format (``<transcript>.layout``, or in the cache directory)::
-
-    b"BCTXLAY\\x01"                                 magic, 8 bytes
-    segment+                                        one for the build, one per extension
-      <u32 header length> <u32 crc32 of header>
-      header (MessagePack map), zero-padded to a multiple of 8
-      starts       int64[n]   little-endian, start offset of each line
-      kinds        uint8[n]   padded to a multiple of 8
-      messages     int64[m]   line numbers of the message sequence
-      compactions  int64[c]   line numbers of compaction lines
-
-The header says which byte range the segment covers (``start``..``end``), the line
-number of its first line, the counts, the file identity ``(dev, ino, size, mtime_ns)``
-seen when it was written, and hashes of the first 4 KiB and of the 4 KiB before
-``end``. Extensions are appended as new segments, so growing a 1 GB transcript by a
-few lines never rewrites the arrays; past ``MAX_SEGMENTS`` the file is rewritten whole.
+The sidecar's format is in :mod:`boundctx.transcript.sidecar`; extensions are appended
+as new segments, so growing a 1 GB transcript by a few lines never rewrites the arrays;
+past ``MAX_SEGMENTS`` the file is rewritten whole.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import stat
-import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 
@@ -44,10 +27,21 @@ from boundctx.transcript.arrays import (
     SidecarFile,
     SidecarGone,
     SidecarLies,
-    pread_exact,
 )
-from boundctx.transcript.dialects import dialect_kinds, native_table
-from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record
+from boundctx.transcript.dialects import native_table, settle_undecided
+from boundctx.transcript.sidecar import (
+    FORMAT_VERSION,
+    MAGIC,
+    SEG_HEAD,
+    Identity,
+    encode_header,
+    encode_segment,
+    file_hashes,
+    pad8,
+    pread_exact,
+    sidecar_paths,
+    write_whole,
+)
 
 _li = load("lineindex")
 
@@ -66,9 +60,6 @@ __all__ = [
     "sidecar_paths",
 ]
 
-MAGIC = b"BCTXLAY\x01"
-FORMAT_VERSION = 2  # 2: Claude Code compact_boundary and Codex user_message lines (decision 0018)
-HASH_SPAN = 4096
 MAX_SEGMENTS = 16
 # Segments of at most this many lines are read into memory and checked whole on load.
 SMALL_SEGMENT = 1 << 16
@@ -77,19 +68,19 @@ SMALL_SEGMENT = 1 << 16
 # the place it occupies; see docs/decisions/0001-corrupt-lines-keep-their-place.md).
 SEQUENCE_KINDS = (_li.MESSAGE, _li.CORRUPT)
 
-_SEG_HEAD = struct.Struct("<II")
-
 
 def is_sequence(kinds: np.ndarray) -> np.ndarray:
     """Mask of the lines that are in the message sequence (faster than np.isin)."""
     return (kinds == _li.MESSAGE) | (kinds == _li.CORRUPT)
 
 
-def lines_of_kinds(kinds: np.ndarray, line0: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def lines_of_kinds(kinds, line0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Line numbers of the message sequence and of compactions, derived from kinds
     (``line0`` is the number of the first line)."""
-    return (np.flatnonzero(is_sequence(kinds)) + line0,
-            np.flatnonzero(kinds == _li.COMPACTION) + line0)
+    if not isinstance(kinds, (bytes, bytearray)):
+        kinds = np.ascontiguousarray(kinds, dtype=np.uint8)
+    messages, compactions = _li.sequence_lines(kinds, line0)
+    return np.frombuffer(messages, dtype=_i8), np.frombuffer(compactions, dtype=_i8)
 
 
 def arrays_disagree(starts: np.ndarray, kinds: np.ndarray, messages: np.ndarray,
@@ -107,20 +98,6 @@ def arrays_disagree(starts: np.ndarray, kinds: np.ndarray, messages: np.ndarray,
         return "message or compaction lines disagree with the line kinds"
     return None
 _i8 = np.dtype("<i8")
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What ``stat`` says about a file; ``ino == 0`` means the filesystem cannot say."""
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> "Identity":
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass
@@ -223,65 +200,19 @@ class Layout:
 
     def add_scan(self, fd: int, res, *, identity: Identity) -> None:
         """Append the lines of one scan (which began at ``indexed_end``)."""
-        starts = np.frombuffer(res.starts, dtype=np.int64)
-        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
-        undecided = np.flatnonzero(kinds == _li.UNDECIDED)
-        if len(undecided):
-            kinds = kinds.copy()
-            table = dialect_kinds(self.dialect)
-            for k in undecided:
-                end = int(starts[k + 1]) if k + 1 < len(starts) else res.indexed_end
-                kinds[k] = _classify_by_parse(fd, int(starts[k]), end, table)
+        kinds_b = settle_undecided(fd, res, self.dialect)
+        starts = np.frombuffer(res.starts, dtype=_i8)
+        kinds = np.frombuffer(kinds_b, dtype=np.uint8)
         line0 = len(self.starts)
-        self.starts.extend(starts.astype(_i8, copy=False))
+        self.starts.extend(starts)
         self.kinds.extend(kinds)
-        messages, compactions = lines_of_kinds(kinds, line0)
+        messages, compactions = lines_of_kinds(kinds_b, line0)
         self.messages.extend(messages)
         self.compactions.extend(compactions)
         self.indexed_end = res.indexed_end
         self.scanned_end = res.scanned_end
         self.identity = identity
         self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
-
-
-class _TypeOnly(msgspec.Struct):
-    type: object = None
-
-
-def _classify_by_parse(fd: int, start: int, end: int, table: dict[str, int]) -> int:
-    """The slow path for a line whose "type" key lies past the classify window."""
-    return classify_by_parse(pread_exact(fd, start, end - start), table, at_file_start=start == 0)
-
-
-def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool) -> int:
-    """The kind of one line (its bytes, ``\n`` included or not) by a full parse."""
-    if at_file_start and raw.startswith(BOM):
-        raw = raw[3:]
-    try:
-        t = msgspec.json.decode(raw, type=_TypeOnly).type
-    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
-        # The reader's own rules decide (a lone surrogate escape is still a record;
-        # nesting past its depth is not), so the kind agrees with what a read shows.
-        try:
-            rec = decode_record(raw)
-        except LineUnreadable:
-            return int(_li.BLANK) if not raw.strip() else int(_li.CORRUPT)
-        if not isinstance(rec, dict):
-            return int(_li.CORRUPT)
-        t = rec.get("type")
-    return table.get(t, int(_li.OTHER)) if isinstance(t, str) else int(_li.OTHER)
-
-
-# -- file helpers -------------------------------------------------------------------
-
-
-def file_hashes(fd: int, end: int) -> tuple[str, str]:
-    """Hashes of the first 4 KiB and of the 4 KiB before ``end``."""
-    head = pread_exact(fd, 0, min(HASH_SPAN, end))
-    tail_start = max(0, end - HASH_SPAN)
-    tail = pread_exact(fd, tail_start, end - tail_start)
-    h = lambda b: hashlib.blake2b(b, digest_size=16).hexdigest()  # noqa: E731
-    return h(head), h(tail)
 
 
 def build_layout(fd: int, *, dialect: str, window: int = _li.DEFAULT_CLASSIFY_WINDOW,
@@ -316,22 +247,10 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
 # -- sidecar ------------------------------------------------------------------------
 
 
-def _cache_root() -> str:
-    root = os.environ.get("BOUNDCTX_CACHE_DIR")
-    if root:
-        return root
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "boundctx", "layouts")
+class SegmentHeader(msgspec.Struct, forbid_unknown_fields=False):
+    """A segment header as read back (written by ``sidecar.encode_header``, in this
+    field order: ``sidecar.HEADER_FIELDS``)."""
 
-
-def sidecar_paths(path: str) -> tuple[str, str]:
-    """The two places a transcript's sidecar may live: beside it, and in the cache."""
-    real = os.path.realpath(path)
-    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
-    return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
-
-
-class _Header(msgspec.Struct, forbid_unknown_fields=False):
     v: int
     dialect: str
     window: int
@@ -349,10 +268,6 @@ class _Header(msgspec.Struct, forbid_unknown_fields=False):
     bad: list[int] = []
 
 
-def _pad8(n: int) -> int:
-    return (n + 7) & ~7
-
-
 def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
     n = len(layout.starts) - line0
     starts = layout.starts.slice(line0, line0 + n).astype(_i8, copy=False)
@@ -362,18 +277,13 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
     messages = layout.messages.slice(mlo, len(layout.messages)).astype(_i8, copy=False)
     compactions = layout.compactions.slice(clo, len(layout.compactions)).astype(_i8, copy=False)
     ident = layout.identity
-    header = msgspec.msgpack.encode(_Header(
+    header = encode_header(
         v=FORMAT_VERSION, dialect=layout.dialect, window=layout.window, path=path,
         start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
-        n=n, m=len(messages), c=len(compactions),
-        identity=(ident.dev, ident.ino, ident.size, ident.mtime_ns),
-        head=layout.head_hash, tail=layout.tail_hash,
-        bad=sorted(layout.known_bad)))
-    header += b"\0" * (_pad8(len(header)) - len(header))
-    kinds_b = kinds.tobytes()
-    kinds_b += b"\0" * (_pad8(len(kinds_b)) - len(kinds_b))
-    return b"".join([_SEG_HEAD.pack(len(header), zlib.crc32(header)), header, starts.tobytes(),
-                     kinds_b, messages.tobytes(), compactions.tobytes()])
+        n=n, m=len(messages), c=len(compactions), identity=tuple(ident),
+        head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
+    return encode_segment(header, starts.tobytes(), kinds.tobytes(), messages.tobytes(),
+                          compactions.tobytes())
 
 
 def save_layout(layout: Layout, path: str) -> str | None:
@@ -433,28 +343,7 @@ def _mark_persisted(layout: Layout, target: str, size: int, segments: int) -> No
 
 def _write_whole(layout: Layout, real: str, target: str) -> bool:
     data = MAGIC + _segment_bytes(layout, real, 0, 0)
-    try:
-        transcript_mode = stat.S_IMODE(os.stat(real).st_mode)
-    except OSError:
-        transcript_mode = 0
-    folder = os.path.dirname(target)
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".layout-", dir=folder)
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            # mkstemp makes 0600; a sidecar is as readable as its transcript, so other
-            # users of a shared transcript can use it instead of rebuilding on every open.
-            os.fchmod(f.fileno(), transcript_mode & 0o666 if transcript_mode else 0o644)
-        os.replace(tmp, target)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    if not write_whole(data, real, target):
         return False
     _mark_persisted(layout, target, len(data), 1)
     return True
@@ -499,16 +388,16 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
     layout: Layout | None = None
     segments = 0
     while pos < size:
-        if pos + _SEG_HEAD.size > size:
+        if pos + SEG_HEAD.size > size:
             raise ValueError("truncated segment")
-        hlen, crc = _SEG_HEAD.unpack(f.pread(pos, _SEG_HEAD.size))
-        pos += _SEG_HEAD.size
+        hlen, crc = SEG_HEAD.unpack(f.pread(pos, SEG_HEAD.size))
+        pos += SEG_HEAD.size
         if pos + hlen > size:
             raise ValueError("truncated segment header")
         hbytes = f.pread(pos, hlen)
         if zlib.crc32(hbytes) != crc:
             raise ValueError("segment header checksum mismatch")
-        h = msgspec.msgpack.decode(hbytes.rstrip(b"\0"), type=_Header)
+        h = msgspec.msgpack.decode(hbytes.rstrip(b"\0"), type=SegmentHeader)
         pos += hlen
         if h.v != FORMAT_VERSION or h.dialect != dialect or h.window != window:
             raise ValueError("made by another format, dialect or classify window")
@@ -517,11 +406,11 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
         if min(h.n, h.m, h.c, h.start, h.line0) < 0 or h.end < h.start or h.scanned < h.end \
                 or h.m + h.c > h.n:
             raise ValueError("inconsistent counts")
-        need = 8 * h.n + _pad8(h.n) + 8 * h.m + 8 * h.c
+        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c
         if pos + need > size:
             raise ValueError("truncated arrays")
         arrays = []
-        for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, _pad8(h.n), False),
+        for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, pad8(h.n), False),
                                                 (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True)):
             arrays.append(FileArray(f, pos, count, dtype, increasing=increasing))
             pos += width
@@ -555,7 +444,7 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
     return layout
 
 
-def _check_segment(h: _Header, starts, kinds, messages, compactions) -> None:
+def _check_segment(h: SegmentHeader, starts, kinds, messages, compactions) -> None:
     """What a sidecar segment claims, checked as far as is cheap: whole for arrays held
     in memory, at both ends for arrays read on demand (reads check the rest)."""
     if isinstance(starts, np.ndarray):

@@ -25,7 +25,7 @@ import numpy as np
 
 from boundctx import config as _config
 from boundctx._atomic import replacing
-from boundctx._files import kind_of, open_regular
+from boundctx._files import kind_of
 from boundctx._native import load
 from boundctx._search import longest_fitting
 from boundctx.errors import (
@@ -38,15 +38,20 @@ from boundctx.errors import (
     TranscriptPermission,
 )
 from boundctx.transcript.arrays import SidecarGone
-from boundctx.transcript.dialects import dialect_kinds, native_table
+from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
 from boundctx.transcript.entries import Entry, History, Window
 from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record, encode_record
+from boundctx.transcript.opening import (
+    iter_transcripts,
+    map_open_error,
+    open_regular_fd,
+    open_transcript_fd,
+)
 from boundctx.transcript.layout import (
     SEQUENCE_KINDS,
     Layout,
     is_sequence,
     build_layout,
-    classify_by_parse,
     extend_layout,
     judge,
     load_layout,
@@ -104,19 +109,6 @@ def _check_limit(name: str, value, minimum: int) -> None:
         raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum} or None, got {value}")
-
-
-def _map_open_error(path: str, exc: OSError) -> Exception:
-    if isinstance(exc, FileNotFoundError):
-        return TranscriptNotFound(
-            exc.errno, f"no transcript at {path!r}: check the path, or pass create=True to start one")
-    if isinstance(exc, PermissionError):
-        return TranscriptPermission(
-            exc.errno, f"cannot open transcript {path!r}: permission denied; check its mode and owner")
-    if isinstance(exc, IsADirectoryError):
-        return TranscriptNotAFile(
-            exc.errno, f"{path!r} is a directory; give the path of a .jsonl transcript file")
-    return exc
 
 
 def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int]:
@@ -572,7 +564,7 @@ class Transcript:
             # Replaced by a rename (a rewrite): follow the path to the new file, opened
             # without blocking and refused unless it is a regular file (a FIFO swapped
             # in after the stat above would otherwise block this open forever).
-            fd = _open_regular_fd(self.path)
+            fd = open_regular_fd(self.path)
             os.close(self._fd)
             self._fd = fd
             if self._wfd is not None:
@@ -603,7 +595,7 @@ class Transcript:
         try:
             st = os.stat(self.path)
         except OSError as exc:
-            raise _map_open_error(self.path, exc) from None
+            raise map_open_error(self.path, exc) from None
         if not stat.S_ISREG(st.st_mode):
             raise TranscriptNotAFile(
                 errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL,
@@ -839,7 +831,7 @@ class Transcript:
             _unlink_quietly(side)
         os.close(self._wfd)
         self._wfd = None
-        new_fd = _open_regular_fd(self.path)
+        new_fd = open_regular_fd(self.path)
         os.close(self._fd)
         self._fd = new_fd
         self._layout = build_layout(new_fd, dialect=self.dialect, window=self._window)
@@ -883,54 +875,6 @@ class Transcript:
                 f"message {message.index} of {self.path!r} is no longer the line it was read "
                 "from; read the window again before editing")
         return message.index
-
-
-def open_transcript_fd(path: str, *, create: bool = False) -> int:
-    """Open a transcript for reading, with the errors a user can act on.
-
-    Refuses directories and anything that is not a regular file (a FIFO would block).
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError as exc:
-        if not create:
-            raise _map_open_error(path, exc) from None
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            raise TranscriptNotFound(
-                2, f"cannot create {path!r}: its folder does not exist") from None
-        except OSError as exc2:
-            raise _map_open_error(path, exc2) from None
-        st = os.stat(path)
-    except OSError as exc:
-        raise _map_open_error(path, exc) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise _map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_a_file(path, st.st_mode)
-    return _open_regular_fd(path)
-
-
-def _not_a_file(path: str, mode: int) -> TranscriptNotAFile:
-    if stat.S_ISDIR(mode):
-        return _map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
-    return TranscriptNotAFile(
-        errno.EINVAL, f"{path!r} is {kind_of(mode)}, not a regular file; transcripts are plain .jsonl files")
-
-
-def _open_regular_fd(path: str) -> int:
-    """Open ``path`` for reading without ever blocking: a FIFO or device swapped in after
-    a ``stat`` is refused from the ``fstat`` of what was really opened."""
-    try:
-        fd, _ = open_regular(path, refuse=_not_a_file)
-    except TranscriptNotAFile:
-        raise
-    except OSError as exc:
-        raise _map_open_error(path, exc) from None
-    return fd
 
 
 def _names(path: str, fd: int) -> bool:
@@ -1003,16 +947,3 @@ def _load_or_build(path: str, fd: int, dialect: str, window: int, progress) -> L
     if _names(path, fd):  # never a sidecar beside what replaced the file meanwhile
         save_layout(layout, path)
     return layout
-
-
-def iter_transcripts(paths: Iterable[str]) -> Iterable[str]:
-    """Files named, and ``*.jsonl`` files under folders named (recursively, sorted)."""
-    for p in paths:
-        if os.path.isdir(p):
-            for root, dirs, files in os.walk(p):
-                dirs.sort()
-                for name in sorted(files):
-                    if name.endswith(".jsonl"):
-                        yield os.path.join(root, name)
-        else:
-            yield p

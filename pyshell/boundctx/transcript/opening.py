@@ -1,0 +1,90 @@
+"""Opening transcript files, with the errors a user can act on, and finding them in
+folders. No numpy and no layout: ``reindex`` and the CLI start here."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable
+
+from boundctx._files import kind_of, open_regular
+from boundctx.errors import TranscriptNotAFile, TranscriptNotFound, TranscriptPermission
+
+__all__ = ["iter_transcripts", "map_open_error", "not_a_file", "open_regular_fd", "open_transcript_fd"]
+
+
+def map_open_error(path: str, exc: OSError) -> Exception:
+    """The transcript error an ``OSError`` from opening ``path`` stands for (or ``exc``)."""
+    if isinstance(exc, FileNotFoundError):
+        return TranscriptNotFound(
+            exc.errno, f"no transcript at {path!r}: check the path, or pass create=True to start one")
+    if isinstance(exc, PermissionError):
+        return TranscriptPermission(
+            exc.errno, f"cannot open transcript {path!r}: permission denied; check its mode and owner")
+    if isinstance(exc, IsADirectoryError):
+        return TranscriptNotAFile(
+            exc.errno, f"{path!r} is a directory; give the path of a .jsonl transcript file")
+    return exc
+
+
+def open_transcript_fd(path: str, *, create: bool = False) -> int:
+    """Open a transcript for reading, with the errors a user can act on.
+
+    Refuses directories and anything that is not a regular file (a FIFO would block).
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        if not create:
+            raise map_open_error(path, exc) from None
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            raise TranscriptNotFound(
+                2, f"cannot create {path!r}: its folder does not exist") from None
+        except OSError as exc2:
+            raise map_open_error(path, exc2) from None
+        st = os.stat(path)
+    except OSError as exc:
+        raise map_open_error(path, exc) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+    if not stat.S_ISREG(st.st_mode):
+        raise not_a_file(path, st.st_mode)
+    return open_regular_fd(path)
+
+
+def not_a_file(path: str, mode: int) -> TranscriptNotAFile:
+    """The error for ``path`` being a directory, FIFO, device or socket."""
+    if stat.S_ISDIR(mode):
+        return map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+    return TranscriptNotAFile(
+        errno.EINVAL, f"{path!r} is {kind_of(mode)}, not a regular file; transcripts are plain .jsonl files")
+
+
+def open_regular_fd(path: str) -> int:
+    """Open ``path`` for reading without ever blocking: a FIFO or device swapped in after
+    a ``stat`` is refused from the ``fstat`` of what was really opened."""
+    try:
+        fd, _ = open_regular(path, refuse=not_a_file)
+    except TranscriptNotAFile:
+        raise
+    except OSError as exc:
+        raise map_open_error(path, exc) from None
+    return fd
+
+
+def iter_transcripts(paths: Iterable[str]) -> Iterable[str]:
+    """Files named, and ``*.jsonl`` files under folders named (recursively, sorted)."""
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".jsonl"):
+                        yield os.path.join(root, name)
+        else:
+            yield p

@@ -1,0 +1,105 @@
+"""Rebuild transcript layouts on purpose: one scan, one sidecar, no numpy.
+
+``boundctx reindex`` runs only this (and the CLI's argument parsing): the scan is the
+native line index over every core, and the sidecar is written by the same encoder the
+layout of an open transcript uses (:mod:`boundctx.transcript.sidecar`), so it is the
+sidecar an open would have written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from boundctx._native import load
+from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
+from boundctx.transcript.opening import open_transcript_fd
+from boundctx.transcript.sidecar import (
+    FORMAT_VERSION,
+    MAGIC,
+    Identity,
+    encode_header,
+    encode_segment,
+    file_hashes,
+    sidecar_paths,
+    write_whole,
+)
+
+__all__ = ["ReindexReport", "reindex"]
+
+_li = load("lineindex")
+
+
+class ReindexReport(NamedTuple):
+    """What one ``reindex`` did to one file (``_asdict()`` for JSON)."""
+
+    path: str
+    ok: bool
+    bytes: int = 0
+    lines: int = 0
+    messages: int = 0
+    compactions: int = 0
+    corrupt: int = 0
+    torn_bytes: int = 0
+    sidecar: str | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def reindex(path: str | os.PathLike, *, dialect: str = "auto",
+            progress: Callable[[int], object] | None = None) -> ReindexReport:
+    """Scan ``path`` from scratch (one scan, whatever sidecar exists) and write its
+    layout sidecar.
+
+    Never raises for a bad file: the report says what went wrong (``ok=False``).
+    """
+    path = os.fspath(path)
+    t0 = time.perf_counter()
+    try:
+        dialect_kinds(dialect)
+        fd = open_transcript_fd(path)
+        try:
+            report, sidecar = _scan_and_encode(fd, path, dialect, progress)
+        finally:
+            os.close(fd)
+        return report._replace(sidecar=_write_sidecar(sidecar, path),
+                               seconds=time.perf_counter() - t0)
+    except (OSError, ValueError) as exc:
+        return ReindexReport(path=path, ok=False, error=str(exc),
+                             seconds=time.perf_counter() - t0)
+
+
+def _scan_and_encode(fd: int, path: str, dialect: str, progress) -> tuple[ReindexReport, bytes]:
+    # The identity is taken before the scan and the scan stops at that size, as an
+    # open's build does: bytes appended meanwhile are past the recorded size, and the
+    # next open sees the file grew.
+    st = os.fstat(fd)
+    res = _li.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress)
+    ident = Identity.of(st)
+    if res.scanned_end != st.st_size:
+        ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judged again
+    kinds = settle_undecided(fd, res, dialect)
+    messages, compactions = _li.sequence_lines(kinds)
+    head, tail = file_hashes(fd, res.indexed_end)
+    real = os.path.realpath(path)
+    n, m, c = len(kinds), len(messages) // 8, len(compactions) // 8
+    header = encode_header(
+        v=FORMAT_VERSION, dialect=dialect, window=_li.DEFAULT_CLASSIFY_WINDOW, path=real,
+        start=0, end=res.indexed_end, scanned=res.scanned_end, line0=0, n=n, m=m, c=c,
+        identity=tuple(ident), head=head, tail=tail, bad=[])
+    report = ReindexReport(
+        path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
+        corrupt=kinds.count(_li.CORRUPT), torn_bytes=res.torn_bytes)
+    return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions)
+
+
+def _write_sidecar(data: bytes, path: str) -> str | None:
+    """Write the sidecar to the first place that takes it: beside the transcript, else
+    the cache. None when neither does (the next open then scans)."""
+    real = os.path.realpath(path)
+    for target in sidecar_paths(path):
+        if write_whole(data, real, target):
+            return target
+    return None

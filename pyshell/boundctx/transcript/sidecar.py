@@ -1,0 +1,238 @@
+"""The layout sidecar's format and where it lives: bytes in, bytes out.
+
+A sidecar (``<transcript>.layout``, or in the cache directory)::
+
+    b"BCTXLAY\\x01"                                 magic, 8 bytes
+    segment+                                        one for the build, one per extension
+      <u32 header length> <u32 crc32 of header>
+      header (MessagePack map), zero-padded to a multiple of 8
+      starts       int64[n]   little-endian, start offset of each line
+      kinds        uint8[n]   padded to a multiple of 8
+      messages     int64[m]   line numbers of the message sequence
+      compactions  int64[c]   line numbers of compaction lines
+
+The header says which byte range the segment covers (``start``..``end``), the line
+number of its first line, the counts, the file identity ``(dev, ino, size, mtime_ns)``
+seen when it was written, and hashes of the first 4 KiB and of the 4 KiB before
+``end``.
+
+Both writers come here: the layout of an open transcript (``layout.py``, whose arrays
+are numpy's) and ``reindex`` (whose arrays are the native scan's bytes), so both write
+the same bytes. ``boundctx reindex`` of a 1 GiB file is timed against ``wc -l``, and on
+a slow machine every import counts (``dataclasses`` alone took 20 ms on one): this
+module imports no numpy, no msgspec, nothing it can do without. The header is written by
+:func:`encode_header`, a small MessagePack writer held to msgspec's bytes by a property
+test; ``layout.py`` reads it back with msgspec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+import sys
+import zlib
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HASH_SPAN",
+    "HEADER_FIELDS",
+    "MAGIC",
+    "Identity",
+    "encode_header",
+    "encode_segment",
+    "file_hashes",
+    "pread_exact",
+    "sidecar_paths",
+    "write_whole",
+]
+
+MAGIC = b"BCTXLAY\x01"
+FORMAT_VERSION = 2  # 2: Claude Code compact_boundary and Codex user_message lines (decision 0018)
+HASH_SPAN = 4096
+SEG_HEAD = struct.Struct("<II")
+#: The header's keys, in the order they are written (layout.SegmentHeader's fields).
+HEADER_FIELDS = ("v", "dialect", "window", "path", "start", "end", "scanned", "line0", "n",
+                 "m", "c", "identity", "head", "tail", "bad")
+
+if sys.byteorder != "little":  # the arrays are written as the native scan makes them
+    raise ImportError("boundctx's layout sidecar is little-endian; this platform is not")
+
+
+class Identity(tuple):
+    """What ``stat`` says about a file, ``(dev, ino, size, mtime_ns)``; ``ino == 0``
+    means the filesystem cannot say."""
+
+    __slots__ = ()
+
+    def __new__(cls, dev: int, ino: int, size: int, mtime_ns: int) -> Identity:
+        return tuple.__new__(cls, (dev, ino, size, mtime_ns))
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Identity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    dev = property(lambda self: self[0])
+    ino = property(lambda self: self[1])
+    size = property(lambda self: self[2])
+    mtime_ns = property(lambda self: self[3])
+
+    def __repr__(self) -> str:
+        return f"Identity(dev={self[0]}, ino={self[1]}, size={self[2]}, mtime_ns={self[3]})"
+
+
+_UINTS = ((1 << 8, 0xCC, ">B"), (1 << 16, 0xCD, ">H"), (1 << 32, 0xCE, ">I"), (1 << 64, 0xCF, ">Q"))
+_INTS = ((1 << 7, 0xD0, ">b"), (1 << 15, 0xD1, ">h"), (1 << 31, 0xD2, ">i"), (1 << 63, 0xD3, ">q"))
+
+
+def _pack(value, out: list) -> None:
+    """Append the MessagePack form of ``value`` (an int, a str, a list or tuple of them,
+    or a dict with str keys) to ``out``: the smallest form, as msgspec writes it."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"cannot write {value!r} in a sidecar header")
+    if isinstance(value, int):
+        if -32 <= value < 0x80:
+            out.append(bytes((value & 0xFF,)))  # positive or negative fixint
+            return
+        for bound, tag, fmt in (_UINTS if value >= 0 else _INTS):
+            if (value < bound) if value >= 0 else (value >= -bound):
+                out.append(bytes((tag,)) + struct.pack(fmt, value))
+                return
+        raise OverflowError(f"{value} does not fit a sidecar header")
+    if isinstance(value, str):
+        data = value.encode("utf-8")
+        n = len(data)
+        if n < 32:
+            out.append(bytes((0xA0 | n,)))
+        elif n < 1 << 8:
+            out.append(bytes((0xD9, n)))
+        elif n < 1 << 16:
+            out.append(b"\xda" + struct.pack(">H", n))
+        else:
+            out.append(b"\xdb" + struct.pack(">I", n))
+        out.append(data)
+    elif isinstance(value, (list, tuple)):
+        _pack_length(len(value), 0x90, 0xDC, out)
+        for item in value:
+            _pack(item, out)
+    elif isinstance(value, dict):
+        _pack_length(len(value), 0x80, 0xDE, out)
+        for key, item in value.items():
+            _pack(key, out)
+            _pack(item, out)
+    else:
+        raise TypeError(f"cannot write {type(value).__name__} in a sidecar header")
+
+
+def _pack_length(n: int, fix: int, tag16: int, out: list) -> None:
+    if n < 16:
+        out.append(bytes((fix | n,)))
+    elif n < 1 << 16:
+        out.append(bytes((tag16,)) + struct.pack(">H", n))
+    else:
+        out.append(bytes((tag16 + 1,)) + struct.pack(">I", n))
+
+
+def encode_header(**fields) -> bytes:
+    """The MessagePack map of a segment header, keys in :data:`HEADER_FIELDS` order."""
+    if tuple(fields) != HEADER_FIELDS:
+        raise ValueError(f"a segment header has the fields {HEADER_FIELDS}, got {tuple(fields)}")
+    out: list[bytes] = []
+    _pack(fields, out)
+    return b"".join(out)
+
+
+def pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def encode_segment(header: bytes, starts, kinds, messages, compactions) -> bytes:
+    """One segment: the header (from :func:`encode_header`) and the four arrays (buffers
+    of little-endian int64, of uint8 for ``kinds``), padded as the format says."""
+    head = header
+    head += b"\0" * (pad8(len(head)) - len(head))
+    kinds_b = bytes(kinds)
+    kinds_b += b"\0" * (pad8(len(kinds_b)) - len(kinds_b))
+    return b"".join([SEG_HEAD.pack(len(head), zlib.crc32(head)), head, starts, kinds_b,
+                     messages, compactions])
+
+
+def pread_exact(fd: int, offset: int, length: int) -> bytes:
+    """Read ``length`` bytes at ``offset``; fewer only when the file ends first."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def file_hashes(fd: int, end: int) -> tuple[str, str]:
+    """Hashes of the first 4 KiB and of the 4 KiB before ``end``."""
+    head = pread_exact(fd, 0, min(HASH_SPAN, end))
+    tail_start = max(0, end - HASH_SPAN)
+    tail = pread_exact(fd, tail_start, end - tail_start)
+    return (hashlib.blake2b(head, digest_size=16).hexdigest(),
+            hashlib.blake2b(tail, digest_size=16).hexdigest())
+
+
+def _cache_root() -> str:
+    root = os.environ.get("BOUNDCTX_CACHE_DIR")
+    if root:
+        return root
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "boundctx", "layouts")
+
+
+def sidecar_paths(path: str) -> tuple[str, str]:
+    """The two places a transcript's sidecar may live: beside it, and in the cache."""
+    real = os.path.realpath(path)
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
+    return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
+
+
+def write_whole(data: bytes, real: str, target: str) -> bool:
+    """Replace the sidecar at ``target`` with ``data`` atomically, as readable as the
+    transcript ``real``. False when that place is not writable."""
+    try:
+        transcript_mode = stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        transcript_mode = 0
+    folder = os.path.dirname(target)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = _new_temporary(folder)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            # Created 0600; a sidecar is as readable as its transcript, so other
+            # users of a shared transcript can use it instead of rebuilding on every open.
+            os.fchmod(f.fileno(), transcript_mode & 0o666 if transcript_mode else 0o644)
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def _new_temporary(folder: str) -> tuple[int, str]:
+    """A new file ``.layout-<random>`` in ``folder``, open for writing, mode 0600."""
+    for _ in range(100):
+        tmp = os.path.join(folder, ".layout-" + os.urandom(8).hex())
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {folder!r}")
