@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _environment import command_output, run_facts, run_header  # noqa: E402
 
-from boundctx._native import load  # noqa: E402
+from boundctx._native import lineindex as _li  # noqa: E402
 from boundctx.transcript import Transcript, reindex  # noqa: E402
 from boundctx.transcript.dialects import dialect_kinds, native_table  # noqa: E402
 from boundctx.transcript.layout import build_layout, sidecar_paths  # noqa: E402
@@ -73,7 +73,6 @@ try:
 except ImportError:
     orjson = None
 
-_li = load("lineindex")
 
 GB = 1e9
 MiB = 1 << 20

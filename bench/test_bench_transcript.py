@@ -22,7 +22,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from boundctx._native import load  # noqa: E402
+from boundctx._native import lineindex as _li  # noqa: E402
 from boundctx.transcript import Transcript, encode_record  # noqa: E402
 from boundctx.transcript.dialects import dialect_kinds, native_table  # noqa: E402
 from boundctx.transcript.sample import write_sample  # noqa: E402

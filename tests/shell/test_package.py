@@ -6,7 +6,8 @@ import re
 import pytest
 
 import boundctx
-from boundctx._native import load
+import subprocess
+import sys
 
 PKG = pathlib.Path(boundctx.__file__).resolve().parent
 
@@ -16,9 +17,29 @@ def test_public_names_are_exported_and_exist():
         assert hasattr(boundctx, name), name
 
 
-def test_a_missing_compiled_module_is_an_import_error_that_says_what_to_do():
-    with pytest.raises(ImportError, match="must be installed with its extensions built"):
-        load("no_such_module")
+@pytest.mark.parametrize("name", ["lineindex", "sections", "tokenmap"])
+def test_a_missing_compiled_module_is_an_import_error_that_says_what_to_do(name):
+    # As if the extension had not been built: the import finds no module of that name.
+    code = ("import sys\n"
+            "class Hide:\n"
+            "    def find_spec(self, fullname, path=None, target=None):\n"
+            f"        if fullname == 'boundctx._native.{name}':\n"
+            "            raise ModuleNotFoundError(fullname, name=fullname)\n"
+            "sys.meta_path.insert(0, Hide())\n"
+            f"from boundctx._native import {name}\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "ImportError" in run.stderr and "must be installed with its extensions built" in run.stderr, run.stderr
+    assert f"boundctx._native.{name}" in run.stderr
+
+
+def test_the_shell_imports_the_compiled_modules_by_name():
+    # Static imports, so the .pyi stubs type the shell (no importlib indirection at the
+    # call sites).
+    for path in PKG.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"import_module\(f?[\"']boundctx\._native|\bload\([\"'](lineindex|sections|tokenmap)", text) \
+            or path == PKG / "_native" / "__init__.py", path
 
 
 def test_only_the_python_shell_imports_the_native_modules():

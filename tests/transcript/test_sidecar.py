@@ -210,8 +210,8 @@ def test_a_valid_open_costs_no_scan(tmp_path, monkeypatch):
     path = make(tmp_path / "t.jsonl", 100)
     Transcript.open(path).close()
     calls = []
-    real = layout_mod._li.scan_fd
-    monkeypatch.setattr(layout_mod._li, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = layout_mod.lineindex.scan_fd
+    monkeypatch.setattr(layout_mod.lineindex, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
     with Transcript.open(path) as t:
         t.window(preset="renderer")
     assert calls == []
@@ -229,8 +229,8 @@ def test_reindex_scans_once_even_without_a_sidecar(tmp_path, monkeypatch):
 
     path = make(tmp_path / "t.jsonl", 30)
     calls = []
-    real = layout_mod._li.scan_fd
-    monkeypatch.setattr(layout_mod._li, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = layout_mod.lineindex.scan_fd
+    monkeypatch.setattr(layout_mod.lineindex, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
     report = reindex(path)
     assert report.ok and report.messages == 30 and calls == [1]
     with Transcript.open(path) as t:
@@ -475,10 +475,10 @@ def test_a_qualified_type_past_the_classify_window_is_checked_by_the_full_parse(
     pad = '"pad":"' + "p" * 100 + '",'
     boundary = ('{' + pad + '"type":"system","subtype":"compact_boundary"}').encode()
     duration = ('{' + pad + '"type":"system","subtype":"turn_duration"}').encode()
-    assert classify_by_parse(boundary, table, at_file_start=False) == layout_mod._li.COMPACTION
-    assert classify_by_parse(duration, table, at_file_start=False) == layout_mod._li.OTHER
+    assert classify_by_parse(boundary, table, at_file_start=False) == layout_mod.lineindex.COMPACTION
+    assert classify_by_parse(duration, table, at_file_start=False) == layout_mod.lineindex.OTHER
     assert classify_by_parse(duration.replace(b'"subtype":"turn_duration"', b'"subtype":7'),
-                             table, at_file_start=False) == layout_mod._li.OTHER
+                             table, at_file_start=False) == layout_mod.lineindex.OTHER
 
 
 # -- the header writer is msgspec's MessagePack, byte for byte ---------------------------

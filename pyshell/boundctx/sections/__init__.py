@@ -35,12 +35,11 @@ from collections.abc import Callable, Sequence
 import msgspec
 import numpy as np
 
-from boundctx._native import load
+from boundctx._native import sections as cut_rule  # the cut rule of the planner
+from boundctx._native import tokenmap
 from boundctx.errors import SectionBudgetTooSmall, SourceTooLarge, TooManySections
 from boundctx.tokens.base import Message, TokenCounter
 
-_sections = load("sections")
-_tm = load("tokenmap")
 
 __all__ = ["JOIN_ALLOWANCE", "Section", "SectionPlan", "plan", "split"]
 
@@ -106,7 +105,7 @@ def _token_spans(text: str, counter: TokenCounter) -> tuple[np.ndarray, np.ndarr
         return pieces, pieces.copy()
     starts = np.empty(len(pieces), dtype=np.int64)
     ends = np.empty(len(pieces), dtype=np.int64)
-    _tm.token_spans(text, pieces, starts, ends)
+    tokenmap.token_spans(text, pieces, starts, ends)
     return starts, ends
 
 
@@ -131,7 +130,7 @@ def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | 
     while True:
         k = estimate
         while True:
-            end, next_start, kind = _sections.next_cut(text, tok_start, tok_end, start, k, overlap, floor)
+            end, next_start, kind = cut_rule.next_cut(text, tok_start, tok_end, start, k, overlap, floor)
             if end < 0:
                 raise too_small(start, k)
             used = measure(start, end)
@@ -146,7 +145,7 @@ def _cut(text: str, counter: TokenCounter, measure: Callable[[int, int], int] | 
         sections.append(Section(len(sections), start, end, used, CUT_KINDS[kind]))
         if end == n or len(sections) == stop_after:
             return sections
-        if _sections.is_boundary(text, next_start, floor):
+        if cut_rule.is_boundary(text, next_start, floor):
             floor = next_start
         start = next_start
 
@@ -162,7 +161,7 @@ def _text_measure(text: str, counter: TokenCounter, tok_start: np.ndarray) -> Ca
     after_text, at_spaces = counter.sync_after_text, counter.sync_at_spaces
 
     def measure(s: int, e: int) -> int:
-        first, last, between = _sections.newline_sync(text, tok_start, s, e, after_text, at_spaces)
+        first, last, between = cut_rule.newline_sync(text, tok_start, s, e, after_text, at_spaces)
         if first < 0:
             return counter.count_text(text[s:e])
         head = counter.count_text(text[s:first]) if first > s else 0

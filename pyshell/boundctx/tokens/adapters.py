@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from boundctx._native import load
+from boundctx._native import tokenmap
 from boundctx.tokens.base import Message, TokenCounter, message_text
 
-_tm = load("tokenmap")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 __all__ = ["HFTokenizerCounter", "TiktokenCounter"]
@@ -197,7 +196,7 @@ class HFTokenizerCounter(_FramedCounter):
         if n == 0:
             return np.empty(0, dtype=np.int64)
         cp = np.empty(len(text) + 1, dtype=np.int64)
-        _tm.code_point_byte_offsets(text, cp)
+        tokenmap.code_point_byte_offsets(text, cp)
         # Each token ends where the next begins; offsets that go backwards (several
         # tokens for one character) are held at the furthest point reached.
         ends = np.fromiter((e for _, e in enc.offsets), dtype=np.int64, count=n)

@@ -23,10 +23,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from boundctx._native import load
+from boundctx._native import tokenmap
 from boundctx.tokens.base import Message, TokenCounter, message_text
 
-_tm = load("tokenmap")
 
 __all__ = ["ByteEstimateCounter"]
 
@@ -66,11 +65,11 @@ class ByteEstimateCounter(TokenCounter):
     # -- counting -----------------------------------------------------------------
 
     def count_text(self, text: str) -> int:
-        return math.ceil(self.ratio * _tm.utf8_length(text))
+        return math.ceil(self.ratio * tokenmap.utf8_length(text))
 
     def _content_bytes(self, messages: Sequence[Message],
                        tools: Sequence[Mapping[str, Any]] | None) -> int:
-        n = sum(_tm.utf8_length(message_text(m)) for m in messages)
+        n = sum(tokenmap.utf8_length(message_text(m)) for m in messages)
         if tools:
             # Tools are rendered as JSON schemas into the prompt.
             n += len(msgspec.json.encode(list(tools)))
@@ -89,7 +88,7 @@ class ByteEstimateCounter(TokenCounter):
     def piece_bytes(self, text: str) -> np.ndarray:
         """Token boundaries as this estimate sees them: ``count_text(text)`` pieces
         sharing the text's bytes evenly (one byte each unless the ratio was set lower)."""
-        total = _tm.utf8_length(text)
+        total = tokenmap.utf8_length(text)
         n = self.count_text(text)
         if n <= 0:
             return np.empty(0, dtype=np.int64)

@@ -25,12 +25,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from boundctx._native import load
 from boundctx.errors import PromptTemplateError
 from boundctx.tokens.base import Message, TokenCounter
 from boundctx.tokens.template import ChatTemplate
 
-_tm = load("tokenmap")
 
 __all__ = ["LlamaCounter", "LlamaVocab", "SpecialToken", "align_pieces", "default_model_path"]
 

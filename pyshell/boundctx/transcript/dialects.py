@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from boundctx._native import load
+from boundctx._native import lineindex
 from boundctx.transcript.sidecar import pread_exact
 
-_li = load("lineindex")
 
-MESSAGE: int = _li.MESSAGE
-COMPACTION: int = _li.COMPACTION
-OTHER: int = _li.OTHER
-QualifiedKind = _li.QualifiedKind
+MESSAGE: int = lineindex.MESSAGE
+COMPACTION: int = lineindex.COMPACTION
+OTHER: int = lineindex.OTHER
+QualifiedKind = lineindex.QualifiedKind
 
 __all__ = ["DIALECTS", "QualifiedKind", "classify_by_parse", "dialect_kinds", "native_table",
            "settle_undecided"]
@@ -67,7 +66,7 @@ def dialect_kinds(name: str) -> dict[str, int]:
 @lru_cache(maxsize=None)
 def native_table(name: str):
     """The compiled lookup table for dialect ``name`` (built once per process)."""
-    return _li.DialectTable(dialect_kinds(name))
+    return lineindex.DialectTable(dialect_kinds(name))
 
 
 @lru_cache(maxsize=1)
@@ -99,12 +98,12 @@ def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool)
         try:
             rec = decode_record(raw)
         except LineUnreadable:
-            return int(_li.BLANK) if not raw.strip() else int(_li.CORRUPT)
+            return int(lineindex.BLANK) if not raw.strip() else int(lineindex.CORRUPT)
         if not isinstance(rec, dict):
-            return int(_li.CORRUPT)
+            return int(lineindex.CORRUPT)
         t = rec.get("type")
     if not isinstance(t, str) or t not in table:
-        return int(_li.OTHER)
+        return int(lineindex.OTHER)
     kind = table[t]
     if isinstance(kind, QualifiedKind):
         # Only where the second key holds one of the values (as the native walk reads it).
@@ -112,11 +111,11 @@ def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool)
             try:
                 rec = decode_record(raw)
             except LineUnreadable:
-                return int(_li.CORRUPT)
+                return int(lineindex.CORRUPT)
         value = rec
         for key in kind.path.split("."):
             value = value.get(key) if isinstance(value, dict) else None
-        return int(kind) if isinstance(value, str) and value in kind.values else int(_li.OTHER)
+        return int(kind) if isinstance(value, str) and value in kind.values else int(lineindex.OTHER)
     return int(kind)
 
 
@@ -140,4 +139,4 @@ def settle_undecided(fd: int, res, dialect: str) -> bytes:
     return bytes(fixed)
 
 
-_UNDECIDED = bytes([_li.UNDECIDED])
+_UNDECIDED = bytes([lineindex.UNDECIDED])

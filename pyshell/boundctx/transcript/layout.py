@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from boundctx._native import load
+from boundctx._native import lineindex
 from boundctx.transcript.arrays import (
     Chunked,
     FileArray,
@@ -43,7 +43,6 @@ from boundctx.transcript.sidecar import (
     write_whole,
 )
 
-_li = load("lineindex")
 
 __all__ = [
     "Chunked",
@@ -66,12 +65,12 @@ SMALL_SEGMENT = 1 << 16
 
 # Message sequence = message lines and corrupt lines (a corrupt line stays visible in
 # the place it occupies; see docs/decisions/0001-corrupt-lines-keep-their-place.md).
-SEQUENCE_KINDS = (_li.MESSAGE, _li.CORRUPT)
+SEQUENCE_KINDS = (lineindex.MESSAGE, lineindex.CORRUPT)
 
 
 def is_sequence(kinds: np.ndarray) -> np.ndarray:
     """Mask of the lines that are in the message sequence (faster than np.isin)."""
-    return (kinds == _li.MESSAGE) | (kinds == _li.CORRUPT)
+    return (kinds == lineindex.MESSAGE) | (kinds == lineindex.CORRUPT)
 
 
 def lines_of_kinds(kinds, line0: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +78,7 @@ def lines_of_kinds(kinds, line0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     (``line0`` is the number of the first line)."""
     if not isinstance(kinds, (bytes, bytearray)):
         kinds = np.ascontiguousarray(kinds, dtype=np.uint8)
-    messages, compactions = _li.sequence_lines(kinds, line0)
+    messages, compactions = lineindex.sequence_lines(kinds, line0)
     return np.frombuffer(messages, dtype=_i8), np.frombuffer(compactions, dtype=_i8)
 
 
@@ -215,7 +214,7 @@ class Layout:
         self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
 
 
-def build_layout(fd: int, *, dialect: str, window: int = _li.DEFAULT_CLASSIFY_WINDOW,
+def build_layout(fd: int, *, dialect: str, window: int = lineindex.DEFAULT_CLASSIFY_WINDOW,
                  progress=None) -> Layout:
     """Scan the whole file behind ``fd`` into a fresh layout."""
     layout = Layout(dialect=dialect, window=window, identity=Identity(0, 0, -1, -1))
@@ -232,10 +231,10 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
     # file grew. (Taken after, they would be recorded as seen without being indexed.)
     st = os.fstat(fd)
     if written is not None and st.st_size == layout.indexed_end + len(written):
-        res = _li.scan_bytes(written, native_table(layout.dialect), base_offset=layout.indexed_end,
+        res = lineindex.scan_bytes(written, native_table(layout.dialect), base_offset=layout.indexed_end,
                              classify_window=layout.window)
     else:
-        res = _li.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
+        res = lineindex.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
                           end=max(st.st_size, layout.indexed_end),
                           classify_window=layout.window, progress=progress)
     ident = Identity.of(st)
@@ -350,7 +349,7 @@ def _write_whole(layout: Layout, real: str, target: str) -> bool:
 
 
 def load_layout(path: str, fd: int, *, dialect: str,
-                window: int = _li.DEFAULT_CLASSIFY_WINDOW) -> tuple[Layout | None, str]:
+                window: int = lineindex.DEFAULT_CLASSIFY_WINDOW) -> tuple[Layout | None, str]:
     """Load the sidecar of ``path`` and decide: ``("valid" | "extend", layout)`` or
     ``(None, reason)`` when it must be rebuilt."""
     real = os.path.realpath(path)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from boundctx._native import load
+from boundctx._native import lineindex
 from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
 from boundctx.transcript.opening import open_transcript_fd
 from boundctx.transcript.sidecar import (
@@ -29,7 +29,6 @@ from boundctx.transcript.sidecar import (
 
 __all__ = ["ReindexReport", "reindex"]
 
-_li = load("lineindex")
 
 
 class ReindexReport(NamedTuple):
@@ -76,22 +75,22 @@ def _scan_and_encode(fd: int, path: str, dialect: str, progress) -> tuple[Reinde
     # open's build does: bytes appended meanwhile are past the recorded size, and the
     # next open sees the file grew.
     st = os.fstat(fd)
-    res = _li.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress)
+    res = lineindex.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress)
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judged again
     kinds = settle_undecided(fd, res, dialect)
-    messages, compactions = _li.sequence_lines(kinds)
+    messages, compactions = lineindex.sequence_lines(kinds)
     head, tail = file_hashes(fd, res.indexed_end)
     real = os.path.realpath(path)
     n, m, c = len(kinds), len(messages) // 8, len(compactions) // 8
     header = encode_header(
-        v=FORMAT_VERSION, dialect=dialect, window=_li.DEFAULT_CLASSIFY_WINDOW, path=real,
+        v=FORMAT_VERSION, dialect=dialect, window=lineindex.DEFAULT_CLASSIFY_WINDOW, path=real,
         start=0, end=res.indexed_end, scanned=res.scanned_end, line0=0, n=n, m=m, c=c,
         identity=tuple(ident), head=head, tail=tail, bad=[])
     report = ReindexReport(
         path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
-        corrupt=kinds.count(_li.CORRUPT), torn_bytes=res.torn_bytes)
+        corrupt=kinds.count(lineindex.CORRUPT), torn_bytes=res.torn_bytes)
     return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from boundctx import config as _config
 from boundctx._atomic import replacing
 from boundctx._files import kind_of
-from boundctx._native import load
+from boundctx._native import lineindex
 from boundctx._search import longest_fitting
 from boundctx.errors import (
     EntryInvalid,
@@ -60,7 +60,6 @@ from boundctx.transcript.layout import (
     sidecar_paths,
 )
 
-_li = load("lineindex")
 
 __all__ = ["RENDERER_PRESET", "Transcript"]
 
@@ -162,7 +161,7 @@ class Transcript:
     @classmethod
     def open(cls, path: str | os.PathLike, *, dialect: str = "auto", create: bool = False,
              progress: Callable[[int], object] | None = None,
-             classify_window: int = _li.DEFAULT_CLASSIFY_WINDOW) -> "Transcript":
+             classify_window: int = lineindex.DEFAULT_CLASSIFY_WINDOW) -> "Transcript":
         """Open a transcript, loading or building its layout.
 
         Parameters
@@ -346,7 +345,7 @@ class Transcript:
         comp_lines = layout.compactions.slice(c_last - keep, c_last)
         if in_force:
             comp_lines = np.concatenate([layout.compactions.slice(in_force - 1, in_force), comp_lines])
-        self._check_lines(comp_lines, (_li.COMPACTION,), complete=keep == inside)
+        self._check_lines(comp_lines, (lineindex.COMPACTION,), complete=keep == inside)
         compactions = self._read_lines(comp_lines, content_limit, first_index=None)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
@@ -436,7 +435,7 @@ class Transcript:
         see a change of the same size in the middle within one mtime tick; this check
         sees it wherever a read goes, kinds and line counts included, at the cost of
         one native scan of bytes already in memory."""
-        res = _li.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect), base_offset=start,
+        res = lineindex.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect), base_offset=start,
                              classify_window=self._window)
         layout = self._layout
         starts = np.frombuffer(res.starts, dtype=np.int64)
@@ -449,7 +448,7 @@ class Transcript:
         for k in differ.tolist():
             # The scan leaves a line whose "type" lies past its window undecided; the
             # layout holds the kind a full parse gave it, which this line must still have.
-            if kinds[k] == _li.UNDECIDED:
+            if kinds[k] == lineindex.UNDECIDED:
                 a = int(starts[k]) - start + pre
                 b = int(starts[k + 1]) - start + pre if k + 1 < len(starts) else len(buf)
                 if classify_by_parse(buf[a:b], self._type_kinds, at_file_start=starts[k] == 0) == want[k]:
@@ -471,7 +470,7 @@ class Transcript:
         skip = pre + (3 if bom and buf[pre : pre + 3] == BOM else 0)
         body_len -= skip - pre
         prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
-        display, _kept, cut = _li.project_display(prefix, body_len, content_limit)
+        display, _kept, cut = lineindex.project_display(prefix, body_len, content_limit)
         if display is not None:
             try:
                 rec = decode_record(display)
@@ -502,7 +501,7 @@ class Transcript:
         layout = self._layout
         t = rec.get("type")
         if (not any_kind and (self._type_kinds.get(t) if isinstance(t, str) else None) != ln.kind
-                and ln.kind in (_li.MESSAGE, _li.COMPACTION) and ln.line not in layout.known_bad):
+                and ln.kind in (lineindex.MESSAGE, lineindex.COMPACTION) and ln.line not in layout.known_bad):
             if layout.from_sidecar:
                 # A sidecar could put us on the wrong line; a record whose type does not
                 # map to the indexed kind proves it.
@@ -517,14 +516,14 @@ class Transcript:
     def _corrupt(self, ln: "_Line", body: bytes, why: str, content_limit: int | None,
                  total: int | None = None) -> Entry:
         layout = self._layout
-        if ln.kind not in (_li.CORRUPT, _li.BLANK) and ln.line not in layout.known_bad:
+        if ln.kind not in (lineindex.CORRUPT, lineindex.BLANK) and ln.line not in layout.known_bad:
             if layout.from_sidecar:
                 # A sidecar said this was a good record: believe the bytes, not the
                 # sidecar, until a fresh scan of this file says the same.
                 raise _StaleLayout(f"line {ln.line} is not the record the layout indexed")
             layout.known_bad.add(ln.line)
             layout.bad_dirty = True
-        if ln.kind == _li.BLANK:
+        if ln.kind == lineindex.BLANK:
             why = "blank line"
         return self._raw_entry(ln, body, why, content_limit, total=total)
 
