@@ -22,7 +22,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from boundctx._native import lineindex as _li  # noqa: E402
+from boundctx._native import lineindex as li  # noqa: E402
 from boundctx.transcript import Transcript, encode_record  # noqa: E402
 from boundctx.transcript.dialects import dialect_kinds, native_table  # noqa: E402
 from boundctx.transcript.sample import write_sample  # noqa: E402
@@ -32,7 +32,6 @@ try:
 except ImportError:  # the twin may not exist yet in this checkout
     ref = None
 
-li = load("lineindex")
 MiB = 1 << 20
 
 
