@@ -207,9 +207,9 @@ def test_edits_succeed_while_another_process_keeps_appending(tmp_path):
 STALLED_REWRITER = """
 import sys, time
 from boundctx import Transcript
-from boundctx.transcript import store
+from boundctx.transcript import writing
 
-real = store.replacing
+real = writing.replacing
 def stalled(*a, **k):
     cm = real(*a, **k)
     f = cm.__enter__()
@@ -217,7 +217,7 @@ def stalled(*a, **k):
     f.flush()
     print("writing", flush=True)
     time.sleep(600)  # killed here, mid-rewrite
-store.replacing = stalled
+writing.replacing = stalled
 with Transcript.open(sys.argv[1]) as t:
     t.delete(0)
 """

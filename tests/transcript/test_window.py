@@ -238,6 +238,24 @@ def test_renderer_preset_defaults_are_100_messages_of_64_kib(tmp_path):
     assert over.truncated and 60_000 < kept_bytes(over) <= 65_536
 
 
+def test_renderer_preset_keeps_a_limit_given_as_none_uncapped(tmp_path):
+    # None is a real value (uncapped); only a limit not given comes from the preset.
+    path = make(tmp_path / "t.jsonl", 120, text=lambda i: "é" * 40_000 if i == 119 else f"m {i}")
+    with Transcript.open(path) as t:
+        whole = t.window(preset="renderer", content_limit=None)
+        every = t.window(preset="renderer", message_limit=None)
+    assert len(whole.messages) == 100 and whole.content_limit is None
+    assert not whole.messages[-1].truncated and kept_bytes(whole.messages[-1]) == 80_000
+    assert len(every.messages) == 120 and every.content_limit == 65_536
+    assert every.messages[-1].truncated
+
+
+def test_window_options_are_keyword_only(tmp_path):
+    path = make(tmp_path / "t.jsonl", 3)
+    with Transcript.open(path) as t, pytest.raises(TypeError):
+        t.window(None, 2)
+
+
 def test_renderer_preset_takes_its_message_limit_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES", "7")
     path = make(tmp_path / "t.jsonl", 20)

@@ -99,8 +99,10 @@ def run_get(args) -> int:
         with byte_progress(size, "indexing") as report:
             t = Transcript.open(args.path, dialect=args.dialect, progress=report)
         with t:
-            w = t.window(args.before, args.limit, args.content_limit, preset="renderer",
-                         settings=settings)
+            # An option not given is the preset's (the renderer settings), not uncapped.
+            given = {k: v for k, v in (("message_limit", args.limit),
+                                       ("content_limit", args.content_limit)) if v is not None}
+            w = t.window(message_before=args.before, preset="renderer", settings=settings, **given)
     except (TranscriptError, ValueError, TypeError) as exc:
         print(f"boundctx session get: {in_cli_words(exc)}", file=sys.stderr)
         return 2

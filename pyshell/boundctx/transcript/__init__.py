@@ -12,6 +12,7 @@ __all__ = [
     "RENDERER_PRESET",
     "Entry",
     "History",
+    "LineKind",
     "RawLine",
     "ReindexReport",
     "Transcript",
@@ -22,7 +23,8 @@ __all__ = [
 ]
 
 _HOME = {
-    "Entry": "entries", "History": "entries", "RawLine": "entries", "Window": "entries",
+    "Entry": "entries", "RawLine": "entries", "Window": "entries",
+    "History": "writing", "LineKind": "kinds",
     "encode_record": "lineformat",
     "ReindexReport": "reindexing", "reindex": "reindexing",
     "RENDERER_PRESET": "store", "Transcript": "store",

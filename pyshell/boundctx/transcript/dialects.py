@@ -16,12 +16,11 @@ from __future__ import annotations
 from functools import lru_cache
 
 from boundctx._native import lineindex
+from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.sidecar import pread_exact
 
 
-MESSAGE: int = lineindex.MESSAGE
-COMPACTION: int = lineindex.COMPACTION
-OTHER: int = lineindex.OTHER
+MESSAGE, COMPACTION = LineKind.MESSAGE, LineKind.COMPACTION
 QualifiedKind = lineindex.QualifiedKind
 
 __all__ = ["DIALECTS", "QualifiedKind", "classify_by_parse", "dialect_kinds", "native_table",
@@ -98,12 +97,12 @@ def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool)
         try:
             rec = decode_record(raw)
         except LineUnreadable:
-            return int(lineindex.BLANK) if not raw.strip() else int(lineindex.CORRUPT)
+            return int(LineKind.BLANK) if not raw.strip() else int(LineKind.CORRUPT)
         if not isinstance(rec, dict):
-            return int(lineindex.CORRUPT)
+            return int(LineKind.CORRUPT)
         t = rec.get("type")
     if not isinstance(t, str) or t not in table:
-        return int(lineindex.OTHER)
+        return int(LineKind.OTHER)
     kind = table[t]
     if isinstance(kind, QualifiedKind):
         # Only where the second key holds one of the values (as the native walk reads it).
@@ -111,11 +110,11 @@ def classify_by_parse(raw: bytes, table: dict[str, int], *, at_file_start: bool)
             try:
                 rec = decode_record(raw)
             except LineUnreadable:
-                return int(lineindex.CORRUPT)
+                return int(LineKind.CORRUPT)
         value = rec
         for key in kind.path.split("."):
             value = value.get(key) if isinstance(value, dict) else None
-        return int(kind) if isinstance(value, str) and value in kind.values else int(lineindex.OTHER)
+        return int(kind) if isinstance(value, str) and value in kind.values else int(LineKind.OTHER)
     return int(kind)
 
 
@@ -139,4 +138,4 @@ def settle_undecided(fd: int, res, dialect: str) -> bytes:
     return bytes(fixed)
 
 
-_UNDECIDED = bytes([lineindex.UNDECIDED])
+_UNDECIDED = bytes([LineKind.UNDECIDED])

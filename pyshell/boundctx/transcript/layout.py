@@ -16,11 +16,13 @@ import fcntl
 import os
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
 import msgspec
 import numpy as np
 
 from boundctx._native import lineindex
+from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.arrays import (
     Chunked,
     FileArray,
@@ -38,39 +40,32 @@ from boundctx.transcript.sidecar import (
     encode_segment,
     file_hashes,
     pad8,
-    pread_exact,
     sidecar_paths,
     write_whole,
 )
 
 
 __all__ = [
-    "Chunked",
-    "Identity",
+    "Judgement",
     "Layout",
+    "Outcome",
+    "Verdict",
     "build_layout",
-    "classify_by_parse",
     "extend_layout",
-    "file_hashes",
     "judge",
     "load_layout",
-    "pread_exact",
     "save_layout",
-    "sidecar_paths",
 ]
 
 MAX_SEGMENTS = 16
 # Segments of at most this many lines are read into memory and checked whole on load.
 SMALL_SEGMENT = 1 << 16
 
-# Message sequence = message lines and corrupt lines (a corrupt line stays visible in
-# the place it occupies; see docs/decisions/0001-corrupt-lines-keep-their-place.md).
-SEQUENCE_KINDS = (lineindex.MESSAGE, lineindex.CORRUPT)
 
 
 def is_sequence(kinds: np.ndarray) -> np.ndarray:
     """Mask of the lines that are in the message sequence (faster than np.isin)."""
-    return (kinds == lineindex.MESSAGE) | (kinds == lineindex.CORRUPT)
+    return (kinds == LineKind.MESSAGE) | (kinds == LineKind.CORRUPT)
 
 
 def lines_of_kinds(kinds, line0: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -99,6 +94,20 @@ def arrays_disagree(starts: np.ndarray, kinds: np.ndarray, messages: np.ndarray,
 _i8 = np.dtype("<i8")
 
 
+#: How a layout came to be for an open: built (no sidecar), loaded "valid", loaded and
+#: extended over appended bytes ("extend"), or rebuilt (a sidecar or a read said so).
+Outcome = Literal["built", "valid", "extend", "rebuilt"]
+#: What a sidecar's layout can do for the file it describes (``"absent"``: there is none).
+Verdict = Literal["valid", "extend", "rebuild", "absent"]
+
+
+class Judgement(NamedTuple):
+    """A verdict on a layout, and for ``"rebuild"`` (or ``"absent"``) why."""
+
+    verdict: Verdict
+    reason: str = ""
+
+
 @dataclass
 class Layout:
     """Line offsets and kinds of one transcript, up to ``indexed_end``.
@@ -119,7 +128,7 @@ class Layout:
     """
 
     dialect: str
-    window: int
+    classify_window: int
     identity: Identity
     starts: Chunked = field(default_factory=Chunked)
     kinds: Chunked = field(default_factory=Chunked)
@@ -129,8 +138,8 @@ class Layout:
     scanned_end: int = 0
     head_hash: str = ""
     tail_hash: str = ""
-    #: how this layout came to be for this open: "built", "valid", "extended", "rebuilt"
-    outcome: str = "built"
+    #: how this layout came to be for this open
+    outcome: Outcome = "built"
     #: segments already in the sidecar, and the first line not yet persisted
     persisted_segments: int = 0
     persisted_lines: int = 0
@@ -214,10 +223,10 @@ class Layout:
         self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
 
 
-def build_layout(fd: int, *, dialect: str, window: int = lineindex.DEFAULT_CLASSIFY_WINDOW,
+def build_layout(fd: int, *, dialect: str, classify_window: int = DEFAULT_CLASSIFY_WINDOW,
                  progress=None) -> Layout:
     """Scan the whole file behind ``fd`` into a fresh layout."""
-    layout = Layout(dialect=dialect, window=window, identity=Identity(0, 0, -1, -1))
+    layout = Layout(dialect=dialect, classify_window=classify_window, identity=Identity(0, 0, -1, -1))
     extend_layout(layout, fd, progress=progress)
     return layout
 
@@ -232,11 +241,11 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
     st = os.fstat(fd)
     if written is not None and st.st_size == layout.indexed_end + len(written):
         res = lineindex.scan_bytes(written, native_table(layout.dialect), base_offset=layout.indexed_end,
-                             classify_window=layout.window)
+                             classify_window=layout.classify_window)
     else:
         res = lineindex.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
                           end=max(st.st_size, layout.indexed_end),
-                          classify_window=layout.window, progress=progress)
+                          classify_window=layout.classify_window, progress=progress)
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judge again
@@ -277,7 +286,7 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
     compactions = layout.compactions.slice(clo, len(layout.compactions)).astype(_i8, copy=False)
     ident = layout.identity
     header = encode_header(
-        v=FORMAT_VERSION, dialect=layout.dialect, window=layout.window, path=path,
+        v=FORMAT_VERSION, dialect=layout.dialect, window=layout.classify_window, path=path,
         start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
         n=n, m=len(messages), c=len(compactions), identity=tuple(ident),
         head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
@@ -349,37 +358,39 @@ def _write_whole(layout: Layout, real: str, target: str) -> bool:
 
 
 def load_layout(path: str, fd: int, *, dialect: str,
-                window: int = lineindex.DEFAULT_CLASSIFY_WINDOW) -> tuple[Layout | None, str]:
-    """Load the sidecar of ``path`` and decide: ``("valid" | "extend", layout)`` or
-    ``(None, reason)`` when it must be rebuilt."""
+                classify_window: int = DEFAULT_CLASSIFY_WINDOW) -> tuple[Layout | None, Judgement]:
+    """Load the sidecar of ``path`` and judge it against the file behind ``fd``:
+    ``(layout, judgement)`` when it can serve (``"valid"`` or ``"extend"``), else
+    ``(None, judgement)`` saying why a layout must be built (``"absent"``: there is no
+    sidecar; ``"rebuild"``: there is one that cannot serve)."""
     real = os.path.realpath(path)
-    reason = "no sidecar"
+    why = Judgement("absent", "no sidecar")
     for target in sidecar_paths(path):
         try:
-            layout = _read_sidecar(target, real, dialect, window)
+            layout = _read_sidecar(target, real, dialect, classify_window)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue  # nothing there (or nothing a sidecar could be)
         except (OSError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reason = f"unreadable sidecar ({exc})"
+            why = Judgement("rebuild", f"unreadable sidecar ({exc})")
             continue
-        verdict = judge(layout, fd)
-        if verdict in ("valid", "extend"):
-            layout.outcome = verdict
-            return layout, verdict
-        reason = verdict
-    return None, reason
+        judgement = judge(layout, fd)
+        if judgement.verdict != "rebuild":
+            layout.outcome = judgement.verdict
+            return layout, judgement
+        why = judgement
+    return None, why
 
 
-def _read_sidecar(target: str, real: str, dialect: str, window: int) -> Layout:
+def _read_sidecar(target: str, real: str, dialect: str, classify_window: int) -> Layout:
     f = SidecarFile(target)
     try:
-        return _read_segments(f, real, dialect, window)
+        return _read_segments(f, real, dialect, classify_window)
     except BaseException:
         f.close()
         raise
 
 
-def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layout:
+def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int) -> Layout:
     size = os.fstat(f.fd).st_size
     if size < len(MAGIC) or f.pread(0, len(MAGIC)) != MAGIC:
         raise ValueError("not a boundctx layout of this format")
@@ -398,7 +409,7 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
             raise ValueError("segment header checksum mismatch")
         h = msgspec.msgpack.decode(hbytes.rstrip(b"\0"), type=SegmentHeader)
         pos += hlen
-        if h.v != FORMAT_VERSION or h.dialect != dialect or h.window != window:
+        if h.v != FORMAT_VERSION or h.dialect != dialect or h.window != classify_window:
             raise ValueError("made by another format, dialect or classify window")
         if h.path != real:
             raise ValueError(f"belongs to {h.path!r}")
@@ -421,7 +432,7 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, window: int) -> Layo
             arrays[3] = arrays[3].read(0, len(arrays[3]))
         starts, kinds, messages, compactions = arrays
         if layout is None:
-            layout = Layout(dialect=dialect, window=window, identity=Identity(*h.identity))
+            layout = Layout(dialect=dialect, classify_window=classify_window, identity=Identity(*h.identity))
         # Segments must tile the file and the line numbering without gaps.
         if h.start != layout.indexed_end or h.line0 != len(layout.starts):
             raise ValueError("segments do not join up")
@@ -460,28 +471,28 @@ def _check_segment(h: SegmentHeader, starts, kinds, messages, compactions) -> No
             raise ValueError(f"{name} outside the segment")
 
 
-def judge(layout: Layout, fd: int) -> str:
-    """"valid", "extend", or the reason to rebuild."""
+def judge(layout: Layout, fd: int) -> Judgement:
+    """Whether ``layout`` still describes the file behind ``fd``: ``"valid"``,
+    ``"extend"`` (the file grew, and what was indexed is unchanged), or ``"rebuild"``
+    with the reason."""
     st = os.fstat(fd)
     now = Identity.of(st)
     old = layout.identity
     # st_ino is only an identity when non-zero (network and some Windows filesystems).
     if now.ino and old.ino and now.ino != old.ino:
-        return "a different file (inode changed)"
+        return Judgement("rebuild", "a different file (inode changed)")
     if now.size < layout.indexed_end:
-        return "the file shrank below the indexed end"
+        return Judgement("rebuild", "the file shrank below the indexed end")
     if now.size < layout.scanned_end:
         # A torn tail the file does not hold (a lying sidecar can claim 4 EiB of one).
-        return "the file is shorter than the layout says it scanned"
+        return Judgement("rebuild", "the file is shorter than the layout says it scanned")
     head, tail = file_hashes(fd, layout.indexed_end)
     if (head, tail) != (layout.head_hash, layout.tail_hash):
-        return "content changed (fingerprint mismatch)"
+        return Judgement("rebuild", "content changed (fingerprint mismatch)")
     if now.size == old.size and now.mtime_ns == old.mtime_ns:
-        return "valid"
+        return Judgement("valid")
     if now.size > old.size:
-        return "extend"  # grew, and what was indexed still fingerprints the same
+        return Judgement("extend")  # grew, and what was indexed still fingerprints the same
     # Same size or smaller with a new mtime: written in place. Extending would scan
     # nothing and keep stale offsets, so start over.
-    return "rewritten in place (size did not grow, mtime changed)"
-
-
+    return Judgement("rebuild", "rewritten in place (size did not grow, mtime changed)")

@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from boundctx._files import kind_of, open_regular
 from boundctx.errors import TranscriptNotAFile, TranscriptNotFound, TranscriptPermission
 
-__all__ = ["iter_transcripts", "map_open_error", "not_a_file", "open_regular_fd", "open_transcript_fd"]
+__all__ = ["iter_transcripts", "map_open_error", "not_a_file", "open_regular_fd", "open_transcript_fd",
+           "still_names"]
 
 
 def map_open_error(path: str, exc: OSError) -> Exception:
@@ -44,7 +45,7 @@ def open_transcript_fd(path: str, *, create: bool = False) -> int:
             pass
         except FileNotFoundError:
             raise TranscriptNotFound(
-                2, f"cannot create {path!r}: its folder does not exist") from None
+                errno.ENOENT, f"cannot create {path!r}: its folder does not exist") from None
         except OSError as exc2:
             raise map_open_error(path, exc2) from None
         st = os.stat(path)
@@ -88,3 +89,13 @@ def iter_transcripts(paths: Iterable[str]) -> Iterable[str]:
                         yield os.path.join(root, name)
         else:
             yield p
+
+
+def still_names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the regular file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)

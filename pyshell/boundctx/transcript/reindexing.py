@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from boundctx._native import lineindex
+from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
 from boundctx.transcript.opening import open_transcript_fd
 from boundctx.transcript.sidecar import (
@@ -85,12 +86,12 @@ def _scan_and_encode(fd: int, path: str, dialect: str, progress) -> tuple[Reinde
     real = os.path.realpath(path)
     n, m, c = len(kinds), len(messages) // 8, len(compactions) // 8
     header = encode_header(
-        v=FORMAT_VERSION, dialect=dialect, window=lineindex.DEFAULT_CLASSIFY_WINDOW, path=real,
+        v=FORMAT_VERSION, dialect=dialect, window=DEFAULT_CLASSIFY_WINDOW, path=real,
         start=0, end=res.indexed_end, scanned=res.scanned_end, line0=0, n=n, m=m, c=c,
         identity=tuple(ident), head=head, tail=tail, bad=[])
     report = ReindexReport(
         path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
-        corrupt=kinds.count(lineindex.CORRUPT), torn_bytes=res.torn_bytes)
+        corrupt=kinds.count(LineKind.CORRUPT), torn_bytes=res.torn_bytes)
     return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions)
 
 

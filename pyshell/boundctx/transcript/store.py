@@ -11,57 +11,49 @@ every line read is checked against the file, and a layout caught lying is rebuil
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import os
-import secrets
 import stat
-import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
 
 from boundctx import config as _config
-from boundctx._atomic import replacing
 from boundctx._files import kind_of
-from boundctx._native import lineindex
-from boundctx._search import longest_fitting
-from boundctx.errors import (
-    EntryInvalid,
-    PartialHistoryRewrite,
-    TranscriptChanged,
-    TranscriptLocked,
-    TranscriptNotAFile,
-    TranscriptNotFound,
-    TranscriptPermission,
-)
+from boundctx.errors import PartialHistoryRewrite, TranscriptChanged, TranscriptLocked, TranscriptNotAFile
 from boundctx.transcript.arrays import SidecarGone
-from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
-from boundctx.transcript.entries import Entry, History, Window
-from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record, encode_record
-from boundctx.transcript.opening import (
-    iter_transcripts,
-    map_open_error,
-    open_regular_fd,
-    open_transcript_fd,
-)
+from boundctx.transcript.dialects import dialect_kinds
+from boundctx.transcript.entries import Entry, Window
+from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.layout import (
-    SEQUENCE_KINDS,
     Layout,
-    is_sequence,
+    Outcome,
     build_layout,
     extend_layout,
+    is_sequence,
     judge,
     load_layout,
-    pread_exact,
     save_layout,
-    sidecar_paths,
+)
+from boundctx.transcript.lineformat import encode_record
+from boundctx.transcript.opening import map_open_error, open_regular_fd, open_transcript_fd, still_names
+from boundctx.transcript.reading import LineReader, StaleLayout
+from boundctx.transcript.sidecar import sidecar_paths
+from boundctx.transcript.writing import (
+    History,
+    move_tail_aside,
+    open_append_fd,
+    replace_file,
+    take_write_lock,
+    unlink_quietly,
+    write_line,
 )
 
+__all__ = ["RENDERER_PRESET", "UNSET", "Transcript"]
 
-__all__ = ["RENDERER_PRESET", "Transcript"]
+#: A window limit not given (``None`` is a real value: uncapped).
+UNSET = msgspec.UNSET
 
 #: The ``renderer`` preset's defaults: the newest 100 messages, 64 KiB of text each.
 #: They are the defaults of the settings the preset reads (``_RENDERER_SETTINGS``).
@@ -71,34 +63,11 @@ RENDERER_PRESET = {"message_limit": _config.KEYS["transcript.window_messages"].d
 _RENDERER_SETTINGS = {"message_limit": "transcript.window_messages",
                       "content_limit": "transcript.window_content_bytes"}
 
-# A projected line is read as its first content_limit + ENVELOPE bytes: room for the
-# keys, ids and structure around the text without reading the rest of a huge line.
-ENVELOPE = 64 * 1024
-# Consecutive lines closer than this are fetched with one read.
-COALESCE_GAP = 64 * 1024
-# ...but no single read of a run grows past this (a full-history read stays in steps).
-MAX_RUN_BYTES = 8 << 20
 # edit/delete/truncate wait this long for another writer's append to finish: an
 # append holds the lock for one write (and fsync), a writer that keeps it open for
 # longer is refused with TranscriptLocked. Polled, as flock has no timeout.
 EDIT_LOCK_WAIT_S = 5.0
-LOCK_POLL_S = 0.005
 
-
-
-class _Line(NamedTuple):
-    """One line to read: where it is, what the layout says it is."""
-
-    line: int
-    index: int | None
-    start: int
-    end: int  # just past its "\n"
-    kind: int
-    projected: bool
-
-
-class _StaleLayout(Exception):
-    """A line read does not match what the layout says: rebuild and retry once."""
 
 
 def _check_limit(name: str, value, minimum: int) -> None:
@@ -146,10 +115,9 @@ class Transcript:
                  classify_window: int) -> None:
         self.path = path
         self.dialect = dialect
-        self._type_kinds = dialect_kinds(dialect)
         self._fd = fd
         self._layout = layout
-        self._window = classify_window
+        self._classify_window = classify_window
         self._wfd: int | None = None
         self._lock_fd: int | None = None
         self._closed = False
@@ -161,7 +129,7 @@ class Transcript:
     @classmethod
     def open(cls, path: str | os.PathLike, *, dialect: str = "auto", create: bool = False,
              progress: Callable[[int], object] | None = None,
-             classify_window: int = lineindex.DEFAULT_CLASSIFY_WINDOW) -> "Transcript":
+             classify_window: int = DEFAULT_CLASSIFY_WINDOW) -> Transcript:
         """Open a transcript, loading or building its layout.
 
         Parameters
@@ -175,6 +143,9 @@ class Transcript:
             Create an empty transcript when none exists.
         progress : callable, optional
             ``progress(bytes_done)`` while a layout is built.
+        classify_window : int
+            How many leading bytes of a line decide its kind (a line whose ``"type"``
+            lies further in is settled by a full parse); part of the sidecar's identity.
 
         Raises
         ------
@@ -203,7 +174,7 @@ class Transcript:
                     os.close(fd)
             self._wfd = self._lock_fd = None
 
-    def __enter__(self) -> "Transcript":
+    def __enter__(self) -> Transcript:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -235,19 +206,21 @@ class Transcript:
         return self._layout.torn_bytes
 
     @property
-    def layout_outcome(self) -> str:
+    def layout_outcome(self) -> Outcome:
         """How the layout was obtained on the last (re)load: ``"built"``, ``"valid"``,
         ``"extend"`` or ``"rebuilt"``."""
         return self._layout.outcome
 
     def kinds(self) -> np.ndarray:
-        """Kind of every complete line (see ``boundctx._native.lineindex`` constants)."""
+        """The kind of every complete line, one byte each: a :class:`~boundctx.transcript.kinds.LineKind`
+        value (``LineKind(kinds[i])`` names it)."""
         return self._layout.kinds.all()
 
     # -- reading ------------------------------------------------------------------
 
-    def window(self, message_before: int | None = None, message_limit: int | None = None,
-               content_limit: int | None = None, *,
+    def window(self, *, message_before: int | None = None,
+               message_limit: int | None | msgspec.UnsetType = UNSET,
+               content_limit: int | None | msgspec.UnsetType = UNSET,
                preset: Literal["renderer"] | None = None,
                settings: Mapping[str, Any] | None = None) -> Window:
         """Read a bounded window of consecutive messages.
@@ -256,15 +229,17 @@ class Transcript:
         ----------
         message_before : int, optional
             Exclusive end of the window (default: after the newest message).
-        message_limit : int, optional
-            At most this many messages, the newest before ``message_before``
-            (default: all of them).
-        content_limit : int, optional
+        message_limit : int or None, optional
+            At most this many messages, the newest before ``message_before``; None:
+            all of them (the default without a preset).
+        content_limit : int or None, optional
             Per-message display budget in bytes of string content; longer messages are
-            projected with an explicit marker (default: uncapped, the model path).
+            projected with an explicit marker. None: uncapped, the model path (the
+            default without a preset).
         preset : "renderer", optional
-            Fill unset limits from the settings ``transcript.window_messages`` and
-            ``transcript.window_content_bytes`` (default 100 messages, 64 KiB).
+            Fill the limits not given from the settings ``transcript.window_messages``
+            and ``transcript.window_content_bytes`` (default 100 messages, 64 KiB). A
+            limit given as None stays uncapped.
         settings : mapping, optional
             With ``preset``: the settings to read, resolved :class:`~boundctx.config.Settings`
             or a partial mapping applied over them (default
@@ -287,14 +262,18 @@ class Transcript:
         if preset is not None:
             if preset != "renderer":
                 raise ValueError(f"unknown preset {preset!r}; the only preset is 'renderer'")
-            if message_limit is None or content_limit is None:
+            if message_limit is UNSET or content_limit is UNSET:
                 limits = _renderer_limits(settings)
-                if message_limit is None:
+                if message_limit is UNSET:
                     message_limit = limits["message_limit"]
-                if content_limit is None:
+                if content_limit is UNSET:
                     content_limit = limits["content_limit"]
         elif settings is not None:
             raise TypeError("settings= is read only by a preset; pass preset='renderer' with it")
+        if message_limit is UNSET:
+            message_limit = None
+        if content_limit is UNSET:
+            content_limit = None
         _check_limit("message_before", message_before, 0)
         _check_limit("message_limit", message_limit, 0)
         _check_limit("content_limit", content_limit, 0)
@@ -308,16 +287,28 @@ class Transcript:
             self._refresh()
             try:
                 return read()
-            except (_StaleLayout, SidecarGone) as exc:
+            except (StaleLayout, SidecarGone) as exc:
                 if attempt:
                     raise TranscriptChanged(
                         f"{self.path!r} changed while it was being read ({exc}); "
                         "read it again once the writer has finished") from None
-                self._rebuild("a line did not match the layout")
+                self._rebuild()  # a line did not match the layout
         raise AssertionError("unreachable")
+
+    def _reader(self) -> LineReader:
+        return LineReader(self._fd, self._layout, dialect=self.dialect,
+                          classify_window=self._classify_window)
+
+    def _note_bad(self, reader: LineReader) -> None:
+        """What a read learnt about lines the layout indexed as records (kept in the
+        sidecar, so it is not taken for a liar on the next open)."""
+        if reader.bad_lines - self._layout.known_bad:
+            self._layout.known_bad |= reader.bad_lines
+            self._layout.bad_dirty = True
 
     def _read_window(self, before, limit, content_limit) -> Window:
         layout = self._layout
+        reader = self._reader()
         total = layout.message_count
         if before is None:
             before = total
@@ -329,9 +320,9 @@ class Transcript:
         # the window's edges shows up in the check below.
         ext_lo, ext_hi = max(start - 1, 0), min(before + 1, total)
         ext = layout.messages.slice(ext_lo, ext_hi)
-        self._check_lines(ext, SEQUENCE_KINDS)
+        reader.check_lines(ext)
         lines = ext[start - ext_lo : before - ext_lo]
-        messages = self._read_lines(lines, content_limit, first_index=start)
+        messages = reader.entries(lines, content_limit, first_index=start)
         if len(lines):
             lo, hi = int(lines[0]), int(lines[-1])
         else:
@@ -345,28 +336,12 @@ class Transcript:
         comp_lines = layout.compactions.slice(c_last - keep, c_last)
         if in_force:
             comp_lines = np.concatenate([layout.compactions.slice(in_force - 1, in_force), comp_lines])
-        self._check_lines(comp_lines, (lineindex.COMPACTION,), complete=keep == inside)
-        compactions = self._read_lines(comp_lines, content_limit, first_index=None)
+        reader.check_lines(comp_lines, kind=LineKind.COMPACTION, complete=keep == inside)
+        compactions = reader.entries(comp_lines, content_limit, first_index=None)
+        self._note_bad(reader)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
                       compactions_omitted=inside - keep, content_limit=content_limit)
-
-    def _check_lines(self, lines: np.ndarray, kinds: tuple[int, ...], *, complete: bool = True) -> None:
-        """The layout's own arrays must agree on these lines: in range, increasing, of
-        the expected kinds, and (``complete``) none of those kinds missing between them.
-        A sidecar whose arrays lie fails here (they carry no checksum: decision 0006)."""
-        if not len(lines):
-            return
-        layout = self._layout
-        if int(lines[0]) < 0 or int(lines[-1]) >= layout.line_count:
-            raise _StaleLayout("indexed line numbers out of range")
-        # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
-        if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
-            raise _StaleLayout("indexed line numbers not increasing")
-        span = layout.kinds.slice(int(lines[0]), int(lines[-1]) + 1)
-        mask = is_sequence(span) if kinds is SEQUENCE_KINDS else span == kinds[0]
-        if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
-            raise _StaleLayout("indexed lines disagree with the line kinds")
 
     def read_lines(self, start: int, stop: int, *, content_limit: int | None = None) -> list[Entry]:
         """Read physical lines ``start:stop`` of any kind (sessions, model changes...)."""
@@ -376,177 +351,14 @@ class Transcript:
         self._check_open()
 
         def read() -> list[Entry]:
+            reader = self._reader()
             stop_ = min(stop, self._layout.line_count)
             lines = np.arange(start, max(start, stop_), dtype=np.int64)
-            return self._read_lines(lines, content_limit, first_index=None, any_kind=True)
+            entries = reader.entries(lines, content_limit, first_index=None, any_kind=True)
+            self._note_bad(reader)
+            return entries
 
         return self._checked_read(read)
-
-    def _read_lines(self, lines: np.ndarray, content_limit: int | None, *,
-                    first_index: int | None, any_kind: bool = False) -> list[Entry]:
-        layout = self._layout
-        starts, ends, kinds = layout.line_info(lines)
-        kinds = kinds.tolist()
-        if content_limit is None:
-            projected = [False] * len(lines)
-        else:
-            projected = ((ends - starts - 1) > content_limit).tolist()
-        indices = (range(first_index, first_index + len(lines)) if first_index is not None
-                   else [None] * len(lines))
-        plan = [_Line(*t) for t in zip(lines.tolist(), indices, starts.tolist(), ends.tolist(),
-                                        kinds, projected)]
-        entries: list[Entry] = []
-        i = 0
-        while i < len(plan):
-            if plan[i].projected:
-                entries.append(self._read_projected(plan[i], content_limit, any_kind))
-                i += 1
-                continue
-            # Coalesce a run of whole lines that sit close together into one read; the
-            # byte before the first line comes along to check it really starts a line.
-            j = i + 1
-            while (j < len(plan) and not plan[j].projected
-                   and plan[j].start - plan[j - 1].end < COALESCE_GAP
-                   and plan[j].end - plan[i].start <= MAX_RUN_BYTES):
-                j += 1
-            run_start, run_end = plan[i].start, plan[j - 1].end
-            pre = 1 if run_start > 0 else 0
-            buf = pread_exact(self._fd, run_start - pre, run_end - run_start + pre)
-            if len(buf) != run_end - run_start + pre:
-                raise _StaleLayout(f"line {plan[j - 1].line} runs past the end of the file")
-            if pre and buf[0] != 10:
-                raise _StaleLayout(f"line {plan[i].line} does not start after a newline")
-            # Every other line of the run starts after a newline and ends with one: the
-            # rescan proves it along with the kinds.
-            self._check_framing(buf, pre, run_start, plan[i].line, plan[j - 1].line)
-            for ln in plan[i:j]:
-                at = ln.start - run_start + pre
-                body = buf[at : at + ln.end - ln.start - 1]
-                if ln.start == 0 and body.startswith(BOM):
-                    body = body[3:]
-                entries.append(self._entry(ln, body, body, 0, any_kind, content_limit))
-            i = j
-        return entries
-
-    def _check_framing(self, buf: bytes, pre: int, start: int, first: int, last: int) -> None:
-        """Frame and classify again every line whose bytes a read holds (physical lines
-        ``first..last``, at ``buf[pre:]`` from file offset ``start``) and compare with
-        the layout. The file's fingerprint (size, mtime, its first and last 4 KiB) cannot
-        see a change of the same size in the middle within one mtime tick; this check
-        sees it wherever a read goes, kinds and line counts included, at the cost of
-        one native scan of bytes already in memory."""
-        res = lineindex.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect), base_offset=start,
-                             classify_window=self._window)
-        layout = self._layout
-        starts = np.frombuffer(res.starts, dtype=np.int64)
-        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
-        if res.torn_bytes or len(starts) != last - first + 1 \
-                or not np.array_equal(starts, layout.starts.slice(first, last + 1)):
-            raise _StaleLayout(f"lines {first}..{last} are not framed as the layout says")
-        want = layout.kinds.slice(first, last + 1)
-        differ = np.flatnonzero(kinds != want)
-        for k in differ.tolist():
-            # The scan leaves a line whose "type" lies past its window undecided; the
-            # layout holds the kind a full parse gave it, which this line must still have.
-            if kinds[k] == lineindex.UNDECIDED:
-                a = int(starts[k]) - start + pre
-                b = int(starts[k + 1]) - start + pre if k + 1 < len(starts) else len(buf)
-                if classify_by_parse(buf[a:b], self._type_kinds, at_file_start=starts[k] == 0) == want[k]:
-                    continue
-            raise _StaleLayout(f"line {first + k} is not of the kind the layout says; "
-                               "the file was changed in place")
-
-    def _read_projected(self, ln: "_Line", content_limit: int, any_kind: bool) -> Entry:
-        """A line longer than the display budget: read a prefix and project it."""
-        body_len = ln.end - ln.start - 1
-        bom = 3 if ln.start == 0 else 0
-        want = min(body_len, content_limit + ENVELOPE + bom)
-        pre = 1 if ln.start > 0 else 0
-        buf = pread_exact(self._fd, ln.start - pre, want + pre)
-        if len(buf) != want + pre or (pre and buf[0] != 10):
-            raise _StaleLayout(f"line {ln.line} does not start after a newline")
-        if pread_exact(self._fd, ln.end - 1, 1) != b"\n":
-            raise _StaleLayout(f"line {ln.line} does not end with a newline")
-        skip = pre + (3 if bom and buf[pre : pre + 3] == BOM else 0)
-        body_len -= skip - pre
-        prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
-        display, _kept, cut = lineindex.project_display(prefix, body_len, content_limit)
-        if display is not None:
-            try:
-                rec = decode_record(display)
-            except LineUnreadable:
-                rec = None
-            if isinstance(rec, dict):
-                return self._record_entry(ln, rec, cut, any_kind)
-        # The prefix is not a record we can show. That may be the line's fault (it is
-        # corrupt) or the projection's (nesting deeper than it follows): only a full
-        # parse can tell, and the whole point here is not to do one. Show the raw
-        # prefix, and leave the verdict on the line to a full read.
-        return self._raw_entry(ln, prefix, "not displayable within the content limit",
-                               content_limit, total=body_len)
-
-    def _entry(self, ln: "_Line", source: bytes, raw: bytes, cut: int, any_kind: bool,
-               content_limit: int | None, total: int | None = None) -> Entry:
-        """Parse ``source`` (the line, or its display projection) into an Entry; ``raw``
-        is what a corrupt entry shows."""
-        try:
-            rec = decode_record(source)
-            if not isinstance(rec, dict):
-                raise LineUnreadable("a record must be a JSON object")
-        except LineUnreadable as exc:
-            return self._corrupt(ln, raw, str(exc), content_limit, total=total)
-        return self._record_entry(ln, rec, cut, any_kind)
-
-    def _record_entry(self, ln: "_Line", rec: dict, cut: int, any_kind: bool) -> Entry:
-        layout = self._layout
-        t = rec.get("type")
-        if (not any_kind and (self._type_kinds.get(t) if isinstance(t, str) else None) != ln.kind
-                and ln.kind in (lineindex.MESSAGE, lineindex.COMPACTION) and ln.line not in layout.known_bad):
-            if layout.from_sidecar:
-                # A sidecar could put us on the wrong line; a record whose type does not
-                # map to the indexed kind proves it.
-                raise _StaleLayout(f"line {ln.line} is a {rec.get('type')!r} record, not the indexed kind")
-            # A fresh scan said so all the same (a second "type" key): remember that,
-            # so the sidecar is not taken for a liar on every open.
-            layout.known_bad.add(ln.line)
-            layout.bad_dirty = True
-        return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
-                     record=rec, cut_bytes=cut)
-
-    def _corrupt(self, ln: "_Line", body: bytes, why: str, content_limit: int | None,
-                 total: int | None = None) -> Entry:
-        layout = self._layout
-        if ln.kind not in (lineindex.CORRUPT, lineindex.BLANK) and ln.line not in layout.known_bad:
-            if layout.from_sidecar:
-                # A sidecar said this was a good record: believe the bytes, not the
-                # sidecar, until a fresh scan of this file says the same.
-                raise _StaleLayout(f"line {ln.line} is not the record the layout indexed")
-            layout.known_bad.add(ln.line)
-            layout.bad_dirty = True
-        if ln.kind == lineindex.BLANK:
-            why = "blank line"
-        return self._raw_entry(ln, body, why, content_limit, total=total)
-
-    def _raw_entry(self, ln: "_Line", body, why: str, content_limit: int | None,
-                   total: int | None = None) -> Entry:
-        """An entry that shows a line's bytes, not a record: decoded with replacement
-        characters and, under a content limit, cut to that many bytes *after* decoding
-        (each invalid byte becomes a 3-byte replacement character)."""
-        total = len(body) if total is None else total
-        if content_limit is None:
-            text, cut = bytes(body).decode("utf-8", "replace"), 0
-        else:
-            # The longest prefix whose decoded text fits the budget, by bisection.
-            def fits(k: int) -> bool:
-                return len(bytes(body[:k]).decode("utf-8", "replace").encode()) <= content_limit
-
-            lo = longest_fitting(min(len(body), content_limit), fits)
-            text = bytes(body[:lo]).decode("utf-8", "replace")
-            cut = total - lo
-            if cut > 0:
-                text += f" [... {cut} more bytes not shown]"
-        return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
-                     record=None, cut_bytes=max(cut, 0), corrupt=why, raw=text)
 
     # -- layout upkeep --------------------------------------------------------------
 
@@ -560,31 +372,34 @@ class Transcript:
         st = self._stat_path()
         mine = os.fstat(self._fd)
         if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
-            # Replaced by a rename (a rewrite): follow the path to the new file, opened
-            # without blocking and refused unless it is a regular file (a FIFO swapped
-            # in after the stat above would otherwise block this open forever).
-            fd = open_regular_fd(self.path)
-            os.close(self._fd)
-            self._fd = fd
-            if self._wfd is not None:
-                os.close(self._wfd)  # never append to the file that was replaced
-                self._wfd = None
-            self._layout = _load_or_build(self.path, fd, self.dialect, self._window, None)
+            # Replaced by a rename (a rewrite): follow the path to the new file.
+            self._reopen()
+            self._layout = _load_or_build(self.path, self._fd, self.dialect, self._classify_window, None)
             return
         ident = self._layout.identity
         if (st.st_size, st.st_mtime_ns) == (ident.size, ident.mtime_ns):
             return
-        verdict = judge(self._layout, self._fd)
-        if verdict == "valid":
-            return
-        if verdict == "extend":
+        judgement = judge(self._layout, self._fd)
+        if judgement.verdict == "extend":
             extend_layout(self._layout, self._fd)
             self._layout.outcome = "extend"
-        else:
-            self._rebuild(verdict)
+        elif judgement.verdict != "valid":
+            self._rebuild()
 
-    def _rebuild(self, reason: str) -> None:
-        self._layout = build_layout(self._fd, dialect=self.dialect, window=self._window)
+    def _reopen(self) -> None:
+        """Open the file the path names now (after a rename replaced the one open):
+        without blocking, and refused unless it is a regular file (a FIFO swapped in
+        would otherwise block this open forever). Appends never go to the old file."""
+        fd = open_regular_fd(self.path)
+        os.close(self._fd)
+        self._fd = fd
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+
+    def _rebuild(self) -> None:
+        """Scan the open file from scratch into a new layout, and persist it."""
+        self._layout = build_layout(self._fd, dialect=self.dialect, classify_window=self._classify_window)
         self._layout.outcome = "rebuilt"
         self._save_layout()
 
@@ -605,7 +420,7 @@ class Transcript:
     def _save_layout(self) -> None:
         """Persist the layout, but only while the path still names the file it describes:
         never write a sidecar beside a device or a file that replaced it."""
-        if _names(self.path, self._fd):
+        if still_names(self.path, self._fd):
             save_layout(self._layout, self.path)
 
     # -- writing ------------------------------------------------------------------
@@ -617,29 +432,7 @@ class Transcript:
         self._check_open()
         if self._lock_fd is None:
             self._stat_path()
-            lock_path = os.path.realpath(self.path) + ".lock"
-            try:
-                lfd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except OSError as exc:
-                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                    raise
-                raise TranscriptPermission(
-                    exc.errno, f"cannot write beside {self.path!r}: its folder is read-only "
-                               f"({exc.strerror}); copy the transcript somewhere writable") from None
-            deadline = time.monotonic() + max(wait, 0.0)
-            while True:
-                try:
-                    fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        os.close(lfd)
-                        raise TranscriptLocked(
-                            11, f"another writer holds {self.path!r}; close it there first "
-                                "(readers never need the lock)") from None
-                    time.sleep(LOCK_POLL_S)
-            self._lock_fd = lfd
-            _remove_leftovers(os.path.realpath(self.path))
+            self._lock_fd = take_write_lock(self.path, wait=wait)
 
     def _holds_lock_now(self) -> bool:
         """Take the write lock if it is free (kept until close, as any writer's)."""
@@ -651,34 +444,10 @@ class Transcript:
 
     def _acquire_writer(self) -> int:
         """The write lock and an append fd on the very file being read (call after
-        :meth:`_refresh`): opened without blocking, and refused unless it is that
-        regular file (same device and inode), so an append cannot go to a FIFO, a
-        device or a file swapped in since the read."""
+        :meth:`_refresh`)."""
         self._acquire_lock()
         if self._wfd is None:
-            flags = (os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-                     | getattr(os, "O_NOCTTY", 0))
-            try:
-                wfd = os.open(self.path, flags)
-            except PermissionError as exc:
-                raise TranscriptPermission(
-                    exc.errno, f"cannot append to {self.path!r}: permission denied") from None
-            except OSError as exc:  # ENXIO: a FIFO with no reader; ENOENT: gone
-                raise TranscriptChanged(
-                    f"{self.path!r} could not be opened for appending ({exc.strerror}); it was "
-                    "replaced or removed since it was read. Nothing was written") from None
-            st, mine = os.fstat(wfd), os.fstat(self._fd)
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
-                os.close(wfd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise TranscriptNotAFile(
-                        errno.EINVAL, f"{self.path!r} is now {kind_of(st.st_mode)}, not the regular "
-                                      "file that was opened; nothing was written")
-                raise TranscriptChanged(
-                    f"{self.path!r} was replaced by another file just before the append; nothing "
-                    "was written. Append it again")
-            fcntl.fcntl(wfd, fcntl.F_SETFL, fcntl.fcntl(wfd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-            self._wfd = wfd
+            self._wfd = open_append_fd(self.path, self._fd)
         return self._wfd
 
     def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True, lock_wait: float = 0.0) -> int:
@@ -712,15 +481,13 @@ class Transcript:
         wfd = self._acquire_writer()
         if self._layout.torn_bytes:
             self._quarantine_tail()
-        n = os.write(wfd, line)
+        n = write_line(wfd, line, self.path, sync=sync)
         if n != len(line):
             # The short write is now a torn tail; the next append moves it aside.
             extend_layout(self._layout, self._fd)
             raise OSError(f"short write appending to {self.path!r} ({n} of {len(line)} bytes); "
                           "the disk may be full")
-        if sync:
-            os.fsync(wfd)
-        if not _names(self.path, wfd):
+        if not still_names(self.path, wfd):
             # Something that ignores the write lock replaced the file mid-append.
             raise TranscriptChanged(
                 f"{self.path!r} was replaced by another program during the append; the "
@@ -731,23 +498,10 @@ class Transcript:
 
     def _quarantine_tail(self) -> str:
         """Move the bytes after the last ``\\n`` into a side file, then cut them off."""
-        end = self._layout.indexed_end
-        tail = pread_exact(self._fd, end, self._layout.scanned_end - end)
-        side = f"{os.path.realpath(self.path)}{TORN_INFIX}{end}-{time.time_ns()}"
-        try:
-            with open(side, "xb") as f:
-                f.write(tail)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            # A full disk: the tail stays in the transcript for the next try, and no
-            # empty side file is left behind for each failed append.
-            _unlink_quietly(side)
-            raise
-        os.ftruncate(self._wfd, end)
-        os.fsync(self._wfd)
+        layout = self._layout
+        side = move_tail_aside(self._fd, self._wfd, self.path, layout.indexed_end, layout.scanned_end)
         self.torn_files.append(side)
-        extend_layout(self._layout, self._fd)
+        extend_layout(layout, self._fd)
         return side
 
     def history(self) -> History:
@@ -768,33 +522,14 @@ class Transcript:
             self._acquire_writer()
             self._quarantine_tail()
             layout = self._layout
-        starts = layout.starts.all()
-        kinds = layout.kinds.all()
-        if layout.from_sidecar and not layout.agrees(starts, kinds):
-            raise _StaleLayout("the layout's arrays disagree with each other")
-        ends = np.append(starts[1:], layout.indexed_end)
-        lines: list[bytes] = []
-        i = 0
-        # Read in runs of at most MAX_RUN_BYTES (or one longer line), checking that
-        # every line starts after a newline and ends with one.
-        while i < len(starts):
-            j = i + 1
-            while j < len(starts) and ends[j] - starts[i] <= MAX_RUN_BYTES:
-                j += 1
-            lo, hi = int(starts[i]), int(ends[j - 1])
-            pre = 1 if lo > 0 else 0
-            buf = pread_exact(self._fd, lo - pre, hi - lo + pre)
-            if len(buf) != hi - lo + pre or (pre and buf[0] != 10):
-                raise _StaleLayout(f"line {i} does not start after a newline")
-            self._check_framing(buf, pre, lo, i, j - 1)  # and so every line ends with a newline
-            view = memoryview(buf)
-            for k in range(i, j):
-                a, b = int(starts[k]) - lo + pre, int(ends[k]) - lo + pre
-                lines.append(bytes(view[a:b]))
-            i = j
-        is_msg = is_sequence(kinds).tolist()
-        token = (layout.identity, layout.indexed_end)
-        return History(lines, starts.tolist(), is_msg, token, self)
+        lines = self._reader().history_lines()
+        starts = layout.starts.all().tolist()
+        is_msg = is_sequence(layout.kinds.all()).tolist()
+        return History(lines, starts, is_msg, self._stamp(), self)
+
+    def _stamp(self) -> tuple:
+        """What the file is now, as far as a rewrite must know: its identity and end."""
+        return (self._layout.identity, self._layout.indexed_end)
 
     def rewrite(self, history: History) -> None:
         """Replace the transcript with ``history``: temp file, fsync, rename.
@@ -812,31 +547,21 @@ class Transcript:
                 f"rewrite() takes the complete history, got {type(history).__name__}: a window "
                 "holds only part of the transcript and rewriting from it would delete older "
                 "messages. Call history(), edit it, then rewrite() it.")
-        if history._source is not self:
+        if history.source is not self:
             raise PartialHistoryRewrite("this history was read from another Transcript object")
         self._acquire_lock()
         self._refresh()
         self._acquire_writer()
-        if (self._layout.identity, self._layout.indexed_end) != history._token:
+        if self._stamp() != history.stamp:
             raise TranscriptChanged(
                 f"{self.path!r} changed since its history was read; read history() again")
-        data = history.data()
-        # Through a symlink the file is replaced, not the link; it keeps its mode.
-        with replacing(self.path, temp_name=lambda name: f"{_rewrite_prefix(name)}{secrets.token_hex(8)}",
-                       mode=stat.S_IMODE(os.fstat(self._fd).st_mode)) as f:
-            f.write(data)
+        replace_file(self.path, history.data(), mode=stat.S_IMODE(os.fstat(self._fd).st_mode))
         # Invalidate both cache layers: the sidecars on disk and the layout in memory.
         for side in sidecar_paths(self.path):
-            _unlink_quietly(side)
-        os.close(self._wfd)
-        self._wfd = None
-        new_fd = open_regular_fd(self.path)
-        os.close(self._fd)
-        self._fd = new_fd
-        self._layout = build_layout(new_fd, dialect=self.dialect, window=self._window)
-        self._layout.outcome = "rebuilt"
-        self._save_layout()
-        history._token = (self._layout.identity, self._layout.indexed_end)
+            unlink_quietly(side)
+        self._reopen()
+        self._rebuild()
+        history.restamp(self._stamp())
 
     def edit(self, message: int | Entry, record: dict[str, Any], *,
              lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
@@ -876,73 +601,13 @@ class Transcript:
         return message.index
 
 
-def _names(path: str, fd: int) -> bool:
-    """Whether ``path`` still names the regular file open as ``fd``."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    mine = os.fstat(fd)
-    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
-
-
-# What a writer leaves beside a transcript named NAME: ".NAME.rewrite-<16 hex>" while it
-# rewrites, "NAME.torn-<offset>-<ns>" for a torn tail it moved aside.
-TORN_INFIX = ".torn-"
-_REWRITE_INFIX = ".rewrite-"
-
-
-def _rewrite_prefix(name: str) -> str:
-    if len(os.fsencode(name)) > 200:  # keep the temporary name under NAME_MAX (255)
-        name = f"{name[:100]}~{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}"
-    return f".{name}{_REWRITE_INFIX}"
-
-
-def _remove_leftovers(real: str) -> list[str]:
-    """Remove what dead writers left beside transcript ``real``: the temporary copies
-    of rewrites they did not finish, and torn-tail side files left empty (created, then
-    the disk was full). Call with the write lock held: every rewrite of this transcript
-    runs under it, so no live writer owns what is found. A torn-tail file with bytes in
-    it is the user's data and stays."""
-    folder, name = os.path.split(real)
-    prefix, torn = _rewrite_prefix(name), name + TORN_INFIX
-    removed = []
-    try:
-        entries = list(os.scandir(folder or "."))
-    except OSError:
-        return removed
-    for entry in entries:
-        try:
-            if entry.name.startswith(prefix):
-                suffix = entry.name[len(prefix):]
-                if len(suffix) != 16 or any(c not in "0123456789abcdef" for c in suffix):
-                    continue
-            elif not (entry.name.startswith(torn) and entry.is_file(follow_symlinks=False)
-                      and entry.stat(follow_symlinks=False).st_size == 0):
-                continue
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            os.unlink(entry.path)
-            removed.append(entry.path)
-        except OSError:
-            continue  # gone already, or not ours to remove: never fail the lock for it
-    return removed
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _load_or_build(path: str, fd: int, dialect: str, window: int, progress) -> Layout:
-    layout, verdict = load_layout(path, fd, dialect=dialect, window=window)
+def _load_or_build(path: str, fd: int, dialect: str, classify_window: int, progress) -> Layout:
+    layout, judgement = load_layout(path, fd, dialect=dialect, classify_window=classify_window)
     if layout is None:
-        layout = build_layout(fd, dialect=dialect, window=window, progress=progress)
-        layout.outcome = "built" if verdict == "no sidecar" else "rebuilt"
-    elif verdict == "extend":
+        layout = build_layout(fd, dialect=dialect, classify_window=classify_window, progress=progress)
+        layout.outcome = "built" if judgement.verdict == "absent" else "rebuilt"
+    elif judgement.verdict == "extend":
         extend_layout(layout, fd, progress=progress)
-    if _names(path, fd):  # never a sidecar beside what replaced the file meanwhile
+    if still_names(path, fd):  # never a sidecar beside what replaced the file meanwhile
         save_layout(layout, path)
     return layout

@@ -1,0 +1,318 @@
+"""Reading the lines a layout points at, and checking each is what the layout says.
+
+The trip is one way: a :class:`LineReader` reads bytes with coalesced ``pread`` calls,
+checks them (each line starts after a ``\\n`` and ends with one, frames and classifies
+as the layout says), and builds entries: a whole line decoded, a long line read as a
+prefix and projected natively. It never changes the layout. What it learns about it
+(lines indexed as records that do not parse) it collects in :attr:`LineReader.bad_lines`
+for the :class:`~boundctx.transcript.Transcript` to apply; a line that proves the
+layout wrong raises :class:`StaleLayout`, and the Transcript rebuilds and reads again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+
+from boundctx._native import lineindex
+from boundctx._search import longest_fitting
+from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
+from boundctx.transcript.entries import Entry
+from boundctx.transcript.kinds import LineKind
+from boundctx.transcript.layout import Layout, is_sequence
+from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record
+from boundctx.transcript.sidecar import pread_exact
+
+__all__ = ["COALESCE_GAP", "ENVELOPE", "MAX_RUN_BYTES", "LineReader", "StaleLayout"]
+
+# A projected line is read as its first content_limit + ENVELOPE bytes: room for the
+# keys, ids and structure around the text without reading the rest of a huge line.
+ENVELOPE = 64 * 1024
+# Consecutive lines closer than this are fetched with one read.
+COALESCE_GAP = 64 * 1024
+# ...but no single read of a run grows past this (a full-history read stays in steps).
+MAX_RUN_BYTES = 8 << 20
+
+
+class StaleLayout(Exception):
+    """A line read does not match what the layout says: rebuild and retry once."""
+
+
+class _Line(NamedTuple):
+    """One line to read: where it is, what the layout says it is."""
+
+    line: int
+    index: int | None
+    start: int
+    end: int  # just past its "\n"
+    kind: int
+    projected: bool
+
+
+class _Run(NamedTuple):
+    """The lines ``i:j`` (of those asked for) read with one ``pread``: ``buf[pre:]``
+    sits at file offset ``start``; ``buf[:pre]`` is the byte before, a newline."""
+
+    i: int
+    j: int
+    start: int
+    pre: int
+    buf: bytes
+
+
+class LineReader:
+    """Reads and checks lines of one open file against one layout.
+
+    Parameters
+    ----------
+    fd : int
+        The transcript, open for reading.
+    layout : Layout
+        What the file is believed to hold; read, never changed.
+    dialect : str
+    classify_window : int
+        The window the layout was classified with (rescans use the same).
+    """
+
+    def __init__(self, fd: int, layout: Layout, *, dialect: str, classify_window: int) -> None:
+        self.fd = fd
+        self.layout = layout
+        self.dialect = dialect
+        self.classify_window = classify_window
+        self.type_kinds = dialect_kinds(dialect)
+        #: lines indexed as records that a read found not to be (see the module docstring)
+        self.bad_lines: set[int] = set()
+
+    # -- what the layout's arrays say ---------------------------------------------
+
+    def check_lines(self, lines: np.ndarray, *, kind: LineKind | None = None,
+                    complete: bool = True) -> None:
+        """The layout's own arrays must agree on these lines: in range, increasing, of
+        the message sequence (or of ``kind``), and (``complete``) no such line missing
+        between them. A sidecar whose arrays lie fails here (they carry no checksum:
+        decision 0006)."""
+        if not len(lines):
+            return
+        layout = self.layout
+        if int(lines[0]) < 0 or int(lines[-1]) >= layout.line_count:
+            raise StaleLayout("indexed line numbers out of range")
+        # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
+        if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
+            raise StaleLayout("indexed line numbers not increasing")
+        span = layout.kinds.slice(int(lines[0]), int(lines[-1]) + 1)
+        mask = is_sequence(span) if kind is None else span == kind
+        if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
+            raise StaleLayout("indexed lines disagree with the line kinds")
+
+    # -- entries ------------------------------------------------------------------
+
+    def entries(self, lines: np.ndarray, content_limit: int | None, *,
+                first_index: int | None, any_kind: bool = False) -> list[Entry]:
+        """Entries of physical ``lines`` (sorted). ``first_index``: the message index of
+        the first (None: lines outside the message sequence); ``any_kind``: lines of
+        every kind are expected, so a record's type is not held to the indexed kind."""
+        starts, ends, kinds = self.layout.line_info(lines)
+        kinds = kinds.tolist()
+        if content_limit is None:
+            projected = [False] * len(lines)
+        else:
+            projected = ((ends - starts - 1) > content_limit).tolist()
+        indices = (range(first_index, first_index + len(lines)) if first_index is not None
+                   else [None] * len(lines))
+        plan = [_Line(*t) for t in zip(lines.tolist(), indices, starts.tolist(), ends.tolist(),
+                                        kinds, projected)]
+        entries: list[Entry] = []
+        i = 0
+        while i < len(plan):
+            if plan[i].projected:
+                entries.append(self._projected(plan[i], content_limit, any_kind))
+                i += 1
+                continue
+            j = i + 1
+            while j < len(plan) and not plan[j].projected:
+                j += 1
+            # A stretch of whole lines: read in coalesced runs.
+            stretch = plan[i:j]
+            for run in self._runs([ln.start for ln in stretch], [ln.end for ln in stretch],
+                                  [ln.line for ln in stretch]):
+                for ln in stretch[run.i : run.j]:
+                    at = ln.start - run.start + run.pre
+                    body = _without_bom(run.buf[at : at + ln.end - ln.start - 1], ln.start)
+                    entries.append(self._entry(ln, body, raw=body, cut=0, any_kind=any_kind,
+                                               content_limit=content_limit))
+            i = j
+        return entries
+
+    # -- the full history ---------------------------------------------------------
+
+    def history_lines(self) -> list[bytes]:
+        """Every complete line, ``\\n`` included, checked as any read is."""
+        layout = self.layout
+        starts = layout.starts.all()
+        kinds = layout.kinds.all()
+        if layout.from_sidecar and not layout.agrees(starts, kinds):
+            raise StaleLayout("the layout's arrays disagree with each other")
+        ends = np.append(starts[1:], layout.indexed_end).tolist()
+        starts_l = starts.tolist()
+        lines: list[bytes] = []
+        for run in self._runs(starts_l, ends, range(len(starts_l))):
+            view = memoryview(run.buf)
+            for k in range(run.i, run.j):
+                a, b = starts_l[k] - run.start + run.pre, ends[k] - run.start + run.pre
+                lines.append(bytes(view[a:b]))
+        return lines
+
+    # -- reading and checking bytes -----------------------------------------------
+
+    def _runs(self, starts: list[int], ends: list[int], numbers) -> Iterator[_Run]:
+        """Read the lines at ``starts``/``ends`` (sorted; physical line ``numbers``) in
+        runs: a run grows while the next line starts within ``COALESCE_GAP`` of the
+        last and the run stays within ``MAX_RUN_BYTES`` (or is one longer line). The
+        byte before each run comes along, to check its first line starts after a
+        newline; a rescan of the run's bytes checks every line in it (those between the
+        lines asked for included) against the layout."""
+        numbers = list(numbers)
+        i = 0
+        while i < len(starts):
+            j = i + 1
+            while (j < len(starts) and starts[j] - ends[j - 1] < COALESCE_GAP
+                   and ends[j] - starts[i] <= MAX_RUN_BYTES):
+                j += 1
+            lo, hi = starts[i], ends[j - 1]
+            pre = 1 if lo > 0 else 0
+            buf = pread_exact(self.fd, lo - pre, hi - lo + pre)
+            if len(buf) != hi - lo + pre:
+                raise StaleLayout(f"line {numbers[j - 1]} runs past the end of the file")
+            if pre and buf[0] != 10:
+                raise StaleLayout(f"line {numbers[i]} does not start after a newline")
+            self._check_framing(buf, pre, lo, numbers[i], numbers[j - 1])
+            yield _Run(i, j, lo, pre, buf)
+            i = j
+
+    def _check_framing(self, buf: bytes, pre: int, start: int, first: int, last: int) -> None:
+        """Frame and classify again every line whose bytes a read holds (physical lines
+        ``first..last``, at ``buf[pre:]`` from file offset ``start``) and compare with
+        the layout. The file's fingerprint (size, mtime, its first and last 4 KiB) cannot
+        see a change of the same size in the middle within one mtime tick; this check
+        sees it wherever a read goes, kinds and line counts included, at the cost of
+        one native scan of bytes already in memory."""
+        res = lineindex.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect),
+                                   base_offset=start, classify_window=self.classify_window)
+        layout = self.layout
+        starts = np.frombuffer(res.starts, dtype=np.int64)
+        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
+        if res.torn_bytes or len(starts) != last - first + 1 \
+                or not np.array_equal(starts, layout.starts.slice(first, last + 1)):
+            raise StaleLayout(f"lines {first}..{last} are not framed as the layout says")
+        want = layout.kinds.slice(first, last + 1)
+        differ = np.flatnonzero(kinds != want)
+        for k in differ.tolist():
+            # The scan leaves a line whose "type" lies past its window undecided; the
+            # layout holds the kind a full parse gave it, which this line must still have.
+            if kinds[k] == LineKind.UNDECIDED:
+                a = int(starts[k]) - start + pre
+                b = int(starts[k + 1]) - start + pre if k + 1 < len(starts) else len(buf)
+                if classify_by_parse(buf[a:b], self.type_kinds, at_file_start=starts[k] == 0) == want[k]:
+                    continue
+            raise StaleLayout(f"line {first + k} is not of the kind the layout says; "
+                              "the file was changed in place")
+
+    def _projected(self, ln: _Line, content_limit: int, any_kind: bool) -> Entry:
+        """A line longer than the display budget: read a prefix and project it."""
+        body_len = ln.end - ln.start - 1
+        bom = 3 if ln.start == 0 else 0
+        want = min(body_len, content_limit + ENVELOPE + bom)
+        pre = 1 if ln.start > 0 else 0
+        buf = pread_exact(self.fd, ln.start - pre, want + pre)
+        if len(buf) != want + pre or (pre and buf[0] != 10):
+            raise StaleLayout(f"line {ln.line} does not start after a newline")
+        if pread_exact(self.fd, ln.end - 1, 1) != b"\n":
+            raise StaleLayout(f"line {ln.line} does not end with a newline")
+        skip = pre + (3 if bom and buf[pre : pre + 3] == BOM else 0)
+        body_len -= skip - pre
+        prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
+        display, _kept, cut = lineindex.project_display(prefix, body_len, content_limit)
+        if display is not None:
+            try:
+                rec = decode_record(display)
+            except LineUnreadable:
+                rec = None
+            if isinstance(rec, dict):
+                return self._record_entry(ln, rec, cut=cut, any_kind=any_kind)
+        # The prefix is not a record we can show. That may be the line's fault (it is
+        # corrupt) or the projection's (nesting deeper than it follows): only a full
+        # parse can tell, and the whole point here is not to do one. Show the raw
+        # prefix, and leave the verdict on the line to a full read.
+        return _raw_entry(ln, prefix, "not displayable within the content limit",
+                          content_limit, total=body_len)
+
+    # -- entries from bytes ---------------------------------------------------------
+
+    def _entry(self, ln: _Line, source: bytes, *, raw: bytes, cut: int, any_kind: bool,
+               content_limit: int | None) -> Entry:
+        """Parse ``source`` (the whole line) into an Entry; ``raw`` is what a corrupt
+        entry shows."""
+        try:
+            rec = decode_record(source)
+            if not isinstance(rec, dict):
+                raise LineUnreadable("a record must be a JSON object")
+        except LineUnreadable as exc:
+            return self._corrupt(ln, raw, str(exc), content_limit)
+        return self._record_entry(ln, rec, cut=cut, any_kind=any_kind)
+
+    def _known_bad(self, line: int) -> bool:
+        return line in self.layout.known_bad or line in self.bad_lines
+
+    def _record_entry(self, ln: _Line, rec: dict, *, cut: int, any_kind: bool) -> Entry:
+        t = rec.get("type")
+        if (not any_kind and (self.type_kinds.get(t) if isinstance(t, str) else None) != ln.kind
+                and ln.kind in (LineKind.MESSAGE, LineKind.COMPACTION) and not self._known_bad(ln.line)):
+            if self.layout.from_sidecar:
+                # A sidecar could put us on the wrong line; a record whose type does not
+                # map to the indexed kind proves it.
+                raise StaleLayout(f"line {ln.line} is a {rec.get('type')!r} record, not the indexed kind")
+            # A fresh scan said so all the same (a second "type" key): remember that,
+            # so the sidecar is not taken for a liar on every open.
+            self.bad_lines.add(ln.line)
+        return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
+                     record=rec, cut_bytes=cut)
+
+    def _corrupt(self, ln: _Line, body: bytes, why: str, content_limit: int | None) -> Entry:
+        if ln.kind not in (LineKind.CORRUPT, LineKind.BLANK) and not self._known_bad(ln.line):
+            if self.layout.from_sidecar:
+                # A sidecar said this was a good record: believe the bytes, not the
+                # sidecar, until a fresh scan of this file says the same.
+                raise StaleLayout(f"line {ln.line} is not the record the layout indexed")
+            self.bad_lines.add(ln.line)
+        if ln.kind == LineKind.BLANK:
+            why = "blank line"
+        return _raw_entry(ln, body, why, content_limit)
+
+
+def _without_bom(body: bytes, start: int) -> bytes:
+    """A UTF-8 byte-order mark is tolerated at byte 0 of the file, never part of a record."""
+    return body[3:] if start == 0 and body.startswith(BOM) else body
+
+
+def _raw_entry(ln: _Line, body, why: str, content_limit: int | None, *,
+               total: int | None = None) -> Entry:
+    """An entry that shows a line's bytes, not a record: decoded with replacement
+    characters and, under a content limit, cut to that many bytes *after* decoding
+    (each invalid byte becomes a 3-byte replacement character)."""
+    total = len(body) if total is None else total
+    if content_limit is None:
+        text, cut = bytes(body).decode("utf-8", "replace"), 0
+    else:
+        # The longest prefix whose decoded text fits the budget, by bisection.
+        def fits(k: int) -> bool:
+            return len(bytes(body[:k]).decode("utf-8", "replace").encode()) <= content_limit
+
+        lo = longest_fitting(min(len(body), content_limit), fits)
+        text = bytes(body[:lo]).decode("utf-8", "replace")
+        cut = total - lo
+        if cut > 0:
+            text += f" [... {cut} more bytes not shown]"
+    return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
+                 record=None, cut_bytes=max(cut, 0), corrupt=why, raw=text)
