@@ -23,15 +23,23 @@ would already catch for that kind of failure. This module imports nothing from b
     │   ├── ServerUnreachable(ConnectionError)      no connection: refused, unknown host, reset
     │   │   └── ServerTimeout(TimeoutError)         no answer within the timeout
     │   └── ServerResponseError(RuntimeError)       an error status, or a body of the wrong shape
-    └── TranscriptError
-        ├── TranscriptNotFound(FileNotFoundError)   no file at the path
-        ├── TranscriptNotAFile(IsADirectoryError)   the path is a directory or a device
-        ├── TranscriptPermission(PermissionError)   the file cannot be read or written
-        ├── TranscriptCorrupt(ValueError)           bytes that are not a transcript record
-        ├── TranscriptChanged(RuntimeError)         the file changed under a read
-        ├── TranscriptLocked(BlockingIOError)       another writer holds the transcript
-        ├── EntryInvalid(ValueError)                an entry given to append/rewrite is unusable
-        └── PartialHistoryRewrite(ValueError)       a rewrite would drop history it never read
+    ├── TranscriptError
+    │   ├── TranscriptNotFound(FileNotFoundError)   no file at the path
+    │   ├── TranscriptNotAFile(IsADirectoryError)   the path is a directory or a device
+    │   ├── TranscriptPermission(PermissionError)   the file cannot be read or written
+    │   ├── TranscriptCorrupt(ValueError)           bytes that are not a transcript record
+    │   ├── TranscriptChanged(RuntimeError)         the file changed under a read
+    │   ├── TranscriptLocked(BlockingIOError)       another writer holds the transcript
+    │   ├── EntryInvalid(ValueError)                an entry given to append/rewrite is unusable
+    │   └── PartialHistoryRewrite(ValueError)       a rewrite would drop history it never read
+    └── UnderstandingError                       a message could not be understood as asked
+        ├── CatalogError(ValueError)                a catalog of workflows and records is invalid
+        ├── BudgetExhausted(RuntimeError)           the next model call would pass a turn's bound
+        ├── UsageUnavailable(RuntimeError)          a token bound met a backend that reports no usage
+        ├── ReplayDiverged(LookupError)             a replay asked for a call never recorded
+        └── TaskOutputInvalid(ValueError)           a task's output failed its checks
+
+The tree is the classes' own (``tests/shell/test_package.py`` compares them).
 
 Warnings: ``InexactCountWarning(UserWarning)`` when counts fall back to an estimate;
 ``UnknownVariableWarning(UserWarning)`` for a ``BOUNDCTX_*`` variable that is no setting.
@@ -263,7 +271,7 @@ class CatalogError(UnderstandingError, ValueError):
     field and what is accepted."""
 
 
-class BudgetExhausted(UnderstandingError):
+class BudgetExhausted(UnderstandingError, RuntimeError):
     """A per-turn bound (model calls, chain depth, prompt tokens, wall clock) would be
     passed by the next model call, which is therefore not made.
 
@@ -279,7 +287,7 @@ class BudgetExhausted(UnderstandingError):
         self.bound = bound
 
 
-class UsageUnavailable(UnderstandingError):
+class UsageUnavailable(UnderstandingError, RuntimeError):
     """A turn under a prompt-token bound met a backend that does not report token usage;
     it is refused rather than guessed."""
 

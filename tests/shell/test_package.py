@@ -12,9 +12,34 @@ import sys
 PKG = pathlib.Path(boundctx.__file__).resolve().parent
 
 
-def test_public_names_are_exported_and_exist():
+def test_the_front_door_lists_what_a_user_imports():
+    # The whole list, compared: a name added to or dropped from the front door is a
+    # decision, made here too.
+    assert sorted(boundctx.__all__) == sorted([
+        "Engine", "AnalysisProgress", "Done", "Failed", "Fitted", "ReplyDelta", "ToolCall",
+        "ToolResult", "Catalog", "Understander", "Provider", "ScriptedProvider",
+        "LlamaCppProvider", "OpenAICompatibleProvider", "Entry", "History", "LineKind",
+        "Transcript", "Window", "reindex", "config", "BoundctxError", "PartialHistoryRewrite",
+        "TranscriptChanged", "TranscriptCorrupt", "TranscriptError", "TranscriptLocked",
+        "TranscriptNotFound"])
     for name in boundctx.__all__:
-        assert hasattr(boundctx, name), name
+        assert getattr(boundctx, name) is not None, name
+    assert boundctx.Transcript.__module__ == "boundctx.transcript.store"
+    assert boundctx.config.__name__ == "boundctx.config"
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        boundctx.nothing_here  # noqa: B018
+
+
+def test_the_version_is_the_one_pyproject_declares():
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    pyproject = PKG.parent.parent / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("an installed copy without its pyproject.toml")
+    assert boundctx.__version__ == tomllib.loads(pyproject.read_text())["project"]["version"]
 
 
 @pytest.mark.parametrize("name", ["lineindex", "sections", "tokenmap"])
@@ -71,3 +96,33 @@ def test_errors_inherit_the_matching_builtin():
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert issubclass(cls, Warning if name.endswith("Warning") else errors.BoundctxError), name
+
+
+def test_the_error_tree_in_the_docstring_is_the_classes_own():
+    # Each drawn line "Name(Builtin)" under its parent is a class with exactly those
+    # bases, and every error class is drawn.
+    from boundctx import errors
+
+    drawn = {}
+    stack: list[tuple[int, str]] = []
+    for line in errors.__doc__.splitlines():
+        if line.strip() == "BoundctxError":
+            stack = [(0, "BoundctxError")]
+            drawn["BoundctxError"] = (None, None)
+            continue
+        m = re.match(r"^[\s│]*[├└]── (\w+)(?:\((\w+)\))?(?:\s{2,}.*)?$", line)
+        if not m:
+            continue
+        depth = line.index("──")
+        name, builtin = m.group(1), m.group(2)
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        drawn[name] = (stack[-1][1], builtin)
+        stack.append((depth, name))
+    classes = {name: getattr(errors, name) for name in errors.__all__
+               if not name.endswith("Warning")}
+    assert set(drawn) == set(classes)
+    for name, (parent, builtin) in drawn.items():
+        bases = tuple(b.__name__ for b in classes[name].__bases__)
+        want = () if parent is None else (parent,) + ((builtin,) if builtin else ())
+        assert bases == (want or ("Exception",)), (name, bases, want)
