@@ -27,7 +27,7 @@ import pathlib
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,6 +42,8 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = ["ENVIRONMENT", "KEYS", "Key", "Settings", "config_path", "load", "resolve", "schema", "write_value"]
 
+#: The value types a setting can have, by name.
+KeyType = Literal["int", "float", "bool", "str"]
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
 
@@ -52,7 +54,7 @@ class Key(msgspec.Struct, frozen=True):
     ----------
     name : str
         ``group.key``, e.g. ``"chat.analysis_workers"``.
-    type : str
+    type : KeyType
         ``"int"``, ``"float"``, ``"bool"`` or ``"str"``.
     default : Any
     help : str
@@ -65,7 +67,7 @@ class Key(msgspec.Struct, frozen=True):
     """
 
     name: str
-    type: str
+    type: KeyType
     default: Any
     help: str
     minimum: float | None = None

@@ -11,8 +11,14 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["AnalysisProgress", "Done", "Event", "Failed", "Fitted", "ReplyDelta", "Stage", "ToolCall",
-           "ToolResult"]
+__all__ = ["AnalysisProgress", "Done", "Event", "Failed", "FinishReason", "Fitted", "Phase", "ReplyDelta",
+           "Stage", "ToolCall", "ToolResult"]
+
+
+#: What a section's analysis is at (:class:`AnalysisProgress`).
+Phase = Literal["reading", "noted", "done"]
+#: How a reply ended (:class:`Done`).
+FinishReason = Literal["stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls"]
 
 
 class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
@@ -75,8 +81,8 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     section, sections : int
     worker : int
         The logical worker (0-based) the section is assigned to.
-    phase : str
-        ``"planned"``, ``"reading"``, ``"noted"`` or ``"done"``.
+    phase : {"reading", "noted", "done"}
+        Reading the section; its notes taken; every section read.
     elapsed_s : float
         Seconds since the reply started.
     notes_tokens : int
@@ -87,7 +93,7 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     section: int
     sections: int
     worker: int
-    phase: str
+    phase: Phase
     elapsed_s: float = 0.0
     notes_tokens: int = 0
 
@@ -134,7 +140,7 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
 
     Attributes
     ----------
-    finish_reason : str
+    finish_reason : FinishReason
         ``"stop"``; ``"length"`` (cut at the reply's token budget: not a complete
         answer); ``"repetition"`` (stopped because the model repeated itself: repeated
         lines were not passed on, a phrase looping within a line was, three or four
@@ -150,13 +156,14 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
         each as the model produced it (``internal`` False); empty otherwise.
     """
 
-    finish_reason: str
+    finish_reason: FinishReason
     usage: dict[str, Any] = {}
     tool_calls: list[ToolCall] = []
 
 
 class Failed(msgspec.Struct, frozen=True, tag="failed"):
-    """The reply failed; ``error`` names the problem and what to do."""
+    """The reply failed; ``error`` names the problem and what to do, ``kind`` the
+    class of the error (``"ContextOverflow"``, ``"ServerUnreachable"``, ...)."""
 
     error: str
     kind: str = ""

@@ -126,3 +126,24 @@ def test_the_error_tree_in_the_docstring_is_the_classes_own():
         bases = tuple(b.__name__ for b in classes[name].__bases__)
         want = () if parent is None else (parent,) + ((builtin,) if builtin else ())
         assert bases == (want or ("Exception",)), (name, bases, want)
+
+
+def test_closed_sets_are_types_that_refuse_other_values():
+    # A value outside a closed set does not decode: the sets are the types.
+    import typing
+
+    import msgspec
+
+    from boundctx import config, events
+
+    assert typing.get_args(events.Phase) == ("reading", "noted", "done")
+    assert set(typing.get_args(events.FinishReason)) == {
+        "stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls"}
+    assert {k.type for k in config.KEYS.values()} <= set(typing.get_args(config.KeyType))
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"type":"done","finish_reason":"bored"}', type=events.Event)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"type":"analysis_progress","section":1,"sections":2,"worker":0,'
+                            b'"phase":"planned"}', type=events.Event)
+    done = msgspec.json.decode(b'{"type":"done","finish_reason":"tool_calls"}', type=events.Event)
+    assert done == events.Done("tool_calls")
