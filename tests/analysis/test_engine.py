@@ -93,6 +93,17 @@ def test_old_history_is_dropped_research_first_then_oldest_exchanges():
     assert not any("old question" in str(m.get("content")) for m in sent)
 
 
+def test_files_are_told_apart_by_their_place_not_their_text():
+    # A question that reads exactly like the attached file's message is still the
+    # user's message: each is analysed under its own label, the file without a header.
+    p = ScriptedProvider(Model(), context_window=8192)
+    question = {"role": "user", "content": "File a.log:\n" + LOG}
+    events = run(p, [question], files=[("a.log", LOG)])
+    fitted = events[0]
+    assert isinstance(fitted, Fitted)
+    assert sorted(fitted.analysed) == ["a.log", "the user's message"], fitted.analysed
+
+
 def test_an_input_too_big_for_the_context_is_read_in_sections_and_answered_from_notes():
     p = ScriptedProvider(Model(), context_window=8192)
     events = run(p, ASK, files=[("build.log", LOG)])

@@ -255,8 +255,6 @@ class Engine:
         final = list(fit.messages)
         originals = Originals()
         blocks: list[str] = []
-        attached = {m["content"]: (label, text) for m, (label, text) in zip(_files_as_messages(files), files)}
-
         dropped = set(fit.dropped_at)
         kept = [i for i in range(len(convo)) if i not in dropped]  # final[j] is convo[kept[j]]
 
@@ -266,14 +264,18 @@ class Engine:
             return c - shift if c < question_at else c - len(files) - shift
 
         def label_of(index: int) -> tuple[str, str]:
+            # Where final[index] came from is its place in the conversation, never its
+            # text: two files may hold the same text, and a message may read like a file.
+            c = kept[index]
+            if question_at <= c < question_at + len(files):
+                # An attached file is kept (and reread) as the file itself, without its header.
+                return files[c - question_at]
             item = final[index]
             content = str(item.get("content") or "")
-            # An attached file is kept (and reread) as the file itself, without its header.
             role = item.get("role")
-            return attached.get(content) or (
-                "the user's message" if role == "user" else
-                f"assistant message {callers_index(index)}" if role == "assistant" else
-                f"tool result {callers_index(index)}", content)
+            return ("the user's message" if role == "user" else
+                    f"assistant message {callers_index(index)}" if role == "assistant" else
+                    f"tool result {callers_index(index)}", content)
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
