@@ -78,12 +78,12 @@ def test_the_fitted_history_is_what_dropping_one_step_at_a_time_gives(seed, n, s
         assert expected is None  # only when no step fits and analysis cannot help either
         return
     if expected is None:  # no step fits: analysis, and the history that fits beside it (decision 0023)
-        assert fit.analyse
+        assert fit.analysed_at
         assert (fit.dropped_at, fit.dropped_research) == fit_analysing(msgs, count, limit, turn, system, 0, 0)[:2]
         return
     kept, dropped_at, research = expected
     assert (fit.messages, fit.dropped_at, fit.dropped_research) == (kept, dropped_at, research)
-    assert fit.dropped == len(dropped_at) and fit.analyse == [] and fit.clipped == []
+    assert fit.dropped == len(dropped_at) and fit.analysed_at == [] and fit.clipped == []
     # A handful of counts, not one per step: bounded by the bisection's worst case.
     assert len(calls) <= 2 * math.ceil(math.log2(steps + 2)) + 3
 
@@ -107,14 +107,14 @@ def test_an_analysed_turn_keeps_the_history_that_fits_beside_its_notes():
     msgs = [{"role": "user", "content": "old " * 50}, {"role": "assistant", "content": "ok " * 50},
             {"role": "user", "content": "x" * 4000}]
     fit = fit_conversation(msgs, count=count, limit=1000, analysis_on=True, notes_room=100, clip_chars=10)
-    assert fit.dropped_at == [] and fit.analyse == [2] and fit.messages[2]["content"] == "x" * 4000
+    assert fit.dropped_at == [] and fit.analysed_at == [2] and fit.messages[2]["content"] == "x" * 4000
     # Only the newer exchange fits beside the notes: the older one goes, by its indexes.
     msgs = [{"role": "user", "content": "a" * 300}, {"role": "assistant", "content": "b" * 300},
             {"role": "user", "content": "c" * 100}, {"role": "assistant", "content": "d" * 100},
             {"role": "user", "content": "x" * 4000}]
     fit = fit_conversation(msgs, count=count, limit=700, analysis_on=True, notes_room=50, item_room=50,
                            clip_chars=10)
-    assert fit.dropped_at == [0, 1] and fit.analyse == [2]
+    assert fit.dropped_at == [0, 1] and fit.analysed_at == [2]
     assert [m["content"][0] for m in fit.messages] == ["c", "d", "x"]
     # With analysis off, the clipped turn keeps the history that fits beside it too.
     tool_turn = msgs[:4] + [{"role": "user", "content": "q"},
@@ -146,13 +146,13 @@ def test_history_kept_beside_analysis_is_what_dropping_one_step_at_a_time_gives(
     except ContextOverflow:
         assert expected is None and not whole_fits
         return
-    if not fit.analyse:  # dropping history alone made it fit: the other property's case
+    if not fit.analysed_at:  # dropping history alone made it fit: the other property's case
         assert fit_by_dropping(msgs, count, limit, turn, system) is not None
         return
     dropped, research, chosen = expected
     kept = [i for i in range(len(msgs)) if i not in set(fit.dropped_at)]
     assert (fit.dropped_at, fit.dropped_research) == (dropped, research)
-    assert [kept[j] for j in fit.analyse] == chosen
+    assert [kept[j] for j in fit.analysed_at] == chosen
     assert fit.messages == [msgs[i] for i in kept]  # sent whole; the engine reads what is analysed
 
 

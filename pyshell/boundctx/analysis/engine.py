@@ -279,9 +279,9 @@ class Engine:
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
-        yield Fitted(len(convo) - shift, len(final) - len(fit.analyse) - shift, [i - shift for i in fit.dropped_at],
-                     fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analyse], limit)
-        for index in fit.analyse:
+        yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift, [i - shift for i in fit.dropped_at],
+                     fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analysed_at], limit)
+        for index in fit.analysed_at:
             item = final[index]
             label, text = label_of(index)
             notes = yield from iter_read_in_sections(provider, text, question=question, originals=originals,

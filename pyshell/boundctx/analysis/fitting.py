@@ -56,7 +56,7 @@ class Fit(msgspec.Struct):
         What to send (before analysed items are replaced by their notes).
     dropped : int
         Old messages dropped.
-    analyse : list of int
+    analysed_at : list of int
         Indexes into ``messages`` of current-turn items to analyse, largest first.
     clipped : list of int
         Indexes into ``messages`` of tool results clipped (analysis off).
@@ -68,7 +68,7 @@ class Fit(msgspec.Struct):
 
     messages: list[dict[str, Any]]
     dropped: int = 0
-    analyse: list[int] = []
+    analysed_at: list[int] = []
     clipped: list[int] = []
     dropped_at: list[int] = []
     dropped_research: int = 0
@@ -305,7 +305,7 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
             originals = {j: remaining[j] for j in analyse}
             for new_at, j in zip(at, analyse):
                 fit.messages[new_at] = dict(originals[j])
-            fit.analyse = at
+            fit.analysed_at = at
             return fit
     used = count(trial) + notes_room + item_room * len(analyse)
     raise ContextOverflow(
