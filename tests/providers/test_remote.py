@@ -1,12 +1,13 @@
 """The remote provider: against llama-cpp-python's real OpenAI-compatible server on
 loopback, and against a scripted HTTP server for the failures a real one rarely shows."""
 
+import asyncio
 import json
 import threading
 
 import pytest
 
-from boundctx.errors import ContextOverflow, ServerResponseError, ServerUnreachable
+from boundctx.errors import ConfigError, ContextOverflow, ServerResponseError, ServerTimeout, ServerUnreachable
 from boundctx.providers import TextChunk
 from boundctx.providers.remote import OpenAICompatibleProvider
 from boundctx.tokens import ByteEstimateCounter
@@ -124,21 +125,17 @@ def test_no_server_is_a_clear_error():
 
 
 def test_the_async_stream_gives_the_same_chunks_and_errors(scripted_server):
-    import asyncio
-
     pieces = [delta("hel"), delta("lo"), delta(tool_calls=[{"index": 0, "id": "c1", "function": {
         "name": "f", "arguments": "{}"}}]), delta(finish="tool_calls")]
     s = scripted_server((503, {"error": {"message": "loading"}}), (200, pieces), (200, [delta("partial "), None]))
 
     async def go():
-        p = OpenAICompatibleProvider(s.url, max_retries=1)
-        try:
+        async with OpenAICompatibleProvider(s.url, max_retries=1) as p:
             chunks = [c async for c in p.astream_chat(HI)]
             with pytest.raises(ServerUnreachable, match="not resent"):
                 [c async for c in p.astream_chat(HI)]
-            return chunks
-        finally:
-            await p.aclose()
+        assert p._client.is_closed and p._async_client is None  # both clients closed
+        return chunks
 
     chunks = asyncio.run(go())
     assert [c.text for c in chunks if isinstance(c, TextChunk)] == ["hel", "lo"]
@@ -147,14 +144,9 @@ def test_the_async_stream_gives_the_same_chunks_and_errors(scripted_server):
 
 
 def test_the_async_stream_works_against_the_real_server(server_url):
-    import asyncio
-
     async def go():
-        p = OpenAICompatibleProvider(server_url, context_window=1024)
-        try:
+        async with OpenAICompatibleProvider(server_url, context_window=1024) as p:
             return [c async for c in p.astream_chat(HI, max_tokens=6, temperature=0)]
-        finally:
-            await p.aclose()
 
     chunks = asyncio.run(go())
     assert any(isinstance(c, TextChunk) for c in chunks) and chunks[-1].reason in ("stop", "length")
@@ -168,3 +160,71 @@ def test_text_that_is_not_valid_unicode_is_refused_in_words_before_any_request(s
     with OpenAICompatibleProvider(s.url) as p, pytest.raises(GenerationError, match="not valid Unicode"):
         p.chat(bad)
     assert s.requests == []
+
+
+def test_the_base_url_is_the_servers_root_and_must_be_http():
+    with OpenAICompatibleProvider("http://127.0.0.1:9/v1/") as p:
+        assert p.base_url == "http://127.0.0.1:9"
+    assert p._client.is_closed  # leaving the block closed the connections
+    for url in ("ftp://127.0.0.1:9", "127.0.0.1:9", "http://"):
+        with pytest.raises(ConfigError, match="base_url must be http"):
+            OpenAICompatibleProvider(url)
+
+
+def test_a_fastapi_error_detail_is_the_message(scripted_server):
+    s = scripted_server((404, {"detail": "Not Found"}))
+    with OpenAICompatibleProvider(s.url) as p, pytest.raises(
+            ServerResponseError, match=r"answered 404: Not Found; is this an OpenAI-compatible server"):
+        p.chat(HI)
+
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+REFUSED_SCHEMA = (400, {"error": {"message": "unsupported response_format type: json_schema"}})
+
+
+def test_a_refused_json_schema_is_asked_again_as_json_object_and_kept_sync_and_async(scripted_server):
+    ok = (200, [delta('{"ok": true}'), delta(finish="stop")])
+    s = scripted_server(REFUSED_SCHEMA, ok, ok, REFUSED_SCHEMA, ok)
+    with OpenAICompatibleProvider(s.url, max_retries=0) as p:
+        assert p.chat(HI, schema=SCHEMA).text == '{"ok": true}'
+        assert p.chat(HI, schema=SCHEMA).text == '{"ok": true}'
+
+    async def go():
+        async with OpenAICompatibleProvider(s.url, max_retries=0) as p:
+            return [c async for c in p.astream_chat(HI, schema=SCHEMA)]
+
+    assert asyncio.run(go())[0].text == '{"ok": true}'
+    forms = [r["response_format"]["type"] for r in s.requests]
+    assert forms == ["json_schema", "json_object", "json_object", "json_schema", "json_object"]
+
+
+def test_a_stream_that_stalls_midway_is_a_timeout_sync_and_async(scripted_server):
+    s = scripted_server((200, [delta("partial "), 1.5]), (200, [delta("partial "), 1.5]))
+    stalled = r"sent nothing for 0.3 s in the middle of a reply"
+    with OpenAICompatibleProvider(s.url, timeout=0.3) as p, pytest.raises(ServerTimeout, match=stalled):
+        p.chat(HI)
+
+    async def go():
+        async with OpenAICompatibleProvider(s.url, timeout=0.3) as p:
+            with pytest.raises(ServerTimeout, match=stalled):
+                [c async for c in p.astream_chat(HI)]
+
+    asyncio.run(go())
+    assert len(s.requests) == 2  # neither was resent
+
+
+def test_an_empty_stream_asks_once_unstreamed_and_a_silent_answer_is_a_timeout_sync_and_async(scripted_server):
+    # An empty stream, then an unstreamed answer whose body never comes: reading that
+    # body fails in boundctx's words, as a stream's does, not as a bare httpx error.
+    s = scripted_server(*[(200, [None]), (200, [1.5])] * 2)
+    stalled = r"sent nothing for 0.3 s in the middle of a reply"
+    with OpenAICompatibleProvider(s.url, timeout=0.3) as p, pytest.raises(ServerTimeout, match=stalled):
+        p.chat(HI)
+
+    async def go():
+        async with OpenAICompatibleProvider(s.url, timeout=0.3) as p:
+            with pytest.raises(ServerTimeout, match=stalled):
+                [c async for c in p.astream_chat(HI)]
+
+    asyncio.run(go())
+    assert [r["stream"] for r in s.requests] == [True, False, True, False]

@@ -5,7 +5,8 @@ response shapes llama-server documents, computed with the embedded GGUF's own
 tokenizer (llama-cpp-python, vocabulary only) and its own chat template rendered
 with Jinja2. Switches reproduce older builds: endpoints that answer 404, a
 ``/tokenize`` that ignores ``parse_special``, or pieces that do not match the text.
-Every request body is recorded so tests can check what the client sent.
+Every request body, and its ``Authorization`` header, is recorded so tests can check
+what the client sent.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class LlamaServerDouble:
         self.ignore_parse_special = ignore_parse_special
         self.corrupt_pieces = corrupt_pieces
         self.requests: list[tuple[str, str, object]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.byte_list_pieces = 0  # pieces sent as byte lists (not valid UTF-8 alone)
         vocab = self.llm._model.vocab
         self._vocab_ptr = vocab
@@ -138,6 +140,7 @@ class LlamaServerDouble:
 
             def _serve(self, method):
                 n = int(self.headers.get("Content-Length") or 0)
+                double.authorizations.append(self.headers.get("Authorization"))
                 try:
                     body = json.loads(self.rfile.read(n)) if n else None
                     status, answer = double._answer(method, self.path, body)

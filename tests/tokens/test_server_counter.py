@@ -17,16 +17,17 @@ from llama_server_double import LlamaServerDouble  # noqa: E402
 from servers import free_port, llama_cpp_server, missing_server_extra  # noqa: E402
 
 from boundctx._native import tokenmap  # noqa: E402
-from boundctx.errors import BoundctxError, ConfigError  # noqa: E402
-from boundctx.tokens.estimate import ByteEstimateCounter  # noqa: E402
-from boundctx.tokens.llama import default_model_path  # noqa: E402
-from boundctx.tokens.server import (  # noqa: E402
+from boundctx.errors import (  # noqa: E402
+    BoundctxError,
+    ConfigError,
     InexactCountWarning,
-    LlamaServerCounter,
     ServerResponseError,
     ServerTimeout,
     ServerUnreachable,
 )
+from boundctx.tokens.estimate import ByteEstimateCounter  # noqa: E402
+from boundctx.tokens.llama import default_model_path  # noqa: E402
+from boundctx.tokens.server import LlamaServerCounter  # noqa: E402
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],
@@ -148,6 +149,17 @@ def test_the_openai_base_url_of_the_server_is_accepted(double):
         assert c.url == double.url and c.count_text("hello world") == 2
 
 
+def test_an_api_key_is_sent_as_a_bearer_token_with_every_request(double):
+    double.authorizations.clear()
+    with LlamaServerCounter(double.url, timeout=10, api_key="k-1") as c:
+        assert c.count_text("hello world") == 2
+    assert double.authorizations and set(double.authorizations) == {"Bearer k-1"}
+    double.authorizations.clear()
+    with LlamaServerCounter(double.url, timeout=10) as c:
+        c.count_text("hello world")
+    assert double.authorizations and set(double.authorizations) == {None}
+
+
 def test_pieces_that_cannot_match_the_text_are_an_error_not_a_guess():
     with started_double(corrupt_pieces=True) as (_, c):
         with pytest.raises(ServerResponseError, match="do not match the text"):
@@ -196,8 +208,6 @@ def test_an_endpoint_vanishing_later_switches_to_the_estimate_once():
             assert c.count_text("héllo") == 6
             assert c.count_text("héllo") == 6
         assert len(record) == 1 and c.exact is False
-
-
 
 
 def test_llama_cpp_python_server_has_no_tokenizer_endpoints_so_the_estimate_is_used(

@@ -21,23 +21,22 @@ from typing import Any
 
 import httpx
 
+from boundctx._http import bearer, error_detail, map_httpx_exceptions, retry_delay, server_root
 from boundctx.errors import (
     ConfigError,
     ContextOverflow,
     GenerationError,
     GenerationTimeout,
     ServerResponseError,
-    ServerTimeout,
     ServerUnreachable,
 )
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk, make_request
-from boundctx.tokens.base import Message
-from boundctx.tokens.base import TokenCounter
+from boundctx.tokens.base import Message, TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
 __all__ = ["OpenAICompatibleProvider"]
 
-_RETRY_STATUS = (429, 503)
+_CHAT = "/v1/chat/completions"
 
 
 def _check_unicode(body: dict[str, Any]) -> None:
@@ -54,6 +53,9 @@ def _check_unicode(body: dict[str, Any]) -> None:
 
 class OpenAICompatibleProvider(Provider):
     """A chat model behind an OpenAI-compatible HTTP API.
+
+    A context manager: leaving the ``with`` block closes its connections
+    (:meth:`close`; ``async with`` and :meth:`aclose` for :meth:`astream_chat`).
 
     Parameters
     ----------
@@ -79,28 +81,29 @@ class OpenAICompatibleProvider(Provider):
     def __init__(self, base_url: str, *, model: str = "default", api_key: str | None = None,
                  context_window: int = 8192, counter: TokenCounter | None = None, timeout: float = 60.0,
                  max_retries: int = 2, transport: httpx.BaseTransport | None = None) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
         if not timeout > 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
         if max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
         if context_window < 16:
             raise ConfigError(f"context_window must be >= 16 tokens, got {context_window}")
-        base = base_url.rstrip("/")
-        self.base_url = base[:-3] if base.endswith("/v1") else base
+        self.base_url = server_root(base_url)
         self.model = model
         self.context_window = context_window
         self.counter = counter if counter is not None else ByteEstimateCounter()
         self.timeout = timeout
         self.max_retries = max_retries
+        self._chat_url = self.base_url + _CHAT
         self._schema_style = "json_schema"
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = bearer(api_key)
         self._client = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=timeout,
                                     transport=transport)
         self._async_client: httpx.AsyncClient | None = None
 
+    # -- lifecycle ----------------------------------------------------------------------
+
     def close(self) -> None:
+        """Close the connections of the sync client (:meth:`aclose` closes both)."""
         self._client.close()
 
     async def aclose(self) -> None:
@@ -116,12 +119,20 @@ class OpenAICompatibleProvider(Provider):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> OpenAICompatibleProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     # -- one request ------------------------------------------------------------------
 
-    def _body(self, request: ChatRequest) -> dict[str, Any]:
+    def _body(self, request: ChatRequest, *, stream: bool = True) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": request.messages,
                                 "max_tokens": request.max_tokens, "temperature": request.temperature,
-                                "stream": True, "stream_options": {"include_usage": True}}
+                                "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
         if request.stop:
             body["stop"] = request.stop
         if request.tools:
@@ -135,51 +146,43 @@ class OpenAICompatibleProvider(Provider):
         _check_unicode(body)
         return body
 
-    # Retry policy, shared by the sync and async paths: a send that failed before any
-    # response (refused, or a kept-alive connection the server had already dropped) and
-    # a 429/503 answer are tried again; nothing had reached us, so it is safe.
-    _UNSENT = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+    def _other_schema_form(self, request: ChatRequest, exc: ServerResponseError) -> bool:
+        """True when a server refused OpenAI's json_schema form before generating
+        anything: the request is then sent once more in the other common form, which is
+        kept for later requests."""
+        if request.schema is None or self._schema_style != "json_schema" or "response_format" not in str(exc):
+            return False
+        self._schema_style = "json_object"
+        return True
 
-    def _unsent(self, exc: Exception, attempt: int) -> float:
-        """Seconds to wait before trying again, or raise when out of attempts."""
-        url = f"{self.base_url}/v1/chat/completions"
-        if isinstance(exc, httpx.TimeoutException):
-            raise ServerTimeout(f"{url} did not answer within {self.timeout:g} s") from exc
-        if attempt == self.max_retries:
-            raise ServerUnreachable(
-                f"cannot connect to {url} ({exc}); start the server or pass the right base_url") from exc
-        return 0.2 * 2 ** attempt
-
-    def _busy_wait(self, response: httpx.Response, attempt: int) -> float | None:
-        """Seconds to wait when the server is busy and attempts remain, else None."""
-        if response.status_code in _RETRY_STATUS and attempt < self.max_retries:
-            return min(_retry_after(response) or 0.5 * 2 ** attempt, 10.0)
-        return None
+    # The sync and async loops below are one retry policy (retry_delay) through one
+    # exception mapper; they differ only by await.
 
     def _open(self, body: dict[str, Any]) -> httpx.Response:
-        """The streaming response, after the retries that are safe."""
-        url = f"{self.base_url}/v1/chat/completions"
+        """The response (its body not yet read), after the retries that are safe."""
         for attempt in range(self.max_retries + 1):
             try:
-                response = self._client.send(self._client.build_request("POST", "/v1/chat/completions", json=body),
-                                             stream=True)
-            except (*self._UNSENT, httpx.TimeoutException) as exc:
-                time.sleep(self._unsent(exc, attempt))
+                with map_httpx_exceptions(self._chat_url, self.timeout, during="connect"):
+                    response = self._client.send(self._client.build_request("POST", _CHAT, json=body), stream=True)
+            except ServerUnreachable as exc:
+                wait = retry_delay(exc, attempt, self.max_retries)
+                if wait is None:
+                    raise
+                time.sleep(wait)
                 continue
-            wait = self._busy_wait(response, attempt)
+            wait = retry_delay(response, attempt, self.max_retries)
             if wait is not None:
                 response.close()
                 time.sleep(wait)
                 continue
             if response.status_code >= 400:
-                try:
-                    response.read()
-                except httpx.TransportError as exc:
-                    raise ServerUnreachable(f"{url} answered {response.status_code} and dropped the "
-                                            f"connection before saying why ({exc})") from exc
-                finally:
-                    response.close()
-                raise self._error(url, response)
+                with map_httpx_exceptions(self._chat_url, self.timeout, during="error_body",
+                                          status=response.status_code):
+                    try:
+                        response.read()
+                    finally:
+                        response.close()
+                raise self._error(response)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -189,30 +192,91 @@ class OpenAICompatibleProvider(Provider):
             self._async_client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
                                                    timeout=self.timeout)
         client = self._async_client
-        url = f"{self.base_url}/v1/chat/completions"
         for attempt in range(self.max_retries + 1):
             try:
-                response = await client.send(client.build_request("POST", "/v1/chat/completions", json=body),
-                                             stream=True)
-            except (*self._UNSENT, httpx.TimeoutException) as exc:
-                await asyncio.sleep(self._unsent(exc, attempt))
+                with map_httpx_exceptions(self._chat_url, self.timeout, during="connect"):
+                    response = await client.send(client.build_request("POST", _CHAT, json=body), stream=True)
+            except ServerUnreachable as exc:
+                wait = retry_delay(exc, attempt, self.max_retries)
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
                 continue
-            wait = self._busy_wait(response, attempt)
+            wait = retry_delay(response, attempt, self.max_retries)
             if wait is not None:
                 await response.aclose()
                 await asyncio.sleep(wait)
                 continue
             if response.status_code >= 400:
-                try:
-                    await response.aread()
-                except httpx.TransportError as exc:
-                    raise ServerUnreachable(f"{url} answered {response.status_code} and dropped the "
-                                            f"connection before saying why ({exc})") from exc
-                finally:
-                    await response.aclose()
-                raise self._error(url, response)
+                with map_httpx_exceptions(self._chat_url, self.timeout, during="error_body",
+                                          status=response.status_code):
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
+                raise self._error(response)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _error(self, response: httpx.Response) -> Exception:
+        message, error = error_detail(response)
+        if error is not None and (error.get("type") == "exceed_context_size_error"
+                                  or error.get("code") == "context_length_exceeded"
+                                  or "context" in message.lower() and response.status_code == 400):
+            if isinstance(self.counter, ByteEstimateCounter):
+                self.counter.observe_overflow()
+            # llama-server gives the numbers as fields; OpenAI-style servers in words
+            # ("maximum context length is 512 tokens. However, you requested 741").
+            n_ctx, n_prompt = error.get("n_ctx"), error.get("n_prompt_tokens")
+            words = re.search(r"maximum context length is (\d+) tokens.*?requested (\d+)", message, re.S)
+            if words and not isinstance(n_ctx, int):
+                n_ctx, n_prompt = int(words.group(1)), int(words.group(2))
+            return ContextOverflow(f"the server refused the prompt: {message}",
+                                   prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
+                                   context_window=n_ctx if isinstance(n_ctx, int) else None)
+        hint = {401: "; the server wants an API key (api_key=, or --api-key / BOUNDCTX_API_KEY on the command line)",
+                403: "; the API key was refused: check its permissions",
+                404: "; is this an OpenAI-compatible server (POST /v1/chat/completions)?"}.get(
+                    response.status_code, "")
+        return ServerResponseError(f"POST {self._chat_url} answered {response.status_code}: {message}{hint}")
+
+    # -- the stream ---------------------------------------------------------------------
+
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+        prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
+        self._check_fits(prompt_tokens, request.max_tokens)
+        started = time.monotonic()
+        try:
+            response = self._open(self._body(request))
+        except ServerResponseError as exc:
+            if not self._other_schema_form(request, exc):
+                raise
+            response = self._open(self._body(request))
+        state = _StreamState(self.base_url)
+        try:
+            with map_httpx_exceptions(self.base_url, self.timeout, during="stream"):
+                for line in response.iter_lines():
+                    if state.interrupted(cancel, started, timeout_s):
+                        break
+                    if state.feed(line):
+                        yield from state.pending()
+                    if state.done:
+                        break
+        finally:
+            response.close()
+        if state.empty:
+            # Some servers (llama-cpp-python's) answer 200 and then close an empty stream
+            # when the request fails, e.g. a prompt over the window. Nothing was
+            # generated, so asking once without streaming is safe and gets the error.
+            response = self._open(self._body(request, stream=False))
+            try:
+                with map_httpx_exceptions(self.base_url, self.timeout, during="stream"):
+                    response.read()
+            finally:
+                response.close()
+            yield from _unstreamed_chunks(response, prompt_tokens)
+            return
+        yield from state.close(self, request, prompt_tokens)
 
     async def astream_chat(self, messages: Sequence[Message], *,
                            tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
@@ -228,14 +292,13 @@ class OpenAICompatibleProvider(Provider):
         started = time.monotonic()
         try:
             response = await self._aopen(self._body(request))
-        except ServerResponseError as exc:  # as in _stream: the other response_format form, once
-            if request.schema is None or self._schema_style != "json_schema" or "response_format" not in str(exc):
+        except ServerResponseError as exc:
+            if not self._other_schema_form(request, exc):
                 raise
-            self._schema_style = "json_object"
             response = await self._aopen(self._body(request))
         state = _StreamState(self.base_url)
         try:
-            try:
+            with map_httpx_exceptions(self.base_url, self.timeout, during="stream"):
                 async for line in response.aiter_lines():
                     if state.interrupted(cancel, started, timeout_s):
                         break
@@ -244,18 +307,13 @@ class OpenAICompatibleProvider(Provider):
                             yield chunk
                     if state.done:
                         break
-            except httpx.TimeoutException as exc:
-                raise ServerTimeout(f"{self.base_url} sent nothing for {self.timeout:g} s in the middle of a "
-                                    "reply") from exc
-            except httpx.TransportError as exc:
-                raise ServerUnreachable(f"the connection to {self.base_url} broke in the middle of a reply "
-                                        f"({exc}); the reply was not resent") from exc
         finally:
             await response.aclose()
         if state.empty:  # as in _stream: ask once without streaming to learn why
-            response = await self._aopen(self._unstreamed_body(request))
+            response = await self._aopen(self._body(request, stream=False))
             try:
-                await response.aread()
+                with map_httpx_exceptions(self.base_url, self.timeout, during="stream"):
+                    await response.aread()
             finally:
                 await response.aclose()
             for chunk in _unstreamed_chunks(response, prompt_tokens):
@@ -263,78 +321,6 @@ class OpenAICompatibleProvider(Provider):
             return
         for chunk in state.close(self, request, prompt_tokens):
             yield chunk
-
-    def _error(self, url: str, response: httpx.Response) -> Exception:
-        try:
-            detail = response.json()
-        except ValueError:
-            detail = None
-        error = detail.get("error") if isinstance(detail, dict) else None
-        message = (error.get("message") if isinstance(error, dict) else error) or response.text[:500]
-        if isinstance(error, dict) and (error.get("type") == "exceed_context_size_error"
-                                        or error.get("code") == "context_length_exceeded"
-                                        or "context" in str(message).lower() and response.status_code == 400):
-            if isinstance(self.counter, ByteEstimateCounter):
-                self.counter.observe_overflow()
-            # llama-server gives the numbers as fields; OpenAI-style servers in words
-            # ("maximum context length is 512 tokens. However, you requested 741").
-            n_ctx, n_prompt = error.get("n_ctx"), error.get("n_prompt_tokens")
-            words = re.search(r"maximum context length is (\d+) tokens.*?requested (\d+)", str(message), re.S)
-            if words and not isinstance(n_ctx, int):
-                n_ctx, n_prompt = int(words.group(1)), int(words.group(2))
-            return ContextOverflow(f"the server refused the prompt: {message}",
-                                   prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
-                                   context_window=n_ctx if isinstance(n_ctx, int) else None)
-        hint = {401: "; the server wants an API key (api_key=, or --api-key / BOUNDCTX_API_KEY on the command line)",
-                403: "; the API key was refused: check its permissions",
-                404: "; is this an OpenAI-compatible server (POST /v1/chat/completions)?"}.get(
-                    response.status_code, "")
-        return ServerResponseError(f"POST {url} answered {response.status_code}: {message}{hint}")
-
-    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
-        prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
-        self._check_fits(prompt_tokens, request.max_tokens)
-        started = time.monotonic()
-        try:
-            response = self._open(self._body(request))
-        except ServerResponseError as exc:
-            # A server that refuses OpenAI's json_schema form before generating anything:
-            # ask once more in the other common form, and keep using it.
-            if request.schema is None or self._schema_style != "json_schema" or "response_format" not in str(exc):
-                raise
-            self._schema_style = "json_object"
-            response = self._open(self._body(request))
-        state = _StreamState(self.base_url)
-        try:
-            for line in _lines(response, self.base_url, self.timeout):
-                if state.interrupted(cancel, started, timeout_s):
-                    break
-                if state.feed(line):
-                    yield from state.pending()
-                if state.done:
-                    break
-        finally:
-            response.close()
-        if state.empty:
-            # Some servers (llama-cpp-python's) answer 200 and then close an empty stream
-            # when the request fails, e.g. a prompt over the window. Nothing was
-            # generated, so asking once without streaming is safe and gets the error.
-            yield from self._without_streaming(request, prompt_tokens)
-            return
-        yield from state.close(self, request, prompt_tokens)
-
-    def _unstreamed_body(self, request: ChatRequest) -> dict[str, Any]:
-        body = {**self._body(request), "stream": False}
-        body.pop("stream_options")
-        return body
-
-    def _without_streaming(self, request: ChatRequest, prompt_tokens: int) -> Iterator[Chunk]:
-        response = self._open(self._unstreamed_body(request))
-        try:
-            response.read()
-        finally:
-            response.close()
-        yield from _unstreamed_chunks(response, prompt_tokens)
 
 
 def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int) -> list[Chunk]:
@@ -404,7 +390,8 @@ class _StreamState:
             if delta.get("content"):
                 self._text.append(delta["content"])
             for call in delta.get("tool_calls") or ():
-                slot = self.calls.setdefault(call.get("index", len(self.calls)), {"id": "", "name": "", "arguments": ""})
+                slot = self.calls.setdefault(call.get("index", len(self.calls)),
+                                             {"id": "", "name": "", "arguments": ""})
                 fn = call.get("function") or {}
                 slot["id"] = call.get("id") or slot["id"]
                 slot["name"] += fn.get("name") or ""
@@ -437,20 +424,3 @@ class _StreamState:
         out.append(Finish(self.reason, reported if isinstance(reported, int) else prompt_tokens,
                           self.usage.get("completion_tokens"), usage_estimated=not isinstance(reported, int)))
         return out
-
-
-def _lines(response: httpx.Response, base_url: str, timeout: float) -> Iterator[str]:
-    try:
-        yield from response.iter_lines()
-    except httpx.TimeoutException as exc:
-        raise ServerTimeout(f"{base_url} sent nothing for {timeout:g} s in the middle of a reply") from exc
-    except httpx.TransportError as exc:
-        raise ServerUnreachable(f"the connection to {base_url} broke in the middle of a reply ({exc}); "
-                                "the reply was not resent") from exc
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        return float(response.headers.get("retry-after", ""))
-    except ValueError:
-        return None

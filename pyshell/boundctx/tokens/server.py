@@ -44,26 +44,18 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 import msgspec
 import numpy as np
 
-from boundctx.errors import ConfigError
+from boundctx._http import bearer, error_detail, map_httpx_exceptions, server_root
+from boundctx.errors import ConfigError, InexactCountWarning, ServerResponseError
 from boundctx.tokens.base import Message, TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 from boundctx.tokens.llama import align_pieces
-
-from boundctx.errors import (
-    InexactCountWarning,
-    ServerResponseError,
-    ServerTimeout,
-    ServerUnreachable,
-)
-
 
 __all__ = ["LlamaServerCounter", "LlamaServerProps"]
 
@@ -127,15 +119,6 @@ class _Piece(msgspec.Struct):
 
 class _TokenPieces(msgspec.Struct):
     tokens: list[_Piece]
-
-
-class _ErrorDetail(msgspec.Struct):
-    message: str | None = None
-
-
-class _ErrorBody(msgspec.Struct):
-    error: _ErrorDetail | str | None = None
-    detail: Any = None  # FastAPI servers (llama_cpp.server) answer {"detail": ...}
 
 
 class _EndpointMissing(Exception):
@@ -233,23 +216,13 @@ class LlamaServerCounter(TokenCounter):
                  client: httpx.Client | None = None) -> None:
         if not (timeout > 0):
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}")
-        url = base_url.strip().rstrip("/")
-        if url.endswith("/v1"):
-            url = url[: -len("/v1")]
-        try:
-            parsed = httpx.URL(url)
-        except httpx.InvalidURL as exc:
-            raise ConfigError(f"not a server URL: {base_url!r} ({exc})") from None
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ConfigError(f"the llama-server URL must be http(s)://host[:port], got {base_url!r}")
-        self.url = url
+        self.url = server_root(base_url, what="the llama-server URL")
         self.timeout = float(timeout)
         self.chat_template_kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
         self.estimate = estimate if estimate is not None else ByteEstimateCounter()
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._own_client = client is None
         self._client = client if client is not None else httpx.Client(timeout=self.timeout)
-        self._headers = headers
+        self._headers = bearer(api_key)
         self._lock = threading.Lock()
         self._mode: str | None = None
         self._props: LlamaServerProps | None = None
@@ -493,21 +466,6 @@ class LlamaServerCounter(TokenCounter):
                 "parse_special": parse_special, "with_pieces": with_pieces}
         return self._request("POST", "/tokenize", body, _TokenPieces if with_pieces else _TokenIds)
 
-    @contextmanager
-    def _map_httpx_exceptions(self, method: str, path: str) -> Iterator[None]:
-        try:
-            yield
-        except httpx.TimeoutException as exc:
-            raise ServerTimeout(
-                f"the llama-server at {self.url} did not answer {method} {path} within "
-                f"{self.timeout:g} s ({type(exc).__name__}); it may be busy or still loading "
-                "its model: try again, or pass a larger timeout=") from exc
-        except httpx.TransportError as exc:
-            raise ServerUnreachable(
-                f"cannot reach the llama-server at {self.url} ({exc or type(exc).__name__}): "
-                "start it (llama-server -m MODEL.gguf --port PORT) or pass the URL it "
-                "listens on") from exc
-
     def _request(self, method: str, path: str, body: Any, shape: type | None) -> Any:
         """Send one request; decode a 2xx body as ``shape`` (the raw bytes for None)."""
         # Encoding first: a text msgspec cannot send fails before any connection.
@@ -515,7 +473,7 @@ class LlamaServerCounter(TokenCounter):
         headers = dict(self._headers)
         if content is not None:
             headers["Content-Type"] = "application/json"
-        with self._map_httpx_exceptions(method, path):
+        with map_httpx_exceptions(self.url, self.timeout, during="request", request=f"{method} {path}"):
             response = self._client.request(method, self.url + path, content=content,
                                             headers=headers, timeout=self.timeout)
         status = response.status_code
@@ -535,21 +493,12 @@ class LlamaServerCounter(TokenCounter):
 
     def _status_message(self, method: str, path: str, response: httpx.Response) -> str:
         status = response.status_code
-        try:
-            err = msgspec.json.decode(response.content, type=_ErrorBody)
-            if isinstance(err.error, _ErrorDetail):
-                said = err.error.message
-            else:
-                said = err.error if err.error is not None else err.detail
-        except msgspec.DecodeError:
-            said = response.text[:300]
-        if said is not None and not isinstance(said, str):
-            said = msgspec.json.encode(said).decode()[:300]
-        text = f"{method} {self.url}{path} failed with HTTP {status}: {said or response.reason_phrase}"
+        said, _ = error_detail(response)
+        text = f"{method} {self.url}{path} failed with HTTP {status}: {said}"
         if status in (401, 403):
             text += " (pass api_key= with the key the server was started with, --api-key)"
         elif status == 503:
             text += " (the server is still loading its model or is overloaded: try again)"
-        elif isinstance(said, str) and "--jinja" in said:
+        elif "--jinja" in said:
             text += " (start llama-server with --jinja to send tools)"
         return text
