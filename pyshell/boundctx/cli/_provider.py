@@ -76,13 +76,12 @@ def served_model(base_url: str, api_key: str | None) -> str | None:
     missing, fails, or names several (then ``--model`` must choose)."""
     import httpx
 
-    base = base_url.rstrip("/")
-    base = base[:-3] if base.endswith("/v1") else base
+    from boundctx._http import bearer, server_root
+
     try:
-        r = httpx.get(base + "/v1/models", timeout=5,
-                      headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+        r = httpx.get(server_root(base_url) + "/v1/models", timeout=5, headers=bearer(api_key))
         data = r.json().get("data") if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except (httpx.HTTPError, ValueError, AttributeError):  # a bad base_url is a ConfigError(ValueError)
         return None
     ids = [m.get("id") for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
     return ids[0] if len(ids) == 1 else None
