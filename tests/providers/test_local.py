@@ -172,3 +172,71 @@ def test_an_abandoned_stream_gives_the_model_back_when_it_is_dropped(local):
     next(abandoned)
     del abandoned  # no reference left: the generator is finalised and its lock released
     assert local.chat(HI, max_tokens=2, temperature=0, timeout_s=5).finish.completion_tokens >= 1
+
+
+# -- turns: a caller holds the model across the generations it makes -----------------
+
+
+def test_a_turn_holds_the_model_for_its_generations_and_others_wait_for_it(local):
+    from boundctx.errors import GenerationTimeout
+
+    with local.turn():
+        assert INFERENCE_LOCK.locked()
+        # This thread's generations run one after another without waiting again ...
+        assert local.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1
+        with local.turn():  # a turn inside a turn holds nothing more
+            assert local.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1
+        assert INFERENCE_LOCK.locked()
+        # ... and another thread's generation waits for the turn to end.
+        failed = []
+
+        def other():
+            try:
+                local.chat(HI, max_tokens=2, temperature=0, timeout_s=0.2)
+            except GenerationTimeout as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert len(failed) == 1 and "held the model for 0.2 s" in str(failed[0])
+    assert not INFERENCE_LOCK.locked()
+    assert local.chat(HI, max_tokens=2, temperature=0, timeout_s=5).finish.completion_tokens >= 1
+
+
+def test_a_second_generation_begun_in_a_turn_before_the_first_ends_is_refused(local):
+    from boundctx.errors import GenerationError
+
+    with local.turn():
+        first = local.stream_chat(HI, max_tokens=8, temperature=0)
+        next(first)
+        with pytest.raises(GenerationError, match="still running"):
+            local.chat(HI, max_tokens=2, temperature=0)
+        first.close()
+        assert local.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1
+    assert not INFERENCE_LOCK.locked()
+
+
+def test_a_turn_waits_for_a_generation_in_progress_within_its_limit(local):
+    from boundctx.errors import GenerationTimeout
+
+    left_open = local.stream_chat(HI, max_tokens=8, temperature=0)
+    next(left_open)  # the lock is held, the stream suspended
+    try:
+        with pytest.raises(GenerationTimeout, match="held the model for 0.2 s"):
+            with local.turn(timeout_s=0.2):
+                pass  # pragma: no cover
+    finally:
+        left_open.close()
+    with local.turn(timeout_s=5):
+        assert INFERENCE_LOCK.locked()
+
+
+def test_with_frees_the_model_and_close_in_a_turn_does_not_wait_for_the_turn():
+    with LlamaCppProvider(n_ctx=256, n_threads=1) as provider:
+        with provider.turn():
+            assert provider.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1
+            provider.close()
+            assert provider._llm is None
+        assert provider.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1  # loaded again
+    assert provider._llm is None and not INFERENCE_LOCK.locked()

@@ -86,3 +86,78 @@ def test_bad_options_are_refused():
         p.chat(HI, max_tokens=0)
     with pytest.raises(ValueError, match="timeout_s"):
         p.chat(HI, timeout_s=0)
+
+
+# -- the provider interface, on its scripted twin ------------------------------------
+
+
+def test_a_ready_request_is_streamed_as_it_is():
+    from boundctx.providers.base import make_request
+
+    p = ScriptedProvider(lambda req: "ok")
+    request = make_request(HI, tools=None, max_tokens=9, temperature=0, stop=None, schema=None, timeout_s=None)
+    assert [c.text for c in p.stream(request) if isinstance(c, TextChunk)] == ["ok"]
+    assert p.requests[0] is request
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        p.stream(request, timeout_s=0)
+
+
+def test_stream_chat_builds_the_request_and_sends_it_through_stream():
+    class Watched(ScriptedProvider):
+        def stream(self, request, *, cancel=None, timeout_s=None):
+            sent.append((request, timeout_s))
+            return super().stream(request, cancel=cancel, timeout_s=timeout_s)
+
+    sent = []
+    p = Watched(lambda req: "ok")
+    assert p.chat(HI, max_tokens=5, temperature=0.5, timeout_s=2.0).text == "ok"
+    (request, timeout_s), = sent
+    assert (request.max_tokens, request.temperature, timeout_s) == (5, 0.5, 2.0) and p.requests == [request]
+
+
+def test_a_provider_that_does_not_serialise_gives_a_turn_at_once():
+    p = ScriptedProvider(lambda req: "ok")
+    assert p.serialises is False
+    with p.turn(timeout_s=0.001), p.turn():  # nothing held: nested and in any thread
+        done = []
+        worker = threading.Thread(target=lambda: done.append(p.chat(HI).text))
+        worker.start()
+        worker.join(5)
+        assert done == ["ok"]
+
+
+def test_with_closes_the_provider():
+    class Closing(ScriptedProvider):
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    with Closing(lambda req: "ok") as p:
+        assert p.chat(HI).text == "ok"
+    assert p.closed == 1
+    with ScriptedProvider(lambda req: "ok") as plain:  # close() is a no-op by default
+        pass
+    assert plain.chat(HI).text == "ok"
+
+
+def test_every_finish_reason_is_in_the_closed_set():
+    import typing
+
+    import msgspec
+
+    from boundctx.providers import ScriptedReply
+    from boundctx.providers.base import FinishReason
+
+    cancel = threading.Event()
+    cancel.set()
+    reasons = {
+        ScriptedProvider(lambda req: "hi").chat(HI).finish.reason,
+        ScriptedProvider(lambda req: "x" * 50).chat(HI, max_tokens=2).finish.reason,
+        ScriptedProvider(lambda req: [ToolCallChunk("c", "f", "{}")]).chat(HI).finish.reason,
+        ScriptedProvider(lambda req: ["a"]).chat(HI, cancel=cancel).finish.reason,
+        ScriptedProvider(lambda req: ScriptedReply("", "content_filter")).chat(HI).finish.reason,
+    }
+    assert reasons == set(typing.get_args(FinishReason))
+    with pytest.raises(msgspec.ValidationError, match="Invalid enum value 'eof'"):
+        msgspec.convert({"reason": "eof"}, Finish)

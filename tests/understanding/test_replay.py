@@ -120,3 +120,39 @@ def test_a_replay_that_differs_from_its_recording_says_so(tmp_path):
     from boundctx.understanding import TaskConfig
     with pytest.raises(ReplayDiverged, match="record it again"):
         replay_turn(str(path), "turn-1", catalog(), tasks={"route": TaskConfig(instructions="Route it.")})
+
+
+def test_plans_prompts_and_messages_are_hashed_as_one_canonical_json():
+    """Keys sorted, no spaces, characters as they are: the one form all three hashes
+    take (a lone surrogate a message may hold included)."""
+    import hashlib
+
+    from boundctx.understanding.replay import messages_hash, prompt_hash
+
+    def sha(value):
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    plan = run(Oracle(GOLD, RECORDS), ReplayLog())
+    data = msgspec.to_builtins(plan)
+    data["budget"]["wall_s"] = 0
+    assert plan_hash(plan) == sha(data)
+    odd = [{"role": "user", "content": "caf\u00e9 \ud800"}]
+    assert messages_hash(odd) == sha(odd)
+    assert prompt_hash({"messages": odd}) == sha({"messages": odd})
+    lone = msgspec.structs.replace(plan, units=[msgspec.structs.replace(plan.units[0], text="\ud800")])
+    assert plan_hash(lone) != plan_hash(plan)
+
+
+def test_a_log_line_outside_the_closed_sets_is_refused_when_read(tmp_path):
+    path = tmp_path / "replay.jsonl"
+    with ReplayLog(str(path)) as log:
+        run(Oracle(GOLD, RECORDS), log)
+    lines = path.read_text().splitlines()
+    for field, line_no in (("role", 1), ("status", len(lines) - 1)):
+        bad = tmp_path / f"bad-{field}.jsonl"
+        record = json.loads(lines[line_no])
+        record[field] = "guessed"
+        bad.write_text("\n".join(lines[:line_no] + [json.dumps(record)] + lines[line_no + 1:]) + "\n")
+        with pytest.raises(msgspec.ValidationError, match=f"Invalid enum value 'guessed' - at `\\$.{field}`"):
+            read_attempts(str(bad))

@@ -42,3 +42,22 @@ def test_gaps_skip_connectors_and_keep_everything_else():
     units = [Unit("u1", "Book Sakura", 0, 11)]
     assert [g.text for g in gaps(message, units)] == ["and please, no shellfish"]
     assert gaps("Book Sakura and please", units) == []
+
+
+def test_the_task_kinds_are_one_closed_set_with_a_prompt_and_a_budget_each():
+    import typing
+
+    from boundctx.understanding.tasks import INSTRUCTIONS, MAX_TOKENS, TASK_KINDS, TaskKind
+
+    kinds = typing.get_args(TaskKind)
+    assert kinds == TASK_KINDS + ("single_call",)
+    assert set(INSTRUCTIONS) == set(MAX_TOKENS) == set(kinds)
+
+
+def test_the_whole_plan_call_is_the_single_call_baseline():
+    from booking import RECORDS, catalog
+    from boundctx.understanding.tasks import whole_plan_call
+
+    call = whole_plan_call("cancel the Luigi's booking", catalog().operations, RECORDS, max_acts=4)
+    assert (call.kind, call.unit, call.key) == ("single_call", None, "")
+    assert call.schema["properties"]["acts"]["maxItems"] == 4

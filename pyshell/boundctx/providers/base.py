@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from boundctx.errors import ContextOverflow
 from boundctx.tokens.base import Message, TokenCounter
 
-__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "TextChunk", "ToolCallChunk", "make_request"]
+__all__ = ["ChatRequest", "Finish", "FinishReason", "Provider", "Reply", "TextChunk", "ToolCallChunk", "make_request"]
+
+#: Why a stream ended: the OpenAI set (a remote server's own reason is passed on), and
+#: ``"cancelled"`` when the caller's cancel event stopped it.
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "cancelled"]
 
 
 class TextChunk(msgspec.Struct, frozen=True):
@@ -33,8 +38,9 @@ class Finish(msgspec.Struct, frozen=True):
 
     Attributes
     ----------
-    reason : str
-        ``"stop"``, ``"length"``, ``"tool_calls"`` or ``"cancelled"``.
+    reason : FinishReason
+        ``"stop"``, ``"length"``, ``"tool_calls"``, ``"content_filter"`` (a remote
+        server's filter) or ``"cancelled"``.
     prompt_tokens, completion_tokens : int or None
         As counted (local) or reported (remote).
     usage_estimated : bool
@@ -42,7 +48,7 @@ class Finish(msgspec.Struct, frozen=True):
         (conservative) count. A token budget that must not guess treats it as absent.
     """
 
-    reason: str
+    reason: FinishReason
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     usage_estimated: bool = False
@@ -86,7 +92,8 @@ class Provider(ABC):
     """A chat model.
 
     Subclasses implement :meth:`_stream` and set ``counter`` (the model's token counter)
-    and ``context_window``.
+    and ``context_window``. A provider that holds resources (a model, connections)
+    frees them in :meth:`close`; ``with provider:`` closes it on the way out.
     """
 
     name: str = "provider"
@@ -97,7 +104,8 @@ class Provider(ABC):
     #: Whether replies carry token usage. False refuses a token-bounded turn up front;
     #: a reply that comes back without usage anyway exhausts the bound (never guessed).
     reports_usage: bool = True
-    #: Whether generations run one at a time whatever the caller does (local models).
+    #: Whether generations run one at a time whatever the caller does (local models):
+    #: :meth:`turn` then waits for the model.
     serialises: bool = False
 
     def count_prompt(self, messages: Sequence[Message], *,
@@ -111,7 +119,8 @@ class Provider(ABC):
                     schema: Mapping[str, Any] | None = None, cancel: Any = None,
                     timeout_s: float | None = None) -> Iterator[Chunk]:
         """Stream a completion: :class:`TextChunk` and :class:`ToolCallChunk`, then one
-        :class:`Finish`.
+        :class:`Finish` (the request is built by :func:`make_request` and sent by
+        :meth:`stream`).
 
         Parameters
         ----------
@@ -139,12 +148,53 @@ class Provider(ABC):
         """
         request = make_request(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stop=stop,
                                schema=schema, timeout_s=timeout_s)
+        return self.stream(request, cancel=cancel, timeout_s=timeout_s)
+
+    def stream(self, request: ChatRequest, *, cancel: Any = None, timeout_s: float | None = None) -> Iterator[Chunk]:
+        """Stream the completion of a request built by :func:`make_request`, as it is:
+        a caller that keeps the request (to hash or log it) sends that very request.
+
+        ``cancel`` and ``timeout_s`` are :meth:`stream_chat`'s. The stream is a
+        generator: nothing runs until its first chunk is asked for, and the time limit
+        counts from then.
+        """
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         return self._stream(request, cancel=cancel, timeout_s=timeout_s)
 
     @abstractmethod
     def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
         """The provider's stream for one checked request (a generator: nothing runs
         until the first chunk is asked for; the time limit counts from then)."""
+
+    def turn(self, *, timeout_s: float | None = None) -> contextlib.AbstractContextManager[None]:
+        """A turn on the model: a model that takes one generation at a time
+        (``serialises``) is held for the block, so a caller can wait for it first and
+        count the wait against its own clock; elsewhere the block just runs.
+
+        Every stream started inside the block is read to its end (or closed) before the
+        block ends.
+
+        Parameters
+        ----------
+        timeout_s : float, optional
+            Longest wait for the model (default: the provider's own limit).
+
+        Raises
+        ------
+        GenerationTimeout
+            The model stayed busy for ``timeout_s``.
+        """
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
+        """Free what the provider holds (by default nothing)."""
+
+    def __enter__(self) -> Provider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def chat(self, messages: Sequence[Message], **options: Any) -> Reply:
         """The whole completion (see :meth:`stream_chat` for the options)."""

@@ -5,7 +5,8 @@ list :meth:`LlamaCounter.prompt_tokens` builds (decision 0007), so the count che
 against the window is the count evaluated, and text such as ``<|im_end|>`` inside a
 message stays text. Every generation on any local model holds :data:`INFERENCE_LOCK`
 from its first token to its last, so local calls never overlap, whichever thread makes
-them.
+them; a caller can take the lock first, for the generations it makes next
+(:meth:`LlamaCppProvider.turn`), and count the wait against its own clock.
 
 A cancellation or a time limit stops prompt evaluation too: each loaded context has one
 llama.cpp abort callback, which llama.cpp calls between the nodes of its compute graph
@@ -16,7 +17,6 @@ is loaded without llama.cpp's extra buffer types (decision 0013, :mod:`.cpu`).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -25,10 +25,10 @@ from functools import lru_cache
 from typing import Any
 
 from boundctx._llama_log import expect_abort
-from boundctx.errors import GenerationTimeout
+from boundctx.errors import GenerationError, GenerationTimeout
 from boundctx.providers import cpu
-from boundctx.providers.grammar import checked_grammar, schema_grammar
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk
+from boundctx.providers.grammar import checked_grammar, schema_grammar
 
 __all__ = ["INFERENCE_LOCK", "LlamaCppProvider", "open_llama"]
 
@@ -145,20 +145,54 @@ class _AbortGuard:
 LOCK_WAIT_S = 600.0
 
 
+class _Turn:
+    """A hold on :data:`INFERENCE_LOCK` taken by :meth:`LlamaCppProvider.turn`."""
+
+    __slots__ = ("generating",)
+
+    def __init__(self) -> None:
+        #: A generation of this turn is running (a second one is refused meanwhile).
+        self.generating = False
+
+
+#: ``turn``: the :class:`_Turn` this thread holds, if any.
+_held = threading.local()
+
+
 @contextlib.contextmanager
-def _inference_turn(timeout_s: float | None) -> Iterator[float]:
-    """Hold :data:`INFERENCE_LOCK` for one generation; yields when the wait began, so a
-    time limit covers the wait as well as the generation."""
-    began = time.monotonic()
-    wait = LOCK_WAIT_S if timeout_s is None else timeout_s
+def _hold_model(timeout_s: float | None) -> Iterator[None]:
+    """Hold :data:`INFERENCE_LOCK`, waiting at most ``timeout_s`` (None: :data:`LOCK_WAIT_S`)."""
+    wait = LOCK_WAIT_S if timeout_s is None else max(timeout_s, 0.0)
     if not INFERENCE_LOCK.acquire(timeout=wait):
         raise GenerationTimeout(
             f"another local generation held the model for {wait:g} s, so this one did not start; a stream "
             "that is neither read to its end nor closed keeps the model: close it (stream.close())")
     try:
-        yield began
+        yield
     finally:
         INFERENCE_LOCK.release()
+
+
+@contextlib.contextmanager
+def _inference_turn(timeout_s: float | None) -> Iterator[float]:
+    """Hold :data:`INFERENCE_LOCK` for one generation; yields when the wait began, so a
+    time limit covers the wait as well as the generation. Inside this thread's
+    :meth:`LlamaCppProvider.turn` the lock is held already: the generation starts at
+    once, and another begun before it ends is refused."""
+    began = time.monotonic()
+    turn = getattr(_held, "turn", None)
+    if turn is None:
+        with _hold_model(timeout_s):
+            yield began
+        return
+    if turn.generating:
+        raise GenerationError("a local generation of this turn is still running, so this one did not start; "
+                              "read the first stream to its end or close it (stream.close())")
+    turn.generating = True
+    try:
+        yield began
+    finally:
+        turn.generating = False  # the turn object, not this thread's: a dropped stream may end elsewhere
 
 
 def open_llama(model_path: str, *, extra_buffers: cpu.ExtraBuffersSetting = "auto", **llama_kwargs: Any):
@@ -219,7 +253,8 @@ class LlamaCppProvider(Provider):
 
     name = "local"
     #: Generations take turns on :data:`INFERENCE_LOCK`: callers that run tasks in
-    #: parallel can wait for their turn first and count the wait against their clock.
+    #: parallel can wait for their turn first (:meth:`turn`) and count the wait against
+    #: their clock.
     serialises = True
 
     def __init__(self, model_path: str | None = None, *, n_ctx: int | None = None, n_threads: int | None = None,
@@ -304,9 +339,26 @@ class LlamaCppProvider(Provider):
         if memory is not None:
             llama_cpp.llama_memory_clear(memory, True)
 
+    @contextlib.contextmanager
+    def turn(self, *, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold :data:`INFERENCE_LOCK` for the block (see :meth:`Provider.turn`): the
+        block's generations, one after another in this thread, wait no more, and every
+        other local generation waits for the block to end. ``timeout_s`` defaults to
+        :data:`LOCK_WAIT_S`; a turn inside a turn of the same thread holds nothing more."""
+        if getattr(_held, "turn", None) is not None:
+            yield
+            return
+        with _hold_model(timeout_s):
+            _held.turn = _Turn()
+            try:
+                yield
+            finally:
+                _held.turn = None
+
     def close(self) -> None:
         """Free the model (it is loaded again on the next call)."""
-        with self._load_lock, INFERENCE_LOCK:
+        held = getattr(_held, "turn", None) is not None  # this thread's turn holds the lock already
+        with self._load_lock, contextlib.nullcontext() if held else INFERENCE_LOCK:
             if self._llm is not None:
                 self._llm.close()
                 self._llm = None

@@ -11,7 +11,7 @@ import msgspec
 
 from boundctx._search import longest_fitting
 from boundctx.errors import GenerationTimeout
-from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk
+from boundctx.providers.base import ChatRequest, Chunk, Finish, FinishReason, Provider, TextChunk, ToolCallChunk
 from boundctx.tokens.base import TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
@@ -31,7 +31,7 @@ class ScriptedReply(msgspec.Struct, frozen=True):
     """
 
     text: str
-    finish_reason: str = "stop"
+    finish_reason: FinishReason = "stop"
     prompt_tokens: int | None = COUNTED
     completion_tokens: int | None = COUNTED
     usage_estimated: bool = False

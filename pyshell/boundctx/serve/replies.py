@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -113,12 +114,23 @@ class GatedProvider(Provider):
     def count_prompt(self, messages, *, tools=None) -> int:
         return self.inner.count_prompt(messages, tools=tools)
 
-    def stream_chat(self, messages, **options) -> Iterator[Any]:
-        if not self._ticket.held and not self._ticket.wait(options.get("cancel") or self._cancel):
+    def stream(self, request, *, cancel=None, timeout_s=None) -> Iterator[Any]:
+        # Every model call of the reply comes here (stream_chat builds the request and
+        # calls this): the first waits for the reply's turn.
+        if not self._ticket.held and not self._ticket.wait(cancel or self._cancel):
             return iter([Finish("cancelled")])
-        return self.inner.stream_chat(messages, **options)
+        return self.inner.stream(request, cancel=cancel, timeout_s=timeout_s)
 
-    def _stream(self, request, *, cancel, timeout_s):  # pragma: no cover - stream_chat is the entry
+    @contextlib.contextmanager
+    def turn(self, *, timeout_s=None) -> Iterator[None]:
+        # The reply's turn first, then the model's own lock (the same order as a call).
+        if not self._ticket.held and not self._ticket.wait(self._cancel):
+            yield  # cancelled: the call inside answers Finish("cancelled")
+            return
+        with self.inner.turn(timeout_s=timeout_s):
+            yield
+
+    def _stream(self, request, *, cancel, timeout_s):  # pragma: no cover - stream() is the entry
         raise NotImplementedError
 
 

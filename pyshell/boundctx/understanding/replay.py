@@ -9,7 +9,8 @@ handling, and opens in milliseconds however long it grows).
 recorded attempts back: each request is answered with the raw output recorded for the
 same prompt (same messages, schema and sampling), in recorded order, with the recorded
 ending and usage. ``runner.replay_turn`` replays a recorded turn through it with no
-model and checks it yields the same plan.
+model and checks it yields the same plan. Requests, messages and plans are hashed as
+one canonical JSON (:func:`plan_hash`, :func:`prompt_hash`, :func:`messages_hash`).
 """
 
 from __future__ import annotations
@@ -19,17 +20,22 @@ import json
 import threading
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from boundctx import errors
-from boundctx.providers.base import ChatRequest
 from boundctx.errors import ReplayDiverged
+from boundctx.providers.base import ChatRequest
 from boundctx.providers.scripted import ScriptedProvider, ScriptedReply
+from boundctx.understanding.plan import PlanStatus
 
-__all__ = ["Attempt", "ReplayLog", "ReplayProvider", "TurnFinished", "TurnStarted", "plan_hash", "prompt_hash",
-           "read_attempts", "read_log"]
+__all__ = ["Attempt", "AttemptRole", "ReplayLog", "ReplayProvider", "TurnFinished", "TurnStarted", "messages_hash",
+           "plan_hash", "prompt_hash", "read_attempts", "read_log"]
+
+#: What an attempt was: a task's first call, another vote, a repair, the escalation,
+#: or a call the budget refused before it was made.
+AttemptRole = Literal["call", "vote", "repair", "escalation", "refused"]
 
 
 class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type"):
@@ -46,7 +52,7 @@ class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type")
         What tells it apart within its unit (the operation for extract).
     attempt : int
         1-based, per (turn, unit, task, key).
-    role : str
+    role : AttemptRole
         ``"call"``, ``"vote"``, ``"repair"``, ``"escalation"``, or ``"refused"`` for a
         call a bound stopped before it was made (``finish_reason`` ``"refused:<bound>"``;
         no model was asked).
@@ -82,7 +88,7 @@ class Attempt(msgspec.Struct, frozen=True, tag="task_attempt", tag_field="type")
     task: str
     key: str
     attempt: int
-    role: str
+    role: AttemptRole
     depth: int
     prompt_sha256: str
     model: str
@@ -117,8 +123,15 @@ class TurnFinished(msgspec.Struct, frozen=True, tag="turn_finished", tag_field="
     """How a turn ended: its plan's status and hash (wall time left out)."""
 
     turn: str
-    status: str
+    status: PlanStatus
     plan_sha256: str
+
+
+def _sha256(value: Any) -> str:
+    """The hash of ``value`` as canonical JSON: keys sorted, no spaces, characters as
+    they are (a lone surrogate a message may hold included)."""
+    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def plan_hash(plan: Any) -> str:
@@ -126,17 +139,12 @@ def plan_hash(plan: Any) -> str:
     reproduce)."""
     data = msgspec.to_builtins(plan)
     data["budget"]["wall_s"] = 0
-    return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def _json_sha256(value: Any) -> str:
-    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return _sha256(data)
 
 
 def messages_hash(messages: Any) -> str:
     """The hash of a prompt's messages alone (how it was counted)."""
-    return _json_sha256(list(messages))
+    return _sha256(list(messages))
 
 
 def prompt_hash(request: ChatRequest | Mapping[str, Any]) -> str:
@@ -144,7 +152,7 @@ def prompt_hash(request: ChatRequest | Mapping[str, Any]) -> str:
     if isinstance(request, ChatRequest):
         request = {"messages": request.messages, "schema": request.schema, "temperature": request.temperature,
                    "max_tokens": request.max_tokens}
-    return _json_sha256(request)
+    return _sha256(request)
 
 
 class ReplayLog:

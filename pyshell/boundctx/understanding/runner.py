@@ -24,13 +24,15 @@ is still not understood becomes a notice and every act on a record it may touch 
 held; a failed segmentation or a lost constraint fails the whole turn closed. An
 exhausted bound never leaves a partial effect: it is one more reason a unit is not
 understood, reported as ``budget.exhausted{bound}``.
+
+This module is the pipeline. What a turn produces, and the code that assembles it, is
+:mod:`.plan`; one task call run to a checked answer (votes, repairs, escalation, the
+budget and the replay log) is :mod:`.attempts`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import json
 import os
 import re
 import secrets
@@ -39,38 +41,43 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from boundctx import config
-from boundctx.errors import (
-    BudgetExhausted,
-    GenerationTimeout,
-    ReplayDiverged,
-    TaskOutputInvalid,
-    UsageUnavailable,
-)
-from boundctx.providers.base import Finish, Provider, TextChunk, make_request
-from boundctx.understanding import schema as S
+from boundctx.errors import ReplayDiverged, UsageUnavailable
+from boundctx.providers.base import Provider
+from boundctx.understanding.attempts import NotUnderstood, TaskConfig, TaskRunner
 from boundctx.understanding.budget import Bounds, Budget, BudgetReport
 from boundctx.understanding.catalog import Catalog, Operation, Record, check_records
-from boundctx.understanding.normalise import supports, ungrounded
-from boundctx.understanding.replay import (
-    Attempt,
-    ReplayLog,
-    TurnFinished,
-    TurnStarted,
-    messages_hash,
-    plan_hash,
-    prompt_hash,
+from boundctx.understanding.normalise import supports
+from boundctx.understanding.plan import (
+    HOLD_ALL,
+    HOLD_OPERATION,
+    RECORD,
+    Act,
+    Click,
+    Notice,
+    Plan,
+    Question,
+    UnitResult,
+    assemble,
+    failed_closed,
+    finish_act,
+    is_held,
+    no_ground_notice,
+    render_question,
+    without_ground,
 )
+from boundctx.understanding.replay import ReplayLog, ReplayProvider, TurnFinished, TurnStarted, plan_hash, read_log
 from boundctx.understanding.tasks import (
     CONNECTORS,
-    MAX_TOKENS,
     TASK_KINDS,
     Extracted,
     TaskCall,
+    TaskKind,
     Unit,
     coverage_call,
     extract_call,
@@ -79,436 +86,167 @@ from boundctx.understanding.tasks import (
     question_frame_call,
     route_call,
     segment_call,
-    single_call_call,
     verify_call,
     whole_message_unit,
+    whole_plan_call,
 )
 
+# The plan's names and TaskConfig are imported from here too.
 __all__ = ["HOLD_ALL", "HOLD_OPERATION", "RECORD", "Act", "Click", "Notice", "Plan", "Question", "TaskConfig",
            "Understander", "is_held", "replay_turn"]
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    """How one task kind runs (every field optional: None = the turn's default).
-
-    Attributes
-    ----------
-    instructions : str, optional
-        Replaces the task's system prompt.
-    provider : Provider, optional
-        Another model for this task.
-    temperature : float
-        0 by default (votes > 1 need some temperature to differ).
-    max_tokens : int, optional
-    votes, repairs : int, optional
-        Default: ``understanding.votes`` / ``understanding.repairs``.
-    escalate_to : Provider, optional
-        Asked once more, with the original prompt, when repairs are spent.
-    timeout_s : float
-        Wall-clock limit of one call (the turn's remaining clock may cut it shorter).
-    """
-
-    instructions: str | None = None
-    provider: Provider | None = None
-    temperature: float = 0.0
-    max_tokens: int | None = None
-    votes: int | None = None
-    repairs: int | None = None
-    escalate_to: Provider | None = None
-    timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.temperature >= 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.votes is not None and self.votes < 1:
-            problems.append(f"votes must be >= 1, got {self.votes}")
-        if self.repairs is not None and self.repairs < 0:
-            problems.append(f"repairs must be >= 0, got {self.repairs}")
-        if not self.timeout_s > 0:
-            problems.append(f"timeout_s must be > 0, got {self.timeout_s}")
-        if problems:
-            raise ValueError("TaskConfig: " + "; ".join(problems))
-
-
-class Click(msgspec.Struct, frozen=True):
-    """A structural event from the UI: the user chose the operation (and record)."""
-
-    operation: str
-    record: str | None = None
-
-
-class Act(msgspec.Struct, frozen=True):
-    """One operation the message asks for.
-
-    Attributes
-    ----------
-    unit : str
-    operation : str
-    record : str or None
-    arguments : dict
-        Typed values (declared defaults filled in for optional arguments not given).
-    evidence : dict
-        For each argument given, the message's words it came from.
-    status : str
-        ``"ready"``, ``"needs_input"`` (see the plan's questions) or ``"held"`` (a unit
-        of this turn that may touch the same record was not understood).
-    missing : list of str
-        ``"@record"`` (which record) and the arguments not known: required ones not
-        given, and any whose value its words did not support or the message does not
-        show (a ``"no_ground"`` notice says which).
-    """
-
-    unit: str
-    operation: str
-    record: str | None
-    arguments: dict[str, Any]
-    evidence: dict[str, str]
-    status: str
-    missing: list[str] = []
-
-
-class Question(msgspec.Struct, frozen=True):
-    """What to ask the user before an act can be carried out."""
-
-    unit: str
-    operation: str
-    about: list[str]
-    text: str
-    candidates: list[str] = []
-
-
-#: The missing item that stands for "which record" (no argument name starts with "@").
-RECORD = "@record"
-#: In ``Notice.holds``: every act of the turn.
-HOLD_ALL = "*"
-#: In ``Notice.holds``: a prefix naming an operation on no record.
-HOLD_OPERATION = "op:"
-
-
-class Notice(msgspec.Struct, frozen=True):
-    """Something the turn could not do, said instead of guessed.
-
-    Attributes
-    ----------
-    kind : str
-        ``"not_understood"``, ``"no_operation"`` (the unit asks for nothing in the
-        catalog), ``"no_record"``, ``"lost_constraint"``, ``"segmentation_failed"``,
-        ``"no_ground"`` (arguments asked for because the message does not show the
-        value a model gave: the message names each and why).
-    unit : str or None
-    message : str
-    bound : str, optional
-        The bound whose exhaustion caused it (``budget.exhausted{bound}``).
-    holds : list of str
-        For a part not understood, the acts it holds: record ids, ``"op:<name>"`` for
-        acts of an operation on no record, or ``"*"`` for every act of the turn.
-    """
-
-    kind: str
-    unit: str | None
-    message: str
-    bound: str | None = None
-    holds: list[str] = []
-
-
-class Plan(msgspec.Struct, frozen=True):
-    """The understanding of one message.
-
-    Attributes
-    ----------
-    turn : str
-    status : str
-        ``"ready"`` (every unit understood; acts to carry out, nothing to ask),
-        ``"needs_input"`` (questions to ask first), ``"incomplete"`` (a unit was not
-        understood: see the notices; acts on records it may touch are held, the others
-        may go ahead), ``"nothing"`` (understood, and no act asked for), or
-        ``"failed_closed"`` (segmentation or a constraint failed: no act at all).
-    units : list of Unit
-    acts : list of Act
-    questions : list of Question
-    notices : list of Notice
-    budget : BudgetReport
-    shortcuts : dict
-        Task kind -> how many times it was skipped because its answer was determined.
-    """
-
-    turn: str
-    status: str
-    units: list[Unit]
-    acts: list[Act]
-    questions: list[Question]
-    notices: list[Notice]
-    budget: BudgetReport
-    shortcuts: dict[str, int]
-
 
 #: The task name a lost constraint is reported under.
 LOST = "lost"
 
 
-#: Held while a task waits for and runs a generation on a model that serialises them.
-_SERIAL = threading.Lock()
+@dataclass(frozen=True)
+class _Context:
+    """What a turn reads of its :class:`Understander`, fixed when the turn starts."""
 
-
-class _NotUnderstood(Exception):
-    def __init__(self, task: str, reason: str, bound: str | None = None) -> None:
-        super().__init__(reason)
-        self.task = task
-        self.reason = reason
-        self.bound = bound
-
-
-def _canonical(value: Any) -> str:
-    """The vote key of an output: key order and the order of a choice of ids do not
-    make two answers different."""
-    def norm(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: norm(v[k]) for k in sorted(v)}
-        if isinstance(v, list):
-            items = [norm(x) for x in v]
-            return sorted(items) if all(isinstance(x, str) for x in items) else items
-        return v
-    return json.dumps(norm(value), ensure_ascii=False)
-
-
-def _model_name(provider: Provider) -> str:
-    label = getattr(provider, "label", None)
-    if isinstance(label, str) and label:
-        return label
-    for attr in ("model", "model_path"):
-        value = getattr(provider, attr, None)
-        if isinstance(value, str) and value:
-            return f"{provider.name}:{value.rsplit('/', 1)[-1]}"
-    return provider.name
+    catalog: Catalog
+    #: The most units a message is split into (``understanding.max_units``).
+    max_units: int
+    #: The most units read at once (``understanding.max_parallel``).
+    max_parallel: int
 
 
 class _Turn:
-    """The state of one turn (shared by its threads; lists are appended under the GIL)."""
+    """One turn through the pipeline (shared by its threads; lists are appended under
+    the GIL)."""
 
-    def __init__(self, owner: "Understander", message: str, records: list[Record], turn: str, budget: Budget):
-        self.owner = owner
+    def __init__(self, context: _Context, tasks: TaskRunner, message: str, records: list[Record]) -> None:
+        self.context = context
+        self.tasks = tasks
         self.message = message
         self.records = records
-        self.turn = turn
-        self.budget = budget
+        self.turn = tasks.turn
+        self.budget = tasks.budget
         self.shortcuts: Counter[str] = Counter()
-        self.attempt_numbers: Counter[tuple] = Counter()
         self._lock = threading.Lock()  # units run in threads; counters are read-modify-write
 
-    def skip(self, kind: str) -> None:
+    def skip(self, kind: TaskKind) -> None:
         """Count a task skipped because its answer was determined."""
         with self._lock:
             self.shortcuts[kind] += 1
 
-    # -- one task, with repairs, votes and escalation ------------------------------------
+    def _run(self, call: TaskCall, depth: int) -> tuple[Any, int]:
+        return self.tasks.run(call, depth)
 
-    def run(self, call: TaskCall, depth: int) -> tuple[Any, int]:
-        """The checked result of ``call`` and the depth of its last call.
+    def _instructions(self, kind: TaskKind) -> str | None:
+        return self.tasks.config(kind).instructions
 
-        Raises
-        ------
-        _NotUnderstood
-            No valid answer (or no majority), or a bound was hit.
-        """
-        cfg = self.owner.task_config(call.kind)
-        votes = self._votes(cfg)
-        answers: list[tuple[str, Any]] = []
-        reasons: list[str] = []
-        last_depth = depth
-        try:
-            for v in range(votes):
-                try:
-                    parsed, result, d = self._attempt_chain(call, depth, cfg, "call" if v == 0 else "vote")
-                    answers.append((_canonical(parsed), result))
-                    last_depth = max(last_depth, d)
-                except _NotUnderstood as exc:
-                    reasons.append(exc.reason)
-        except BudgetExhausted as exc:
-            raise _NotUnderstood(call.kind, str(exc), exc.bound) from None
-        tally = Counter(key for key, _ in answers)
-        if tally:
-            key, n = tally.most_common(1)[0]
-            if n * 2 > votes:
-                return next(r for k, r in answers if k == key), last_depth
-            raise _NotUnderstood(call.kind, f"{call.kind}: no answer won a majority of {votes} votes "
-                                            f"({dict(tally.most_common(3))})")
-        raise _NotUnderstood(call.kind, f"{call.kind}: " + (reasons[-1] if reasons else "no valid answer"))
+    # -- the pipeline --------------------------------------------------------------------
 
-    def _votes(self, cfg: TaskConfig) -> int:
-        return cfg.votes if cfg.votes is not None else int(self.owner.settings["understanding.votes"])
-
-    def independent_votes(self, kind: str) -> bool:
-        """Whether ``kind`` answers by the agreement of independent samples: two votes
-        or more (a winning answer is then given by at least two), drawn at a
-        temperature above 0 (at 0 a model gives one answer again, which is still one
-        model's word)."""
-        cfg = self.owner.task_config(kind)
-        return self._votes(cfg) >= 2 and cfg.temperature > 0
-
-    def _attempt_chain(self, call: TaskCall, depth: int, cfg: TaskConfig, role: str) -> tuple[Any, Any, int]:
-        repairs = cfg.repairs if cfg.repairs is not None else int(self.owner.settings["understanding.repairs"])
-        provider = cfg.provider or self.owner.provider
-        messages = call.messages
-        problems = ""
-        for k in range(repairs + 1):
-            outcome = self._call(call, provider, messages, depth + k, cfg, role if k == 0 else "repair")
-            if outcome[0]:
-                return outcome[1], outcome[2], depth + k
-            problems, raw = outcome[3], outcome[4]
-            messages = call.messages + [
-                {"role": "assistant", "content": raw},
-                {"role": "user", "content": f"That answer is not valid: {problems}. Answer again, with JSON only."}]
-        if cfg.escalate_to is not None:
-            d = depth + repairs + 1
-            outcome = self._call(call, cfg.escalate_to, call.messages, d, cfg, "escalation")
-            if outcome[0]:
-                return outcome[1], outcome[2], d
-            problems = outcome[3]
-        raise _NotUnderstood(call.kind, problems)
-
-    def _call(self, call: TaskCall, provider: Provider, messages: list[dict[str, Any]], depth: int,
-              cfg: TaskConfig, role: str) -> tuple[bool, Any, Any, str, str]:
-        """One model call: (valid, parsed, result, problems, raw output)."""
-        max_tokens = cfg.max_tokens or call.max_tokens or MAX_TOKENS[call.kind]
-        decoder_schema = S.for_decoder(call.schema)
-        request = make_request(messages, tools=None, max_tokens=max_tokens, temperature=cfg.temperature, stop=None,
-                               schema=decoder_schema, timeout_s=None)
-        counted = provider.count_prompt(messages)
-        clock = self.budget.clock
-        try:
-            self.budget.reserve(depth=depth, prompt_tokens=counted)
-        except BudgetExhausted as exc:
-            # No call is made; the refusal is logged so a replay meets it at the same place.
-            self._log(call, provider, request, messages, depth, role, cfg, max_tokens, counted, "",
-                      f"refused:{exc.bound}", [str(exc)], None, 0.0, None)
-            raise
-        pieces: list[str] = []
-        finish = None
-        error: BaseException | None = None
-        # A model that takes one generation at a time: wait for the turn here, so the
-        # wait counts against the turn's clock instead of starting a fresh timeout.
-        with _SERIAL if provider.serialises else contextlib.nullcontext():
-            started = clock()
-            left = self.budget.remaining_s()
-            timeout = cfg.timeout_s if left is None else min(cfg.timeout_s, left)
-            try:
-                if timeout <= 0:
-                    raise GenerationTimeout(f"the turn's {self.budget.bounds.wall_clock_s} s were spent before this "
-                                            "call could start")
-                if self.owner.progress is not None:
-                    self.owner.progress(call.kind, role)
-                for chunk in provider.stream_chat(messages, max_tokens=max_tokens, temperature=cfg.temperature,
-                                                  schema=decoder_schema, timeout_s=timeout):
-                    if isinstance(chunk, TextChunk):
-                        pieces.append(chunk.text)
-                    elif isinstance(chunk, Finish):
-                        finish = chunk
-            except ReplayDiverged:
-                self.budget.release()
-                raise
-            except Exception as exc:  # any failure of the backend is a failed attempt, never an escape
-                error = exc
-        raw = "".join(pieces)
-        exhausted: BudgetExhausted | None = None
-        parsed = result = None
-        problems = ""
-        if error is not None:
-            self.budget.release()
-            problems = f"the call failed: {type(error).__name__}: {error}"
-            left = self.budget.remaining_s()
-            if isinstance(error, GenerationTimeout) and left is not None and left <= 0:
-                exhausted = self.budget.timed_out()
+    def understand(self, click: Click | None) -> Plan:
+        """The plan: segment (and coverage), then every unit, then assembly."""
+        message = self.message
+        budget = self.budget
+        if click is not None:
+            units = [Unit("u1", message, 0, len(message))]
+            self.skip("segment")
+            self.skip("coverage")
+            depth = 0
         else:
             try:
-                reported = finish is not None and not finish.usage_estimated
-                self.budget.settle(counted_prompt=counted, prompt_tokens=finish.prompt_tokens if reported else None,
-                                   completion_tokens=finish.completion_tokens if reported else None)
-            except BudgetExhausted as exc:
-                exhausted = exc
-            try:
-                parsed = S.parse(raw, call.schema, finish_reason=finish.reason if finish else None)
-                result = call.check(parsed)
-            except TaskOutputInvalid as exc:
-                problems = str(exc)
-            except (ValueError, ArithmeticError, RecursionError, TypeError) as exc:
-                problems = f"the output could not be read ({type(exc).__name__}: {exc})"
-        if exhausted is not None:
-            problems = (problems + "; " if problems else "") + str(exhausted)
-        self._log(call, provider, request, messages, depth, role, cfg, max_tokens, counted, raw,
-                  f"error:{type(error).__name__}" if error is not None else (finish.reason if finish else None),
-                  [problems] if problems else [], finish, round(clock() - started, 6), error)
-        if exhausted is not None:
-            raise exhausted
-        return not problems, parsed, result, problems, raw
+                units, depth = self.segment()
+            except NotUnderstood as exc:
+                kind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
+                return failed_closed(self.turn, Notice(kind, None, exc.reason, exc.bound), budget.report(),
+                                     self.shortcuts)
+        pool_size = min(self.context.max_parallel, len(units))
+        before_units = dict(self.shortcuts)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(pool_size, 1)) as pool:
+            results = list(pool.map(lambda u: self.unit_chain(u, depth, click), units))
+        if pool_size > 1 and budget.exhausted is not None:
+            # Which parallel unit got the last call before the bound is a race; so the
+            # turn does not depend on it, none of its units counts as understood.
+            bound = budget.exhausted
+            why = (f"budget.exhausted{{{bound}}} while {pool_size} units were read in parallel; raise "
+                   f"understanding.{bound}, or set understanding.max_parallel = 1 to keep what was understood "
+                   "before the bound")
+            return Plan(self.turn, "incomplete", units, [], [],
+                        [Notice("not_understood", u.id, why, bound, [HOLD_ALL]) for u in units],
+                        budget.report(), before_units)
+        return assemble(self.turn, units, results, budget.report(), self.shortcuts)
 
-    def _log(self, call: TaskCall, provider: Provider, request: Any, messages: list[dict[str, Any]], depth: int,
-             role: str, cfg: TaskConfig, max_tokens: int, counted: int, raw: str, finish_reason: str | None,
-             problems: list[str], finish: Finish | None, elapsed: float, error: BaseException | None) -> None:
-        key = (call.unit, call.kind, call.key)
-        with self._lock:
-            self.attempt_numbers[key] += 1
-            number = self.attempt_numbers[key]
-        self.owner.log.add(Attempt(
-            self.turn, call.unit, call.kind, call.key, number, role if not (finish_reason or "").startswith(
-                "refused") else "refused", depth, prompt_hash(request), _model_name(provider),
-            {"temperature": cfg.temperature, "max_tokens": max_tokens}, raw, finish_reason, not problems, problems,
-            finish.prompt_tokens if finish else None, finish.completion_tokens if finish else None, elapsed, counted,
-            bool(finish and finish.usage_estimated), str(error) if error is not None else None,
-            messages_hash(messages)))
-
-    # -- the turn ------------------------------------------------------------------------
-
-    def instructions(self, kind: str) -> str | None:
-        return self.owner.task_config(kind).instructions
+    def single_call(self) -> Plan:
+        """The baseline's plan: every act from one call (see :meth:`Understander.single_call`)."""
+        message = self.message
+        call = whole_plan_call(message, self.context.catalog.operations, self.records,
+                               max_acts=self.context.max_units * 2, instructions=self._instructions("single_call"))
+        try:
+            acts_out, _ = self._run(call, 1)
+        except NotUnderstood as exc:
+            return failed_closed(self.turn, Notice("not_understood", None, exc.reason, exc.bound),
+                                 self.budget.report(), {})
+        unit = Unit("u1", message, 0, len(message))
+        acts: list[Act] = []
+        questions: list[Question] = []
+        notices: list[Notice] = []
+        # The baseline has no verify, so its one call is all the word a value has: one
+        # the message does not show is asked for (decision 0017).
+        voting = self.tasks.independent_votes("single_call")
+        for op, record, values in acts_out:
+            candidates = [r for r in self.records if op.record_kind and r.kind == op.record_kind]
+            if op.record_kind and record is None and len(candidates) == 1:
+                record = candidates[0]
+            given = {n: e for n, e in values.items() if e.value is not None}
+            asked = {} if voting else without_ground(message, op, given)
+            act = finish_act(unit, op, record, candidates, {n: e for n, e in given.items() if n not in asked},
+                             [RECORD] if op.record_kind and record is None else [], list(asked))
+            acts.append(act)
+            if act.missing:
+                questions.append(render_question(unit, op, act.missing, candidates))
+            if asked:
+                notices.append(no_ground_notice(unit, op, asked, "single_call"))
+        if not acts:
+            notices.append(Notice("no_operation", None, "the message asks for no operation this assistant has"))
+        return assemble(self.turn, [unit], [(acts, questions, notices)], self.budget.report(), self.shortcuts)
 
     def segment(self) -> tuple[list[Unit], int]:
-        """Units (after at most one re-segmentation), or _NotUnderstood."""
+        """Units (after at most one re-segmentation), or NotUnderstood."""
         m = self.message
-        max_units = int(self.owner.settings["understanding.max_units"])
+        max_units = self.context.max_units
         whole = whole_message_unit(m)
         if whole is not None:
             self.skip("segment")
             units, depth = [whole], 0
         else:
-            units, depth = self.run(segment_call(m, max_units=max_units, instructions=self.instructions("segment")), 1)
+            units, depth = self._run(segment_call(m, max_units=max_units, instructions=self._instructions("segment")),
+                                     1)
         found = gaps(m, units)
         if not found:
             self.skip("coverage")
             return units, depth
-        flagged, depth = self.run(coverage_call(m, units, found, instructions=self.instructions("coverage")),
-                                  depth + 1)
+        flagged, depth = self._run(coverage_call(m, units, found, instructions=self._instructions("coverage")),
+                                   depth + 1)
         if not flagged:
             return units, depth
-        units, depth = self.run(segment_call(m, max_units=max_units, left_out=[g.text for g in flagged],
-                                             instructions=self.instructions("segment")), depth + 1)
+        units, depth = self._run(segment_call(m, max_units=max_units, left_out=[g.text for g in flagged],
+                                              instructions=self._instructions("segment")), depth + 1)
         covered = [(u.start, u.end) for u in units]
         lost = [g for g in flagged if not _covered(g.start, g.end, m, covered)]
         if lost:
-            raise _NotUnderstood(LOST, "a request or condition is in no unit even after re-segmentation: "
-                                 + "; ".join(repr(g.text) for g in lost), None)
+            raise NotUnderstood(LOST, "a request or condition is in no unit even after re-segmentation: "
+                                + "; ".join(repr(g.text) for g in lost))
         # Words the new split left out that the first split covered: coverage once more,
         # and anything it flags now is lost (no second re-segmentation).
         before = [(g.start, g.end) for g in found]
         fresh = [g for g in gaps(m, units) if not _covered(g.start, g.end, m, before)]
         if fresh:
-            flagged, depth = self.run(coverage_call(m, units, fresh, instructions=self.instructions("coverage")),
-                                      depth + 1)
+            flagged, depth = self._run(coverage_call(m, units, fresh, instructions=self._instructions("coverage")),
+                                       depth + 1)
             if flagged:
-                raise _NotUnderstood(LOST, "re-segmentation left out a request or condition: "
-                                     + "; ".join(repr(g.text) for g in flagged), None)
+                raise NotUnderstood(LOST, "re-segmentation left out a request or condition: "
+                                    + "; ".join(repr(g.text) for g in flagged))
         else:
             self.skip("coverage")
         return units, depth
 
-    def unit_chain(self, unit: Unit, depth: int, click: Click | None
-                   ) -> tuple[list[Act], list[Question], list[Notice]]:
+    def unit_chain(self, unit: Unit, depth: int, click: Click | None) -> UnitResult:
         """Acts, questions and notices of one unit. A notice for a part not understood
         says in ``holds`` which acts it holds (see :class:`Notice`)."""
-        catalog = self.owner.catalog
+        catalog = self.context.catalog
         acts: list[Act] = []
         questions: list[Question] = []
         notices: list[Notice] = []
@@ -518,9 +256,9 @@ class _Turn:
                 self.skip("route")
                 route_depth = depth
             else:
-                operations, route_depth = self.run(route_call(self.message, unit, catalog.operations,
-                                                              instructions=self.instructions("route")), depth + 1)
-        except _NotUnderstood as exc:
+                operations, route_depth = self._run(route_call(self.message, unit, catalog.operations,
+                                                               instructions=self._instructions("route")), depth + 1)
+        except NotUnderstood as exc:
             # Not knowing what the unit asks for, it may correct or cancel anything.
             return [], [], [Notice("not_understood", unit.id, exc.reason, exc.bound, [HOLD_ALL])]
         if not operations:
@@ -528,7 +266,7 @@ class _Turn:
         for op in operations:
             try:
                 act, question, notice = self.act_chain(unit, op, route_depth, click)
-            except _NotUnderstood as exc:
+            except NotUnderstood as exc:
                 notices.append(Notice("not_understood", unit.id, f"{op.name}: {exc.reason}", exc.bound,
                                       list(exc.holds)))
                 continue
@@ -548,59 +286,58 @@ class _Turn:
 
     def act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
                   ) -> tuple[Act | None, Question | None, Notice | None]:
-        """One act. A _NotUnderstood raised from it carries ``holds``: the acts it may
-        touch — its record once known, else every record of its kind, and for an
-        operation on no record, other acts of the same operation (a second request may
-        correct the first)."""
+        """One act: its record (:meth:`_locate`), then its arguments. A NotUnderstood
+        raised from it holds the acts it may touch: its record once known, else every
+        record of its kind, and for an operation on no record, other acts of the same
+        operation (a second request may correct the first)."""
+        if op.record_kind is None:
+            any_record = [f"{HOLD_OPERATION}{op.name}"]
+        else:
+            any_record = [r.id for r in self.records if r.kind == op.record_kind]
         try:
-            return self._act_chain(unit, op, depth, click)
-        except _NotUnderstood as exc:
-            if not hasattr(exc, "holds"):
-                if op.record_kind is None:
-                    exc.holds = [f"{HOLD_OPERATION}{op.name}"]
-                else:
-                    exc.holds = [r.id for r in self.records if r.kind == op.record_kind]
-            raise
-
-    def _act_chain(self, unit: Unit, op: Operation, depth: int, click: Click | None
-                   ) -> tuple[Act | None, Question | None, Notice | None]:
-        m = self.message
-        record: Record | None = None
-        candidates: list[Record] = []
-        missing: list[str] = []
-        if op.record_kind is not None:
-            candidates = [r for r in self.records if r.kind == op.record_kind]
-            if click is not None and click.record is not None:
-                record = next((r for r in candidates if r.id == click.record), None)
-                if record is None:
-                    return None, None, Notice("no_record", unit.id, f"the clicked record {click.record!r} is not a "
-                                                                    f"{op.record_kind} of this turn")
-                self.skip("locate")
-            elif not candidates:
-                return None, None, Notice("no_record", unit.id, f"{op.name} acts on a {op.record_kind}, and this "
-                                                                "turn offers none")
-            elif len(candidates) == 1:
-                record = candidates[0]
-                self.skip("locate")
-            else:
-                record, depth = self.run(locate_call(m, unit, op, candidates, instructions=self.instructions("locate")),
-                                         depth + 1)
-                if record is None:
-                    missing.append(RECORD)
+            located = self._locate(unit, op, depth, click)
+        except NotUnderstood as exc:
+            raise exc.holding(any_record) from None
+        if isinstance(located, Notice):
+            return None, None, located
+        record, candidates, missing, depth = located
         try:
             return self._arguments(unit, op, depth, record, candidates, missing)
-        except _NotUnderstood as exc:
-            if record is not None:
-                exc.holds = [record.id]
-            raise
+        except NotUnderstood as exc:
+            raise exc.holding([record.id] if record is not None else any_record) from None
+
+    def _locate(self, unit: Unit, op: Operation, depth: int, click: Click | None
+                ) -> Notice | tuple[Record | None, list[Record], list[str], int]:
+        """The act's record, the records it could be, what is missing (:data:`RECORD`
+        when the message does not say which) and the depth; or the notice of an act
+        that can have no record."""
+        if op.record_kind is None:
+            return None, [], [], depth
+        candidates = [r for r in self.records if r.kind == op.record_kind]
+        if click is not None and click.record is not None:
+            record = next((r for r in candidates if r.id == click.record), None)
+            if record is None:
+                return Notice("no_record", unit.id, f"the clicked record {click.record!r} is not a "
+                                                    f"{op.record_kind} of this turn")
+            self.skip("locate")
+            return record, candidates, [], depth
+        if not candidates:
+            return Notice("no_record", unit.id, f"{op.name} acts on a {op.record_kind}, and this turn offers none")
+        if len(candidates) == 1:
+            self.skip("locate")
+            return candidates[0], candidates, [], depth
+        record, depth = self._run(locate_call(self.message, unit, op, candidates,
+                                              instructions=self._instructions("locate")), depth + 1)
+        return record, candidates, [] if record is not None else [RECORD], depth
 
     def _arguments(self, unit: Unit, op: Operation, depth: int, record: Record | None, candidates: list[Record],
                    missing: list[str]) -> tuple[Act | None, Question | None, Notice | None]:
+        """Extract, verify and (when more than one thing is missing) question_frame."""
         m = self.message
         values: dict[str, Extracted] = {}
         if op.params:
-            values, depth = self.run(extract_call(m, unit, op, record, instructions=self.instructions("extract")),
-                                     depth + 1)
+            values, depth = self._run(extract_call(m, unit, op, record, instructions=self._instructions("extract")),
+                                      depth + 1)
         else:
             self.skip("extract")
         given = {n: e for n, e in values.items() if e.value is not None}
@@ -608,17 +345,17 @@ class _Turn:
         # verify answer is one more (a wrong "supported" let "Zebra" through for a
         # message saying "Dana"): it is asked for without verify, unless verify's
         # independent votes are to agree on it (decision 0017).
-        unfounded = _without_ground(m, op, given)
-        asked = {} if self.independent_votes("verify") else unfounded
+        unfounded = without_ground(m, op, given)
+        asked = {} if self.tasks.independent_votes("verify") else unfounded
         for name in asked:
             del given[name]
         unconfirmed = {n: e for n, e in given.items()
                        if n in unfounded or not supports(e.value, e.evidence or "", op.param(n))}
         rejected: list[str] = list(asked)
-        notice = _no_ground_notice(unit, op, asked, "verify") if asked else None
+        notice = no_ground_notice(unit, op, asked, "verify") if asked else None
         if unconfirmed:
-            verdicts, depth = self.run(verify_call(m, unit, op, unconfirmed, instructions=self.instructions("verify")),
-                                       depth + 1)
+            verdicts, depth = self._run(verify_call(m, unit, op, unconfirmed,
+                                                    instructions=self._instructions("verify")), depth + 1)
             for name, ok in verdicts.items():
                 if not ok:
                     # Not supported by its words: asked for, never guessed, and never
@@ -627,7 +364,7 @@ class _Turn:
                     rejected.append(name)
         elif op.params:
             self.skip("verify")
-        act = _finish_act(unit, op, record, candidates, given, missing, rejected)
+        act = finish_act(unit, op, record, candidates, given, missing, rejected)
         missing = act.missing
         if not missing:
             return act, None, notice
@@ -637,46 +374,10 @@ class _Turn:
         else:
             described = [(x, f"which {op.record_kind} (one of {len(candidates)})" if x == RECORD
                           else f"{x}: {op.param(x).description}") for x in missing]
-            about, depth = self.run(question_frame_call(m, unit, op, described,
-                                                        instructions=self.instructions("question_frame")), depth + 1)
-        return act, _question(unit, op, about, candidates), notice
-
-
-def _without_ground(message: str, op: Operation, given: Mapping[str, Extracted]) -> dict[str, str]:
-    """Argument -> why the message does not show its value, for each given value code
-    cannot find there (:func:`~.normalise.ungrounded`)."""
-    out = {}
-    for name, e in given.items():
-        why = ungrounded(e.value, e.evidence or "", message, op.param(name))
-        if why is not None:
-            out[name] = why
-    return out
-
-
-def _no_ground_notice(unit: Unit, op: Operation, asked: Mapping[str, str], voter: str) -> Notice:
-    names = list(asked)
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return Notice("no_ground", unit.id,
-                  f"{op.name}: {listed} asked for, since the message does not show the value a model gave ("
-                  + "; ".join(f"{n}: {why}" for n, why in asked.items()) + "); one model's word is not enough for "
-                  f"a value with no ground in the message (configure {voter} with votes >= 2 and a temperature "
-                  "above 0 to let agreeing votes keep one)")
-
-
-def _finish_act(unit: Unit, op: Operation, record: Record | None, candidates: Sequence[Record],
-                given: dict[str, Extracted], missing: list[str], rejected: Sequence[str] = ()) -> Act:
-    """The act from what is known: declared defaults for optional arguments the message
-    does not mention; required ones not given, values their words did not support and
-    an unresolved record listed as missing."""
-    arguments = {n: e.value for n, e in given.items()}
-    for p in op.params:
-        if p.name not in arguments and p.name not in rejected and not p.required and p.default is not None:
-            arguments[p.name] = p.default
-    missing = list(missing) + [p.name for p in op.params
-                               if p.name not in arguments and (p.required or p.name in rejected)]
-    return Act(unit.id, op.name, record.id if record else None, arguments,
-               {n: e.evidence for n, e in given.items() if e.evidence is not None},
-               "needs_input" if missing else "ready", missing)
+            about, depth = self._run(question_frame_call(m, unit, op, described,
+                                                         instructions=self._instructions("question_frame")),
+                                     depth + 1)
+        return act, render_question(unit, op, about, candidates), notice
 
 
 def _covered(start: int, end: int, message: str, spans: Sequence[tuple[int, int]]) -> bool:
@@ -688,20 +389,6 @@ def _covered(start: int, end: int, message: str, spans: Sequence[tuple[int, int]
         if not any(lo <= a and b <= hi for lo, hi in spans):
             return False
     return True
-
-
-def _question(unit: Unit, op: Operation, about: list[str], candidates: Sequence[Record]) -> Question:
-    parts = []
-    for item in about:
-        if item == RECORD:
-            names = ", ".join(c.label or c.id for c in candidates)
-            parts.append(f"Which {op.record_kind} do you mean ({names})?")
-        else:
-            p = op.param(item)
-            parts.append(f"What {item.replace('_', ' ')} should I use" + (f" ({p.description})" if p.description
-                                                                         else "") + "?")
-    return Question(unit.id, op.name, about, " ".join(parts),
-                    [c.id for c in candidates] if RECORD in about else [])
 
 
 class Understander:
@@ -750,7 +437,7 @@ class Understander:
         return self.tasks.get(kind) or TaskConfig()
 
     def _start(self, message: str, records: Sequence[Record | Mapping[str, Any]], click: Click | None,
-               turn: str | None, system: str | None = None) -> "_Turn":
+               turn: str | None, system: str | None = None) -> _Turn:
         """Checks before any call, and the turn's state; ``system`` ("pipeline" or
         "single_call") puts the turn's inputs on the replay log."""
         if not isinstance(message, str) or not message.strip():
@@ -767,7 +454,13 @@ class Understander:
                     f"{', '.join(blind)} reports no token usage, so a turn bounded to "
                     f"{self.bounds.max_prompt_tokens} prompt tokens cannot be checked; set "
                     "understanding.max_prompt_tokens = 0 to run without a token bound")
-        t = _Turn(self, message, checked, turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock))
+        tasks = TaskRunner(turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock),
+                           provider=self.provider, configs=MappingProxyType(dict(self.tasks)),
+                           votes=int(self.settings["understanding.votes"]),
+                           repairs=int(self.settings["understanding.repairs"]), log=self.log, progress=self.progress)
+        context = _Context(self.catalog, max_units=int(self.settings["understanding.max_units"]),
+                           max_parallel=self.bounds.max_parallel)
+        t = _Turn(context, tasks, message, checked)
         if system is not None:
             self.log.add(TurnStarted(
                 t.turn, system, message, [msgspec.to_builtins(r) for r in checked],
@@ -786,9 +479,9 @@ class Understander:
         against gold inputs): (its checked result or None, why not, the budget report)."""
         t = self._start(call.message, records, None, turn)
         try:
-            result, _ = t.run(call, 1)
+            result, _ = t.tasks.run(call, 1)
             return result, None, t.budget.report()
-        except _NotUnderstood as exc:
+        except NotUnderstood as exc:
             return None, exc.reason, t.budget.report()
 
     def single_call(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
@@ -800,42 +493,7 @@ class Understander:
         A failed call fails the turn closed; a missing argument or record becomes a
         question rendered by code, and so does a value the message does not show
         (unless ``single_call`` is configured for independent votes: decision 0017)."""
-        t = self._start(message, records, None, turn, "single_call")
-        return self._finish(self._single_call(t))
-
-    def _single_call(self, t: "_Turn") -> Plan:
-        message = t.message
-        call = single_call_call(message, self.catalog.operations, t.records,
-                                max_acts=int(self.settings["understanding.max_units"]) * 2,
-                                instructions=t.instructions("single_call"))
-        try:
-            acts_out, _ = t.run(call, 1)
-        except _NotUnderstood as exc:
-            return Plan(t.turn, "failed_closed", [], [], [], [Notice("not_understood", None, exc.reason, exc.bound)],
-                        t.budget.report(), {})
-        unit = Unit("u1", message, 0, len(message))
-        acts: list[Act] = []
-        questions: list[Question] = []
-        notices: list[Notice] = []
-        # The baseline has no verify, so its one call is all the word a value has: one
-        # the message does not show is asked for (decision 0017).
-        voting = t.independent_votes("single_call")
-        for op, record, values in acts_out:
-            candidates = [r for r in t.records if op.record_kind and r.kind == op.record_kind]
-            if op.record_kind and record is None and len(candidates) == 1:
-                record = candidates[0]
-            given = {n: e for n, e in values.items() if e.value is not None}
-            asked = {} if voting else _without_ground(message, op, given)
-            act = _finish_act(unit, op, record, candidates, {n: e for n, e in given.items() if n not in asked},
-                              [RECORD] if op.record_kind and record is None else [], list(asked))
-            acts.append(act)
-            if act.missing:
-                questions.append(_question(unit, op, act.missing, candidates))
-            if asked:
-                notices.append(_no_ground_notice(unit, op, asked, "single_call"))
-        if not acts:
-            notices.append(Notice("no_operation", None, "the message asks for no operation this assistant has"))
-        return _assemble(t, [unit], [(acts, questions, notices)])
+        return self._finish(self._start(message, records, None, turn, "single_call").single_call())
 
     def understand(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
                    click: Click | None = None, turn: str | None = None) -> Plan:
@@ -859,66 +517,7 @@ class Understander:
         CatalogError
             Bad records, or a click naming an unknown operation.
         """
-        t = self._start(message, records, click, turn, "pipeline")
-        return self._finish(self._understand(t, click))
-
-    def _understand(self, t: "_Turn", click: Click | None) -> Plan:
-        message = t.message
-        budget = t.budget
-        if click is not None:
-            units = [Unit("u1", message, 0, len(message))]
-            t.skip("segment")
-            t.skip("coverage")
-            depth = 0
-        else:
-            try:
-                units, depth = t.segment()
-            except _NotUnderstood as exc:
-                kind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
-                return Plan(t.turn, "failed_closed", [], [], [], [Notice(kind, None, exc.reason, exc.bound)],
-                            budget.report(), dict(t.shortcuts))
-        workers = min(self.bounds.max_parallel, len(units))
-        before_units = dict(t.shortcuts)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
-            results = list(pool.map(lambda u: t.unit_chain(u, depth, click), units))
-        if workers > 1 and budget.exhausted is not None:
-            # Which parallel unit got the last call before the bound is a race; so the
-            # turn does not depend on it, none of its units counts as understood.
-            bound = budget.exhausted
-            why = (f"budget.exhausted{{{bound}}} while {workers} units were read in parallel; raise "
-                   f"understanding.{bound}, or set understanding.max_parallel = 1 to keep what was understood "
-                   "before the bound")
-            return Plan(t.turn, "incomplete", units, [], [],
-                        [Notice("not_understood", u.id, why, bound, [HOLD_ALL]) for u in units],
-                        budget.report(), before_units)
-        return _assemble(t, units, results)
-
-
-def is_held(act: Act, notices: Sequence[Notice]) -> bool:
-    """Whether a notice of this plan holds ``act``."""
-    for n in notices:
-        for h in n.holds:
-            if h == HOLD_ALL or h == act.record or (act.record is None and h == f"{HOLD_OPERATION}{act.operation}"):
-                return True
-    return False
-
-
-def _assemble(t: _Turn, units: list[Unit], results: list[tuple[list[Act], list[Question], list[Notice]]]) -> Plan:
-    """One plan from every unit's outputs; an act a part not understood may touch is
-    held."""
-    acts = [a for r in results for a in r[0]]
-    questions = [q for r in results for q in r[1]]
-    notices = [n for r in results for n in r[2]]
-    acts = [msgspec.structs.replace(a, status="held") if is_held(a, notices) else a for a in acts]
-    if any(n.kind == "not_understood" for n in notices):
-        status = "incomplete"
-    elif questions:
-        status = "needs_input"
-    elif acts:
-        status = "ready"
-    else:
-        status = "nothing"
-    return Plan(t.turn, status, units, acts, questions, notices, t.budget.report(), dict(t.shortcuts))
+        return self._finish(self._start(message, records, click, turn, "pipeline").understand(click))
 
 
 def replay_turn(source: str | ReplayLog, turn: str, catalog: Catalog, *,
@@ -945,8 +544,6 @@ def replay_turn(source: str | ReplayLog, turn: str, catalog: Catalog, *,
         Another catalog, or a replay that asked for a call, or ended in a plan, the
         recording does not have.
     """
-    from boundctx.understanding.replay import ReplayProvider, read_log
-
     attempts, turns = read_log(source) if isinstance(source, str) else (source.attempts, source.turns)
     started = next((t for t in turns if isinstance(t, TurnStarted) and t.turn == turn), None)
     if started is None:

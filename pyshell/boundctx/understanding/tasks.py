@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -38,11 +38,15 @@ from boundctx.understanding import schema as S
 from boundctx.understanding.catalog import Operation, Param, Record
 from boundctx.understanding.normalise import normalise
 
-__all__ = ["CONNECTORS", "INSTRUCTIONS", "MAX_TOKENS", "TASK_KINDS", "Extracted", "Gap", "TaskCall", "Unit", "Words",
-           "coverage_call", "extract_call", "gaps", "locate_call", "question_frame_call", "route_call", "segment_call",
-           "single_call_call", "verify_call", "whole_message_unit"]
+__all__ = ["CONNECTORS", "INSTRUCTIONS", "MAX_TOKENS", "TASK_KINDS", "Extracted", "Gap", "TaskCall", "TaskKind", "Unit",
+           "Words", "coverage_call", "extract_call", "gaps", "locate_call", "question_frame_call", "route_call",
+           "segment_call", "verify_call", "whole_message_unit", "whole_plan_call"]
 
-TASK_KINDS = ("segment", "coverage", "route", "locate", "extract", "verify", "question_frame")
+#: Every task kind: the pipeline's, and ``single_call``, the baseline's one call.
+TaskKind = Literal["segment", "coverage", "route", "locate", "extract", "verify", "question_frame", "single_call"]
+
+#: The pipeline's task kinds, in the order a turn runs them.
+TASK_KINDS: tuple[TaskKind, ...] = ("segment", "coverage", "route", "locate", "extract", "verify", "question_frame")
 
 #: The default instructions of each task (a task's configuration may replace them).
 INSTRUCTIONS = {
@@ -112,7 +116,7 @@ class TaskCall(msgspec.Struct, frozen=True):
 
     Attributes
     ----------
-    kind : str
+    kind : TaskKind
     unit : str or None
         The unit it is about (None for whole-message tasks).
     key : str
@@ -128,7 +132,7 @@ class TaskCall(msgspec.Struct, frozen=True):
         :data:`MAX_TOKENS` of its kind).
     """
 
-    kind: str
+    kind: TaskKind
     unit: str | None
     key: str
     messages: list[dict[str, Any]]
@@ -138,7 +142,7 @@ class TaskCall(msgspec.Struct, frozen=True):
     max_tokens: int | None = None
 
 
-def _messages(kind: str, instructions: str | None, body: str) -> list[dict[str, Any]]:
+def _messages(kind: TaskKind, instructions: str | None, body: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": instructions or INSTRUCTIONS[kind]}, {"role": "user", "content": body}]
 
 
@@ -440,8 +444,8 @@ def _check_arguments(operation: Operation, arguments: dict[str, Any], words: Wor
     return result
 
 
-def single_call_call(message: str, operations: Sequence[Operation], records: Sequence[Record], *,
-                     max_acts: int, instructions: str | None = None) -> TaskCall:
+def whole_plan_call(message: str, operations: Sequence[Operation], records: Sequence[Record], *,
+                    max_acts: int, instructions: str | None = None) -> TaskCall:
     """The whole plan in one call, one schema: the baseline the pipeline is measured
     against. Each act's shape depends on its operation (``anyOf`` one form per
     operation), so arguments are as strictly typed as extract's."""
