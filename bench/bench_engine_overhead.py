@@ -5,27 +5,28 @@ workers): the time spent inside the provider's generations (prompt evaluation an
 decoding) against the whole reply. The rest is boundctx: fitting, planning, exact
 counts, notes, events.
 
-Run: ``python bench/bench_engine_overhead.py`` (writes bench/results/engine_overhead.json).
+Run: ``python bench/bench_engine_overhead.py`` (writes bench/results/engine_overhead.json;
+``--json-out`` elsewhere).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _environment import run_facts  # noqa: E402
-
-from boundctx import config  # noqa: E402
-from boundctx.analysis import Engine  # noqa: E402
-from boundctx.events import Done  # noqa: E402
+from _harness import ROOT, run_facts
+from boundctx import config
+from boundctx.analysis import Engine
+from boundctx.events import Done
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "engine_overhead.json"))
+    args = ap.parse_args(argv)
     from boundctx.providers.local import LlamaCppProvider
 
     provider = LlamaCppProvider(n_ctx=2048)
@@ -33,7 +34,7 @@ def main() -> int:
     calls = [0]
     stream = provider._stream
 
-    def timed(request, **kw):  # time spent inside each generation, chunk by chunk
+    def clocked(request, **kw):  # time spent inside each generation, chunk by chunk
         calls[0] += 1
         it = stream(request, **kw)
         while True:
@@ -46,7 +47,7 @@ def main() -> int:
             model_s[0] += time.perf_counter() - t
             yield chunk
 
-    provider._stream = timed
+    provider._stream = clocked
     settings = config.load(env={}, overrides={"chat.n_ctx": 2048, "chat.analysis_workers": 2})
     text = (ROOT / "examples" / "build.log").read_text()
     provider.count_prompt([{"role": "user", "content": "warm"}])
@@ -58,7 +59,8 @@ def main() -> int:
     report = {"total_s": total, "model_s": model_s[0], "engine_s": total - model_s[0],
               "engine_share": (total - model_s[0]) / total, "model_calls": calls[0],
               "finished": isinstance(events[-1], Done), "versions": run_facts(("boundctx", "llama_cpp_python"))}
-    out = ROOT / "bench" / "results" / "engine_overhead.json"
+    out = pathlib.Path(args.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     print(f"reply {total:.1f} s, inside the model {model_s[0]:.1f} s over {calls[0]} calls, "
           f"engine {total - model_s[0]:.2f} s = {100 * report['engine_share']:.2f}% [json] {out}")

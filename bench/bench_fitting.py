@@ -27,41 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import random
 import statistics
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the reference twin
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _environment import run_facts  # noqa: E402
-
-from boundctx.analysis.fitting import current_turn_start, fit_conversation  # noqa: E402
-from reference.fitting import fit_by_dropping  # noqa: E402
+from _harness import ROOT, from_tests, markdown_table, run_facts, timed
+from _textgen import chat
+from boundctx.analysis.fitting import current_turn_start, fit_conversation
 
 WINDOW = 8192
 REPLY_TOKENS = 512
 LIMIT = WINDOW - REPLY_TOKENS
 SHARED = ROOT.parent / "shared" / "data" / "pi-sessions"
-WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which "
-         "but have an they you were her she there would their we him been has when who will more no if "
-         "out so said what up its about into than them can only other new some could time these two may "
-         "then do first any my now such like our over man me even most made after also did many before "
-         "must through back years where much your way well down should because each just those people").split()
-
-
-def chat(n: int, seed: int) -> list[dict]:
-    """``n`` messages of about 60 words, alternating user and assistant, a system first."""
-    rng = random.Random(seed)
-    msgs = [{"role": "system", "content": "You are a careful assistant."}]
-    for i in range(n - 1):
-        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 80)))
-        msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": words})
-    if msgs[-1]["role"] != "user":
-        msgs.append({"role": "user", "content": "and what follows from that?"})
-    return msgs
 
 
 def real_session(name: str) -> list[dict] | None:
@@ -77,13 +54,9 @@ def real_session(name: str) -> list[dict] | None:
     return msgs
 
 
-def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+def median_s(fn, repeats: int) -> float:
+    """The median wall time of ``repeats`` calls (no warm-up: a cold call is cold)."""
+    return statistics.median(timed(fn, repeats, warmup=0).wall_s)
 
 
 def fit(counter, msgs):
@@ -134,19 +107,19 @@ def engine_times(counter, msgs, repeats: int) -> dict:
         started = time.perf_counter()
         reply(grown)
         warm.append(time.perf_counter() - started)
-    return {"engine_cold_s": timed(cold, repeats), "engine_warm_s": statistics.median(warm)}
+    return {"engine_cold_s": median_s(cold, repeats), "engine_warm_s": statistics.median(warm)}
 
 
 def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers: bool) -> dict:
     counter.clear_cache()
-    whole = timed(lambda: uncached_count(counter, msgs), max(1, repeats // 2))
+    whole = median_s(lambda: uncached_count(counter, msgs), max(1, repeats // 2))
     tokens = uncached_count(counter, msgs)
 
     def cold():
         counter.clear_cache()
         return fit(counter, msgs)
 
-    cold_s = timed(cold, repeats)
+    cold_s = median_s(cold, repeats)
     result = cold()
     # Warm: the turn before was fitted; each repeat adds a different newest message.
     warm_times = []
@@ -164,6 +137,7 @@ def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers
            "cold_s": cold_s, "cold_counts": cold_s / whole, "warm_s": warm_s, "warm_counts": warm_s / whole}
     row |= engine_times(counter, msgs, repeats)
     if old:
+        fit_by_dropping = from_tests("reference.fitting").fit_by_dropping
         started = time.perf_counter()
         ref = fit_by_dropping(msgs, lambda m: uncached_count(counter, m), LIMIT, current_turn_start(msgs),
                               msgs[0]["role"] == "system")
@@ -207,14 +181,14 @@ def main() -> int:
             print(json.dumps(rows[-1]), flush=True)
     report = {"rows": rows, "versions": run_facts(("boundctx", "llama_cpp_python", "langchain_core"))}
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
-    print("| case | messages | tokens | one count | cold | warm | one at a time | LangChain | engine reply cold / warm |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        old = f"{r['one_at_a_time_counts']:.1f}" if "one_at_a_time_counts" in r else "not run"
-        lc = f"{r['langchain_counts']:.2f}" if "langchain_counts" in r else "not run"
-        print(f"| {r['case']} | {r['messages']:,} | {r['tokens']:,} | {r['whole_count_s'] * 1e3:.1f} ms "
-              f"| {r['cold_counts']:.3f} | {r['warm_counts']:.4f} ({r['warm_s'] * 1e3:.2f} ms) | {old} | {lc} "
-              f"| {r['engine_cold_s'] * 1e3:.0f} / {r['engine_warm_s'] * 1e3:.0f} ms |")
+    print(markdown_table(
+        ("case", "messages", "tokens", "one count", "cold", "warm", "one at a time", "LangChain",
+         "engine reply cold / warm"),
+        [(r["case"], f"{r['messages']:,}", f"{r['tokens']:,}", f"{r['whole_count_s'] * 1e3:.1f} ms",
+          f"{r['cold_counts']:.3f}", f"{r['warm_counts']:.4f} ({r['warm_s'] * 1e3:.2f} ms)",
+          f"{r['one_at_a_time_counts']:.1f}" if "one_at_a_time_counts" in r else "not run",
+          f"{r['langchain_counts']:.2f}" if "langchain_counts" in r else "not run",
+          f"{r['engine_cold_s'] * 1e3:.0f} / {r['engine_warm_s'] * 1e3:.0f} ms") for r in rows]))
     print(f"JSON: {args.json_out}")
     return 0
 

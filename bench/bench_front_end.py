@@ -61,11 +61,7 @@ import statistics
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from _environment import run_facts  # noqa: E402
+from _harness import ROOT, from_tests, human_size, markdown_table, parse_size, read_through, run_facts
 
 SEED = 1234
 BIG_EVERY = 6000
@@ -95,21 +91,6 @@ OBSERVE = """
 
 
 # -- data -------------------------------------------------------------------------------
-
-
-def parse_size(text: str) -> int:
-    """``1G`` -> 1 GiB, ``64M`` -> 64 MiB, ``1000000`` -> bytes."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1] if t and t[-1] in units else ""
-    return int(float(t[: len(t) - len(unit)] if unit else t) * units[unit])
-
-
-def human_size(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:.3g} {unit}"
-    return f"{n} B"
 
 
 def ensure_sample(folder: pathlib.Path, kind: str, target: int) -> dict:
@@ -171,17 +152,6 @@ def sidecar_facts(path: str) -> dict | None:
         if os.path.exists(side):
             return {"path": side, "bytes": os.path.getsize(side)}
     return None
-
-
-def read_through(path: str) -> float:
-    """Read the whole file once so it is in the page cache: a cold open then measures
-    the rescan, not the disk. The seconds it took."""
-    started = time.perf_counter()
-    buf = bytearray(16 << 20)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
-    return time.perf_counter() - started
 
 
 # -- API --------------------------------------------------------------------------------
@@ -264,9 +234,8 @@ def browser_open(browser, base: str, sample: dict, timeout_ms: int) -> dict:
 
 def launch_browser():
     from playwright.sync_api import sync_playwright
-    from web.conftest import chromium_path
 
-    executable = chromium_path()
+    executable = from_tests("web.conftest").chromium_path()
     if executable is None:
         raise SystemExit("no chromium found (/usr/lib/chromium/chromium or on PATH): apt-get install chromium")
     playwright = sync_playwright().start()
@@ -278,10 +247,6 @@ def launch_browser():
 
 
 # -- the run ----------------------------------------------------------------------------
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def interleaved(kinds: list[str], repeats: int):
@@ -310,8 +275,9 @@ def main() -> int:
     import httpx
     from boundctx.providers import ScriptedProvider
     from boundctx.serve import create_app
-    from serve.running import Running
-    from serve.scripted import MODEL, settings
+    Running = from_tests("serve.running").Running
+    scripted = from_tests("serve.scripted")
+    MODEL, settings = scripted.MODEL, scripted.settings
 
     samples = {"small": ensure_sample(folder, "small", parse_size(args.small_size)),
                "big": ensure_sample(folder, "big", parse_size(args.size))}
@@ -369,10 +335,10 @@ def main() -> int:
 
     for k in kinds:
         api, web = results[k]["api"], results[k]["browser"]
-        api["warm_median_s"] = median(api["warm_s"])
-        api["older_page_warm_median_s"] = median(api["older_page_warm_s"])
+        api["warm_median_s"] = statistics.median(api["warm_s"])
+        api["older_page_warm_median_s"] = statistics.median(api["older_page_warm_s"])
         for key in ("shown_s", "in_page_window_fetched_s", "in_page_inserted_s", "scroll_top_s"):
-            web[f"warm_{key.removesuffix('_s')}_median_s"] = median([w[key] for w in web["warm"]])
+            web[f"warm_{key.removesuffix('_s')}_median_s"] = statistics.median([w[key] for w in web["warm"]])
     warm_keys = {"api_warm": ("api", "warm_median_s"), "api_older_page_warm": ("api", "older_page_warm_median_s"),
                  "browser_warm_shown": ("browser", "warm_shown_median_s"),
                  "browser_warm_in_page_window_fetched": ("browser", "warm_in_page_window_fetched_median_s"),
@@ -435,9 +401,7 @@ def main() -> int:
          ms(b["browser"]["warm_scroll_top_median_s"]), f"{ratios['browser_warm_scroll_top']:.2f}x"),
     ]
     print()
-    print("| | small | big | big/small |\n|---|---:|---:|---:|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(markdown_table(("", "small", "big", "big/small"), rows, align=("---", "---:", "---:", "---:")))
     print(f"\nwarm rows: medians of {args.repeats}; load average {loadavg_before[0]:.2f} before, "
           f"{loadavg_after[0]:.2f} after; JSON: {out}")
     return 0

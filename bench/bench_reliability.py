@@ -31,12 +31,9 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the campaign harness (tests/faults/harness.py)
-sys.path.insert(0, str(ROOT / "bench"))
+from _harness import ROOT, from_tests, markdown_table, run_facts, run_header
 
-from _environment import run_facts, run_header  # noqa: E402
-from faults import harness  # noqa: E402
+harness = from_tests("faults.harness")  # the campaigns, shared with tests/faults
 
 #: Each category's campaign at scale 1 (6-10 minutes in all on 2 cores, with the fuzzer).
 SIZES = {
@@ -133,16 +130,11 @@ def run_fuzz(seconds: int, workdir: pathlib.Path) -> harness.Tally:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| category | faults injected | records acknowledged | records lost | wrong data "
-            "| crashes | hangs | s |\n|---|---|---|---|---|---|---|---|")
-    lines = [head]
-    for r in rows:
-        if "skipped" in r["notes"]:
-            lines.append(f"| {r['category']} | skipped: {r['notes']['skipped']} | | | | | | |")
-            continue
-        lines.append(f"| {r['category']} | {r['faults']:,} | {r['acknowledged']:,} | {r['lost']} | "
-                     f"{r['wrong']} | {r['crashes']} | {r['hangs']} | {r['seconds']:.0f} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ("category", "faults injected", "records acknowledged", "records lost", "wrong data", "crashes", "hangs", "s"),
+        [(r["category"], f"skipped: {r['notes']['skipped']}") if "skipped" in r["notes"] else
+         (r["category"], f"{r['faults']:,}", f"{r['acknowledged']:,}", r["lost"], r["wrong"], r["crashes"], r["hangs"],
+          f"{r['seconds']:.0f}") for r in rows])
 
 
 def main(argv=None) -> int:

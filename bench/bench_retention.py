@@ -34,17 +34,13 @@ import re
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _environment import run_facts  # noqa: E402
-
-from boundctx import config  # noqa: E402
-from boundctx._search import longest_fitting  # noqa: E402
-from boundctx.analysis import READ_TOOL_NAME, Engine  # noqa: E402
-from boundctx.analysis.workers import WORKER_INSTRUCTIONS  # noqa: E402
-from boundctx.events import AnalysisProgress, Done, ReplyDelta, ToolCall  # noqa: E402
-from boundctx.providers import ScriptedProvider, ToolCallChunk  # noqa: E402
+from _harness import ROOT, markdown_table, run_facts
+from boundctx import config
+from boundctx._search import longest_fitting
+from boundctx.analysis import READ_TOOL_NAME, Engine
+from boundctx.analysis.workers import WORKER_INSTRUCTIONS
+from boundctx.events import AnalysisProgress, Done, ReplyDelta, ToolCall
+from boundctx.providers import ScriptedProvider, ToolCallChunk
 
 WINDOW = 2048
 REPLY_TOKENS = 128
@@ -310,17 +306,15 @@ def main(argv=None) -> int:
         if not any(k.startswith(family) for k in results[conditions[0]]):
             continue
         print(f"\n{family} documents\n")
-        print("| condition | " + " | ".join(buckets) + " |")
-        print("|---" * (len(buckets) + 1) + "|")
-        for c in conditions:
-            cells = [f"{results[c][f'{family} {b}'][0]}/{results[c][f'{family} {b}'][1]}" for b in buckets]
-            print(f"| {names[c]} | " + " | ".join(cells) + " |")
-    print("\n| condition | stale corrected | model calls | rereads | failed replies | most generations at once "
-          "| model wall s |")
-    print("|---|---|---|---|---|---|---|")
-    for c in conditions:
-        print(f"| {names[c]} | {stale[c]} | {totals[c]['calls']} | {totals[c]['rereads']} | {totals[c]['failed']} | "
-              f"{totals[c]['max_active']} | {totals[c]['wall_s']:.0f} |")
+        print(markdown_table(("condition", *buckets), [
+            (names[c], *(f"{results[c][f'{family} {b}'][0]}/{results[c][f'{family} {b}'][1]}" for b in buckets))
+            for c in conditions]))
+    print()
+    print(markdown_table(
+        ("condition", "stale corrected", "model calls", "rereads", "failed replies", "most generations at once",
+         "model wall s"),
+        [(names[c], stale[c], totals[c]["calls"], totals[c]["rereads"], totals[c]["failed"], totals[c]["max_active"],
+          f"{totals[c]['wall_s']:.0f}") for c in conditions]))
     print(f"\nsizes (x window): {sizes_seen}; wall {report['meta']['wall_s']:.1f} s; [json] {json_out}")
     return 0
 

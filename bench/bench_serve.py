@@ -41,11 +41,7 @@ import threading
 import time
 import urllib.parse
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from _environment import run_facts  # noqa: E402
+from _harness import ROOT, from_tests, run_facts
 
 MODEL = "bench"
 MESSAGES = [{"role": "user", "content": "Tell me about the build."}]
@@ -144,16 +140,15 @@ def long_history(messages: int, turns: int) -> dict:
     longer: time to the first content chunk through serve and directly, with the
     embedded model's real tokenizer and template (a model that answers at once, so the
     time is fitting and counting). Turn 0 is cold (nothing counted yet)."""
-    from bench_fitting import chat
-
+    from _textgen import chat
     from boundctx import config
     from boundctx.analysis import Engine
     from boundctx.events import ReplyDelta
     from boundctx.providers.scripted import ScriptedProvider
     from boundctx.serve import create_app
     from boundctx.tokens.llama import LlamaCounter
-    from serve.running import Running
 
+    Running = from_tests("serve.running").Running
     settings = config.load(env={}, overrides={"chat.n_ctx": 8192})
     base = chat(messages, seed=messages)
 
@@ -241,9 +236,9 @@ def main() -> int:
     ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "serve.json"))
     args = ap.parse_args()
     from boundctx import config
-    from serve.running import Running
     from boundctx.serve import create_app
 
+    Running = from_tests("serve.running").Running
     gap = args.gap_ms / 1000
     base = direct(args.tokens, gap, 10)
     settings = config.load(env={}, overrides={"serve.active_replies": args.streams, "serve.queue_depth": args.streams})

@@ -45,10 +45,7 @@ import time
 import urllib.error
 import urllib.request
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _environment import run_facts, run_header  # noqa: E402
+from _harness import ROOT, markdown_table, run_facts, run_header
 
 PROMPT = "Write a long story about a lighthouse keeper."
 SERVERS = ("boundctx", "llama_cpp")
@@ -118,18 +115,17 @@ def table(summary: dict[str, dict], comparison: dict) -> str:
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    rows = ["| server | first content | total | tokens | decode tok/s | end-to-end tok/s |",
-            "|---|---|---|---|---|---|"]
+    rows = []
     for name in SERVERS:
         s = summary[name]
         tokens = num(s["tokens"], ".0f") + ("" if s["token_sources"] == ["usage"] else " (chunks)")
-        rows.append(f"| {name} | {num(s['first_content_s'] and s['first_content_s'] * 1000, '.0f')} ms "
-                    f"| {num(s['total_s'], '.2f')} s | {tokens} | {num(s['decode_tok_s'], '.1f')} "
-                    f"| {num(s['end_to_end_tok_s'], '.1f')} |")
-    rows.append(f"| boundctx / llama_cpp | {num(comparison['first_content_ratio'], '.2f')} | | "
-                f"{'same' if comparison['same_token_counts'] else 'differ'} "
-                f"| **{num(comparison['decode_ratio'], '.3f')}** | **{num(comparison['end_to_end_ratio'], '.3f')}** |")
-    return "\n".join(rows)
+        rows.append((name, f"{num(s['first_content_s'] and s['first_content_s'] * 1000, '.0f')} ms",
+                     f"{num(s['total_s'], '.2f')} s", tokens, num(s["decode_tok_s"], ".1f"),
+                     num(s["end_to_end_tok_s"], ".1f")))
+    rows.append(("boundctx / llama_cpp", num(comparison["first_content_ratio"], ".2f"), "",
+                 "same" if comparison["same_token_counts"] else "differ",
+                 f"**{num(comparison['decode_ratio'], '.3f')}**", f"**{num(comparison['end_to_end_ratio'], '.3f')}**"))
+    return markdown_table(("server", "first content", "total", "tokens", "decode tok/s", "end-to-end tok/s"), rows)
 
 
 # -- the servers ----------------------------------------------------------------------

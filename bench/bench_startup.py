@@ -28,10 +28,7 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _environment import run_facts  # noqa: E402
+from _harness import ROOT, markdown_table, run_facts
 
 
 def boundctx_command() -> list[str]:
@@ -90,9 +87,7 @@ def main() -> int:
               "reindex_over_wc_rounds": ratios,
               "load_average": os.getloadavg(), "versions": run_facts(("boundctx",))}
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
-    print("| process | median |\n|---|---|")
-    for name, s in rows.items():
-        print(f"| {name} | {s * 1e3:.0f} ms |")
+    print(markdown_table(("process", "median"), [(name, f"{s * 1e3:.0f} ms") for name, s in rows.items()]))
     print(f"\nboundctx --help: {report['help_ms']:.0f} ms (goal <= 60 ms); reindex / wc -l: "
           f"{report['reindex_over_wc']:.2f}x (goal <= 1.0x) on {report['file_bytes'] / 2**30:.2f} GiB")
     print(f"JSON: {args.json_out}")

@@ -33,10 +33,8 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
-import gc
 import io
 import json
-import math
 import os
 import pathlib
 import pstats
@@ -48,30 +46,26 @@ import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # for the reference twin (tests/reference/)
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _environment import command_output, run_facts, run_header  # noqa: E402
-
-from boundctx._native import lineindex as _li  # noqa: E402
-from boundctx.transcript import Transcript, reindex  # noqa: E402
-from boundctx.transcript.dialects import dialect_kinds, native_table  # noqa: E402
-from boundctx.transcript.layout import build_layout, sidecar_paths  # noqa: E402
-from boundctx.transcript.sample import write_sample  # noqa: E402
-
-try:
-    from reference import lineindex as ref_lineindex  # type: ignore[import-not-found]
-except ImportError as _exc:  # the twin is being written elsewhere; skip its row
-    ref_lineindex = None
-    REF_MISSING = f"tests/reference/lineindex.py not importable ({_exc})"
-else:
-    REF_MISSING = None
+from _harness import (ROOT, command_output, from_tests, human_size, markdown_table, parse_size, read_through,
+                      run_facts, run_header, summary, timed)
+from boundctx._native import lineindex as _li
+from boundctx.transcript import Transcript, reindex
+from boundctx.transcript.dialects import dialect_kinds, native_table
+from boundctx.transcript.layout import build_layout, sidecar_paths
+from boundctx.transcript.sample import write_sample
 
 try:
     import orjson
 except ImportError:
     orjson = None
+
+try:
+    ref_lineindex = from_tests("reference.lineindex")
+except ImportError as _exc:  # a checkout without the twin: its row says so
+    ref_lineindex = None
+    REF_MISSING = f"tests/reference/lineindex.py not importable ({_exc})"
+else:
+    REF_MISSING = None
 
 
 GB = 1e9
@@ -93,79 +87,14 @@ GOAL_SCALE_RATIO = 1.5
 GOAL_REINDEX_VS_WC = 1.0
 
 
-# -- helpers --------------------------------------------------------------------------
-
-
-def parse_size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1] if t and t[-1] in units else ""
-    number = t[: len(t) - len(unit)] if unit else t
-    return int(float(number) * units[unit])
-
-
-def human_size(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:.3g} {unit}"
-    return f"{n} B"
-
-
-def summarize(samples: list[float]) -> dict:
-    s = sorted(samples)
-    n = len(s)
-    return {
-        "median_s": statistics.median(s),
-        "p90_s": s[max(0, math.ceil(0.9 * n) - 1)],
-        "min_s": s[0],
-        "max_s": s[-1],
-        "n": n,
-        "samples_s": samples if n <= 60 else None,
-    }
-
-
-def timed(fn, repeats: int, *, warmup: int = 1, setup=None, teardown=None, check=None):
-    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed. ``setup()``
-    (untimed) returns fn's argument tuple; ``teardown(result)`` and ``check(result)``
-    run untimed after each call."""
-    samples = []
-    result = None
-    for i in range(warmup + repeats):
-        args = setup() if setup is not None else ()
-        result = None  # free the previous result outside the timed region
-        gc.collect()
-        t0 = time.perf_counter()
-        result = fn(*args)
-        dt = time.perf_counter() - t0
-        if check is not None:
-            check(result)
-        if teardown is not None:
-            teardown(result)
-        if i >= warmup:
-            samples.append(dt)
-    return samples, result
-
-
-def warm_page_cache(path: str, passes: int = 2) -> float:
-    buf = bytearray(16 * MiB)
-    t0 = time.perf_counter()
-    for _ in range(passes):
-        with open(path, "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
-    return time.perf_counter() - t0
-
-
 def versions() -> dict:
-    facts = run_facts(("msgspec", "orjson", "cython", "boundctx"))
-    facts.update({
-        "numpy": np.__version__,
-        "boundctx_native": getattr(_li, "__file__", None),
-        "wc": (command_output("wc", "--version") or "").splitlines()[0:1],
-        "openblas_env": {k: v for k, v in os.environ.items()
-                         if k.startswith(("OPENBLAS", "OMP_", "MKL_"))},
-    })
-    return facts
+    """The run facts, and what else bears on these timings: numpy, the native build,
+    ``wc``, the BLAS threading variables."""
+    return {**run_facts(("msgspec", "orjson", "cython", "boundctx")),
+            "numpy": np.__version__,
+            "boundctx_native": getattr(_li, "__file__", None),
+            "wc": (command_output("wc", "--version") or "").splitlines()[0:1],
+            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_", "MKL_"))}}
 
 
 # -- data -----------------------------------------------------------------------------
@@ -272,7 +201,7 @@ class Results:
         self.meta = meta
 
     def add(self, group, case, samples, *, bytes_=None, note=None, goal=None, **extra):
-        st = summarize(samples)
+        st = summary(samples)
         row = {"group": group, "case": case, **st, "bytes": bytes_, "note": note,
                "loadavg_1m": os.getloadavg()[0], **extra}
         if bytes_:
@@ -353,7 +282,7 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
                 n += k
         return n
 
-    s, _ = timed(copy_ceiling, args.repeats, check=lambda n: _expect(n == size, "read size"))
+    s, _, _ = timed(copy_ceiling, args.repeats, check=lambda n: _expect(n == size, "read size"))
     res.add("reindex", "copy ceiling: readinto 16 MiB, no scan (context)", s, bytes_=size,
             key="copy", naive_key="naive_json")
 
@@ -361,7 +290,7 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
         out = subprocess.run(["wc", "-l", path], capture_output=True, check=True, text=True)
         return int(out.stdout.split()[0])
 
-    s, _ = timed(wc, args.repeats, check=lambda n: _expect(n == lines, f"wc -l {n} != {lines}"))
+    s, _, _ = timed(wc, args.repeats, check=lambda n: _expect(n == lines, f"wc -l {n} != {lines}"))
     res.add("reindex", "`wc -l` (subprocess, spawn included)", s, bytes_=size, key="wc", naive_key="naive_json")
 
     fd = os.open(path, os.O_RDONLY)
@@ -370,19 +299,19 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
             _expect(lay.line_count == lines and lay.message_count == messages,
                     f"layout counts {lay.line_count}/{lay.message_count} != {lines}/{messages}")
 
-        s, _ = timed(lambda: build_layout(fd, dialect="auto"), args.repeats, check=check_layout)
+        s, _, _ = timed(lambda: build_layout(fd, dialect="auto"), args.repeats, check=check_layout)
         res.add("reindex", "boundctx `build_layout(fd, dialect='auto')` (native scan)", s,
                 bytes_=size, key="reindex_native", naive_key="naive_json", goal=f"<= {GOAL_REINDEX_VS_WC:.1f}x wc -l")
 
         table = native_table("auto")
-        s, _ = timed(lambda: _li.scan_fd(fd, table), args.repeats,
+        s, _, _ = timed(lambda: _li.scan_fd(fd, table), args.repeats,
                      check=lambda r: _expect(len(r.starts) // 8 == lines, "scan_fd line count"))
         res.add("reindex", "  of which: native `scan_fd` alone (no numpy post-processing)", s,
                 bytes_=size, key="scan_fd", naive_key="naive_json")
 
         # The reference twin on a slice, and native scan_bytes on the same slice.
         piece = os.pread(fd, min(REF_SLICE, size), 0)
-        s_nat, nat = timed(lambda: _li.scan_bytes(piece, table), args.repeats)
+        s_nat, _, nat = timed(lambda: _li.scan_bytes(piece, table), args.repeats)
         res.add("reindex", f"native `scan_bytes` on a {human_size(len(piece))} slice", s_nat,
                 bytes_=len(piece), key="scan_bytes_slice",
                 note=f"extrapolated: {statistics.median(s_nat) * GB / len(piece):.3f} s/GB")
@@ -392,7 +321,7 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
             print(f"  reindex  reference twin SKIPPED: {REF_MISSING}", flush=True)
         else:
             kinds = dialect_kinds("auto")
-            s_ref, ref = timed(lambda: ref_lineindex.scan_bytes(piece, kinds), max(3, args.repeats // 2))
+            s_ref, _, ref = timed(lambda: ref_lineindex.scan_bytes(piece, kinds), max(3, args.repeats // 2))
             agree = (np.frombuffer(nat.starts, dtype=np.int64).tolist() == list(ref.starts)
                      and list(nat.kinds) == list(ref.kinds)
                      and nat.indexed_end == ref.indexed_end)
@@ -405,7 +334,7 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
     finally:
         os.close(fd)
 
-    s, rep = timed(lambda: reindex(path), max(3, args.repeats // 2),
+    s, _, rep = timed(lambda: reindex(path), max(3, args.repeats // 2),
                    check=lambda r: _expect(r.ok and r.messages == messages, f"reindex report {r}"))
     res.add("reindex", "`reindex(path)` (sidecar valid): open + rebuild + write sidecar", s,
             bytes_=size, key="reindex_api", naive_key="naive_json",
@@ -420,7 +349,7 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
                 os.unlink(p)
         return ()
 
-    s, _ = timed(lambda: reindex(path), max(3, args.repeats // 2), setup=drop_sidecars,
+    s, _, _ = timed(lambda: reindex(path), max(3, args.repeats // 2), setup=drop_sidecars,
                  check=lambda r: _expect(r.ok and r.messages == messages, f"reindex report {r}"))
     res.add("reindex", "`reindex(path)` with NO sidecar (first reindex of a file)", s,
             bytes_=size, key="reindex_api_cold_sidecar", naive_key="naive_json",
@@ -444,10 +373,10 @@ def bench_naive_reindex(res: Results, path: str, meta: dict, args) -> None:
         return run
 
     check = lambda n: _expect(n == messages, f"naive count {n} != {messages}")  # noqa: E731
-    s, _ = timed(naive(json.loads), 1, warmup=0, check=check)
+    s, _, _ = timed(naive(json.loads), 1, warmup=0, check=check)
     res.add("reindex", "naive: `json.loads` every line (1 run)", s, bytes_=size, key="naive_json")
     if orjson is not None:
-        s, _ = timed(naive(orjson.loads), 1, warmup=0, check=check)
+        s, _, _ = timed(naive(orjson.loads), 1, warmup=0, check=check)
         res.add("reindex", "naive: `orjson.loads` every line (1 run)", s, bytes_=size, key="naive_orjson", naive_key="naive_json")
     else:
         res.rows.append({"group": "reindex", "case": "naive: orjson", "key": "naive_orjson",
@@ -492,17 +421,17 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
     ns = sf["messages"]
     renderer = dict(preset="renderer")
 
-    s, _ = timed(lambda: open_window(big, **renderer), n, warmup=3, check=_check_window(nb - WINDOW))
+    s, _, _ = timed(lambda: open_window(big, **renderer), n, warmup=3, check=_check_window(nb - WINDOW))
     res.add("open", f"newest 100, renderer, big file ({nb:,} messages)", s, key="open_big", naive_key="naive_open_big",
             goal="<= 5 ms", note=f"window {human_size(bf['newest_window']['bytes'])}")
-    s, _ = timed(lambda: open_window(small, **renderer), n, warmup=3, check=_check_window(ns - WINDOW))
+    s, _, _ = timed(lambda: open_window(small, **renderer), n, warmup=3, check=_check_window(ns - WINDOW))
     res.add("open", f"newest 100, renderer, small file ({ns:,} messages)", s, key="open_small", naive_key="naive_open_small",
             goal="<= 5 ms", note=f"window {human_size(sf['newest_window']['bytes'])}")
 
     pw = bf.get("newest_plain_window")
     if pw and pw["message_before"] != nb:
         pb = pw["message_before"]
-        s, _ = timed(lambda: open_window(big, message_before=pb, **renderer), n, warmup=3,
+        s, _, _ = timed(lambda: open_window(big, message_before=pb, **renderer), n, warmup=3,
                      check=_check_window(pb - WINDOW))
         res.add("open", f"newest 100 with no line > 64 KiB, renderer, big file (message_before={pb})",
                 s, key="open_big_plain", naive_key="naive_open_big",
@@ -510,7 +439,7 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
 
     ww = bf["worst_window"]
     before = ww["message_before"]
-    s, r = timed(lambda: open_window(big, message_before=before, **renderer), n, warmup=3,
+    s, _, r = timed(lambda: open_window(big, message_before=before, **renderer), n, warmup=3,
                  check=_check_window(before - WINDOW))
     cut = sum(m.cut_bytes for m in r[0].messages)
     res.add("open", f"worst 100-message window, renderer (message_before={before})", s,
@@ -518,10 +447,10 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
             note=f"window {human_size(ww['bytes'])}, largest line {human_size(ww['max_line_bytes'])}, "
                  f"{cut:,} bytes cut")
 
-    s, _ = timed(lambda: open_window(big, message_limit=WINDOW, content_limit=None), n, warmup=3,
+    s, _, _ = timed(lambda: open_window(big, message_limit=WINDOW, content_limit=None), n, warmup=3,
                  check=_check_window(nb - WINDOW))
     res.add("open", "newest 100, uncapped (content_limit=None), big file", s, key="open_big_uncapped", naive_key="naive_open_big")
-    s, _ = timed(lambda: open_window(big, message_before=before, message_limit=WINDOW,
+    s, _, _ = timed(lambda: open_window(big, message_before=before, message_limit=WINDOW,
                                      content_limit=None), max(5, n // 5), warmup=1,
                  check=_check_window(before - WINDOW))
     res.add("open", "worst window, uncapped (content_limit=None)", s, key="open_worst_uncapped", naive_key="naive_open_big")
@@ -529,25 +458,25 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
     def open_only():
         with Transcript.open(big) as t:
             return t.layout_outcome
-    s, _ = timed(open_only, n, warmup=3, check=lambda o: _expect(o == "valid", o))
+    s, _, _ = timed(open_only, n, warmup=3, check=lambda o: _expect(o == "valid", o))
     res.add("open", "  of which: `Transcript.open` + close alone, big file", s, key="open_only_big")
     t = Transcript.open(big)
     try:
-        s, _ = timed(lambda: t.window(preset="renderer"), n, warmup=3,
+        s, _, _ = timed(lambda: t.window(preset="renderer"), n, warmup=3,
                      check=lambda w: _expect(len(w.messages) == WINDOW, "window size"))
         res.add("open", "  of which: `window(preset='renderer')` alone on an open Transcript", s,
                 key="window_only_big")
     finally:
         t.close()
 
-    s, _ = timed(lambda: naive_open(small), max(3, n // 10), warmup=1,
+    s, _, _ = timed(lambda: naive_open(small), max(3, n // 10), warmup=1,
                  check=lambda m: _expect(len(m) == WINDOW, "naive window"))
     res.add("open", "naive open: parse the whole small file (orjson), keep newest 100", s,
             key="naive_open_small")
 
 
 def bench_naive_open_big(res: Results, big: str, args) -> None:
-    s, _ = timed(lambda: naive_open(big), 1, warmup=0,
+    s, _, _ = timed(lambda: naive_open(big), 1, warmup=0,
                  check=lambda m: _expect(len(m) == WINDOW, "naive window"))
     res.add("open", "naive open: parse the whole big file (orjson), keep newest 100 (1 run)", s,
             key="naive_open_big")
@@ -579,7 +508,7 @@ def _append_copy(big: str, args):
     fd = os.open(copy, os.O_RDWR)
     os.fsync(fd)
     os.close(fd)
-    warm_page_cache(copy)
+    read_through(copy, passes=2)
     with Transcript.open(copy) as t:
         _ = t.window(preset="renderer")
     with Transcript.open(copy) as t:
@@ -639,7 +568,7 @@ def bench_append(res: Results, big: str, args) -> None:
                     and last.truncated, "appended record not the newest, or not projected")
 
         restore()
-        s, _ = timed(run, n, warmup=2, setup=setup, check=check, teardown=lambda r: restore())
+        s, _, _ = timed(run, n, warmup=2, setup=setup, check=check, teardown=lambda r: restore())
         for k in parts:
             parts[k] = parts[k][2:]  # drop the warm-ups
         label = "WITH fsync (sync=True)" if sync else "no fsync (sync=False)"
@@ -683,8 +612,7 @@ def markdown(res: Results) -> str:
     row that is its extrapolated rate); ``naive ÷ this`` is how many times faster the
     row is than its naive counterpart (``naive_key``) on the same file."""
     wc = res.find("wc")
-    out = ["| Group | Case | median | p90 | n | GB/s | × `wc -l` | naive ÷ this | goal |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in res.rows:
         med = r.get("median_s")
         gbps = f"{r['gb_per_s']:.2f}" if r.get("gb_per_s") else ""
@@ -698,16 +626,18 @@ def markdown(res: Results) -> str:
             vs_naive = f"{ratio:,.0f}×" if ratio >= 10 else f"{ratio:.1f}×"
         case = r["case"] + (f" — {r['note']}" if r.get("note") else "")
         p90 = _fmt_time(r.get("p90_s")) if (r.get("n") or 0) > 1 else ""
-        out.append(f"| {r['group']} | {case} | {_fmt_time(med)} | {p90} | {r.get('n', '')} | "
-                   f"{gbps} | {vs_wc} | {vs_naive} | {r.get('goal', '')} |")
-    out += ["", "| Goal | measured | target | met |", "|---|---|---|---|"]
+        rows.append((r["group"], case, _fmt_time(med), p90, r.get("n", ""), gbps, vs_wc, vs_naive,
+                     r.get("goal", "")))
+    goals = []
     for g in res.goals():
         if g["value"] is None:
-            out.append(f"| {g['goal']} | — | {g['target']} | n/a |")
+            goals.append((g["goal"], "—", g["target"], "n/a"))
             continue
         met = "**met**" if g["met"] else f"**NOT met** ({g['over_by']:.2f}× the target)"
-        out.append(f"| {g['goal']} | {g['shown']} {g['unit']} | ≤ {g['target']} {g['unit']} | {met} |")
-    return "\n".join(out)
+        goals.append((g["goal"], f"{g['shown']} {g['unit']}", f"≤ {g['target']} {g['unit']}", met))
+    return (markdown_table(("Group", "Case", "median", "p90", "n", "GB/s", "× `wc -l`", "naive ÷ this", "goal"),
+                           rows)
+            + "\n\n" + markdown_table(("Goal", "measured", "target", "met"), goals))
 
 
 # -- profiling --------------------------------------------------------------------------------
@@ -822,8 +752,8 @@ def main(argv=None) -> int:
         print(f"[warn] 1-minute load average is {load1:.2f} on {os.cpu_count()} CPUs: "
               "other work is running and will show in the timings", flush=True)
     print(f"[warm] read {human_size(os.path.getsize(big))} twice: "
-          f"{warm_page_cache(big):.2f} s", flush=True)
-    warm_page_cache(small)
+          f"{read_through(big, passes=2):.2f} s", flush=True)
+    read_through(small, passes=2)
     facts = {"big": describe_layout(big), "small": describe_layout(small)}
 
     if args.profile:

@@ -37,17 +37,13 @@ import statistics
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests" / "understanding"))
+import msgspec
 
-import msgspec  # noqa: E402
-from _environment import run_facts  # noqa: E402
-
-from boundctx import config  # noqa: E402
-from boundctx.understanding import Catalog, Record, ReplayLog, Understander  # noqa: E402
-from boundctx.understanding import tasks as T  # noqa: E402
-from boundctx.understanding.normalise import normalise  # noqa: E402
+from _harness import ROOT, from_tests, markdown_table, run_facts
+from boundctx import config
+from boundctx.understanding import Catalog, Record, ReplayLog, Understander
+from boundctx.understanding import tasks as T
+from boundctx.understanding.normalise import normalise
 
 BOOKING = ROOT / "bench" / "data" / "booking_turns.json"
 BFCL = ROOT.parent / "shared" / "data" / "bfcl"
@@ -196,7 +192,7 @@ def make_provider(model: str, gold_of=None, records=()):
         from boundctx.providers.local import LlamaCppProvider
         return LlamaCppProvider(n_ctx=4096)
     from boundctx.providers import ScriptedProvider
-    from oracle import Oracle
+    Oracle = from_tests("understanding.oracle").Oracle  # the scripted model of tests/understanding
     return ScriptedProvider(Oracle(gold_of, records))
 
 
@@ -472,24 +468,21 @@ def main(argv=None) -> int:
               "summary": summarise(rows), "per_task": tasks, "budget_sweep": sweep, "rows": rows}
     pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(json_out).write_text(json.dumps(report, indent=1, default=str))
-    print("\n| corpus / system / split | turns | whole plan | op set | args | notices w/u | calls | prompt tok "
-          "| compl tok | depth | p50 s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for key, s in report["summary"].items():
-        args_cell = "-" if s["args"] is None else f"{s['args']:.2f}"
-        print(f"| {key} | {s['turns']} | {s['whole_plan']:.2f} | {s['op_set']:.2f} | {args_cell} | "
-              f"{s['warranted_notices']}/{s['unwarranted_notices']} | {s['calls_per_turn']:.1f} | "
-              f"{s['prompt_tokens_per_turn']:.0f} | {s['completion_tokens_per_turn']:.0f} | {s['max_chain_depth']} | "
-              f"{s['wall_s_p50']:.2f} |")
-    print("\n| task (gold inputs) | right | asked |")
-    print("|---|---|---|")
-    for name, t in tasks.items():
-        print(f"| {name} | {t['right']} | {t['asked']} |")
-    print("\n| max_model_calls | turns | whole plan right | model calls | partial effects |")
-    print("|---|---|---|---|---|")
-    for s in sweep:
-        print(f"| {s['max_model_calls']} | {s['turns']} | {s['whole_plan_right']} | {s['model_calls']} | "
-              f"{s['partial_effects']} |")
+    print()
+    print(markdown_table(
+        ("corpus / system / split", "turns", "whole plan", "op set", "args", "notices w/u", "calls", "prompt tok",
+         "compl tok", "depth", "p50 s"),
+        [(key, s["turns"], f"{s['whole_plan']:.2f}", f"{s['op_set']:.2f}",
+          "-" if s["args"] is None else f"{s['args']:.2f}", f"{s['warranted_notices']}/{s['unwarranted_notices']}",
+          f"{s['calls_per_turn']:.1f}", f"{s['prompt_tokens_per_turn']:.0f}", f"{s['completion_tokens_per_turn']:.0f}",
+          s["max_chain_depth"], f"{s['wall_s_p50']:.2f}") for key, s in report["summary"].items()]))
+    print()
+    print(markdown_table(("task (gold inputs)", "right", "asked"),
+                         [(name, t["right"], t["asked"]) for name, t in tasks.items()]))
+    print()
+    print(markdown_table(("max_model_calls", "turns", "whole plan right", "model calls", "partial effects"),
+                         [(s["max_model_calls"], s["turns"], s["whole_plan_right"], s["model_calls"],
+                           s["partial_effects"]) for s in sweep]))
     print(f"\nwall {report['meta']['wall_s']:.1f} s; [json] {json_out}")
     return 0
 

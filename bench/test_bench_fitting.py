@@ -1,15 +1,10 @@
 """The fitting benchmark's cases run (once each, small) and say what they measured."""
 
-import pathlib
-import sys
-
 import pytest
 
 pytest.importorskip("llama_cpp", reason="the benchmark counts with the embedded model's tokenizer")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import bench_fitting  # noqa: E402
+import bench_fitting  # noqa: E402 - after the skip: it needs llama-cpp-python
 from boundctx.tokens.llama import LlamaCounter  # noqa: E402
 
 

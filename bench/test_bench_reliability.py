@@ -7,12 +7,8 @@ size that finds things, in ``tests/faults/``.
 from __future__ import annotations
 
 import json
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import bench_reliability as br  # noqa: E402
+import bench_reliability as br
 
 
 def test_a_quick_run_writes_one_clean_row_per_category(tmp_path, monkeypatch):

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import bench_retention as br  # noqa: E402
-
-from boundctx import config  # noqa: E402
-from boundctx.tokens import ByteEstimateCounter  # noqa: E402
+import bench_retention as br
+from boundctx import config
+from boundctx.tokens import ByteEstimateCounter
 
 
 def test_conditions_keep_what_they_should_on_a_small_document():

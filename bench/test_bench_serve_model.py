@@ -8,14 +8,9 @@ Not part of the default suite (``testpaths = ["tests"]``); run by name::
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import bench_serve_model as bm  # noqa: E402
+import bench_serve_model as bm
 
 
 def sample(first, total, chunks, usage=None, reason="length", text="x"):

@@ -12,24 +12,20 @@ Speed is compared between rows (native vs the reference twin), never asserted.
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from boundctx._native import lineindex as li  # noqa: E402
-from boundctx.transcript import Transcript, encode_record  # noqa: E402
-from boundctx.transcript.dialects import dialect_kinds, native_table  # noqa: E402
-from boundctx.transcript.sample import write_sample  # noqa: E402
+from _harness import from_tests
+from boundctx._native import lineindex as li
+from boundctx.transcript import Transcript, encode_record
+from boundctx.transcript.dialects import dialect_kinds, native_table
+from boundctx.transcript.sample import write_sample
 
 try:
-    from reference import lineindex as ref  # type: ignore[import-not-found]
-except ImportError:  # the twin may not exist yet in this checkout
+    ref = from_tests("reference.lineindex")
+except ImportError:  # a checkout without the twin: its cases skip
     ref = None
 
 MiB = 1 << 20

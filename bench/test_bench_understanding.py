@@ -4,17 +4,12 @@ the scripted gold model it gives the table its construction promises."""
 from __future__ import annotations
 
 import json
-import pathlib
-import sys
 
 import msgspec
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-import bench_understanding as bu  # noqa: E402
-
-from boundctx import config  # noqa: E402
+import bench_understanding as bu
+from boundctx import config
 
 
 def test_every_gold_quote_is_in_its_message():

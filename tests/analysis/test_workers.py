@@ -7,7 +7,7 @@ import pytest
 
 from boundctx import config
 from boundctx.analysis import Originals
-from boundctx.analysis.workers import read_in_sections
+from boundctx.analysis.workers import iter_read_in_sections
 from boundctx.errors import GenerationTimeout, IncompleteCoverage, SourceTooLarge, TooManySections
 from boundctx.events import AnalysisProgress
 from boundctx.providers import ScriptedProvider
@@ -38,11 +38,20 @@ def note_taker(request):
     return f"{previous}read [S{number} {start}-{end}]"
 
 
-def run(provider, text=LOG, **over):
+def read_completely(provider, text, **kw):
+    """(the notes, every event) of one complete ``iter_read_in_sections`` run."""
+    steps = iter_read_in_sections(provider, text, **kw)
     events = []
-    notes = read_in_sections(provider, text, question="What failed?", originals=Originals(), label="build.log",
-                             settings=settings(**over), on_event=events.append)
-    return notes, events
+    while True:
+        try:
+            events.append(next(steps))
+        except StopIteration as done:
+            return done.value, events
+
+
+def run(provider, text=LOG, **over):
+    return read_completely(provider, text, question="What failed?", originals=Originals(), label="build.log",
+                            settings=settings(**over))
 
 
 def test_every_section_is_read_once_in_order_one_generation_at_a_time():
@@ -123,15 +132,15 @@ def test_cancel_stops_before_the_next_section():
         return "ok"
 
     p = ScriptedProvider(respond, context_window=4096)
-    result = read_in_sections(p, LOG, question="q", originals=Originals(), label="x", settings=settings(),
-                              cancel=cancel)
+    result, _ = read_completely(p, LOG, question="q", originals=Originals(), label="x", settings=settings(),
+                                 cancel=cancel)
     assert result is None and len(p.requests) == 2
 
 
 def test_the_original_is_kept_for_exact_rereads():
     originals = Originals()
     p = ScriptedProvider(note_taker, context_window=4096)
-    read_in_sections(p, LOG, question="q", originals=originals, label="build.log", settings=settings())
+    read_completely(p, LOG, question="q", originals=originals, label="build.log", settings=settings())
     (oid,) = list(originals)
     assert originals.read(oid, 0, 100) == LOG[:100]
     assert section_of(p.requests[0])[2:4] == (0, section_of(p.requests[0])[3])
@@ -162,7 +171,7 @@ def test_notes_that_loop_are_stopped_and_the_section_still_counts_as_read():
 
     line = "step 12 failed\n"  # short: three copies fit the notes budget
     p = ScriptedProvider(lambda r: ["notes:\n"] + [line] * 60, context_window=4096)
-    notes = read_in_sections(p, LOG[:3000], question="What failed?", originals=Originals(), label="build.log",
-                             settings=settings())
+    notes, _ = read_completely(p, LOG[:3000], question="What failed?", originals=Originals(), label="build.log",
+                                settings=settings())
     assert [n.text for n in notes] == ["notes:\n" + line.strip()] * len(notes)
     assert p.closed_early == sum(len(n.sections) for n in notes)  # every looping worker was stopped early

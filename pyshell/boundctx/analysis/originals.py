@@ -60,12 +60,6 @@ class Originals:
         """The ids, in the order they were added."""
         return iter(self._texts)
 
-    def label(self, oid: str) -> str:
-        return self._get(oid).label
-
-    def length(self, oid: str) -> int:
-        return len(self._get(oid).text)
-
     def _get(self, oid: str) -> Original:
         if not isinstance(oid, str) or oid not in self._texts:
             known = ", ".join(self) or "none"

@@ -15,6 +15,7 @@ cancellation stops before the next section starts.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ from boundctx.events import AnalysisProgress
 from boundctx.providers.base import Provider, TextChunk
 from boundctx.sections import plan as plan_sections
 
-__all__ = ["WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "read_in_sections", "worker_messages"]
+__all__ = ["WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "worker_messages"]
 
 WORKER_INSTRUCTIONS = (
     "You read one section of a long text and keep notes that will be used to answer a question. "
@@ -86,20 +87,6 @@ def worker_messages(question: str, notes: str, section: str, *, number: int, tot
             f"Your notes so far:\n{notes if notes else '(none yet)'}\n\n"
             f"Section S{number} of {total} ({source_id}, characters {start}-{end}):\n{section}")},
     ]
-
-
-def read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
-                     settings: Mapping[str, Any], on_event: Callable[[AnalysisProgress], None] = lambda e: None,
-                     cancel: Any = None, started: float | None = None) -> list[Notes] | None:
-    """Read ``text`` completely; progress goes to ``on_event``. See
-    :func:`iter_read_in_sections` for the parameters and errors."""
-    steps = iter_read_in_sections(provider, text, question=question, originals=originals, label=label,
-                                  settings=settings, cancel=cancel, started=started)
-    while True:
-        try:
-            on_event(next(steps))
-        except StopIteration as done:
-            return done.value
 
 
 def iter_read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
@@ -168,12 +155,9 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
         if cancel is not None and cancel.is_set():
             return None
         yield AnalysisProgress(number, total, worker, "reading", time.monotonic() - started)
-        messages = worker_messages(question, notes[worker], text[section.start:section.end], number=number,
-                                   total=total, source_id=oid, start=section.start, end=section.end)
-        messages = _fit_notes(provider, messages, notes[worker], planned.limit,
-                              lambda n: worker_messages(question, n, text[section.start:section.end], number=number,
-                                                        total=total, source_id=oid, start=section.start,
-                                                        end=section.end))
+        prompt = functools.partial(worker_messages, question, section=text[section.start:section.end],
+                                   number=number, total=total, source_id=oid, start=section.start, end=section.end)
+        messages = _fit_notes(provider, notes[worker], planned.limit, prompt)
         pieces: list[str] = []
         # Notes that loop (a small model's habit) are stopped there: the section was
         # read, and the rest of the budget would only repeat what the notes say.
@@ -229,12 +213,13 @@ def _bound_notes(provider: Provider, notes: str, limit: int) -> str:
     return keep + NOTES_CUT
 
 
-def _fit_notes(provider: Provider, messages: list[dict[str, Any]], notes: str, limit: int,
-               rebuild: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The prompt, with the notes shortened from the end if re-tokenized notes came out
-    longer than the allowance they were planned with (rare: a model's own token choices
-    can be less compact than its tokenizer's)."""
+def _fit_notes(provider: Provider, notes: str, limit: int,
+               prompt: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``prompt(notes)``, with the notes shortened from the end if re-tokenized notes
+    came out longer than the allowance they were planned with (rare: a model's own token
+    choices can be less compact than its tokenizer's)."""
+    messages = prompt(notes)
     if provider.count_prompt(messages) <= limit or not notes:
         return messages
-    lo = longest_fitting(len(notes), lambda k: provider.count_prompt(rebuild(notes[:k] + NOTES_CUT)) <= limit)
-    return rebuild(notes[:lo] + NOTES_CUT)
+    lo = longest_fitting(len(notes), lambda k: provider.count_prompt(prompt(notes[:k] + NOTES_CUT)) <= limit)
+    return prompt(notes[:lo] + NOTES_CUT)

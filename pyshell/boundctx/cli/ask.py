@@ -5,6 +5,10 @@ notices (history dropped to fit, a reply cut at its budget) go to stderr, kept a
 from the streamed answer on stdout, so ``boundctx ask ... > answer.txt`` holds only the
 answer. Text piped in (``cat log | boundctx ask ...``, or ``--file -``) is attached as a
 file named ``stdin``.
+
+``run(args)`` parses and renders; :func:`ask` is the reply itself, callable without a
+command line: a question, a provider, attached files and optionally a transcript to
+continue (:func:`read_transcript`), events to a callback.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -21,7 +27,12 @@ from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
 from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
 
-__all__ = ["add_parser"]
+if TYPE_CHECKING:  # `boundctx ask --help` imports neither the store nor the engine
+    from boundctx.events import Event
+    from boundctx.providers.base import Provider
+    from boundctx.transcript.chat import Conversation
+
+__all__ = ["Asked", "Continuation", "add_parser", "ask", "read_transcript"]
 
 
 def add_parser(sub, summary: str) -> None:
@@ -55,38 +66,145 @@ def add_parser(sub, summary: str) -> None:
     p.set_defaults(run=run)
 
 
-def _read_transcript(args):
-    """(conversation or None, write style or None) of ``--transcript``.
+class Continuation(msgspec.Struct, frozen=True):
+    """A transcript's newest messages, for :func:`ask` to continue.
+
+    Attributes
+    ----------
+    path : str
+        The transcript (a file that does not exist yet is a new conversation).
+    conversation : Conversation
+        Its newest messages as chat messages, with notices about what could not be sent.
+    style : str or None
+        How the exchange is appended (``"text"`` or ``"parts"``, see
+        :func:`boundctx.transcript.chat.writable_style`); None: the transcript is only read.
+    """
+
+    path: str
+    conversation: Conversation
+    style: str | None
+
+
+class Asked(msgspec.Struct, frozen=True):
+    """How a reply of :func:`ask` ended.
+
+    Attributes
+    ----------
+    answer : str
+        The reply's text, as streamed (also when it is not complete).
+    finish_reason : str or None
+        ``Done.finish_reason`` (``"stop"``, ``"length"``, ``"repetition"``,
+        ``"cancelled"``, ...); None when the reply failed.
+    error : str or None
+        ``Failed.error`` when the reply failed.
+    withheld_chars : int
+        Repeated characters not shown (a reply stopped because it looped).
+    saved : bool
+        Whether the exchange was appended to the transcript.
+    """
+
+    answer: str
+    finish_reason: str | None
+    error: str | None = None
+    withheld_chars: int = 0
+    saved: bool = False
+
+
+def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Continuation:
+    """The newest ``history`` messages of the transcript at ``path``, to continue.
 
     The write style is settled here, before any model call, so a transcript boundctx
     will not write into is refused before minutes of generation, not after. A missing
-    file is a new conversation (created when the answer is appended)."""
-    if not args.transcript:
-        return None, None
-    import os
+    file is a new conversation (created when the answer is appended), unless ``save``
+    is false.
 
+    Raises
+    ------
+    ValueError
+        ``history`` is negative; or, with ``save``, the file is in another agent's
+        format or is not a transcript at all.
+    FileNotFoundError
+        No file at ``path`` and ``save`` is false.
+    """
     from boundctx.transcript import Transcript
     from boundctx.transcript.chat import Conversation, chat_messages, writable_style
 
-    if args.history < 0:
-        raise ValueError(f"--history must be >= 0, got {args.history}")
-    if not os.path.exists(args.transcript):
-        if args.no_save:
-            raise FileNotFoundError(f"no transcript at {args.transcript!r} (with --no-save it is only read)")
-        return Conversation([], []), "text"
-    with Transcript.open(args.transcript) as transcript:
-        window = transcript.window(message_limit=args.history)
-        style = None if args.no_save else writable_style(window, transcript=transcript)
-    return chat_messages(window), style
+    if history < 0:
+        raise ValueError(f"--history must be >= 0, got {history}")
+    if not os.path.exists(path):
+        if not save:
+            raise FileNotFoundError(f"no transcript at {path!r} (with --no-save it is only read)")
+        return Continuation(path, Conversation([], []), "text")
+    with Transcript.open(path) as transcript:
+        window = transcript.window(message_limit=history)
+        style = writable_style(window, transcript=transcript) if save else None
+    return Continuation(path, chat_messages(window), style)
 
 
-def _save(args, conversation, style, answer: str, files) -> None:
+def _append(to: Continuation, question: str, answer: str, files: Sequence[tuple[str, str]]) -> None:
     from boundctx.transcript import Transcript
     from boundctx.transcript.chat import append_exchange
 
-    with Transcript.open(args.transcript, create=True) as transcript:
-        append_exchange(transcript, args.question, answer, style=style, parent_id=conversation.last_id,
+    with Transcript.open(to.path, create=True) as transcript:
+        append_exchange(transcript, question, answer, style=to.style, parent_id=to.conversation.last_id,
                         attachments=[(path, len(text)) for path, text in files])
+
+
+def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files: Sequence[tuple[str, str]] = (),
+        transcript: Continuation | None = None, max_tokens: int = 512, cancel: threading.Event | None = None,
+        on_event: Callable[[Event], None] | None = None) -> Asked:
+    """Answer ``question`` after the messages of ``transcript``, with ``files`` attached.
+
+    Only a complete answer (``finish_reason == "stop"``) joins the conversation: one
+    cut at its budget or stopped in a loop was shown, not kept.
+
+    Parameters
+    ----------
+    question : str
+    provider : Provider
+        The model; the caller made it and closes it.
+    settings : mapping
+        The settings (``boundctx.config.load``).
+    files : sequence of (label, text)
+        Attached to the question; inputs too long to send whole are read in sections.
+    transcript : Continuation, optional
+        The conversation to continue (:func:`read_transcript`); the exchange is appended
+        to it unless it is only read.
+    max_tokens : int
+        The reply budget in tokens.
+    cancel : threading.Event, optional
+        Set it to stop the reply (it then ends ``"cancelled"``).
+    on_event : callable, optional
+        Called with each event of the reply as it comes (``Engine.reply``'s events).
+
+    Returns
+    -------
+    Asked
+    """
+    from boundctx.analysis import Engine
+    from boundctx.events import Done, Failed, ReplyDelta
+
+    engine = Engine(provider, settings=settings, max_reply_tokens=max_tokens)
+    history = transcript.conversation.messages if transcript is not None else []
+    messages = [*history, {"role": "user", "content": question}]
+    pieces: list[str] = []
+    finish = error = None
+    withheld = 0
+    saved = False
+    for event in engine.reply(messages, files=files, cancel=cancel):
+        if on_event is not None:
+            on_event(event)
+        if isinstance(event, ReplyDelta):
+            pieces.append(event.text)
+        elif isinstance(event, Done):
+            finish = event.finish_reason
+            withheld = int(event.usage.get("withheld_chars") or 0)
+            if finish == "stop" and transcript is not None and transcript.style is not None:
+                _append(transcript, question, "".join(pieces), files)
+                saved = True
+        elif isinstance(event, Failed):
+            error = event.error
+    return Asked("".join(pieces), finish, error, withheld, saved)
 
 
 STDIN_LABEL = "stdin"
@@ -114,12 +232,14 @@ def _decode(label: str, data: bytes, notes: list[str]) -> str:
         return text
 
 
-def _read_files(args, status: LiveStatus) -> tuple[list[tuple[str, str]], list[str]]:
-    """(label, text) of each attachment, and notices about them for stderr."""
+def _read_files(paths: Sequence[str], *, piped_stdin: bool,
+                status: LiveStatus) -> tuple[list[tuple[str, str]], list[str]]:
+    """(label, text) of each attachment, and notices about them for stderr. ``-`` is
+    standard input; with ``piped_stdin`` a pipe or file on standard input is attached too."""
     files: list[tuple[str, str]] = []
     notes: list[str] = []
-    paths = list(args.file)
-    implicit = "-" not in paths and not args.no_stdin and _piped_stdin()
+    paths = list(paths)
+    implicit = "-" not in paths and piped_stdin and _piped_stdin()
     if implicit:
         paths.append("-")
     for path in paths:
@@ -199,30 +319,30 @@ def _on_interrupt(cancel: threading.Event):
 
 def run(args) -> int:
     from boundctx import config
-    from boundctx.analysis import Engine
     from boundctx.errors import BoundctxError
-    from boundctx.events import Done, Failed, Fitted, ReplyDelta, ToolCall
+    from boundctx.events import Failed, Fitted, ReplyDelta, ToolCall
 
     quiet = getattr(args, "verbosity", 0) < 0
     overrides = flag_overrides(args)
     if args.max_tokens < 1:
         print(f"boundctx ask: --max-tokens must be >= 1, got {args.max_tokens}", file=sys.stderr)
         return 2
-    style = None
+    transcript = None
     status_line = LiveStatus(enabled=not (quiet or args.json))
     try:
         settings = config.load(overrides=overrides)
-        files, notes = _read_files(args, status_line)
+        files, notes = _read_files(args.file, piped_stdin=not args.no_stdin, status=status_line)
         status_line.set("preparing")
-        conversation, style = _read_transcript(args)
+        if args.transcript:
+            transcript = read_transcript(args.transcript, history=args.history, save=not args.no_save)
         # A question typed in a locale that is not UTF-8 arrives with surrogate escapes.
-        question = args.question = _decode("the question", os.fsencode(args.question), notes)
-        messages = (conversation.messages if conversation else []) + [{"role": "user", "content": question}]
-        notes += [f"transcript: {notice}" for notice in (conversation.notices if conversation else [])]
-        if args.system is not None and messages[0].get("role") == "system":
-            notes.append("--system is not used: the transcript starts with its own system message")
+        question = _decode("the question", os.fsencode(args.question), notes)
+        if transcript is not None:
+            history = transcript.conversation
+            notes += [f"transcript: {notice}" for notice in history.notices]
+            if args.system is not None and history.messages and history.messages[0].get("role") == "system":
+                notes.append("--system is not used: the transcript starts with its own system message")
         provider = make_provider(args, settings)
-        engine = Engine(provider, settings=settings, max_reply_tokens=args.max_tokens)
     except (OSError, ValueError, ImportError, BoundctxError) as exc:
         status_line.close()
         print(f"boundctx ask: {exc}", file=sys.stderr)
@@ -230,49 +350,40 @@ def run(args) -> int:
     if not quiet:
         for note in notes:
             status_line.note(f"boundctx ask: {note}")
-    cancel = threading.Event()
-    answer: list[str] = []
     progress = _Progress(status_line)
-    answered = saved = False
-    status = 1
-    finish = None
-    withheld = 0
+    answered = False
+
+    def show(event) -> None:
+        nonlocal answered
+        if args.json:
+            sys.stdout.buffer.write(msgspec.json.encode(event) + b"\n")
+            sys.stdout.flush()
+        elif isinstance(event, Fitted):
+            notice = _fitted_notice(event)
+            if notice and not quiet:
+                status_line.note(f"boundctx ask: {notice}")
+        elif isinstance(event, ReplyDelta):
+            if not answered:
+                status_line.close()
+            answered = True
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, ToolCall):
+            if not quiet:
+                status_line.note(f"[rereading: {event.arguments}]")
+        else:
+            progress.on(event)
+        if isinstance(event, Failed):
+            status_line.close()
+            print(f"\nboundctx ask: {event.error}", file=sys.stderr)
+
+    cancel = threading.Event()
+    asked = None
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _on_interrupt(cancel)) if in_main else None
     try:
-        for event in engine.reply(messages, files=files, cancel=cancel):
-            if args.json:
-                sys.stdout.buffer.write(msgspec.json.encode(event) + b"\n")
-                sys.stdout.flush()
-            elif isinstance(event, Fitted):
-                notice = _fitted_notice(event)
-                if notice and not quiet:
-                    status_line.note(f"boundctx ask: {notice}")
-            elif isinstance(event, ReplyDelta):
-                if not answered:
-                    status_line.close()
-                answered = True
-                answer.append(event.text)
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, ToolCall):
-                if not quiet:
-                    status_line.note(f"[rereading: {event.arguments}]")
-            else:
-                progress.on(event)
-            if isinstance(event, Done):
-                finish = event.finish_reason
-                withheld = int(event.usage.get("withheld_chars") or 0)
-                status = 0 if finish != "cancelled" else 130
-                # Only a complete answer joins the conversation: one cut at its budget or
-                # stopped in a loop was shown, not kept.
-                if finish == "stop" and style is not None:
-                    _save(args, conversation, style, "".join(answer), files)
-                    saved = True
-            elif isinstance(event, Failed):
-                status_line.close()
-                print(f"\nboundctx ask: {event.error}", file=sys.stderr)
-                status = 1
+        asked = ask(question, provider=provider, settings=settings, files=files, transcript=transcript,
+                    max_tokens=args.max_tokens, cancel=cancel, on_event=show)
     except KeyboardInterrupt:
         cancel.set()
         status_line.close()
@@ -282,11 +393,11 @@ def run(args) -> int:
         status_line.close()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        close = getattr(provider, "close", None)
-        if close is not None:
-            close()
-        if style is not None and not saved:
+        provider.close()
+        if transcript is not None and transcript.style is not None and not (asked and asked.saved):
             print("boundctx ask: nothing was appended to the transcript (no complete answer)", file=sys.stderr)
+    finish, withheld = asked.finish_reason, asked.withheld_chars
+    status = 1 if finish is None else 130 if finish == "cancelled" else 0
     if not args.json:
         if answered:
             print()

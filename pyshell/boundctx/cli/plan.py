@@ -2,13 +2,15 @@
 
 Nothing is carried out: the command prints the plan (acts, questions, notices, budget)
 that understanding made, as text or ``--json``; ``--log`` appends every model attempt to
-a replay log.
+a replay log. ``run(args)`` parses and prints; :func:`plan_message` makes the plan.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -16,7 +18,11 @@ from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
 from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
 
-__all__ = ["add_parser"]
+if TYPE_CHECKING:  # `boundctx plan --help` imports no understanding code
+    from boundctx.providers.base import Provider
+    from boundctx.understanding import Catalog, Click, Plan, Record, ReplayLog
+
+__all__ = ["add_parser", "plan_message"]
 
 
 def add_parser(sub, summary: str) -> None:
@@ -76,37 +82,89 @@ def _call_progress(status: LiveStatus, max_calls: int):
     return progress
 
 
+def plan_message(message: str, *, catalog: Catalog, provider: Provider, settings: Mapping[str, Any],
+                 records: Sequence[Record | Mapping[str, Any]] = (), click: Click | None = None,
+                 single_call: bool = False, log: ReplayLog | None = None,
+                 progress: Callable[[str, str], None] | None = None) -> Plan:
+    """The plan for ``message`` against ``catalog``; nothing is carried out.
+
+    Parameters
+    ----------
+    message : str
+        The user's message, verbatim.
+    catalog : Catalog
+    provider : Provider
+        The model; the caller made it and closes it.
+    settings : mapping
+        The settings (``boundctx.config.load``): the ``understanding.*`` bounds.
+    records : sequence of Record or dict
+        The records the message may touch.
+    click : Click, optional
+        The operation (and record) chosen in the UI; the task pipeline only.
+    single_call : bool
+        The one-call baseline instead of the task pipeline (it takes no ``click``).
+    log : ReplayLog, optional
+        Every model attempt is appended to it.
+    progress : callable, optional
+        ``progress(kind, role)`` before each model call (see ``Understander``).
+    """
+    from boundctx.understanding import Understander
+
+    u = Understander(provider, catalog, settings=settings, log=log, progress=progress)
+    if single_call:
+        return u.single_call(message, records=records)
+    return u.understand(message, records=records, click=click)
+
+
+def _catalog(path: str | None, bfcl: str | None) -> Catalog:
+    """The catalog file at ``path``, or the BFCL-style list of function specs at ``bfcl``."""
+    from boundctx.understanding import Catalog
+
+    if path:
+        return Catalog.load(path)
+    functions = json.loads(read_bytes(bfcl, what="BFCL JSON file").decode("utf-8"))
+    return Catalog.from_bfcl(functions, source=bfcl)
+
+
+def _records(path: str | None) -> list:
+    """The JSON list of records at ``path`` (none without a path)."""
+    if not path:
+        return []
+    records = json.loads(read_bytes(path, what="JSON list of records").decode("utf-8"))
+    if not isinstance(records, list):
+        raise ValueError(f"{path}: records must be a JSON list of {{id, kind, fields, label}}")
+    return records
+
+
+def _click(text: str | None) -> Click | None:
+    """``OP`` or ``OP:RECORD`` as a Click."""
+    if not text:
+        return None
+    from boundctx.understanding import Click
+
+    op, _, record = text.partition(":")
+    return Click(op, record or None)
+
+
 def run(args) -> int:
     from boundctx import config
     from boundctx.errors import BoundctxError
-    from boundctx.understanding import Catalog, Click, ReplayLog, Understander
+    from boundctx.understanding import ReplayLog
 
     provider = log = status = None
     try:
         overrides = flag_overrides(args)
         settings = config.load(overrides=overrides)
-        if args.catalog:
-            catalog = Catalog.load(args.catalog)
-        else:
-            functions = json.loads(read_bytes(args.bfcl, what="BFCL JSON file").decode("utf-8"))
-            catalog = Catalog.from_bfcl(functions, source=args.bfcl)
-        records = []
-        if args.records:
-            records = json.loads(read_bytes(args.records, what="JSON list of records").decode("utf-8"))
-            if not isinstance(records, list):
-                raise ValueError(f"{args.records}: records must be a JSON list of {{id, kind, fields, label}}")
-        click = None
-        if args.click:
-            op, _, record = args.click.partition(":")
-            click = Click(op, record or None)
+        catalog = _catalog(args.catalog, args.bfcl)
+        records = _records(args.records)
+        click = _click(args.click)
         provider = make_provider(args, settings)
         log = ReplayLog(args.log) if args.log else None
         status = LiveStatus(enabled=getattr(args, "verbosity", 0) >= 0)
         status.set("understanding")
-        u = Understander(provider, catalog, settings=settings, log=log,
-                         progress=_call_progress(status, int(settings["understanding.max_model_calls"])))
-        plan = (u.single_call(args.message, records=records) if args.single_call
-                else u.understand(args.message, records=records, click=click))
+        plan = plan_message(args.message, catalog=catalog, provider=provider, settings=settings, records=records,
+                            click=click, single_call=args.single_call, log=log,
+                            progress=_call_progress(status, int(settings["understanding.max_model_calls"])))
     except (OSError, ValueError, KeyError, ImportError, BoundctxError, RecursionError) as exc:
         if status is not None:
             status.close()
@@ -125,9 +183,8 @@ def run(args) -> int:
             status.close()
         if log is not None:
             log.close()
-        close = getattr(provider, "close", None)
-        if close is not None:
-            close()
+        if provider is not None:
+            provider.close()
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(plan) + b"\n")
     else:

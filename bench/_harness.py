@@ -1,0 +1,210 @@
+"""What every benchmark shares: timing, the summary of samples, markdown tables, the
+facts of the run (interpreter, packages, commit, machine), sizes, and the modules it
+borrows from the test tree (the reference twins, the fault harness, the test doubles).
+
+The scripts import it by name (``from _harness import timed``): run as
+``python bench/<script>.py``, a script's own folder is first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import importlib
+import importlib.metadata
+import math
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import Any, NamedTuple
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+
+__all__ = ["ROOT", "Timed", "command_output", "from_tests", "human_size", "markdown_table", "parse_size",
+           "read_through", "run_facts", "run_header", "summary", "timed"]
+
+
+# -- timing -----------------------------------------------------------------------------
+
+
+class Timed(NamedTuple):
+    """The samples of :func:`timed`: seconds per timed call, by the wall clock
+    (``time.perf_counter``) and by the process's CPU clock (``time.process_time``,
+    every thread), and the last call's result."""
+
+    wall_s: list[float]
+    cpu_s: list[float]
+    result: Any
+
+
+def timed(fn: Callable[..., Any], repeats: int, *, warmup: int = 1, setup: Callable[[], tuple] | None = None,
+          teardown: Callable[[Any], None] | None = None, check: Callable[[Any], None] | None = None) -> Timed:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed.
+
+    ``setup()`` (untimed) returns fn's argument tuple; ``check(result)`` and then
+    ``teardown(result)`` run untimed after each call, warm-ups included, so a fast
+    wrong answer stops the run. The previous result is freed and the garbage collector
+    run before each call, outside the timed region. The wall clock is read inside the
+    CPU clock's reads, so it times the call alone.
+    """
+    wall: list[float] = []
+    cpu: list[float] = []
+    result = None
+    for i in range(warmup + repeats):
+        args = setup() if setup is not None else ()
+        result = None  # free the previous result outside the timed region
+        gc.collect()
+        c0 = time.process_time()
+        w0 = time.perf_counter()
+        result = fn(*args)
+        w1 = time.perf_counter()
+        c1 = time.process_time()
+        if check is not None:
+            check(result)
+        if teardown is not None:
+            teardown(result)
+        if i >= warmup:
+            wall.append(w1 - w0)
+            cpu.append(c1 - c0)
+    return Timed(wall, cpu, result)
+
+
+def summary(samples: Sequence[float]) -> dict[str, Any]:
+    """Median, p90 (nearest rank), min, max and count of ``samples`` seconds; the
+    samples themselves when there are at most 60."""
+    s = sorted(samples)
+    n = len(s)
+    return {
+        "median_s": statistics.median(s),
+        "p90_s": s[max(0, math.ceil(0.9 * n) - 1)],
+        "min_s": s[0],
+        "max_s": s[-1],
+        "n": n,
+        "samples_s": list(samples) if n <= 60 else None,
+    }
+
+
+# -- output -----------------------------------------------------------------------------
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], *,
+                   align: str | Sequence[str] = "---") -> str:
+    """A markdown table: the header, the separator (``align`` for every column, or one
+    per column: ``"---:"`` right-aligns), one line per row. Cells are ``str()``-ed; a
+    row shorter than the header gets empty cells."""
+    width = len(header)
+    separators = [align] * width if isinstance(align, str) else list(align)
+    lines = [_line(header), "|" + "|".join(separators) + "|"]
+    for row in rows:
+        cells = [str(c) for c in row]
+        lines.append(_line(cells + [""] * (width - len(cells))))
+    return "\n".join(lines)
+
+
+def _line(cells: Sequence[str]) -> str:
+    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+
+def parse_size(text: str) -> int:
+    """``1G`` -> 1 GiB, ``64M`` -> 64 MiB, ``1.5K``, ``1000000`` -> bytes."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1] if t and t[-1] in units else ""
+    number = t[: len(t) - len(unit)] if unit else t
+    return int(float(number) * units[unit])
+
+
+def human_size(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{n} B"
+
+
+def read_through(path: str, passes: int = 1) -> float:
+    """Read the whole file ``passes`` times in 16 MiB chunks, so it is in the page
+    cache (a cold open then measures the scan, not the disk). The seconds it took."""
+    buf = bytearray(16 << 20)
+    started = time.perf_counter()
+    for _ in range(passes):
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+    return time.perf_counter() - started
+
+
+# -- the run's facts --------------------------------------------------------------------
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def command_output(*argv: str) -> str | None:
+    """stdout of a short command run in the repository, or None if it cannot run."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_facts(packages: tuple[str, ...]) -> dict[str, Any]:
+    """Interpreter, the given packages' versions, the commit and the machine."""
+    status = command_output("git", "status", "--porcelain")
+    return {
+        "python": sys.version.split()[0],
+        "python_impl": platform.python_implementation(),
+        "executable": sys.executable,
+        "packages": {p: package_version(p) for p in packages},
+        "git_commit": command_output("git", "rev-parse", "HEAD"),
+        "git_dirty_files": None if status is None else len(status.splitlines()),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def run_header(args, versions: dict[str, Any]) -> dict[str, Any]:
+    """The first keys of every benchmark's JSON: when, how it was invoked, with what."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "args": vars(args),
+        "versions": versions,
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+# -- the test tree ----------------------------------------------------------------------
+
+
+def from_tests(name: str) -> ModuleType:
+    """A module of ``tests/`` by its dotted name there (``"reference.sections"``,
+    ``"faults.harness"``, ``"serve.running"``): the slow twins and test doubles the
+    benchmarks run beside the package. ``tests/`` is not an installed package, so it is
+    put on ``sys.path`` the first time one is asked for."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    return importlib.import_module(name)
