@@ -18,7 +18,8 @@ __all__ = ["AnalysisProgress", "Done", "Event", "Failed", "FinishReason", "Fitte
 #: What a section's analysis is at (:class:`AnalysisProgress`).
 Phase = Literal["reading", "noted", "done"]
 #: How a reply ended (:class:`Done`).
-FinishReason = Literal["stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls"]
+FinishReason = Literal["stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls",
+                       "content_filter"]
 
 
 class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
@@ -146,7 +147,8 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
         lines were not passed on, a phrase looping within a line was, three or four
         times); ``"cancelled"``; ``"tool_rounds_exhausted"`` (the model still asked
         for rereads when its rounds were spent); or ``"tool_calls"`` (the model called
-        tools the caller offered: they are in ``tool_calls``, for the caller to run).
+        tools the caller offered: they are in ``tool_calls``, for the caller to run);
+        or ``"content_filter"`` (a remote model's filter stopped it).
         A ``"length"`` stop can carry tool calls too; their arguments may then be cut.
     usage : dict
         Token counts reported or counted (``prompt_tokens``, ``completion_tokens``);

@@ -228,3 +228,12 @@ def test_an_empty_stream_asks_once_unstreamed_and_a_silent_answer_is_a_timeout_s
 
     asyncio.run(go())
     assert [r["stream"] for r in s.requests] == [True, False, True, False]
+
+
+def test_a_servers_finish_reason_is_read_into_the_closed_set():
+    from boundctx.providers.remote import finish_reason
+
+    assert [finish_reason(v) for v in ("stop", "length", "tool_calls", "content_filter")] == [
+        "stop", "length", "tool_calls", "content_filter"]
+    assert finish_reason("function_call") == "tool_calls"  # the older API's word
+    assert finish_reason("eos_token") == "stop" and finish_reason(None) == "stop"

@@ -138,7 +138,12 @@ def test_closed_sets_are_types_that_refuse_other_values():
 
     assert typing.get_args(events.Phase) == ("reading", "noted", "done")
     assert set(typing.get_args(events.FinishReason)) == {
-        "stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls"}
+        "stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls",
+        "content_filter"}
+    # Every way a model call can end is a way a reply can end.
+    from boundctx.providers.base import FinishReason as CallReason
+
+    assert set(typing.get_args(CallReason)) <= set(typing.get_args(events.FinishReason))
     assert {k.type for k in config.KEYS.values()} <= set(typing.get_args(config.KeyType))
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(b'{"type":"done","finish_reason":"bored"}', type=events.Event)

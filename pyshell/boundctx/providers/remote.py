@@ -16,6 +16,7 @@ import asyncio
 import json
 import re
 import time
+import typing
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,7 +31,16 @@ from boundctx.errors import (
     ServerResponseError,
     ServerUnreachable,
 )
-from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk, ToolCallChunk, make_request
+from boundctx.providers.base import (
+    ChatRequest,
+    Chunk,
+    Finish,
+    FinishReason,
+    Provider,
+    TextChunk,
+    ToolCallChunk,
+    make_request,
+)
 from boundctx.tokens.base import Message, TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
@@ -339,10 +349,22 @@ def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int) -> list[Chu
         fn = call.get("function") or {}
         out.append(ToolCallChunk(call.get("id") or f"call_{index}", fn.get("name", ""), fn.get("arguments", "")))
     reported = usage.get("prompt_tokens")
-    out.append(Finish(choice.get("finish_reason") or "stop",
+    out.append(Finish(finish_reason(choice.get("finish_reason")),
                       reported if isinstance(reported, int) else prompt_tokens, usage.get("completion_tokens"),
                       usage_estimated=not isinstance(reported, int)))
     return out
+
+
+_REASONS = frozenset(typing.get_args(FinishReason))
+
+
+def finish_reason(value: object) -> FinishReason:
+    """A server's ``finish_reason`` as one of boundctx's: the old ``"function_call"`` is
+    ``"tool_calls"``; a value outside the set (a server's own word) or none is ``"stop"``:
+    the server ended the reply without saying it was cut."""
+    if value == "function_call":
+        return "tool_calls"
+    return value if value in _REASONS else "stop"
 
 
 class _StreamState:
@@ -397,7 +419,7 @@ class _StreamState:
                 slot["name"] += fn.get("name") or ""
                 slot["arguments"] += fn.get("arguments") or ""
             if choice.get("finish_reason"):
-                self.reason = choice["finish_reason"]
+                self.reason = finish_reason(choice["finish_reason"])
                 self.ended = True
         return bool(self._text)
 
