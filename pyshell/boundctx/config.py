@@ -184,6 +184,9 @@ KEYS: dict[str, Key] = _declare(
     Key("analysis.max_sections", "int", 64, "most sections analysed in one reply", minimum=1),
     Key("analysis.overlap_chars", "int", 64, "characters each section repeats from the one "
         "before", minimum=0),
+    Key("analysis.constrained_rereads", "bool", True, "a model that cannot call tools may still "
+        "ask for exact rereads of the ranges the notes cite, in one step its decoder holds to a "
+        "JSON schema, before it answers (one more model call when something was analysed)"),
     Key("understanding.max_model_calls", "int", 24, "most model calls one turn of understanding "
         "makes (repairs, votes and escalations included)", minimum=1),
     Key("understanding.max_chain_depth", "int", 12, "most dependent model calls in a row in one "

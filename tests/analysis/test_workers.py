@@ -32,10 +32,10 @@ def notes_of(request):
 
 
 def note_taker(request):
+    """A worker that notes one fact per section (only this section's: the engine keeps
+    the notes)."""
     number, _, start, end, _ = section_of(request)
-    previous = notes_of(request)
-    previous = "" if previous == "(none yet)" else previous + "\n"
-    return f"{previous}read [S{number} {start}-{end}]"
+    return f"section {number}: read [S{number} {start}-{end}]"
 
 
 def read_completely(provider, text, **kw):
@@ -147,8 +147,8 @@ def test_the_original_is_kept_for_exact_rereads():
     assert f"({oid}, characters" in p.requests[0].messages[-1]["content"]
 
 
-def test_notes_that_re_tokenize_longer_than_their_budget_are_cut_to_it_with_a_marker():
-    from boundctx.analysis.workers import NOTES_CUT
+def test_notes_over_their_budget_stay_within_it_and_keep_every_key_with_its_range():
+    from boundctx.analysis.notes import INDEX_HEADER
     from boundctx.tokens import ByteEstimateCounter
 
     class GeneratesMoreThanItCounts(ScriptedProvider):
@@ -158,12 +158,18 @@ def test_notes_that_re_tokenize_longer_than_their_budget_are_cut_to_it_with_a_ma
         def _fit(self, text, piece, max_tokens):
             return piece
 
-    p = GeneratesMoreThanItCounts(lambda r: "".join(f"line {i} of notes\n" for i in range(40)), context_window=4096,
-                                  counter=ByteEstimateCounter())
-    _, events = run(p)
+    def many_facts(request):  # long values: they do not all fit, their keys do
+        number, _, start, end, _ = section_of(request)
+        return "".join(f"fact {i} of S{number}: {'a long value ' * 6}{i} [S{number} {start}-{end}]\n"
+                       for i in range(12))
+
+    p = GeneratesMoreThanItCounts(many_facts, context_window=4096, counter=ByteEstimateCounter())
+    _, events = run(p, analysis__notes_max_tokens=600, analysis__worker_n_ctx=4096)
     noted = [e for e in events if e.phase == "noted"]
-    assert noted and all(e.notes_tokens <= 128 for e in noted)
-    assert notes_of(p.requests[2]).endswith(NOTES_CUT)
+    assert noted and all(e.notes_tokens <= 600 for e in noted)
+    seen = notes_of(p.requests[2])  # worker 0's notes after section 1, over its budget
+    assert INDEX_HEADER in seen and "a long value" in seen  # the newest values stay...
+    assert all(f"fact {i} of S1" in seen for i in range(12))  # ...and every key, with its range
 
 
 def test_notes_that_loop_are_stopped_and_the_section_still_counts_as_read():
@@ -173,5 +179,6 @@ def test_notes_that_loop_are_stopped_and_the_section_still_counts_as_read():
     p = ScriptedProvider(lambda r: ["notes:\n"] + [line] * 60, context_window=4096)
     notes, _ = read_completely(p, LOG[:3000], question="What failed?", originals=Originals(), label="build.log",
                                 settings=settings())
-    assert [n.text for n in notes] == ["notes:\n" + line.strip()] * len(notes)
+    # The heading is not a fact, and the line repeated in every section is noted once.
+    assert all(n.text.count("step 12 failed") == 1 and "notes" not in n.text for n in notes), notes
     assert p.closed_early == sum(len(n.sections) for n in notes)  # every looping worker was stopped early

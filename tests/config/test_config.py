@@ -21,6 +21,8 @@ DESIGN_LIMITS = {
     "analysis.max_source_chars": (1_000_000, 0),
     "analysis.max_sections": (64, 0),
     "analysis.overlap_chars": (64, -1),
+    # Issue 16: exact rereads for models without tool calls (decision 0026).
+    "analysis.constrained_rereads": (True, "maybe"),
     "understanding.max_model_calls": (24, 0),
     "understanding.max_chain_depth": (12, 0),
     "understanding.max_parallel": (4, 65),

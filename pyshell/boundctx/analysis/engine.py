@@ -23,6 +23,7 @@ import msgspec
 
 from boundctx import config
 from boundctx.analysis.fitting import fit_conversation
+from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.workers import Notes, iter_read_in_sections
@@ -39,6 +40,20 @@ COORDINATOR_NOTES = (
 )
 _REREAD = (" When an exact string matters (an id, a number, a quote), call read_chat_section with the "
            "original's id and a range the notes cite, and answer from what it returns.")
+_NO_GUESS = (" Where a value the answer needs is only indexed (its range without the value) and was not "
+             "read again, say it could not be confirmed rather than guess it.")
+
+#: The constrained step that lets a model without tool calls ask for exact rereads.
+REREAD_ASK = (
+    "Before you answer: if an exact value the answer needs is not in the notes, but the notes cite where "
+    "it is, name those ranges to be read again exactly. Reply with JSON only: "
+    '{{"reread": [{{"id": "<the original\'s id>", "start": <first character>, "end": <end character>}}]}}, '
+    'at most {n} ranges, or {{"reread": []}} when the notes are enough.'
+)
+#: Ranges one constrained step may ask for, and the output it may take.
+REREAD_MAX_RANGES = 4
+_REREAD_TOKENS = 32 + 24 * REREAD_MAX_RANGES
+REREAD_HEADER = "Exact text read again from the originals (it is what the text says where the notes differ):"
 
 #: Tokens allowed for where a text is joined to the prompt (a system message's end, a
 #: block's start): a tokenizer may merge across a join, never by more than this.
@@ -295,7 +310,7 @@ class Engine:
             blocks.append(self._notes_block(oid, label, len(text), notes))
         tools = base_tools
         if blocks:
-            instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "")
+            instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "") + _NO_GUESS
             notes = instructions + "\n\n" + "\n\n".join(blocks)
             if final and final[0].get("role") == "system" and isinstance(final[0].get("content"), str):
                 # One system message: many chat templates refuse a second one.
@@ -304,15 +319,20 @@ class Engine:
                 final.insert(0, {"role": "system", "content": notes})
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
+            elif s["analysis.constrained_rereads"]:
+                final = yield from self._constrained_rereads(final, originals, limit, cancel, started)
+                if final is None:
+                    yield Done("cancelled")
+                    return
         yield from self._coordinate(final, tools, callers, originals, limit, cancel, started)
 
     def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
-        once (the notes' instructions), and for each analysed item (its notes block, with
-        every worker's header and notes at their bound, and the line the item becomes).
-        The headers are counted at their longest: the longest label an item can have,
-        the largest numbers there can be (a worker's sections are said in a few numbers,
-        see :meth:`_notes_block`)."""
+        once (the notes' instructions), and for each analysed item (its notes block: the
+        header and the merged notes at their bound, and the line the item becomes). The
+        header is counted at its longest: the longest label an item can have, the largest
+        numbers there can be (the sections read are said in a few numbers, see
+        :func:`_sections_said`)."""
         if not workers:
             return 0, 0
         s = self.settings
@@ -320,23 +340,95 @@ class Engine:
         max_sections = int(s["analysis.max_sections"])
         label = "x" * max([len("assistant message 999999999"), *(len(name) for name, _ in files)])
         oid, length = "src-ffffffff-9999", f"{int(s['analysis.max_source_chars']):,}"
-        instructions = text(COORDINATOR_NOTES + (_REREAD if rereads else "") + "\n\n") + _JOIN_TOKENS
+        instructions = text(COORDINATOR_NOTES + (_REREAD if rereads else "") + _NO_GUESS + "\n\n") + _JOIN_TOKENS
         top = str(max_sections)
-        worker_header = max(text(f"\nWorker {workers} (sections {top}, {top}, … {top}):\n"),
-                            text(f"\nWorker {workers} (sections {top}, {top}, {top}):\n"))
-        block = text(f"\n\nNotes on {label} (id {oid}, {length} characters):") + _JOIN_TOKENS
+        block = max(text(f"\n\nNotes on {label} (id {oid}, {length} characters; sections {top}, {top}, … {top} "
+                         "read):\n"),
+                    text(f"\n\nNotes on {label} (id {oid}, {length} characters; sections {top}, {top}, {top} "
+                         "read):\n")) + _JOIN_TOKENS
         placeholder = text(f"[{label}: {length} characters, read completely by note-taking workers; see the "
                            f"notes on {oid}]") + _JOIN_TOKENS
-        per_item = block + placeholder + workers * (int(s["analysis.notes_max_tokens"]) + worker_header)
+        per_item = block + placeholder + workers * int(s["analysis.notes_max_tokens"])
         return instructions, per_item
 
-    @staticmethod
-    def _notes_block(oid: str, label: str, length: int, notes: list[Notes]) -> str:
-        parts = [f"Notes on {label} (id {oid}, {length:,} characters):"]
-        for n in notes:
-            parts.append(f"Worker {n.worker + 1} (sections {_sections_said(n.sections)}):\n"
-                         f"{n.text or '(nothing relevant)'}")
-        return "\n".join(parts)
+    def _notes_block(self, oid: str, label: str, length: int, notes: list[Notes]) -> str:
+        """The notes on one input for the coordinator: every worker's merged (the value
+        from the later place in the text wins), within the room the workers' notes were
+        given (``workers × analysis.notes_max_tokens``, a bound ``_notes_rooms`` counts)."""
+        budget = int(self.settings["analysis.notes_max_tokens"]) * max(len(notes), 1)
+        merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
+        text = merged.render(budget, self.provider.counter.count_text)
+        read = sorted(k for n in notes for k in n.sections)
+        return (f"Notes on {label} (id {oid}, {length:,} characters; sections {_sections_said(read)} read):\n"
+                f"{text or '(nothing relevant)'}")
+
+    def _constrained_rereads(self, messages: list[dict[str, Any]], originals: Originals, limit: int,
+                             cancel: Any, started: float):
+        """For a model without tool calls: one step, held by its decoder to a JSON schema,
+        in which it names the ranges of this reply's originals it needs exactly; the
+        engine checks them as ``read_chat_section`` would and adds the exact text to the
+        notes, as far as the window allows (decision 0026). Each reread is a
+        ``ToolCall``/``ToolResult`` pair; what could not be read says why. Returns the
+        messages to answer from (the generator's value), or None when cancelled."""
+        provider = self.provider
+        ids = list(originals)
+        schema = {"type": "object", "additionalProperties": False, "required": ["reread"], "properties": {
+            "reread": {"type": "array", "maxItems": REREAD_MAX_RANGES, "items": {
+                "type": "object", "additionalProperties": False, "required": ["id", "start", "end"],
+                "properties": {"id": {"type": "string", "enum": ids},
+                               "start": {"type": "integer", "minimum": 0},
+                               "end": {"type": "integer", "minimum": 0}}}}}}
+        ask = messages + [{"role": "user", "content": REREAD_ASK.format(n=REREAD_MAX_RANGES)}]
+
+        def noted(failure: str) -> list[dict[str, Any]]:
+            # Say it in the notes when it fits; the instructions say it in any case.
+            said = _with_reread_note(messages, failure)
+            return said if provider.count_prompt(said) <= limit else messages
+
+        if provider.count_prompt(ask) + _REREAD_TOKENS > provider.context_window:
+            return noted("there was no room to ask for exact rereads")
+        yield Stage("rereading", time.monotonic() - started, 1)
+        pieces: list[str] = []
+        stream = provider.stream_chat(ask, schema=schema, max_tokens=_REREAD_TOKENS, temperature=0.0, cancel=cancel)
+        try:
+            for chunk in stream:
+                if isinstance(chunk, TextChunk):
+                    pieces.append(chunk.text)
+                elif isinstance(chunk, Finish) and chunk.reason == "cancelled":
+                    return None
+        except BoundctxError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the reply as Failed
+            raise GenerationError(f"the reread step failed ({type(exc).__name__}: {exc}); the reply is "
+                                  "not complete") from exc
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        try:
+            asked = msgspec.json.decode("".join(pieces).strip() or "null", type=_RereadAsk)
+        except msgspec.DecodeError as exc:
+            return noted(f"the request for rereads was not valid ({exc})")
+        read_back: list[str] = []
+        for k, want in enumerate(asked.reread[:REREAD_MAX_RANGES]):
+            call_id = f"reread-{k + 1}"
+            arguments = msgspec.json.encode({"section_id": want.id, "start": want.start, "end": want.end}).decode()
+            yield ToolCall(call_id, READ_TOOL_NAME, arguments)
+            try:
+                text = originals.read(want.id, want.start, want.end)
+            except SectionReadError as exc:
+                yield ToolResult(call_id, f"error: {exc}")
+                read_back.append(f"{want.id} characters {want.start}-{want.end}: not read ({exc})")
+                continue
+            line = f"{want.id} characters {want.start}-{want.end}: «{text}»"
+            if provider.count_prompt(_with_reread_lines(messages, read_back + [line])) > limit:
+                result = f"error: {len(text)} characters do not fit the remaining context"
+                yield ToolResult(call_id, result)
+                read_back.append(f"{want.id} characters {want.start}-{want.end}: not read (it does not fit)")
+                continue
+            yield ToolResult(call_id, text)
+            read_back.append(line)
+        return _with_reread_lines(messages, read_back) if read_back else messages
 
     def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
@@ -432,3 +524,30 @@ class Engine:
             return originals.call(call.arguments)
         except SectionReadError as exc:
             return f"error: {exc}"
+
+
+class _Range(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    start: int
+    end: int
+
+
+class _RereadAsk(msgspec.Struct, forbid_unknown_fields=True):
+    reread: list[_Range]
+
+
+def _with_reread_lines(messages: list[dict[str, Any]], lines: list[str]) -> list[dict[str, Any]]:
+    """``messages`` with the exact text read again added to the notes (the system
+    message the notes are in)."""
+    return _with_reread_note(messages, None, lines)
+
+
+def _with_reread_note(messages: list[dict[str, Any]], failure: str | None,
+                      lines: Sequence[str] = ()) -> list[dict[str, Any]]:
+    if failure is not None:
+        text = (f"No exact text was read again ({failure}): where a value the answer needs is only indexed, "
+                "say it could not be confirmed.")
+    else:
+        text = REREAD_HEADER + "\n" + "\n".join(lines)
+    first = messages[0]
+    return [{**first, "content": f"{first['content']}\n\n{text}"}] + messages[1:]

@@ -4,9 +4,11 @@ The input is planned into sections whose whole worker prompt fits the worker con
 (:func:`boundctx.sections.plan`: prompt + the worker's notes at their maximum + output
 headroom). Then ``workers`` logical workers take the sections in turn — section ``k``
 goes to worker ``k mod workers`` — strictly one generation at a time, on the same
-provider, with no tools. Each worker rewrites its own notes from its previous notes and
-the new section; notes are bounded by ``notes_max_tokens`` output tokens and cite the
-sections they come from (``[S3 1200-2400]``) so the coordinator knows what to reread.
+provider, with no tools. A worker reports what its section says that bears on the
+question, one fact per line with the characters it comes from (``key: value [S3
+1200-1260]``); the engine keeps each worker's notes (:mod:`boundctx.analysis.notes`):
+the latest value of every key, within ``notes_max_tokens``, with an index of the keys
+whose values did not fit, so the coordinator knows what to reread.
 
 Every section is read or the call fails: a worker error, a timeout or a limit raises
 :class:`~boundctx.errors.IncompleteCoverage` naming the sections left unread. A
@@ -23,6 +25,7 @@ from typing import Any
 import msgspec
 
 from boundctx._search import longest_fitting
+from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.errors import IncompleteCoverage
@@ -33,12 +36,13 @@ from boundctx.sections import plan as plan_sections
 __all__ = ["WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "worker_messages"]
 
 WORKER_INSTRUCTIONS = (
-    "You read one section of a long text and keep notes that will be used to answer a question. "
-    "Write your notes again in full: keep every earlier note that still matters; add what this section "
-    "says that bears on the question; when the section corrects an earlier note, replace it and say "
-    "'corrected'. Copy exact strings verbatim: ids, numbers, names, paths, error messages. End each note "
-    "with the section and characters it comes from, like [S2 1200-2400]. If the section has nothing "
-    "relevant, repeat your notes unchanged. Never invent anything the text does not say."
+    "You read one section of a long text and note what bears on a question. Write one line per fact: "
+    "'key: value [S<k> start-end]', where the key names what the fact is about (for example 'timeout of "
+    "db-7'), the value copies the exact string the text gives (ids, numbers, names, paths, error messages "
+    "verbatim), and start-end are the characters it comes from, as numbered in the section's heading. "
+    "Write only what this section says: your earlier notes are kept for you. When this section changes "
+    "a value you noted, write the same key with the new value. If the section has nothing relevant, "
+    "write 'nothing relevant'. Never invent anything the text does not say."
 )
 
 
@@ -49,13 +53,17 @@ class Notes(msgspec.Struct, frozen=True):
     ----------
     worker : int
     text : str
+        The notes as the worker last saw them (within ``notes_max_tokens``).
     sections : list of int
         The sections (1-based) this worker read, in order.
+    ledger : NoteLedger
+        Every key the worker reported, with its latest value and range.
     """
 
     worker: int
     text: str
     sections: list[int]
+    ledger: NoteLedger | None = None
 
 
 #: Longest question a worker prompt quotes whole. A front end's user message often *is*
@@ -148,6 +156,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
     oid = originals.add(text, label)
     total = len(planned.sections)
     notes = [""] * workers
+    ledgers = [NoteLedger() for _ in range(workers)]
     read: list[list[int]] = [[] for _ in range(workers)]
     for section in planned.sections:
         number = section.index + 1
@@ -185,32 +194,17 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
         finally:
             if stream is not None:
                 stream.close()  # a stopped loop ends the generation now, not at garbage collection
-        notes[worker] = _bound_notes(provider, "".join(pieces).strip(), notes_max)
+        ledgers[worker].add_answer("".join(pieces), section=number, start=section.start, end=section.end)
+        notes[worker] = ledgers[worker].render(notes_max, provider.counter.count_text)
         read[worker].append(number)
         yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started,
                                provider.counter.count_text(notes[worker]))
     yield AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started)
-    return [Notes(w, notes[w], read[w]) for w in range(workers) if read[w]]
+    return [Notes(w, notes[w], read[w], ledgers[w]) for w in range(workers) if read[w]]
 
 
-#: Appended to notes that had to be cut to their budget.
+#: Appended to notes shortened to fit a worker's prompt.
 NOTES_CUT = " [notes cut to their budget]"
-
-
-def _bound_notes(provider: Provider, notes: str, limit: int) -> str:
-    """``notes`` within ``limit`` tokens as the model's tokenizer counts them.
-
-    Generation stops at ``limit`` generated tokens, but a model's own token choices can
-    re-tokenize longer than that; the notes then keep their longest prefix that fits,
-    ending at a line where possible, with a marker saying they were cut.
-    """
-    count = provider.counter.count_text
-    if count(notes) <= limit:
-        return notes
-    lo = longest_fitting(len(notes), lambda k: count(notes[:k] + NOTES_CUT) <= limit)
-    line_end = notes.rfind("\n", 0, lo)
-    keep = notes[:line_end] if line_end > lo // 2 else notes[:lo]
-    return keep + NOTES_CUT
 
 
 def _fit_notes(provider: Provider, notes: str, limit: int,

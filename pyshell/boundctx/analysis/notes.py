@@ -1,0 +1,221 @@
+"""Notes that keep every key: what workers report, kept by code within a token bound.
+
+A worker writes only what its section says that bears on the question, one fact per
+line: ``key: value [S<k> a-b]`` (the characters ``a-b`` of the original it comes
+from). The engine, not the model, keeps the notes. :class:`NoteLedger` merges each
+section's lines. A key written again with another value is a correction: the latest
+value wins, and the earlier one is marked stale. :meth:`NoteLedger.render` writes the
+notes within a token bound as the model's tokenizer counts them.
+
+Over the bound, the oldest values are evicted first, and their keys stay in an index
+with the range that holds them, so an evicted value is one exact reread away. If even
+that index does not fit, it is compacted by section. Only past that are the oldest keys
+dropped, and a last line says how many and from which sections. Models keep notes
+poorly (they drop old facts when rewriting, and echo stale values), so this is done
+in code, where it is bounded, exact and testable.
+
+A worker line that is not of this form is kept anyway: a line with a citation and no
+``key:`` keys itself by its text, and a line with no citation is cited as the whole
+section.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+
+import msgspec
+
+from boundctx._search import longest_fitting
+
+__all__ = ["NOTHING_RELEVANT", "NoteEntry", "NoteLedger", "parse_worker_lines"]
+
+#: What a worker writes when its section has nothing that bears on the question.
+NOTHING_RELEVANT = "nothing relevant"
+#: Heads the index of the keys whose values are not kept.
+INDEX_HEADER = "Values not kept here (reread the range to read them):"
+
+_CITE = re.compile(r"\s*\[S(\d+)\s+(\d+)\s*-\s*(\d+)\]\s*(?:\(corrected[^)]*\))?\s*$")
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_KEY_MAX = 120
+
+
+class NoteEntry(msgspec.Struct):
+    """One key's latest value and where it is.
+
+    Attributes
+    ----------
+    key : str
+        As the worker wrote it (matched case- and space-insensitively).
+    value : str
+    section, start, end : int
+        The section (1-based) and the characters of the original the value comes from.
+    seq : int
+        When the value was last set (the ledger's counter): the lowest is evicted first.
+    stale : tuple of (section, start, end), or None
+        Where the value this one corrected was.
+    """
+
+    key: str
+    value: str
+    section: int
+    start: int
+    end: int
+    seq: int
+    stale: tuple[int, int, int] | None = None
+
+    def cite(self) -> str:
+        return f"[S{self.section} {self.start}-{self.end}]"
+
+
+def _norm(key: str) -> str:
+    return " ".join(key.casefold().split())
+
+
+def parse_worker_lines(text: str, *, section: int, start: int, end: int) -> list[tuple[str, str, int, int]]:
+    """The facts of one worker answer, as ``(key, value, start, end)``, cited within the
+    section ``section`` (characters ``start..end`` of the original). A citation of
+    another section or outside this one's characters is replaced by the whole section:
+    the worker read only this one."""
+    facts = []
+    for raw in text.splitlines():
+        line = _BULLET.sub("", raw).strip()
+        if not line or line.casefold().strip(" .") == NOTHING_RELEVANT:
+            continue
+        a, b = start, end
+        cite = _CITE.search(line)
+        if cite:
+            k, x, y = (int(g) for g in cite.groups())
+            if k == section and start <= x <= y <= end:
+                a, b = x, y
+            line = line[:cite.start()].rstrip()
+        if not line:
+            continue
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if sep and key and not value:
+            continue  # a heading ("Notes:"), not a fact
+        if not sep or not key or len(key) > _KEY_MAX:
+            key, value = line[:_KEY_MAX], line  # no "key:": the line is its own key
+        facts.append((key, value, a, b))
+    return facts
+
+
+class NoteLedger:
+    """The notes of one worker, or of every worker on one input (:meth:`merged`)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, NoteEntry] = {}
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[NoteEntry]:
+        """In the order of the text (section, then characters)."""
+        return sorted(self._entries.values(), key=lambda e: (e.section, e.start, e.seq))
+
+    def add(self, key: str, value: str, *, section: int, start: int, end: int) -> None:
+        """Note ``key: value`` from ``section``. The same value again changes nothing
+        (workers may repeat their notes); another value corrects the one noted."""
+        norm = _norm(key)
+        old = self._entries.get(norm)
+        if old is not None and _norm(old.value) == _norm(value):
+            return
+        self._seq += 1
+        stale = (old.section, old.start, old.end) if old is not None else None
+        self._entries[norm] = NoteEntry(key, value, section, start, end, self._seq, stale)
+
+    def add_answer(self, text: str, *, section: int, start: int, end: int) -> int:
+        """Merge a worker's answer for ``section``; returns how many facts it gave."""
+        facts = parse_worker_lines(text, section=section, start=start, end=end)
+        for key, value, a, b in facts:
+            self.add(key, value, section=section, start=a, end=b)
+        return len(facts)
+
+    @classmethod
+    def merged(cls, ledgers: Iterable[NoteLedger]) -> NoteLedger:
+        """One ledger from several workers' on the same input: where two hold a key, the
+        value from the later place in the text wins and the other is marked stale."""
+        out = cls()
+        everything = [e for ledger in ledgers for e in ledger._entries.values()]
+        for e in sorted(everything, key=lambda e: (e.section, e.start, e.seq)):
+            norm = _norm(e.key)
+            old = out._entries.get(norm)
+            out._seq += 1
+            if old is not None and _norm(old.value) == _norm(e.value):
+                continue
+            stale = (old.section, old.start, old.end) if old is not None else e.stale
+            out._entries[norm] = NoteEntry(e.key, e.value, e.section, e.start, e.end, out._seq, stale)
+        return out
+
+    # -- rendering within a bound ----------------------------------------------------
+
+    def render(self, budget: int, count: Callable[[str], int]) -> str:
+        """The notes as text of at most ``budget`` tokens by ``count`` (exact: the
+        result is counted). Empty when there are no notes."""
+        entries = self.entries()
+        if not entries:
+            return ""
+        by_age = sorted(entries, key=lambda e: e.seq)  # evicted in this order
+        n = len(by_age)
+
+        def with_values(evicted: int) -> str:
+            gone = {id(e) for e in by_age[:evicted]}
+            return _values_and_index([e for e in entries if id(e) not in gone],
+                                     [e for e in entries if id(e) in gone])
+
+        if count(with_values(0)) <= budget:
+            return with_values(0)
+        # The fewest values evicted (oldest first) that fit, if any.
+        keep = longest_fitting(n, lambda k: count(with_values(n - k)) <= budget)
+        if keep > 0 or count(with_values(n)) <= budget:
+            return with_values(n - keep)
+        # Not even every key with its range fits: a compact index by section, then the
+        # newest keys only, saying how many are not listed.
+        if count(_compact_index(entries, dropped=[])) <= budget:
+            return _compact_index(entries, dropped=[])
+        newest_first = sorted(entries, key=lambda e: e.seq, reverse=True)
+
+        def listing(k: int) -> str:
+            kept = {id(e) for e in newest_first[:k]}
+            return _compact_index([e for e in entries if id(e) in kept],
+                                  dropped=[e for e in entries if id(e) not in kept])
+
+        k = longest_fitting(n, lambda k: count(listing(k)) <= budget)
+        text = listing(k)
+        return text if count(text) <= budget else ""
+
+
+def _value_line(e: NoteEntry) -> str:
+    line = f"{e.value} {e.cite()}" if e.key == e.value[:_KEY_MAX] else f"{e.key}: {e.value} {e.cite()}"
+    if e.stale is not None:
+        s, a, b = e.stale
+        line += f" (corrected; the value at [S{s} {a}-{b}] is stale)"
+    return line
+
+
+def _values_and_index(kept: Sequence[NoteEntry], evicted: Sequence[NoteEntry]) -> str:
+    lines = [_value_line(e) for e in kept]
+    if evicted:
+        lines.append(INDEX_HEADER)
+        lines += [f"{e.key} {e.cite()}" for e in evicted]
+    return "\n".join(lines)
+
+
+def _compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]) -> str:
+    lines = [INDEX_HEADER]
+    by_section: dict[int, list[NoteEntry]] = {}
+    for e in entries:
+        by_section.setdefault(e.section, []).append(e)
+    for section in sorted(by_section):
+        lines.append(f"S{section}: " + "; ".join(f"{e.key} {e.start}-{e.end}" for e in by_section[section]))
+    if dropped:
+        sections = sorted({e.section for e in dropped})
+        lines.append(f"({len(dropped)} more keys, from sections {_sections(sections)}, are not listed: "
+                     "reread those sections)")
+    return "\n".join(lines)
+
+
+def _sections(numbers: Sequence[int]) -> str:
+    return ", ".join(f"S{k}" for k in numbers) if len(numbers) <= 4 else f"S{numbers[0]}-S{numbers[-1]}"

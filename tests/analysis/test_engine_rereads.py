@@ -1,0 +1,102 @@
+"""Exact rereads for a model without tool calls: one step held to a JSON schema."""
+
+import json
+import re
+
+from boundctx import config
+from boundctx.analysis import READ_TOOL_NAME, Engine
+from boundctx.analysis.engine import REREAD_HEADER
+from boundctx.analysis.notes import INDEX_HEADER
+from boundctx.analysis.workers import WORKER_INSTRUCTIONS
+from boundctx.events import Done, ReplyDelta, Stage, ToolCall, ToolResult
+from boundctx.providers import ScriptedProvider
+
+# Twelve facts with long values: the notes cannot keep every value, only every key.
+FACTS = [(f"code of unit{i}", f"{1000 + i}-XQ " + "padding " * 8) for i in range(12)]
+DOC = "".join(f"Filler line {n} about nothing in particular.\n" for n in range(400))
+for i, (key, value) in enumerate(FACTS):
+    at = DOC.find("\n", len(DOC) * (i + 1) // 14) + 1
+    DOC = DOC[:at] + f"The {key} is {value}.\n" + DOC[at:]
+ASK = [{"role": "user", "content": "What is the code of unit0? Give the value."}]
+
+
+def settings(**over):
+    return config.load(env={}, overrides={"analysis.notes_max_tokens": 600, "chat.analysis_workers": 1,
+                                          **{k.replace("__", "."): v for k, v in over.items()}})
+
+
+class Model:
+    """Workers report each fact with its exact range; the coordinator asks, in the
+    constrained step, for the range the index gives for unit0, and answers from the
+    exact text, else says it could not confirm it."""
+
+    def __init__(self, ask_for=None):
+        self.ask_for = ask_for  # what the reread step answers (None: the cited range)
+
+    def __call__(self, request):
+        first = request.messages[0]["content"]
+        body = request.messages[-1]["content"]
+        if first == WORKER_INSTRUCTIONS:
+            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            k, start, section = int(m.group(1)), int(m.group(2)), m.group(4)
+            lines = [f"{f.group(1)}: {f.group(2)} [S{k} {start + f.start()}-{start + f.end()}]"
+                     for f in re.finditer(r"The (code of unit\d+) is (.*?)\.\n", section)]
+            return "\n".join(lines) or "nothing relevant"
+        if request.schema is not None:
+            if self.ask_for is not None:
+                return self.ask_for(first)
+            oid = re.search(r"id (src-\S+),", first).group(1)
+            cite = re.search(r"^code of unit0 \[S\d+ (\d+)-(\d+)\]$", first, re.M)
+            wanted = [] if cite is None else [{"id": oid, "start": int(cite.group(1)), "end": int(cite.group(2))}]
+            return json.dumps({"reread": wanted})
+        reread = first.split(REREAD_HEADER)[1] if REREAD_HEADER in first else ""
+        exact = re.search(r"The code of unit0 is (\d+-XQ)", reread)
+        noted = re.search(r"^code of unit0: (\d+-XQ)", first, re.M)
+        return (exact or noted).group(1) if exact or noted else "could not be confirmed"
+
+
+def run(model, **over):
+    p = ScriptedProvider(model, context_window=8192)
+    p.supports_tools = False
+    events = list(Engine(p, settings=settings(**over), max_reply_tokens=256).reply(ASK, files=[("doc", DOC)]))
+    return p, events
+
+
+def test_an_evicted_value_is_read_again_exactly_in_the_constrained_step():
+    p, events = run(Model())
+    (step,) = [r for r in p.requests if r.schema is not None]
+    assert INDEX_HEADER in step.messages[0]["content"]  # the value was evicted, its key kept
+    ids = step.schema["properties"]["reread"]["items"]["properties"]["id"]["enum"]
+    assert len(ids) == 1 and ids[0].startswith("src-")
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    results = [e for e in events if isinstance(e, ToolResult)]
+    assert [c.name for c in calls] == [READ_TOOL_NAME] and calls[0].internal
+    assert results[0].content.startswith("The code of unit0 is 1000-XQ")
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "1000-XQ"
+    stages = [e.stage for e in events if isinstance(e, Stage)]
+    assert stages == ["rereading", "answering"] and isinstance(events[-1], Done)
+
+
+def test_a_range_the_engine_refuses_is_said_not_read_and_the_answer_does_not_guess():
+    p, events = run(Model(ask_for=lambda system: json.dumps(
+        {"reread": [{"id": re.search(r"id (src-\S+),", system).group(1), "start": 0, "end": 10**9}]})))
+    (result,) = [e for e in events if isinstance(e, ToolResult)]
+    assert result.content.startswith("error:") and "outside" in result.content
+    answer_prompt = p.requests[-1].messages[0]["content"]
+    assert "not read (" in answer_prompt
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "could not be confirmed"
+
+
+def test_a_reread_request_that_is_not_valid_is_said_in_the_notes():
+    p, events = run(Model(ask_for=lambda system: '{"reread": "everything"}'))
+    assert not any(isinstance(e, ToolCall) for e in events)
+    assert "No exact text was read again (the request for rereads was not valid" in p.requests[-1].messages[0]["content"]
+
+
+def test_the_step_is_off_when_the_setting_says_so_and_for_models_with_tools():
+    p, events = run(Model(), analysis__constrained_rereads=False)
+    assert not any(r.schema is not None for r in p.requests)
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "could not be confirmed"
+    with_tools = ScriptedProvider(Model(), context_window=8192)
+    list(Engine(with_tools, settings=settings(), max_reply_tokens=256).reply(ASK, files=[("doc", DOC)]))
+    assert not any(r.schema is not None for r in with_tools.requests)
