@@ -17,10 +17,11 @@ import pathlib
 import sys
 import time
 
-from _harness import ROOT, run_facts
 from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.events import Done
+
+from _harness import ROOT, run_facts
 
 
 def main(argv=None) -> int:

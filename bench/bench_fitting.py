@@ -31,9 +31,10 @@ import statistics
 import sys
 import time
 
+from boundctx.analysis.fitting import current_turn_start, fit_conversation
+
 from _harness import ROOT, from_tests, markdown_table, run_facts, timed
 from _textgen import chat
-from boundctx.analysis.fitting import current_turn_start, fit_conversation
 
 WINDOW = 8192
 REPLY_TOKENS = 512
@@ -127,7 +128,8 @@ def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers
         counter.clear_cache()
         before = msgs[:-1] + [{"role": "user", "content": f"an earlier question {r}"}]
         fit(counter, before)
-        turn = before + [{"role": "assistant", "content": f"an answer {r}"}, msgs[-1] | {"content": f"{msgs[-1]['content']} ({r})"}]
+        turn = before + [{"role": "assistant", "content": f"an answer {r}"},
+                         msgs[-1] | {"content": f"{msgs[-1]['content']} ({r})"}]
         started = time.perf_counter()
         fit(counter, turn)
         warm_times.append(time.perf_counter() - started)

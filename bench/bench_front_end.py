@@ -273,6 +273,7 @@ def main() -> int:
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
     import httpx
+
     from boundctx.providers import ScriptedProvider
     from boundctx.serve import create_app
     Running = from_tests("serve.running").Running

@@ -57,8 +57,17 @@ from typing import Any
 import regex  # a tiktoken dependency; its \X is the extended grapheme cluster
 
 from _harness import ROOT, markdown_table, run_facts, run_header, timed
-from _peers import (BASELINE_OF, ENCODING, MAX_TOKENS, OVERLAP_CHARS, OVERLAP_TOKENS, ROWS, Chunks,
-                    load_encoding, smollm2_tokenize)
+from _peers import (
+    BASELINE_OF,
+    ENCODING,
+    MAX_TOKENS,
+    OVERLAP_CHARS,
+    OVERLAP_TOKENS,
+    ROWS,
+    Chunks,
+    load_encoding,
+    smollm2_tokenize,
+)
 from _textgen import SEED, SHAPES, TEXT_CHARS, generate_text, shape_text
 
 QUICK_CHARS = 100_000

@@ -140,13 +140,14 @@ def long_history(messages: int, turns: int) -> dict:
     longer: time to the first content chunk through serve and directly, with the
     embedded model's real tokenizer and template (a model that answers at once, so the
     time is fitting and counting). Turn 0 is cold (nothing counted yet)."""
-    from _textgen import chat
     from boundctx import config
     from boundctx.analysis import Engine
     from boundctx.events import ReplyDelta
     from boundctx.providers.scripted import ScriptedProvider
     from boundctx.serve import create_app
     from boundctx.tokens.llama import LlamaCounter
+
+    from _textgen import chat
 
     Running = from_tests("serve.running").Running
     settings = config.load(env={}, overrides={"chat.n_ctx": 8192})

@@ -46,13 +46,25 @@ import time
 
 import numpy as np
 
-from _harness import (ROOT, command_output, from_tests, human_size, markdown_table, parse_size, read_through,
-                      run_facts, run_header, summary, timed)
 from boundctx._native import lineindex as _li
 from boundctx.transcript import Transcript, reindex
 from boundctx.transcript.dialects import dialect_kinds, native_table
 from boundctx.transcript.layout import build_layout, sidecar_paths
 from boundctx.transcript.sample import write_sample
+
+from _harness import (
+    ROOT,
+    command_output,
+    from_tests,
+    human_size,
+    markdown_table,
+    parse_size,
+    read_through,
+    run_facts,
+    run_header,
+    summary,
+    timed,
+)
 
 try:
     import orjson
@@ -377,7 +389,8 @@ def bench_naive_reindex(res: Results, path: str, meta: dict, args) -> None:
     res.add("reindex", "naive: `json.loads` every line (1 run)", s, bytes_=size, key="naive_json")
     if orjson is not None:
         s, _, _ = timed(naive(orjson.loads), 1, warmup=0, check=check)
-        res.add("reindex", "naive: `orjson.loads` every line (1 run)", s, bytes_=size, key="naive_orjson", naive_key="naive_json")
+        res.add("reindex", "naive: `orjson.loads` every line (1 run)", s, bytes_=size, key="naive_orjson",
+                naive_key="naive_json")
     else:
         res.rows.append({"group": "reindex", "case": "naive: orjson", "key": "naive_orjson",
                          "median_s": None, "note": "SKIPPED: orjson not installed"})
@@ -425,8 +438,8 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
     res.add("open", f"newest 100, renderer, big file ({nb:,} messages)", s, key="open_big", naive_key="naive_open_big",
             goal="<= 5 ms", note=f"window {human_size(bf['newest_window']['bytes'])}")
     s, _, _ = timed(lambda: open_window(small, **renderer), n, warmup=3, check=_check_window(ns - WINDOW))
-    res.add("open", f"newest 100, renderer, small file ({ns:,} messages)", s, key="open_small", naive_key="naive_open_small",
-            goal="<= 5 ms", note=f"window {human_size(sf['newest_window']['bytes'])}")
+    res.add("open", f"newest 100, renderer, small file ({ns:,} messages)", s, key="open_small",
+            naive_key="naive_open_small", goal="<= 5 ms", note=f"window {human_size(sf['newest_window']['bytes'])}")
 
     pw = bf.get("newest_plain_window")
     if pw and pw["message_before"] != nb:
@@ -449,11 +462,13 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
 
     s, _, _ = timed(lambda: open_window(big, message_limit=WINDOW, content_limit=None), n, warmup=3,
                  check=_check_window(nb - WINDOW))
-    res.add("open", "newest 100, uncapped (content_limit=None), big file", s, key="open_big_uncapped", naive_key="naive_open_big")
+    res.add("open", "newest 100, uncapped (content_limit=None), big file", s, key="open_big_uncapped",
+            naive_key="naive_open_big")
     s, _, _ = timed(lambda: open_window(big, message_before=before, message_limit=WINDOW,
                                      content_limit=None), max(5, n // 5), warmup=1,
                  check=_check_window(before - WINDOW))
-    res.add("open", "worst window, uncapped (content_limit=None)", s, key="open_worst_uncapped", naive_key="naive_open_big")
+    res.add("open", "worst window, uncapped (content_limit=None)", s, key="open_worst_uncapped",
+            naive_key="naive_open_big")
 
     def open_only():
         with Transcript.open(big) as t:
@@ -725,7 +740,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-naive", action="store_true", help="skip the full-file parse rows")
     ap.add_argument("--only", choices=("reindex", "open", "append"), action="append",
                     help="run only these sections (repeatable)")
-    ap.add_argument("--profile", choices=("reindex", "open", "open-small", "worst", "uncapped", "append", "append-sync"),
+    ap.add_argument("--profile",
+                    choices=("reindex", "open", "open-small", "worst", "uncapped", "append", "append-sync"),
                     help="cProfile one case and print its hot functions (no table, no JSON)")
     args = ap.parse_args(argv)
     if args.quick:

@@ -39,11 +39,12 @@ import time
 
 import msgspec
 
-from _harness import ROOT, from_tests, markdown_table, run_facts
 from boundctx import config
 from boundctx.understanding import Catalog, Record, ReplayLog, Understander
 from boundctx.understanding import tasks as T
 from boundctx.understanding.normalise import normalise
+
+from _harness import ROOT, from_tests, markdown_table, run_facts
 
 BOOKING = ROOT / "bench" / "data" / "booking_turns.json"
 BFCL = ROOT.parent / "shared" / "data" / "bfcl"

@@ -5,6 +5,7 @@ import pytest
 pytest.importorskip("llama_cpp", reason="the benchmark counts with the embedded model's tokenizer")
 
 import bench_fitting  # noqa: E402 - after the skip: it needs llama-cpp-python
+
 from boundctx.tokens.llama import LlamaCounter  # noqa: E402
 
 

@@ -17,9 +17,10 @@ import pytest
 
 pytest.importorskip("tiktoken")
 
+import bench_sections as bs  # noqa: E402
+
 import _peers as peers  # noqa: E402 - after the skip: the rows need tiktoken
 import _textgen as textgen  # noqa: E402
-import bench_sections as bs  # noqa: E402
 
 
 def words(s: str) -> int:

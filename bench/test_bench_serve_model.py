@@ -8,9 +8,8 @@ Not part of the default suite (``testpaths = ["tests"]``); run by name::
 
 from __future__ import annotations
 
-import pytest
-
 import bench_serve_model as bm
+import pytest
 
 
 def sample(first, total, chunks, usage=None, reason="length", text="x"):

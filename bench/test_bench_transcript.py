@@ -17,11 +17,12 @@ import shutil
 import numpy as np
 import pytest
 
-from _harness import from_tests
 from boundctx._native import lineindex as li
 from boundctx.transcript import Transcript, encode_record
 from boundctx.transcript.dialects import dialect_kinds, native_table
 from boundctx.transcript.sample import write_sample
+
+from _harness import from_tests
 
 try:
     ref = from_tests("reference.lineindex")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+import bench_understanding as bu
 import msgspec
 import pytest
 
-import bench_understanding as bu
 from boundctx import config
 
 

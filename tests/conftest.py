@@ -70,8 +70,9 @@ def serve(tmp_path):
     tmp_path unless given."""
     pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
     pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
-    from boundctx.serve import create_app
     from serve.running import Running
+
+    from boundctx.serve import create_app
 
     started = []
 

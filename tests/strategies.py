@@ -289,8 +289,8 @@ HARD_PIECES = [
     "\U0001F44D\U0001F3FD", "\u2764\uFE0F", "\U0001F1EB\U0001F1F7", "\U0001F1EF\U0001F1F5\U0001F1FA\U0001F1F8",
     "\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F", "e\u0301", "a\u0300\u0316\u0323",
     "\u1100\u1161\u11A8", "\uAC00\u11A8", "\u0915\u094D\u0937", "\r\n", "\r\n\r\n", "\n", "\n\n", "\t", " ",
-    "   ", "\u3000", "\u00A0", "<|im_end|>", "<|endoftext|>", "\u4E2D\u6587\u30C6\u30AD\u30B9\u30C8", "\uD55C\uAD6D\uC5B4",
-    "=" * 40, "x" * 50, "aGVsbG8gd29ybGQ=", "https://example.com/a/b?c=d&e=f", "{\"k\":[1,2,3]}",
+    "   ", "\u3000", "\u00A0", "<|im_end|>", "<|endoftext|>", "\u4E2D\u6587\u30C6\u30AD\u30B9\u30C8",
+    "\uD55C\uAD6D\uC5B4", "=" * 40, "x" * 50, "aGVsbG8gd29ybGQ=", "https://example.com/a/b?c=d&e=f", "{\"k\":[1,2,3]}",
 ]
 
 

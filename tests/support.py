@@ -6,7 +6,7 @@ import pathlib
 
 
 def write_lines(path, lines, *, newline=b"\n", trailing=True) -> pathlib.Path:
-    data = newline.join(l if isinstance(l, bytes) else l.encode() for l in lines)
+    data = newline.join(line if isinstance(line, bytes) else line.encode() for line in lines)
     if trailing and lines:
         data += newline
     pathlib.Path(path).write_bytes(data)

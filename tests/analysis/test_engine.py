@@ -4,7 +4,6 @@ import json
 import re
 import threading
 
-
 from boundctx import config
 from boundctx.analysis import READ_TOOL_NAME, Engine
 from boundctx.analysis.workers import WORKER_INSTRUCTIONS
@@ -145,7 +144,8 @@ def test_the_coordinator_rereads_exact_ranges_of_this_replys_originals():
 def test_ids_from_another_reply_cannot_be_read():
     first = ScriptedProvider(Model(), context_window=8192)
     run(first, ASK, files=[("build.log", LOG)])
-    old_id = re.search(r"id (src-\S+),", [r for r in first.requests if not is_worker(r)][0].messages[0]["content"]).group(1)
+    old_id = re.search(r"id (src-\S+),",
+                       [r for r in first.requests if not is_worker(r)][0].messages[0]["content"]).group(1)
 
     def coordinator_tries_old_id(request):
         if is_worker(request):

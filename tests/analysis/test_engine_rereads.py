@@ -90,7 +90,8 @@ def test_a_range_the_engine_refuses_is_said_not_read_and_the_answer_does_not_gue
 def test_a_reread_request_that_is_not_valid_is_said_in_the_notes():
     p, events = run(Model(ask_for=lambda system: '{"reread": "everything"}'))
     assert not any(isinstance(e, ToolCall) for e in events)
-    assert "No exact text was read again (the request for rereads was not valid" in p.requests[-1].messages[0]["content"]
+    assert ("No exact text was read again (the request for rereads was not valid"
+            in p.requests[-1].messages[0]["content"])
 
 
 def test_the_step_is_off_when_the_setting_says_so_and_for_models_with_tools():

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from boundctx.errors import ContextOverflow
 from boundctx.analysis.fitting import current_turn_start, drop_order, fit_conversation
+from boundctx.errors import ContextOverflow
+
 from reference.fitting import fit_analysing, fit_by_dropping
 
 

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from boundctx.cli import main
+
 from servers import delta
 
 

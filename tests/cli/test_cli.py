@@ -117,7 +117,7 @@ def test_session_get_prints_compactions_in_file_order(tmp_path, capsys):
     lines.insert(3, encode_record({"type": "compaction", "summary": "late"}))
     path.write_bytes(b"".join(lines))
     assert main(["session", "get", str(path)]) == 0
-    heads = [l for l in capsys.readouterr().out.splitlines() if l.startswith("## ")]
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("## ")]
     assert heads == ["## compaction (line 0)", "## [0] user", "## [1] user",
                      "## compaction (line 3)", "## [2] user"]
 

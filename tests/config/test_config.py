@@ -85,7 +85,8 @@ def test_precedence_is_defaults_then_file_then_environment_then_overrides(tmp_pa
     env = {"BOUNDCTX_CHAT_ANALYSIS_WORKERS": "4", "BOUNDCTX_ANALYSIS_MAX_SECTIONS": "12"}
     s = config.load(path=path, env=env, overrides={"analysis.max_sections": 20})
     assert (s["chat.n_ctx"], s.source("chat.n_ctx")) == (4096, f"file {path}")
-    assert (s["chat.analysis_workers"], s.source("chat.analysis_workers")) == (4, "environment BOUNDCTX_CHAT_ANALYSIS_WORKERS")
+    assert (s["chat.analysis_workers"], s.source("chat.analysis_workers")) == (
+        4, "environment BOUNDCTX_CHAT_ANALYSIS_WORKERS")
     assert (s["analysis.max_sections"], s.source("analysis.max_sections")) == (20, "override")
     assert (s["analysis.overlap_chars"], s.source("analysis.overlap_chars")) == (64, "default")
 

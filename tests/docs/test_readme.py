@@ -107,7 +107,7 @@ def readme_blocks(text: str) -> list[Block]:
             if line.startswith("```"):
                 lang, start, body = line[3:].strip(), number + 1, []
         elif line.strip() == "```":
-            blocks.append(Block(lang, start, "".join(l + "\n" for l in body)))
+            blocks.append(Block(lang, start, "".join(body_line + "\n" for body_line in body)))
             lang = None
         else:
             body.append(line)
@@ -178,7 +178,8 @@ def readme_cases(text: str):
 
 
 def _id(line: int, code: str) -> str:
-    first = next((l for l in code.splitlines() if l.strip() and not l.startswith(("import", "from"))), code)
+    first = next((code_line for code_line in code.splitlines()
+                  if code_line.strip() and not code_line.startswith(("import", "from"))), code)
     return f"L{line}:{first.strip()[:48]}"
 
 
@@ -321,8 +322,8 @@ def test_the_set_up_line_left_to_ci_is_the_one_ci_runs():
     if not ci.exists():
         pytest.skip("no .ci/run in this tree")
     first = next(b for b in readme_blocks(README.read_text(encoding="utf-8")) if b.lang in SHELL)
-    left_to_ci = [strip_comment(l) for l in first.code.splitlines() if re.search(r"\bpython -m pytest\b", l)]
-    ci_lines = {l.strip() for l in ci.read_text(encoding="utf-8").splitlines()}
+    left_to_ci = [strip_comment(line) for line in first.code.splitlines() if re.search(r"\bpython -m pytest\b", line)]
+    ci_lines = {line.strip() for line in ci.read_text(encoding="utf-8").splitlines()}
     assert left_to_ci and all(line in ci_lines for line in left_to_ci), (left_to_ci, ci)
 
 

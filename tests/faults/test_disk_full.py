@@ -7,10 +7,9 @@ only where the container allows mounts); elsewhere the test skips and says why.
 
 import pytest
 
-from support import running_as_root
-
 from . import harness as h
 from .test_kill_writer import assert_clean
+from support import running_as_root
 
 
 @pytest.fixture

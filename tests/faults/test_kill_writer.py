@@ -6,8 +6,6 @@ the fixed cases below kill one at a chosen point, so each outcome is certain.
 
 import signal
 
-import pytest
-
 from boundctx import Transcript
 
 from . import harness as h

@@ -135,7 +135,7 @@ def test_the_repeat_penalty_shapes_free_text_but_not_schema_constrained_output()
 def test_the_command_line_settings_reach_the_local_provider():
     from boundctx import config
     from boundctx.cli import build_parser
-    from boundctx.cli._provider import make_provider, flag_overrides
+    from boundctx.cli._provider import flag_overrides, make_provider
 
     args = build_parser().parse_args(["ask", "--threads", "1", "--seed", "7", "--gpu-layers", "-1",
                                       "--extra-buffers", "off", "--n-ctx", "1024", "q"])

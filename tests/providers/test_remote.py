@@ -11,6 +11,7 @@ from boundctx.errors import ConfigError, ContextOverflow, ServerResponseError, S
 from boundctx.providers import TextChunk
 from boundctx.providers.remote import OpenAICompatibleProvider
 from boundctx.tokens import ByteEstimateCounter
+
 from servers import delta, free_port, llama_cpp_server, missing_server_extra
 
 HI = [{"role": "user", "content": "Say hello."}]

@@ -1,11 +1,11 @@
 """Planning sections by the whole worker prompt they will be sent in."""
 
 import pytest
+from conftest import SHARED_DATA
 
 from boundctx.errors import SectionBudgetTooSmall, SourceTooLarge, TooManySections
 from boundctx.sections import JOIN_ALLOWANCE, plan, split
 from boundctx.tokens import ByteEstimateCounter
-from conftest import SHARED_DATA
 
 QUESTION = "What failed in this log, and why?"
 
@@ -78,7 +78,8 @@ def test_too_many_sections_says_how_many_the_source_needs_without_counting_all_o
 
     text = "line of the log\n" * 2000
     counter = Counting()
-    with pytest.raises(TooManySections, match=r"needs more than 4 sections .*about \d+ at the pace of the first 5") as info:
+    with pytest.raises(TooManySections,
+                       match=r"needs more than 4 sections .*about \d+ at the pace of the first 5") as info:
         plan(text, counter=counter, prompt=worker_prompt, context=600, output_tokens=100, max_sections=4)
     full = plan(text, counter=ByteEstimateCounter(), prompt=worker_prompt, context=600, output_tokens=100,
                 max_sections=10_000)

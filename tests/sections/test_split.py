@@ -8,6 +8,7 @@ from boundctx._native import sections as native
 from boundctx.errors import SectionBudgetTooSmall
 from boundctx.sections import split
 from boundctx.tokens import ByteEstimateCounter
+
 from reference import graphemes
 from reference import sections as ref
 from strategies import hard_texts

@@ -276,10 +276,9 @@ def test_count_on_the_embedded_models_tokenizer(serve):
 
 
 def test_understand_returns_the_checked_plan_with_its_budget(serve):
+    import msgspec
     from understanding.booking import CATALOG, GOLD, MESSAGE, RECORDS
     from understanding.oracle import Oracle
-
-    import msgspec
 
     server = serve(ScriptedProvider(Oracle(GOLD, RECORDS)), settings=settings(), model_id=MODEL)
     records = msgspec.to_builtins(RECORDS)

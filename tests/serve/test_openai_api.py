@@ -17,6 +17,7 @@ from boundctx.providers import ScriptedProvider  # noqa: E402
 from boundctx.serve import ServeError, create_app  # noqa: E402
 from serve.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings  # noqa: E402
 
+
 def test_a_plain_completion_and_the_models_list(serve):
     server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
     c = client(server)

@@ -10,8 +10,8 @@ import httpx
 import msgspec
 import pytest
 
-from boundctx.serve.app import Guard
 from boundctx.serve import sessions as sessions_module
+from boundctx.serve.app import Guard
 from boundctx.serve.sessions import session_routes
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.sample import write_sample
@@ -30,6 +30,7 @@ def folder(tmp_path):
 @pytest.fixture
 def server(folder):
     from starlette.applications import Starlette
+
     from serve.running import Running
 
     app = Guard(Starlette(routes=session_routes(str(folder), {"serve.max_body_bytes": 1 << 20})),
@@ -209,7 +210,8 @@ def test_append_is_lossless_and_edit_and_delete_rewrite(server, folder):
     with Transcript.open(path) as t:
         n = t.message_count
     old = path.read_bytes()
-    body = '{"type":"message","message":{"role":"user","content":"caf\\u00e9 \u2028 \U0001F642 1.5e3"},"n":12345678901234}'
+    body = ('{"type":"message","message":{"role":"user","content":"caf\\u00e9 \u2028 \U0001F642 1.5e3"},'
+            '"n":12345678901234}')
     r = h.post(f"{API}/s1/messages", content=body.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 201, r.text
     assert r.json()["message_count"] == n + 1

@@ -2,12 +2,12 @@
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
 import boundctx
-import subprocess
-import sys
 
 PKG = pathlib.Path(boundctx.__file__).resolve().parent
 
@@ -63,7 +63,8 @@ def test_the_shell_imports_the_compiled_modules_by_name():
     # call sites).
     for path in PKG.rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"import_module\(f?[\"']boundctx\._native|\bload\([\"'](lineindex|sections|tokenmap)", text) \
+        assert not re.search(r"import_module\(f?[\"']boundctx\._native"
+                             r"|\bload\([\"'](lineindex|sections|tokenmap)", text) \
             or path == PKG / "_native" / "__init__.py", path
 
 

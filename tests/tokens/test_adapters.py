@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundctx._native import tokenmap
+
 from strategies import hard_texts
 
 
@@ -93,7 +94,8 @@ def test_only_the_analysed_pattern_claims_newline_sync(cl100k):
 
     from boundctx.tokens.adapters import TiktokenCounter
     # The same vocabulary behind another pre-tokenizer (GPT-2's) makes no such claim.
-    other = tiktoken.Encoding("other", pat_str=r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    other = tiktoken.Encoding("other",
+                              pat_str=r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
                               mergeable_ranks=cl100k.encoding._mergeable_ranks, special_tokens={})
     assert not TiktokenCounter(other).newline_sync
 

@@ -75,7 +75,8 @@ def test_the_default_system_prompt_and_generation_prompt_are_counted(counter):
     assert "You are a helpful AI assistant named SmolLM" in counter.render(messages)
     assert counter.count_prompt(messages) > with_system  # the default system prompt is longer
     generation_prompt = 1 + counter.count_text("assistant\n")  # <|im_start|> + "assistant\n"
-    assert counter.count_prompt(messages) - counter.count_prompt(messages, add_generation_prompt=False) == generation_prompt
+    assert (counter.count_prompt(messages) - counter.count_prompt(messages, add_generation_prompt=False)
+            == generation_prompt)
 
 
 def test_special_token_text_in_a_message_is_counted_as_text(counter, formatter):

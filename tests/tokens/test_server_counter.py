@@ -13,8 +13,6 @@ jinja2 = pytest.importorskip("jinja2", reason="jinja2 renders the GGUF chat temp
 
 import llama_cpp  # noqa: E402
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
-from llama_server_double import LlamaServerDouble  # noqa: E402
-from servers import free_port, llama_cpp_server, missing_server_extra  # noqa: E402
 
 from boundctx._native import tokenmap  # noqa: E402
 from boundctx.errors import (  # noqa: E402
@@ -28,6 +26,9 @@ from boundctx.errors import (  # noqa: E402
 from boundctx.tokens.estimate import ByteEstimateCounter  # noqa: E402
 from boundctx.tokens.llama import default_model_path  # noqa: E402
 from boundctx.tokens.server import LlamaServerCounter  # noqa: E402
+
+from llama_server_double import LlamaServerDouble  # noqa: E402
+from servers import free_port, llama_cpp_server, missing_server_extra  # noqa: E402
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],

@@ -9,6 +9,7 @@ from boundctx import Transcript, TranscriptNotFound
 from boundctx.errors import TranscriptNotAFile, TranscriptPermission
 from boundctx.transcript import encode_record
 from boundctx.transcript import store as store_mod
+
 from support import running_as_root
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from boundctx.transcript import Transcript
 from boundctx.transcript.chat import append_exchange, chat_messages, writable_style
+
 from support import assert_well_formed
 
 
@@ -74,7 +75,8 @@ def test_claude_code_lines_become_tool_exchanges(tmp_path):
     assert conversation.messages == [
         {"role": "user", "content": "why does the build fail?"},
         {"role": "assistant", "content": "Let me look.", "tool_calls": [
-            {"id": "tu1", "type": "function", "function": {"name": "Read", "arguments": '{"file_path": "build.log"}'}}]},
+            {"id": "tu1", "type": "function",
+             "function": {"name": "Read", "arguments": '{"file_path": "build.log"}'}}]},
         {"role": "tool", "tool_call_id": "tu1", "content": "error: E42"},
         {"role": "assistant", "content": "E42."},
     ]

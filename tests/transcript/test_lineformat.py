@@ -8,7 +8,8 @@ import sys
 
 import msgspec
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from boundctx import Transcript
 from boundctx.errors import EntryInvalid

@@ -13,6 +13,7 @@ import pytest
 from boundctx._native import lineindex as li
 from boundctx.transcript import Transcript, dialects, layout
 from boundctx.transcript.chat import chat_messages
+
 from support import assert_well_formed  # Codex call arguments are not always JSON
 
 CLAUDE = "claude-code-sessions"
@@ -163,7 +164,8 @@ def test_claude_code_subagents_and_titled_sessions_keep_every_user_turn_and_tool
     calls = [b["id"] for r in records if r.get("type") == "assistant"
              for b in r["message"]["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
     assert sent_calls(conversation) == calls
-    results = [b["tool_use_id"] for r in records if r.get("type") == "user" and isinstance(r["message"]["content"], list)
+    results = [b["tool_use_id"] for r in records
+               if r.get("type") == "user" and isinstance(r["message"]["content"], list)
                for b in r["message"]["content"] if b.get("type") == "tool_result"]
     assert sent_results(conversation) == results
     assert not any(m["content"].startswith(SUMMARY_PREFIX) for m in conversation.messages)  # titles replace nothing

@@ -166,7 +166,7 @@ def test_rewrite_through_a_symlink_replaces_the_file_not_the_link(tmp_path):
     with Transcript.open(link) as t:
         t.delete(0)
     assert link.is_symlink()
-    assert [json.loads(l)["id"] for l in real.read_bytes().splitlines()] == ["m1", "m2"]
+    assert [json.loads(line)["id"] for line in real.read_bytes().splitlines()] == ["m1", "m2"]
 
 
 def test_rewrite_keeps_every_unedited_line_byte_for_byte(tmp_path):

@@ -19,7 +19,8 @@ from boundctx.transcript.sidecar import MAGIC, sidecar_paths
 
 def make(path, n, prefix="m"):
     path.write_bytes(b"".join(
-        encode_record({"type": "message", "id": f"{prefix}{i}", "message": {"role": "user", "content": f"text {i} " * (i % 7 + 1)}})
+        encode_record({"type": "message", "id": f"{prefix}{i}",
+                       "message": {"role": "user", "content": f"text {i} " * (i % 7 + 1)}})
         for i in range(n)))
     return path
 

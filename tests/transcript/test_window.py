@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from boundctx import Transcript
 from boundctx._native import lineindex as li
 from boundctx.transcript import RENDERER_PRESET, encode_record
+
 from support import write_lines
 
 

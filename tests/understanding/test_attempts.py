@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from booking import GOLD, MESSAGE, RECORDS, catalog
 from boundctx import config
 from boundctx.errors import GenerationTimeout
 from boundctx.providers import ScriptedProvider
@@ -16,6 +15,8 @@ from boundctx.understanding.attempts import NotUnderstood, Outcome, TaskRunner
 from boundctx.understanding.budget import Budget
 from boundctx.understanding.replay import prompt_hash
 from boundctx.understanding.tasks import route_call
+
+from booking import GOLD, MESSAGE, RECORDS, catalog
 from oracle import Oracle, task_kind
 
 UNIT = Unit("u1", "cancel the Luigi's booking", 0, 26)

@@ -3,11 +3,12 @@
 import json
 
 import pytest
+from conftest import SHARED_DATA
 
-from booking import CATALOG
 from boundctx.errors import CatalogError
 from boundctx.understanding import Catalog, Record, check_records
-from conftest import SHARED_DATA
+
+from booking import CATALOG
 
 TOML = '''
 name = "bookings"

@@ -14,6 +14,7 @@ from boundctx import config
 from boundctx.providers import ScriptedProvider
 from boundctx.understanding import Bounds, Catalog, Click, Param, Record, TaskConfig, Understander
 from boundctx.understanding.normalise import ungrounded
+
 from oracle import Oracle, task_kind
 from random_model import RandomModel
 

@@ -79,12 +79,12 @@ def test_code_confirms_a_quote_that_is_the_number_with_its_sign(value, quote):
 
 
 def test_an_id_quoted_for_a_number_is_never_confirmed_and_is_asked_for():
-    from booking import RECORDS, catalog
-    from oracle import Oracle, task_kind
-
     from boundctx import config
     from boundctx.providers import ScriptedProvider
     from boundctx.understanding import TaskConfig, Understander
+
+    from booking import RECORDS, catalog
+    from oracle import Oracle, task_kind
 
     text = "book Sakura at 7pm for T-4"
     gold = {"units": [text], "route": {text: ["book_table"]}, "locate": {(text, "book_table"): "sakura"},

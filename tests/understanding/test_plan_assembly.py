@@ -6,7 +6,6 @@ import typing
 import msgspec
 import pytest
 
-from booking import GOLD, MESSAGE, RECORDS, catalog
 from boundctx import config
 from boundctx.providers import ScriptedProvider
 from boundctx.understanding import (
@@ -24,6 +23,8 @@ from boundctx.understanding import (
 )
 from boundctx.understanding.budget import Budget
 from boundctx.understanding.plan import HOLD_ALL, HOLD_OPERATION, assemble, failed_closed
+
+from booking import GOLD, MESSAGE, RECORDS, catalog
 from oracle import Oracle
 
 BOOK_2 = "book a table for 2"

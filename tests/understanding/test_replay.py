@@ -7,13 +7,14 @@ import json
 import msgspec
 import pytest
 
-from booking import CATALOG, GOLD, MESSAGE, RECORDS, catalog
 from boundctx import config
 from boundctx.errors import GenerationTimeout, ReplayDiverged
 from boundctx.providers import ScriptedProvider, ScriptedReply
 from boundctx.transcript import Transcript
 from boundctx.understanding import Catalog, ReplayLog, Understander, read_attempts, replay_turn
 from boundctx.understanding.replay import plan_hash
+
+from booking import CATALOG, GOLD, MESSAGE, RECORDS, catalog
 from oracle import Oracle
 
 
@@ -77,7 +78,8 @@ def test_a_recorded_turn_replays_byte_for_byte_with_no_model(tmp_path, fault, sy
     (u.single_call if system == "single_call" else u.understand)(MESSAGE, records=RECORDS, turn="turn-1")
     log2.close()
     assert msgspec.json.encode(replayed) == msgspec.json.encode(
-        msgspec.structs.replace(recorded, budget=msgspec.structs.replace(recorded.budget, wall_s=replayed.budget.wall_s)))
+        msgspec.structs.replace(recorded,
+                                budget=msgspec.structs.replace(recorded.budget, wall_s=replayed.budget.wall_s)))
     # The replayed log is the recorded one, byte for byte.
     assert again.read_bytes() == path.read_bytes()
 

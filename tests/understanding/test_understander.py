@@ -7,11 +7,12 @@ import threading
 import msgspec
 import pytest
 
-from booking import GOLD, MESSAGE, RECORDS, catalog
 from boundctx import config
 from boundctx.errors import UsageUnavailable
 from boundctx.providers import ScriptedProvider, ScriptedReply
 from boundctx.understanding import Click, TaskConfig, Understander
+
+from booking import GOLD, MESSAGE, RECORDS, catalog
 from oracle import Oracle, cut, task_kind
 
 
@@ -146,7 +147,8 @@ def test_words_left_out_of_every_unit_send_segmentation_back_once():
     gold = {"units": ["Book Sakura for 4 people at 7pm"], "coverage": ["no shellfish"],
             "resegmented": ["Book Sakura for 4 people at 7pm, no shellfish"],
             "route": {"Book Sakura for 4 people at 7pm, no shellfish": ["book_table"]},
-            "locate": {("Book Sakura for 4 people at 7pm, no shellfish", "book_table"): "sakura"}, "extract": {("Book Sakura for 4 people at 7pm, no shellfish", "book_table"): {
+            "locate": {("Book Sakura for 4 people at 7pm, no shellfish", "book_table"): "sakura"},
+            "extract": {("Book Sakura for 4 people at 7pm, no shellfish", "book_table"): {
                 "time": ("7pm", "7pm"), "party_size": ("4", "4"), "note": ("no shellfish", "no shellfish")}}}
     u, provider = understander(Oracle(gold, RECORDS))
     plan = u.understand(text, records=RECORDS)

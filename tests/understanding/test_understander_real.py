@@ -4,9 +4,10 @@ answers is its own business; the shape and the accounting are ours."""
 
 import pytest
 
-from booking import MESSAGE, RECORDS, catalog
 from boundctx import config
 from boundctx.understanding import Catalog, Understander
+
+from booking import MESSAGE, RECORDS, catalog
 
 pytestmark = pytest.mark.slow
 

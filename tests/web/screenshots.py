@@ -10,12 +10,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
+from serve.running import Running  # noqa: E402
+from serve.scripted import LOG, MODEL, answer, settings  # noqa: E402
 
 from boundctx.providers import ScriptedProvider  # noqa: E402
 from boundctx.serve import create_app  # noqa: E402
 from boundctx.transcript.sample import write_sample  # noqa: E402
-from serve.running import Running  # noqa: E402
-from serve.scripted import LOG, MODEL, answer, settings  # noqa: E402
 from web.conftest import chromium_path  # noqa: E402
 
 OUT = ROOT / "docs" / "screens"

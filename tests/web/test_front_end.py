@@ -9,11 +9,11 @@ import time
 
 import httpx
 import pytest
+from serve.scripted import LOG, MODEL, Slow, answer, settings
 
 from boundctx.providers import ScriptedProvider
 from boundctx.transcript.sample import write_sample
 from boundctx.transcript.store import Transcript
-from serve.scripted import LOG, MODEL, Slow, answer, settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 

@@ -81,7 +81,8 @@ def worker_question(question: str) -> str:
         return question
     half = QUESTION_MAX_CHARS // 2
     left = len(question) - 2 * half
-    return f"{question[:half]}\n[... {left:,} characters of this message are not quoted here: they are read in sections ...]\n{question[-half:]}"
+    return (f"{question[:half]}\n[... {left:,} characters of this message are not quoted here: "
+            f"they are read in sections ...]\n{question[-half:]}")
 
 
 def worker_messages(question: str, notes: str, section: str, *, number: int, total: int, source_id: str,

@@ -5,4 +5,5 @@ from boundctx.providers.base import ChatRequest, Finish, Provider, Reply, TextCh
 from boundctx.providers.scripted import ScriptedProvider, ScriptedReply
 
 # LlamaCppProvider lives in boundctx.providers.local: importing it needs llama-cpp-python.
-__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "ScriptedProvider", "ScriptedReply", "TextChunk", "ToolCallChunk"]
+__all__ = ["ChatRequest", "Finish", "Provider", "Reply", "ScriptedProvider", "ScriptedReply", "TextChunk",
+           "ToolCallChunk"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import sys
-
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -39,7 +38,6 @@ from boundctx._native import sections as cut_rule  # the cut rule of the planner
 from boundctx._native import tokenmap
 from boundctx.errors import SectionBudgetTooSmall, SourceTooLarge, TooManySections
 from boundctx.tokens.base import Message, TokenCounter
-
 
 __all__ = ["JOIN_ALLOWANCE", "Section", "SectionPlan", "plan", "split"]
 

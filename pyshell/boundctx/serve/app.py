@@ -43,7 +43,9 @@ from boundctx.analysis import Engine
 from boundctx.errors import BoundctxError, ConfigError, ToolOfferError
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Provider
-from boundctx.serve.http import busy, error as _error, json_response as _json, parsed_or_refusal
+from boundctx.serve.http import busy, parsed_or_refusal
+from boundctx.serve.http import error as _error
+from boundctx.serve.http import json_response as _json
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots
 from boundctx.serve.requests import BadRequest, ChatCompletionRequest, parse_chat_request
 from boundctx.serve.sessions import Sessions, session_routes
@@ -211,7 +213,8 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); set serve.sessions_dir") from None
+        raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); "
+                         "set serve.sessions_dir") from None
     sessions = Sessions(folder, server.live)
     app = Starlette(routes=[
         *session_routes(sessions, extra=session_reply_routes(server, sessions)),

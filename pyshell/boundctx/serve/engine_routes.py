@@ -22,7 +22,9 @@ from typing import Any
 import msgspec
 
 from boundctx.errors import BoundctxError
-from boundctx.serve.http import busy, error as _error, json_response as _json, parsed_or_refusal
+from boundctx.serve.http import busy, parsed_or_refusal
+from boundctx.serve.http import error as _error
+from boundctx.serve.http import json_response as _json
 from boundctx.serve.replies import Busy, GatedProvider
 from boundctx.serve.requests import BadRequest, UnderstandRequest, decode, parse_count_request
 from boundctx.serve.streaming import wait_for_disconnect

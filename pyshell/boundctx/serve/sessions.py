@@ -52,7 +52,10 @@ from boundctx.errors import (
     TranscriptNotFound,
     TranscriptPermission,
 )
-from boundctx.serve.http import TooLarge as _TooLarge, error as _error, json_response as _json, read_body as _read_body
+from boundctx.serve.http import TooLarge as _TooLarge
+from boundctx.serve.http import error as _error
+from boundctx.serve.http import json_response as _json
+from boundctx.serve.http import read_body as _read_body
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, writable_style
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript

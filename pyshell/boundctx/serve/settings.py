@@ -29,7 +29,9 @@ import msgspec
 
 from boundctx import config
 from boundctx.errors import ConfigError
-from boundctx.serve.http import body_or_refusal, error as _error, json_response as _json
+from boundctx.serve.http import body_or_refusal
+from boundctx.serve.http import error as _error
+from boundctx.serve.http import json_response as _json
 
 __all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
 

@@ -26,7 +26,6 @@ import numpy as np
 from boundctx._native import tokenmap
 from boundctx.tokens.base import Message, TokenCounter, message_text
 
-
 __all__ = ["ByteEstimateCounter"]
 
 

@@ -29,7 +29,6 @@ from boundctx.errors import PromptTemplateError
 from boundctx.tokens.base import Message, TokenCounter
 from boundctx.tokens.template import ChatTemplate
 
-
 __all__ = ["LlamaCounter", "LlamaVocab", "SpecialToken", "align_pieces", "default_model_path"]
 
 _INSTALL_HINT = ("local models need llama-cpp-python and the embedded model: "

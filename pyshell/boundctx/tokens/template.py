@@ -178,7 +178,9 @@ class ChatTemplate:
 
         def wrap(value: Any) -> Any:
             if isinstance(value, str):
-                return _wrap_occurrences(value, specials, opener, closer) if any(s in value for s in specials) else value
+                if any(s in value for s in specials):
+                    return _wrap_occurrences(value, specials, opener, closer)
+                return value
             if isinstance(value, Mapping):
                 return {k: wrap(v) for k, v in value.items()}
             if isinstance(value, (list, tuple)):

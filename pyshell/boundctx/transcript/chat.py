@@ -64,7 +64,8 @@ def _stringify(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _parts_text(content: Any, where: str, notices: list[str], *, text_types=("text", "input_text", "output_text")) -> str:
+def _parts_text(content: Any, where: str, notices: list[str], *,
+                text_types=("text", "input_text", "output_text")) -> str:
     """The text of a content value: a string, or the text parts of a list, joined by
     blank lines. Images and other parts a text model cannot take become notices."""
     if isinstance(content, str):
@@ -113,7 +114,8 @@ def _pi_message(m: dict[str, Any], where: str, notices: list[str]) -> list[dict[
         return [{"role": "tool", "tool_call_id": str(call_id), "content": _parts_text(content, where, notices)}]
     if role == "bashExecution":  # a command the user ran in the agent; the model saw its output
         code = m.get("exitCode")
-        return [{"role": "user", "content": f"I ran `{m.get('command', '')}` (exit code {code}):\n{m.get('output', '')}"}]
+        return [{"role": "user",
+                 "content": f"I ran `{m.get('command', '')}` (exit code {code}):\n{m.get('output', '')}"}]
     notices.append(f"{where}: role {role!r} is not a chat role; not sent")
     return []
 

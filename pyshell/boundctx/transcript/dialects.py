@@ -19,7 +19,6 @@ from boundctx._native import lineindex
 from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.sidecar import pread_exact
 
-
 MESSAGE, COMPACTION = LineKind.MESSAGE, LineKind.COMPACTION
 QualifiedKind = lineindex.QualifiedKind
 

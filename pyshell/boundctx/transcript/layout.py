@@ -22,7 +22,6 @@ import msgspec
 import numpy as np
 
 from boundctx._native import lineindex
-from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.arrays import (
     Chunked,
     FileArray,
@@ -31,6 +30,7 @@ from boundctx.transcript.arrays import (
     SidecarLies,
 )
 from boundctx.transcript.dialects import native_table, settle_undecided
+from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.sidecar import (
     FORMAT_VERSION,
     MAGIC,
@@ -43,7 +43,6 @@ from boundctx.transcript.sidecar import (
     sidecar_paths,
     write_whole,
 )
-
 
 __all__ = [
     "Judgement",

@@ -38,7 +38,6 @@ import msgspec
 from boundctx._native import lineindex
 from boundctx.errors import EntryInvalid
 
-
 __all__ = ["BOM", "MAX_DEPTH", "LineUnreadable", "decode_record", "encode_record"]
 
 #: A UTF-8 byte-order mark; tolerated before the first line only, never part of a record.

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from boundctx._native import lineindex
-from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
+from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.opening import open_transcript_fd
 from boundctx.transcript.sidecar import (
     FORMAT_VERSION,
