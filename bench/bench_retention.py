@@ -1,27 +1,59 @@
 """Fact retention: what each way of handling an oversized input keeps.
 
 Seeded documents of invented facts in filler prose, 1.5x to 6x the model's window, are
-asked one question per reply under five conditions on the same window:
+asked one question per reply under six conditions on the same window:
 
 - **A clip**: keep the prefix that fits (the old behaviour), answer from it.
-- **B notes**: section analysis, the coordinator answers from the workers' notes only.
-- **C notes + rereads**: as B, and the coordinator may call ``read_chat_section``.
+- **B notes**: section analysis, the coordinator answers from the notes only
+  (``analysis.constrained_rereads`` off, no tools).
+- **C notes + tool rereads**: as B, and the coordinator may call ``read_chat_section``
+  (a tool-capable model).
+- **R notes + constrained rereads**: as B for a model without tools, with the
+  constrained reread step on: before answering, one call whose output must follow a
+  JSON schema (``{"reread": [{"id", "start", "end"}]}``) asks for ranges the notes cite,
+  and the answering call gets their exact text.
 - **O oracle**: only the sentence holding the fact.
 - **Z closed book**: no input at all.
 
-The model is scripted and deterministic (exact by construction): a worker extracts
-``The <attribute> of <Entity> is <value>.`` sentences from its section into typed notes
-(key, value, section, range), a later value supersedes an earlier one, and when the notes
-would pass their token budget the oldest *values* are evicted while the key -> range
-index stays. The coordinator answers from the note with the latest section; if its value
-was evicted it rereads the recorded range (condition C) or answers "unknown" (B). So any
-deviation from the expected table is a bug in splitting, overlap, coverage, offsets or
-tool plumbing, not model noise.
+The scripted model is deterministic (exact by construction). A worker writes, for every
+``The <attribute> of <Entity> is [now] <value>.`` sentence whole in its section, one line
+``<attribute> of <Entity>: <value> [S<k> <a>-<b>]`` (a-b: the sentence's characters in
+the original), or ``nothing relevant``; it never rewrites notes: keeping them within
+their budget is the engine's (values evicted oldest first, every key kept in an index
+with its range). The coordinator finds the asked key's latest range in the engine's
+rendering of the notes (a kept value, or an index line ``<key> [S<k> <a>-<b>]`` under
+"Values not kept here"); it answers a kept value, rereads an index-only one (C: a
+``read_chat_section`` call; R: that range in the schema'd call, then the fact in the
+"Exact text read again" part of its prompt), and otherwise says "unknown". So any
+deviation from the expected table is the engine's (splitting, overlap, coverage,
+offsets, the notes' bound, rereads), not model noise.
 
-Buckets per document: 3 early, 3 middle, 3 late facts, 1 corrected later (v1 in the
-first third, "is now v2" in the last), 1 distractor (same attribute, another entity).
+Families (each document also has the regular buckets):
 
-Run: ``python bench/bench_retention.py`` (writes ``bench/results/retention.json``).
+- **regular**: per document 3 early, 3 middle, 3 late facts, 1 corrected later (v1 in
+  the first third, "is now v2" in the last) and 1 distractor (same attribute, another
+  entity, just after it).
+- **dense**: 16 more facts, never asked, push the notes past their budget.
+- **recorrected**: one more key, corrected three times (v1, v2, v3, v4 at 0.1, 0.35,
+  0.6 and 0.85 of the document): the answer is v4, and each of v1-v3 is a stale answer.
+- **straddle**: three more facts, each placed on a section boundary of the plan the
+  engine makes (``boundctx.sections.plan`` with the engine's planning prompt and
+  settings; the filler has no line breaks there, so cuts fall at spaces, inside the
+  sentence): one across the end of a section (whole in the next, inside the overlap),
+  one across the start of a section (whole in the previous one), and one "wide" fact
+  (a quoted 14-word message, ~110 characters) longer than the overlap, laid over a whole
+  overlap so that no section holds it whole. (A long value with no space in it cannot be
+  laid so: the planner cuts at the space before it, and the next section, starting an
+  overlap earlier, holds the sentence whole.) A placement is re-planned until the sentence crosses the
+  boundary it was put on, and every reply checks it against the sections the workers
+  were actually sent. The wide fact is outside what the design can promise: no worker
+  ever sees the sentence, so it is reported apart from the goal.
+
+A stale answer is an answer equal to a value a later sentence corrected.
+
+Run: ``python bench/bench_retention.py`` (writes ``bench/results/retention.json``);
+``--quick`` is a seconds-long run of one document per family with the byte-estimate
+counter (``retention-quick.json``); ``--model embedded`` runs SmolLM2 (A, B, R, O, Z).
 """
 
 from __future__ import annotations
@@ -34,22 +66,40 @@ import re
 import sys
 import time
 
-from _harness import ROOT, markdown_table, run_facts
 from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis import READ_TOOL_NAME, Engine
-from boundctx.analysis.workers import WORKER_INSTRUCTIONS
-from boundctx.events import AnalysisProgress, Done, ReplyDelta, ToolCall
+from boundctx.analysis.workers import WORKER_INSTRUCTIONS, worker_messages, worker_question
+from boundctx.events import Done, Failed, ReplyDelta, ToolCall
 from boundctx.providers import ScriptedProvider, ToolCallChunk
+from boundctx.sections import plan as plan_sections
+
+from _harness import ROOT, markdown_table, run_facts
 
 WINDOW = 2048
+#: The byte estimate counts a token per byte, ~3.5x SmolLM2's count of this prose, and
+#: the engine's bound on the coordinator's prompt (instructions, the reread tool's schema,
+#: two workers' notes at their budget, headers at their widest) passes 2,048 of those.
+BYTES_WINDOW = 4096
 REPLY_TOKENS = 128
 NOTES_TOKENS = 384
 SIZES = (1.5, 3.0, 6.0)
+FAMILIES = ("regular", "dense", "recorrected", "straddle")
+DENSE_EXTRA = 16
 WORDS = ("river stone quiet number window paper garden signal morning harbor lantern copper thread valley "
          "engine winter circle market ladder orchard silver meadow anchor candle bridge canvas").split()
 ATTRIBUTES = ("code", "depot", "badge", "locker", "channel", "ticket", "vault", "route")
-FACT = re.compile(r"The (\w+) of (\w+) is (?:now )?([\w-]+)\.")
+#: A fact sentence; a value is one word (``4721-KX``) or a quoted phrase.
+FACT = re.compile(r'The (\w+) of (\w+) is (?:now )?(?:"([^"\n]+)"|([\w-]+))\.')
+CONDITIONS = ("A", "B", "C", "R", "O", "Z")
+NAMES = {"A": "A clip", "B": "B notes", "C": "C notes + tool rereads", "R": "R notes + constrained rereads",
+         "O": "O oracle", "Z": "Z closed book"}
+BUCKETS = {"regular": ("early", "middle", "late", "corrected", "distractor"),
+           "dense": ("early", "middle", "late", "corrected", "distractor"),
+           "recorrected": ("early", "middle", "late", "corrected", "distractor", "recorrected"),
+           "straddle": ("early", "middle", "late", "corrected", "distractor", "straddle", "wide straddle")}
+#: Buckets no section holds whole (see the module docstring): outside the goal.
+OUTSIDE_GOAL = ("wide straddle",)
 
 
 def _name(rng: random.Random) -> str:
@@ -61,20 +111,28 @@ def _value(rng: random.Random) -> str:
     return f"{rng.randint(1000, 9999)}-{rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}"
 
 
-def _filler(rng: random.Random, n_chars: int) -> str:
+def _filler(rng: random.Random, n_chars: int, *, line_breaks: bool = True) -> str:
     out, size = [], 0
     while size < n_chars:
         sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + ". "
-        if rng.random() < 0.15:
+        if rng.random() < 0.15 and line_breaks:
             sentence += "\n"
         out.append(sentence)
         size += len(sentence)
     return "".join(out)[:n_chars]
 
 
-def make_document(seed: int, n_chars: int, *, extra_facts: int = 0) -> tuple[str, list[dict]]:
-    """A document and its questions (attribute, entity, answer, bucket, stale answer).
-    ``extra_facts`` more facts, never asked, fill the workers' notes past their budget."""
+def question_text(q: dict) -> str:
+    return f"What is the {q['attribute']} of {q['entity']}? Answer with the value only."
+
+
+def make_document(seed: int, n_chars: int, *, extra_facts: int = 0, recorrected: bool = False,
+                  line_breaks: bool = True) -> tuple[str, list[dict]]:
+    """A document and its questions: attribute, entity, answer, bucket, ``stale`` (the
+    values a later sentence corrected), ``decoy`` (the distractor's other value) and
+    ``span`` (the answer's sentence in the document). ``extra_facts`` more facts, never
+    asked, fill the notes past their budget; ``recorrected`` adds a key corrected three
+    times. The regular facts are drawn first, so a family's extras leave them as they are."""
     rng = random.Random(seed)
     used: set[tuple[str, str]] = set()
 
@@ -85,6 +143,10 @@ def make_document(seed: int, n_chars: int, *, extra_facts: int = 0) -> tuple[str
                 used.add(k)
                 return k
 
+    def question(attr, ent, answer, bucket, stale=(), decoy=None):
+        return {"attribute": attr, "entity": ent, "answer": answer, "bucket": bucket, "stale": list(stale),
+                "decoy": decoy, "span": None}
+
     placements = []  # (fraction, sentence)
     questions = []
     for bucket, lo, hi in (("early", 0.0, 0.1), ("middle", 0.45, 0.55), ("late", 0.9, 1.0)):
@@ -92,24 +154,30 @@ def make_document(seed: int, n_chars: int, *, extra_facts: int = 0) -> tuple[str
             attr, ent = key()
             v = _value(rng)
             placements.append((rng.uniform(lo, hi), f"The {attr} of {ent} is {v}. "))
-            questions.append({"attribute": attr, "entity": ent, "answer": v, "bucket": bucket, "stale": None})
+            questions.append(question(attr, ent, v, bucket))
     attr, ent = key()
     v1, v2 = _value(rng), _value(rng)
     placements.append((rng.uniform(0.05, 0.3), f"The {attr} of {ent} is {v1}. "))
-    placements.append((rng.uniform(0.7, 0.95), f"Correction: the {attr} of {ent} is now {v2}. ".replace(
-        "Correction: the", "Correction. The")))
-    questions.append({"attribute": attr, "entity": ent, "answer": v2, "bucket": "corrected", "stale": v1})
+    placements.append((rng.uniform(0.7, 0.95), f"Correction. The {attr} of {ent} is now {v2}. "))
+    questions.append(question(attr, ent, v2, "corrected", [v1]))
     attr, ent = key()
     other = _name(rng)
     v, w = _value(rng), _value(rng)
     at = rng.uniform(0.2, 0.8)
     placements.append((at, f"The {attr} of {ent} is {v}. "))
     placements.append((min(0.99, at + 0.02), f"The {attr} of {other} is {w}. "))
-    questions.append({"attribute": attr, "entity": ent, "answer": v, "bucket": "distractor", "stale": w})
+    questions.append(question(attr, ent, v, "distractor", decoy=w))
     for _ in range(extra_facts):
         attr, ent = key()
         placements.append((rng.uniform(0.0, 1.0), f"The {attr} of {ent} is {_value(rng)}. "))
-    filler = _filler(rng, n_chars)
+    if recorrected:
+        attr, ent = key()
+        values = [_value(rng) for _ in range(4)]
+        placements.append((0.1, f"The {attr} of {ent} is {values[0]}. "))
+        for frac, value in zip((0.35, 0.6, 0.85), values[1:]):
+            placements.append((frac, f"Correction. The {attr} of {ent} is now {value}. "))
+        questions.append(question(attr, ent, values[-1], "recorrected", values[:-1]))
+    filler = _filler(rng, n_chars, line_breaks=line_breaks)
     text, last = [], 0
     for frac, sentence in sorted(placements):
         cut = max(last, int(frac * len(filler)))
@@ -118,102 +186,284 @@ def make_document(seed: int, n_chars: int, *, extra_facts: int = 0) -> tuple[str
         text.append(sentence)
         last = cut
     text.append(filler[last:])
-    return "".join(text), questions
+    document = "".join(text)
+    _set_spans(document, questions)
+    return document, questions
 
 
-# -- the scripted model ---------------------------------------------------------------
+def facts(text: str):
+    """(attribute, entity, value, start, end) of each fact sentence in ``text``."""
+    for f in FACT.finditer(text):
+        yield f.group(1), f.group(2), f.group(3) or f.group(4), f.start(), f.end()
 
-NOTE = re.compile(r"^(\w+) of (\w+) = (\S+) \[S(\d+) (\d+)-(\d+)\]$")
+
+def _set_spans(document: str, questions: list[dict]) -> None:
+    found = {(attr, ent, value): (a, b) for attr, ent, value, a, b in facts(document)}
+    for q in questions:
+        q["span"] = found[(q["attribute"], q["entity"], q["answer"])]
 
 
-def _worker(request, counter) -> str:
+# -- the straddle family ----------------------------------------------------------------
+
+
+def engine_sections(text: str, question: str, counter, settings) -> list[tuple[int, int]]:
+    """The sections the engine plans for ``text`` when asked ``question``: its planning
+    prompt (the widest header, notes left out and allowed for) and its settings."""
+    top = int(settings["analysis.max_sections"])
+    notes = int(settings["analysis.notes_max_tokens"])
+    quoted = worker_question(question)
+
+    def prompt(section: str):
+        return worker_messages(quoted, "", section, number=top, total=top, source_id=f"src-planning-{'9' * 8}",
+                               start=len(text), end=len(text))
+
+    planned = plan_sections(text, counter=counter, prompt=prompt,
+                            context=min(int(settings["analysis.worker_n_ctx"]), int(settings["chat.n_ctx"])),
+                            output_tokens=notes, notes_tokens=notes, overlap=int(settings["analysis.overlap_chars"]),
+                            max_source_chars=int(settings["analysis.max_source_chars"]), max_sections=top)
+    return [(s.start, s.end) for s in planned.sections]
+
+
+def straddles(kind: str, span: tuple[int, int], sections: list[tuple[int, int]]) -> bool:
+    """Whether ``span`` lies on a section edge as ``kind`` says: "end" and "start" cross
+    a section's end or start and lie whole in a neighbour; "wide" is cut by an edge and
+    whole in no section."""
+    a, b = span
+    cut = any(a < s < b or a < e < b for s, e in sections)
+    whole = any(s <= a and b <= e for s, e in sections)
+    return cut and (not whole if kind == "wide" else whole)
+
+
+def _free_spaces(text: str) -> list[int]:
+    """Positions just after a space that no fact sentence covers: where a sentence can
+    go in without splitting a word or another fact."""
+    taken = [(a, b) for _, _, _, a, b in facts(text)]
+    spaces = [i + 1 for i, ch in enumerate(text) if ch == " "]
+    return [p for p in spaces if not any(a < p < b + 1 for a, b in taken)]
+
+
+def place_straddles(document: str, questions: list[dict], rng: random.Random, *, counter, settings) -> str:
+    """``document`` with the straddle family's three facts on section edges (the
+    module docstring says how), their questions appended to ``questions``."""
+    used = {(q["attribute"], q["entity"]) for q in questions}
+    n = len(engine_sections(document, "What is the code of Kalomiren? Answer with the value only.", counter,
+                            settings))
+    if n < 5:
+        raise ValueError(f"a straddle document needs at least 5 sections, this one has {n}: make it longer")
+    overlap = int(settings["analysis.overlap_chars"])
+    # Boundaries are placed left to right: planning is greedy from the start, so a
+    # sentence put in later leaves the sections before it as they were.
+    for boundary, kind in zip((n // 4, n // 2, 3 * n // 4), ("end", "start", "wide")):
+        boundary = max(1, boundary)
+        while True:
+            attr, ent = ("message" if kind == "wide" else rng.choice(ATTRIBUTES)), _name(rng)
+            if (attr, ent) not in used:
+                used.add((attr, ent))
+                break
+        value = " ".join(rng.choice(WORDS) for _ in range(14)) if kind == "wide" else _value(rng)
+        sentence = f'The {attr} of {ent} is "{value}". ' if kind == "wide" else f"The {attr} of {ent} is {value}. "
+        q = {"attribute": attr, "entity": ent, "answer": value, "bucket": "wide straddle" if kind == "wide"
+             else "straddle", "stale": [], "decoy": None, "span": None, "straddle": kind}
+        asked = question_text(q)
+        sections = engine_sections(document, asked, counter, settings)
+        # Where the sentence's middle should fall, in the document without it.
+        prev_end, next_start = sections[boundary - 1][1], sections[boundary][0]
+        target = {"end": prev_end, "start": next_start, "wide": next_start + overlap // 2}[kind]
+        free = _free_spaces(document)
+        for _ in range(12):
+            at = min(free, key=lambda p: abs(p + len(sentence) // 2 - target))
+            trial = document[:at] + sentence + document[at:]
+            span = (at, at + len(sentence) - 1)  # the sentence without its trailing space
+            planned = engine_sections(trial, asked, counter, settings)
+            if straddles(kind, span, planned):
+                break
+            # Aim at the edge of the plan made with the sentence in (it moved a little).
+            edges = {"end": planned[boundary - 1][1], "start": planned[boundary][0],
+                     "wide": planned[boundary][0] + overlap // 2}
+            edge = edges[kind] if edges[kind] < at else edges[kind] - len(sentence)
+            if edge == target:
+                target += rng.choice((-7, 7))
+            else:
+                target = edge
+        else:
+            raise RuntimeError(f"could not put a {kind} straddle on section edge {boundary} of {len(planned)}")
+        document = trial
+        questions.append(q)
+    _set_spans(document, questions)
+    for q in questions:
+        if "straddle" in q and not straddles(q["straddle"], tuple(q["span"]),
+                                             engine_sections(document, question_text(q), counter, settings)):
+            raise RuntimeError(f"the {q['straddle']} straddle moved off its edge when a later one was placed")
+    return document
+
+
+# -- the scripted model -----------------------------------------------------------------
+
+#: A line of the engine's notes: a kept value (``key: value [S2 10-40]``, maybe followed
+#: by a correction's mark) or an index line (``key [S2 10-40]``); the index may also
+#: come a section to a line (``S2: key 10-40; key 55-90``).
+NOTE = re.compile(r"^(\w+) of (\w+)(?:: (.+?))? \[S(\d+) (\d+)-(\d+)\]")
+INDEX_LINE = re.compile(r"^S(\d+): (.+)$")
+INDEX_ENTRY = re.compile(r"^(\w+) of (\w+) (\d+)-(\d+)$")
+SOURCE = re.compile(r"^Notes on .* \(id (src-[\w-]+), [\d,]+ characters[;)]")
+EXACT = "Exact text read again"
+QUESTION = re.compile(r"What is the (\w+) of (\w+)\?")
+
+
+def _worker(request) -> str:
     body = request.messages[-1]["content"]
-    m = re.search(r"Your notes so far:\n(.*?)\n\nSection S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z",
-                  body, re.S)
-    notes_text, k, start, section = m.group(1), int(m.group(2)), int(m.group(3)), m.group(5)
-    notes = {} if notes_text == "(none yet)" else {
-        (n.group(1), n.group(2)): n.groups()[2:] for n in map(NOTE.match, notes_text.splitlines()) if n}
-    for fact in FACT.finditer(section):
-        attr, ent, value = fact.groups()
-        notes[(attr, ent)] = (value, str(k), str(start + fact.start()), str(start + fact.end()))
-    lines = [f"{a} of {e} = {v} [S{s} {b}-{c}]" for (a, e), (v, s, b, c) in notes.items()]
-    # Over budget: evict the oldest values, keep the key -> range index; if even the
-    # index does not fit, drop its oldest lines (whole lines, never a cut one).
-    i = 0
-    while counter.count_text("\n".join(lines)) > NOTES_TOKENS - 8 and i < len(lines):
-        lines[i] = re.sub(r" = \S+ ", " = ? ", lines[i])
-        i += 1
-    while counter.count_text("\n".join(lines)) > NOTES_TOKENS - 8:
-        lines.pop(0)
-    return "\n".join(lines)
+    m = re.search(r"\n\nSection S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+    k, start, section = int(m.group(1)), int(m.group(2)), m.group(4)
+    lines = [f"{attr} of {ent}: {value} [S{k} {start + a}-{start + b}]" for attr, ent, value, a, b in facts(section)]
+    return "\n".join(lines) or "nothing relevant"
 
 
-def _coordinator(request, rereads: bool) -> list:
+def read_notes(system: str) -> list[tuple[str, str, str | None, str, int, int]]:
+    """The notes' lines in a coordinator prompt: (attribute, entity, value or None for
+    an index line, original id, start, end)."""
+    out, oid = [], None
+    for line in system.split(EXACT)[0].splitlines():
+        header = SOURCE.match(line)
+        if header:
+            oid = header.group(1)
+        if not oid:
+            continue
+        n = NOTE.match(line)
+        if n:
+            out.append((n.group(1), n.group(2), n.group(3), oid, int(n.group(5)), int(n.group(6))))
+            continue
+        grouped = INDEX_LINE.match(line)
+        for entry in grouped.group(2).split("; ") if grouped else ():
+            e = INDEX_ENTRY.match(entry)
+            if e:
+                out.append((e.group(1), e.group(2), None, oid, int(e.group(3)), int(e.group(4))))
+    return out
+
+
+def _latest(system: str, attr: str, ent: str):
+    """The asked key's latest note (by where in the original it comes from; a kept value
+    before an index line of the same range), or None."""
+    notes = [n for n in read_notes(system) if n[0] == attr and n[1] == ent]
+    return max(notes, key=lambda n: (n[4], n[2] is not None), default=None)
+
+
+def _fact_in(text: str, attr: str, ent: str) -> str | None:
+    found = [value for a, e, value, _, _ in facts(text) if a == attr and e == ent]
+    return found[-1] if found else None
+
+
+def _coordinator(request) -> list:
     messages = request.messages
-    question = re.search(r"What is the (\w+) of (\w+)\?", messages[-1]["content"] if messages[-1]["role"] == "user"
-                         else next(m["content"] for m in reversed(messages) if m["role"] == "user"))
-    attr, ent = question.groups()
-    if messages[-1]["role"] == "tool":
-        fact = FACT.search(messages[-1]["content"])
-        return [fact.group(3) if fact and fact.group(1) == attr and fact.group(2) == ent else "unknown"]
+    attr, ent = next(QUESTION.search(m["content"]) for m in reversed(messages)
+                     if m["role"] == "user" and QUESTION.search(m["content"])).groups()
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
-    best = None
-    for n in map(NOTE.match, system.splitlines()):
-        if n and n.group(1) == attr and n.group(2) == ent and (best is None or int(n.group(4)) > int(best.group(4))):
-            best = n
-    if best is None:  # no notes: answer from whatever text is in the prompt (conditions A, O, Z)
-        seen = [f for m in messages for f in FACT.finditer(str(m.get("content") or ""))
-                if f.group(1) == attr and f.group(2) == ent]
-        return [seen[-1].group(3) if seen else "unknown"]
-    if best.group(3) != "?":
-        return [best.group(3)]
-    if rereads:
-        oid = re.search(r"id (src-\S+),", system).group(1)
+    latest = _latest(system, attr, ent)
+    if request.schema is not None:  # R: the constrained reread step
+        wanted = [] if latest is None or latest[2] is not None else [
+            {"id": latest[3], "start": latest[4], "end": latest[5]}]
+        return [json.dumps({"reread": wanted})]
+    if messages[-1]["role"] == "tool":  # C: the reread's result
+        return [_fact_in(str(messages[-1]["content"]), attr, ent) or "unknown"]
+    if EXACT in system:  # R: the exact text the step read
+        found = _fact_in(system[system.rindex(EXACT):], attr, ent)
+        if found:
+            return [found]
+    if not re.search(r"^Notes on ", system, re.M):
+        # No notes: answer from whatever text is in the prompt (conditions A, O, Z).
+        return [_fact_in("\n".join(str(m.get("content") or "") for m in messages), attr, ent) or "unknown"]
+    if latest is None:
+        return ["unknown"]
+    if latest[2] is not None:
+        return [latest[2]]
+    if request.tools and any(t["function"]["name"] == READ_TOOL_NAME for t in request.tools):
         return [ToolCallChunk("r1", READ_TOOL_NAME, json.dumps(
-            {"section_id": oid, "start": int(best.group(5)), "end": int(best.group(6))}))]
+            {"section_id": latest[3], "start": latest[4], "end": latest[5]}))]
     return ["unknown"]
 
 
-def scripted_model(counter, *, rereads: bool):
-    def respond(request):
-        if request.messages and request.messages[0]["content"] == WORKER_INSTRUCTIONS:
-            return _worker(request, counter)
-        return _coordinator(request, rereads)
-    return respond
+def scripted_model(request):
+    if request.messages and request.messages[0]["content"] == WORKER_INSTRUCTIONS:
+        return _worker(request)
+    return _coordinator(request)
 
 
-# -- conditions -----------------------------------------------------------------------
+# -- conditions ---------------------------------------------------------------------------
+
+
+def condition_settings(window: int, *, notes: int = NOTES_TOKENS, workers: int = 2) -> dict:
+    """Each condition's settings: the same window, notes budget and workers; the
+    constrained reread step on for R only (B is notes alone)."""
+    base = {"chat.n_ctx": window, "analysis.worker_n_ctx": window, "analysis.notes_max_tokens": notes,
+            "chat.analysis_workers": workers}
+    return {c: config.load(env={}, overrides={**base, **({} if c == "C" else
+                                                         {"analysis.constrained_rereads": c == "R"})})
+            for c in CONDITIONS}
+
+
+def record_requests(provider) -> None:
+    """Keep every request a provider is sent in ``provider.requests`` (the scripted one
+    does already): the calls are counted, and the workers' sections read off them."""
+    if hasattr(provider, "requests"):
+        return
+    provider.requests = []
+    send = provider.stream
+
+    def stream(request, **kwargs):
+        provider.requests.append(request)
+        return send(request, **kwargs)
+
+    provider.stream = stream
+
+
+SECTION_HEADER = re.compile(r"\n\nSection S\d+ of \d+ \(\S+, characters (\d+)-(\d+)\):\n")
 
 
 def ask(condition: str, document: str, q: dict, counter, settings, provider=None) -> tuple[str, dict]:
-    """One reply under ``condition``; ``provider`` is a real model, or None for the
-    scripted one."""
-    question = f"What is the {q['attribute']} of {q['entity']}? Answer with the value only."
+    """One reply under ``condition`` with that condition's ``settings``; ``provider``
+    is a real model (wrapped by :func:`record_requests`), or None for the scripted one.
+
+    Returns the answer and what the reply took: ``ok`` (it ended in Done), the model
+    calls, the rereads (``read_chat_section`` calls, by the tool or the constrained
+    step), the sections the workers were sent, and the notes the coordinator saw (kept
+    values, index-only keys, whether a line said keys were left out)."""
+    window = int(settings["chat.n_ctx"])
+    question = question_text(q)
     if provider is None:
-        provider = ScriptedProvider(scripted_model(counter, rereads=condition == "C"), context_window=WINDOW,
-                                    counter=counter)
+        provider = ScriptedProvider(scripted_model, context_window=window, counter=counter)
         provider.supports_tools = condition == "C"
-    calls_before = len(getattr(provider, "requests", ()))
-    started = time.perf_counter()
+    calls_before = len(provider.requests)
     files: list[tuple[str, str]] = []
-    if condition in ("B", "C"):
+    if condition in ("B", "C", "R"):
         files = [("document", document)]
     elif condition == "A":  # the old behaviour: the prefix that fits
-        room = WINDOW - REPLY_TOKENS - counter.count_prompt([{"role": "user", "content": question}]) - 32
+        room = window - REPLY_TOKENS - counter.count_prompt([{"role": "user", "content": question}]) - 32
         keep = longest_fitting(len(document), lambda k: counter.count_text(document[:k]) <= room)
         files = [("document", document[:keep])]
     elif condition == "O":
-        sentence = next(f.group(0) for f in FACT.finditer(document)
-                        if f.group(1) == q["attribute"] and f.group(2) == q["entity"] and f.group(3) == q["answer"])
-        files = [("document", sentence)]
+        a, b = q["span"]
+        files = [("document", document[a:b])]
     engine = Engine(provider, settings=settings, max_reply_tokens=REPLY_TOKENS)
+    started = time.perf_counter()
     events = list(engine.reply([{"role": "user", "content": question}], files=files))
     answer = "".join(e.text for e in events if isinstance(e, ReplyDelta)).strip()
     done = events[-1]
-    return answer, {"ok": isinstance(done, Done),
-                    "calls": (len(provider.requests) - calls_before if hasattr(provider, "requests")
-                              else 1 + sum(isinstance(e, AnalysisProgress) and e.phase == "noted" for e in events)),
-                    "rereads": sum(isinstance(e, ToolCall) for e in events),
+    requests = provider.requests[calls_before:]
+    workers = [r for r in requests if r.messages and r.messages[0]["content"] == WORKER_INSTRUCTIONS]
+    sections = [(int(m.group(1)), int(m.group(2))) for r in workers
+                for m in [SECTION_HEADER.search(r.messages[-1]["content"])] if m]
+    worker_calls = set(map(id, workers))
+    answering = [r for r in requests if id(r) not in worker_calls and r.schema is None]
+    system = answering[-1].messages[0]["content"] if answering and answering[-1].messages[0]["role"] == "system" \
+        else ""
+    notes = read_notes(system)
+    return answer, {"ok": isinstance(done, Done), "error": done.error if isinstance(done, Failed) else None,
+                    "calls": len(requests),
+                    "rereads": sum(isinstance(e, ToolCall) and e.name == READ_TOOL_NAME for e in events),
+                    "sections": sections, "kept": sum(n[2] is not None for n in notes),
+                    "index_only": sum(n[2] is None for n in notes),
+                    "listed": any(n[0] == q["attribute"] and n[1] == q["entity"] for n in notes),
+                    "keys_left_out": any(line.startswith("(") and "not" in line
+                                         for line in system.split(EXACT)[0].splitlines()),
                     "max_active": getattr(provider, "max_active", 1), "wall_s": time.perf_counter() - started}
 
 
@@ -223,98 +473,170 @@ def right(answer: str, value: str) -> bool:
     return value in answer
 
 
+# -- the run --------------------------------------------------------------------------------
+
+
+def family_documents(family: str, sizes: tuple[float, ...], documents: int, seed: int, chars_per_token: float,
+                     window: int, counter, settings) -> list[tuple[str, list[dict]]]:
+    """The seeded documents of one family (regular and dense ones as earlier runs had)."""
+    out = []
+    plan = {"regular": [(size, 0) for size in sizes], "dense": [(max(3.0, sizes[-1]), DENSE_EXTRA)],
+            "recorrected": [(3.0, 100)], "straddle": [(3.0, 200)]}[family]
+    for size, shift in plan:
+        for d in range(documents):
+            rng_seed = seed * 1000 + int(size * 10) * 10 + d + shift
+            doc, questions = make_document(rng_seed, int(window * size * chars_per_token),
+                                           extra_facts=DENSE_EXTRA if family == "dense" else 0,
+                                           recorrected=family == "recorrected",
+                                           line_breaks=family != "straddle")
+            if family == "straddle":
+                doc = place_straddles(doc, questions, random.Random(rng_seed), counter=counter, settings=settings)
+            out.append((doc, questions))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("scripted", "embedded"), default="scripted",
                     help="scripted (exact by construction, default) or the embedded SmolLM2 through "
                          "llama-cpp-python (reported, not gated; minutes per document)")
-    ap.add_argument("--documents", type=int, default=None, help="documents per size (default 3; embedded 1)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one document per family, the byte-estimate counter: a run of seconds")
+    ap.add_argument("--counter", choices=("llama", "bytes"), default=None,
+                    help="scripted only: SmolLM2's tokenizer (default; needs llama-cpp-python) or the byte "
+                         "estimate (default with --quick)")
+    ap.add_argument("--window", type=int, default=None,
+                    help=f"the window in tokens (default {WINDOW}; {BYTES_WINDOW} with the byte estimate)")
+    ap.add_argument("--documents", type=int, default=None, help="documents per size (default 3; embedded, quick 1)")
     ap.add_argument("--sizes", type=float, nargs="+", default=None,
-                    help=f"document sizes as multiples of the window (default {' '.join(map(str, SIZES))}; "
-                         "embedded 1.5)")
+                    help=f"regular document sizes as multiples of the window (default {' '.join(map(str, SIZES))}; "
+                         "embedded and quick 1.5); dense documents take the largest (at least 3), recorrected "
+                         "and straddle ones are 3")
+    ap.add_argument("--families", nargs="+", choices=FAMILIES, default=None,
+                    help="default all (embedded: regular)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json-out", default=None,
-                    help="default bench/results/retention.json (embedded: retention-embedded.json)")
+                    help="default bench/results/retention.json (embedded: retention-embedded.json; quick: "
+                         "retention-quick.json)")
     args = ap.parse_args(argv)
     embedded = args.model == "embedded"
-    documents = args.documents or (1 if embedded else 3)
-    sizes = tuple(args.sizes or ((1.5,) if embedded else SIZES))
-    json_out = args.json_out or str(ROOT / "bench" / "results" /
-                                   ("retention-embedded.json" if embedded else "retention.json"))
+    documents = args.documents or (1 if embedded or args.quick else 3)
+    sizes = tuple(sorted(args.sizes or ((1.5,) if embedded or args.quick else SIZES)))
+    families = tuple(args.families or (("regular",) if embedded else FAMILIES))
+    json_out = args.json_out or str(ROOT / "bench" / "results" / (
+        "retention-embedded.json" if embedded else "retention-quick.json" if args.quick else "retention.json"))
     provider = None
     if embedded:
         from boundctx.providers.local import LlamaCppProvider
-        provider = LlamaCppProvider(n_ctx=WINDOW)
+        window = args.window or WINDOW
+        provider = LlamaCppProvider(n_ctx=window)
+        record_requests(provider)
         counter = provider.counter
+        # A tool-capable model rereads with the tool, one without by the constrained step.
+        conditions = tuple(c for c in CONDITIONS if c != ("R" if provider.supports_tools else "C"))
     else:
-        try:
+        if (args.counter or ("bytes" if args.quick else "llama")) == "llama":
             from boundctx.tokens.llama import LlamaCounter
-            counter = LlamaCounter()
-        except ImportError:
+            counter, window = LlamaCounter(), args.window or WINDOW
+        else:
             from boundctx.tokens import ByteEstimateCounter
-            counter = ByteEstimateCounter()
-    settings = config.load(env={}, overrides={"chat.n_ctx": WINDOW, "analysis.worker_n_ctx": WINDOW,
-                                              "analysis.notes_max_tokens": NOTES_TOKENS})
-    # Rereads need a tool-capable model (decision 0010); SmolLM2's template has no tools.
-    conditions = tuple(c for c in ("A", "B", "C", "O", "Z") if not embedded or c != "C" or provider.supports_tools)
-    results = {c: {} for c in conditions}
-    stale = {c: 0 for c in conditions}
-    totals = {c: {"calls": 0, "rereads": 0, "failed": 0, "max_active": 0, "wall_s": 0.0} for c in conditions}
+            counter, window = ByteEstimateCounter(), args.window or BYTES_WINDOW
+        conditions = CONDITIONS
+    settings = condition_settings(window)
     started = time.perf_counter()
     sample = _filler(random.Random(args.seed), 20_000)
     chars_per_token = len(sample) / counter.count_text(sample)
-    sizes_seen = []
-    families = [(size, 0) for size in sizes]
-    if not embedded:
-        families.append((sizes[-1], 16))  # dense: forces the notes past their budget
-    answers = []
-    for size, extra in families:
-        for d in range(documents):
-            doc, questions = make_document(args.seed * 1000 + int(size * 10) * 10 + d + extra,
-                                           int(WINDOW * size * chars_per_token), extra_facts=extra)
-            sizes_seen.append((round(counter.count_text(doc) / WINDOW, 2), extra))
+    results = {c: {} for c in conditions}
+    stale = {c: 0 for c in conditions}
+    decoys = {c: 0 for c in conditions}
+    totals = {c: {"calls": 0, "rereads": 0, "failed": 0, "max_active": 0, "wall_s": 0.0} for c in conditions}
+    notes_seen = {f: {"replies": 0, "kept": 0, "index_only": 0, "most_index_only": 0, "keys_left_out": 0}
+                  for f in families}
+    straddle_checks = {"checked": 0, "held": 0}
+    sizes_seen, answers, misses, errors = [], [], [], []
+    for family in families:
+        for doc, questions in family_documents(family, sizes, documents, args.seed, chars_per_token, window,
+                                               counter, settings["B"]):
+            sizes_seen.append((family, round(counter.count_text(doc) / window, 2)))
             for q in questions:
                 for c in conditions:
-                    answer, info = ask(c, doc, q, counter, settings, provider)
-                    family = "dense" if extra else "regular"
+                    answer, info = ask(c, doc, q, counter, settings[c], provider)
                     bucket = results[c].setdefault(f"{family} {q['bucket']}", [0, 0])
                     ok = right(answer, q["answer"])
                     bucket[0] += ok
                     bucket[1] += 1
-                    stale[c] += q["bucket"] == "corrected" and not ok and right(answer, q["stale"])
+                    stale[c] += not ok and any(right(answer, s) for s in q["stale"])
+                    decoys[c] += not ok and q["decoy"] is not None and right(answer, q["decoy"])
                     for k in ("calls", "rereads", "wall_s"):
                         totals[c][k] += info[k]
                     totals[c]["failed"] += not info["ok"]
                     totals[c]["max_active"] = max(totals[c]["max_active"], info["max_active"])
+                    if info["error"] and len(errors) < 20:
+                        errors.append({"condition": c, "family": family, "error": info["error"]})
+                    if c == "B":
+                        seen = notes_seen[family]
+                        seen["replies"] += 1
+                        seen["kept"] += info["kept"]
+                        seen["index_only"] += info["index_only"]
+                        seen["most_index_only"] = max(seen["most_index_only"], info["index_only"])
+                        seen["keys_left_out"] += info["keys_left_out"]
+                    if c in ("B", "C", "R") and "straddle" in q:
+                        straddle_checks["checked"] += 1
+                        straddle_checks["held"] += straddles(q["straddle"], tuple(q["span"]), info["sections"])
                     if embedded:
                         answers.append({"condition": c, "bucket": q["bucket"], "expected": q["answer"],
-                                        "answer": answer, "right": ok, "wall_s": round(info["wall_s"], 1)})
+                                        "answer": answer, "right": ok, "calls": info["calls"],
+                                        "rereads": info["rereads"], "wall_s": round(info["wall_s"], 1)})
                         print(f"{c} {q['bucket']:<10} {q['answer']:<8} {'ok ' if ok else '-- '} "
                               f"{info['wall_s']:6.1f} s  {answer[:70]!r}", flush=True)
-    report = {"meta": {"model": args.model, "window": WINDOW, "notes_tokens": NOTES_TOKENS,
-                       "sizes_x_window": sizes_seen, "documents_per_size": documents, "seed": args.seed,
-                       "counter": type(counter).__name__, "wall_s": time.perf_counter() - started,
+                    elif not ok and c in ("B", "C", "R", "O"):
+                        misses.append({"condition": c, "family": family, "bucket": q["bucket"],
+                                       "expected": q["answer"], "answer": answer, "span": q["span"],
+                                       "rereads": info["rereads"], "listed": info["listed"],
+                                       "index_only": info["index_only"],
+                                       "keys_left_out": info["keys_left_out"]})
+    goal = {}
+    for c in ("C", "R"):
+        if c in conditions:
+            inside = [v for k, v in results[c].items() if not k.endswith(OUTSIDE_GOAL)]
+            goal[c] = {"right": sum(r for r, _ in inside), "asked": sum(n for _, n in inside), "stale": stale[c]}
+            goal[c]["met"] = goal[c]["right"] == goal[c]["asked"] and not stale[c] and not totals[c]["failed"]
+    report = {"meta": {"model": args.model, "window": window, "notes_tokens": NOTES_TOKENS,
+                       "workers": int(settings["B"]["chat.analysis_workers"]), "reply_tokens": REPLY_TOKENS,
+                       "families": families, "sizes_x_window": sizes_seen, "documents_per_size": documents,
+                       "seed": args.seed, "counter": type(counter).__name__, "quick": args.quick,
+                       "wall_s": time.perf_counter() - started,
                        "versions": run_facts(("boundctx", "llama_cpp_python"))},
               "accuracy": {c: {b: {"right": r, "asked": n, "share": r / n} for b, (r, n) in results[c].items()}
                            for c in conditions},
-              "stale_corrected": stale, "totals": totals, "answers": answers}
+              "stale_answers": stale, "decoy_answers": decoys, "totals": totals, "goal": goal,
+              "notes_seen_in_B": notes_seen, "straddle_placements": straddle_checks, "errors": errors,
+              "misses": misses, "answers": answers}
     pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(json_out).write_text(json.dumps(report, indent=1))
-    buckets = ("early", "middle", "late", "corrected", "distractor")
-    names = {"A": "A clip", "B": "B notes", "C": "C notes + rereads", "O": "O oracle", "Z": "Z closed book"}
-    for family in ("regular", "dense"):
-        if not any(k.startswith(family) for k in results[conditions[0]]):
-            continue
+    for family in families:
+        buckets = BUCKETS[family]
         print(f"\n{family} documents\n")
         print(markdown_table(("condition", *buckets), [
-            (names[c], *(f"{results[c][f'{family} {b}'][0]}/{results[c][f'{family} {b}'][1]}" for b in buckets))
+            (NAMES[c], *(f"{results[c][f'{family} {b}'][0]}/{results[c][f'{family} {b}'][1]}" for b in buckets))
             for c in conditions]))
     print()
     print(markdown_table(
-        ("condition", "stale corrected", "model calls", "rereads", "failed replies", "most generations at once",
-         "model wall s"),
-        [(names[c], stale[c], totals[c]["calls"], totals[c]["rereads"], totals[c]["failed"], totals[c]["max_active"],
-          f"{totals[c]['wall_s']:.0f}") for c in conditions]))
+        ("condition", "stale answers", "decoy answers", "model calls", "rereads", "failed replies",
+         "most generations at once", "reply wall s"),
+        [(NAMES[c], stale[c], decoys[c], totals[c]["calls"], totals[c]["rereads"], totals[c]["failed"],
+          totals[c]["max_active"], f"{totals[c]['wall_s']:.0f}") for c in conditions]))
+    print("\nnotes the coordinator saw (B, per reply): " + "; ".join(
+        f"{f} {s['kept'] / max(1, s['replies']):.1f} kept, {s['index_only'] / max(1, s['replies']):.1f} index only "
+        f"(most {s['most_index_only']}), {s['keys_left_out']} with keys left out" for f, s in notes_seen.items()))
+    if "straddle" in families:
+        print(f"straddle placements that held in the workers' sections: {straddle_checks['held']}/"
+              f"{straddle_checks['checked']}")
+    for c, g in goal.items():
+        print(f"goal ({NAMES[c]}): {g['right']}/{g['asked']} right, {g['stale']} stale: "
+              f"{'met' if g['met'] else 'NOT met'}")
+    for e in errors[:5]:
+        print(f"failed: {e}")
     print(f"\nsizes (x window): {sizes_seen}; wall {report['meta']['wall_s']:.1f} s; [json] {json_out}")
     return 0
 

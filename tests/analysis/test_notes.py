@@ -73,3 +73,15 @@ def test_the_notes_never_pass_their_bound(entries, budget):
                 latest[key].append(value)
         for key, values in latest.items():
             assert f"k{key}: {values[-1]} " in text + " "
+
+
+def test_keys_past_even_the_compact_index_are_said_with_the_characters_to_reread():
+    ledger = NoteLedger()
+    for i in range(30):
+        ledger.add(f"a rather long key number {i}", "v", section=1 + i // 10, start=100 * i, end=100 * i + 40)
+    text = ledger.render(300, count)
+    assert count(text) <= 300
+    listed = [i for i in range(30) if f"key number {i} " in text]
+    assert listed == list(range(30 - len(listed), 30))  # the newest keys stay listed
+    dropped_end = 100 * (29 - len(listed)) + 40
+    assert f"more keys, at characters 0-{dropped_end} (sections S1" in text

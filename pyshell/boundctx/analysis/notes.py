@@ -212,8 +212,9 @@ def _compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]
         lines.append(f"S{section}: " + "; ".join(f"{e.key} {e.start}-{e.end}" for e in by_section[section]))
     if dropped:
         sections = sorted({e.section for e in dropped})
-        lines.append(f"({len(dropped)} more keys, from sections {_sections(sections)}, are not listed: "
-                     "reread those sections)")
+        lo, hi = min(e.start for e in dropped), max(e.end for e in dropped)
+        lines.append(f"({len(dropped)} more keys, at characters {lo}-{hi} (sections {_sections(sections)}), "
+                     "are not listed: reread those characters)")
     return "\n".join(lines)
 
 
