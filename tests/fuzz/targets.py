@@ -20,7 +20,8 @@ import os
 
 import numpy as np
 
-from boundctx._native import lineindex, sections, tokenmap
+from boundctx._native import lineindex, projection, sections, tokenmap
+
 from reference import graphemes
 from reference import lineindex as ref_lineindex
 from reference import sections as ref_sections
@@ -233,24 +234,6 @@ def fuzz_sequence_lines(src: Source) -> None:
         raise Mismatch(f"sequence_lines({kinds!r}, {line0})")
 
 
-def fuzz_project_display(src: Source) -> None:
-    prefix = src.jsonish(400)
-    total = len(prefix) + src.choice([0, 0, 1, 5, 100, -1])
-    limit = src.choice([0, 1, 5, 40, 300, -1]) if src.bool() else src.int(0, 500)
-    both = _same_refusal(lambda: lineindex.project_display(prefix, total, limit),
-                         lambda: ref_lineindex.project_display(prefix, total, limit))
-    if both and both[0] != both[1]:
-        raise Mismatch(f"project_display({prefix!r}, {total}, {limit}): {both[0]!r} != {both[1]!r}")
-
-
-def fuzz_escape_line_separators(src: Source) -> None:
-    data = src.jsonish(300)
-    got = lineindex.escape_line_separators(data)
-    want = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
-    if got != want or (want == data and got is not data):
-        raise Mismatch(f"escape_line_separators({data!r}) = {got!r}")
-
-
 _NAMES = ["message", "compaction", "session", "x", "type", "", "m\u00e9ssage", "a" * 64, "a" * 65,
           b"message", 7, None, "\x00", " "]
 _KINDS = [1, 2, 3, 0, 4, -1, True, 1.0, 2.5, "1", None]
@@ -337,6 +320,27 @@ def fuzz_qualified_kind(src: Source) -> None:
     want = ref_lineindex.scan_bytes(data, kinds, classify_window=window)
     if _fields(got) != _fields(want):
         raise Mismatch(f"qualified table {kinds!r} classifies {data!r} (window {window}) differently")
+
+
+# -- projection --------------------------------------------------------------------
+
+
+def fuzz_project_display(src: Source) -> None:
+    prefix = src.jsonish(400)
+    total = len(prefix) + src.choice([0, 0, 1, 5, 100, -1])
+    limit = src.choice([0, 1, 5, 40, 300, -1]) if src.bool() else src.int(0, 500)
+    both = _same_refusal(lambda: projection.project_display(prefix, total, limit),
+                         lambda: ref_lineindex.project_display(prefix, total, limit))
+    if both and both[0] != both[1]:
+        raise Mismatch(f"project_display({prefix!r}, {total}, {limit}): {both[0]!r} != {both[1]!r}")
+
+
+def fuzz_escape_line_separators(src: Source) -> None:
+    data = src.jsonish(300)
+    got = projection.escape_line_separators(data)
+    want = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
+    if got != want or (want == data and got is not data):
+        raise Mismatch(f"escape_line_separators({data!r}) = {got!r}")
 
 
 # -- sections ----------------------------------------------------------------------
@@ -485,10 +489,10 @@ TARGETS = {
     "lineindex.scan_bytes": fuzz_scan_bytes,
     "lineindex.scan_fd": fuzz_scan_fd,
     "lineindex.sequence_lines": fuzz_sequence_lines,
-    "lineindex.project_display": fuzz_project_display,
-    "lineindex.escape_line_separators": fuzz_escape_line_separators,
     "lineindex.DialectTable": fuzz_dialect_table,
     "lineindex.QualifiedKind": fuzz_qualified_kind,
+    "projection.project_display": fuzz_project_display,
+    "projection.escape_line_separators": fuzz_escape_line_separators,
     "sections.next_cut": fuzz_next_cut,
     "sections.is_boundary": fuzz_is_boundary,
     "sections.grapheme_value": fuzz_grapheme_value,

@@ -23,12 +23,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundctx._native import lineindex, sections
+
+from . import targets, twins
 from reference import graphemes
 from reference import lineindex as ref_lineindex
 from reference import tokenmap as ref_tokenmap
 from strategies import hard_texts, jsonl_documents
-
-from . import targets, twins
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUBS = ROOT / "pyshell" / "boundctx" / "_native"

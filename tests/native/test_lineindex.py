@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boundctx._native import lineindex as native
+from boundctx._native import projection
+
 from reference import lineindex as ref
 from strategies import (
     BOM,
@@ -30,7 +32,6 @@ from strategies import (
     _Renderer,
     classify_windows,
     dialects,
-    display_inputs,
     jsonl_documents,
     jsonl_lines,
     large_documents,
@@ -71,47 +72,6 @@ def scan_file(data: bytes, dialect=PI, *, offset: int = 0, **options):
     with tempfile.TemporaryFile() as f:
         os.pwrite(f.fileno(), data, offset)
         return native.scan_fd(f.fileno(), dialect, **options)
-
-
-def compare_projection(prefix: bytes, total_len: int, content_limit: int):
-    """Assert native == reference for one projection (in @given tests only)."""
-    want = ref.project(prefix, total_len, content_limit)
-    got = native.project_display(prefix, total_len, content_limit)
-    assert got == want.as_tuple()
-    return got
-
-
-def string_spans(line: bytes) -> list[tuple[int, int]]:
-    """(opening quote, closing quote) of every string in a valid JSON line."""
-    spans, i = [], 0
-    while i < len(line):
-        if line[i] == ord('"'):
-            j = i + 1
-            while line[j] != ord('"'):
-                j += 2 if line[j] == ord("\\") else 1
-            spans.append((i, j))
-            i = j
-        i += 1
-    return spans
-
-
-def value_spans(line: bytes) -> list[tuple[int, int]]:
-    """The string spans that are values: not followed by ':'."""
-    return [(a, b) for a, b in string_spans(line) if line[b + 1 :].lstrip(b" \t\r")[:1] != b":"]
-
-
-def max_depth(prefix: bytes, spans: list[tuple[int, int]]) -> int:
-    inside = {k for a, b in spans for k in range(a, b + 1)}
-    depth = deepest = 0
-    for i, byte in enumerate(prefix):
-        if i in inside:
-            continue
-        if byte in b"{[":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in b"}]":
-            depth -= 1
-    return deepest
 
 
 def test_kind_numbers_are_part_of_the_format():
@@ -162,7 +122,7 @@ def test_native_never_crashes_on_random_bytes(data, window, base, limit):
     assert result.scanned_end == base + len(data)
     assert result.torn_bytes == len(data) - (data.rfind(b"\n") + 1)
     total_len = len(data) + window % 7
-    display, kept, cut = native.project_display(data, total_len, limit)
+    display, kept, cut = projection.project_display(data, total_len, limit)
     assert kept <= limit and 0 <= cut <= total_len
 
 
@@ -794,163 +754,6 @@ def test_scan_fd_on_a_directory_raises_oserror():
             os.close(fd)
 
 
-# ---------------------------------------------------------------------------
-# project_display == reference, and its properties
-# ---------------------------------------------------------------------------
-
-
-@given(noisy_bytes(200), st.integers(0, 50), st.booleans(), st.integers(0, 300))
-def test_project_display_matches_reference_on_arbitrary_bytes(prefix, extra, whole, limit):
-    total_len = len(prefix) if whole else len(prefix) + extra
-    display, kept, cut = compare_projection(prefix, total_len, limit)
-    assert kept <= limit
-    assert 0 <= cut <= total_len
-
-
-@given(display_inputs())
-def test_project_display_matches_reference_on_json_line_prefixes(case):
-    _line, prefix, total_len, limit = case
-    compare_projection(prefix, total_len, limit)
-
-
-@given(display_inputs())
-def test_project_display_of_a_json_prefix_is_bounded_json(case):
-    line, prefix, total_len, limit = case
-    display, kept, cut = native.project_display(prefix, total_len, limit)
-    assert kept <= limit
-    assert 0 <= cut <= total_len
-    spans = string_spans(line)
-    if display is None:
-        # refused only when nested deeper than 256, or when nothing complete can be
-        # shown yet (only whitespace so far, or a root scalar that may go on)
-        assert (max_depth(prefix, spans) > ref.MAX_DEPTH
-                or prefix.lstrip(b" \t\r")[:1] not in (b"{", b"[", b'"'))
-        assert cut == total_len
-        return
-    assert display != b""
-    assert len(display) <= len(prefix) + 300 + len(ref.marker(cut))
-    parsed = json.loads(display)
-    if cut == 0:
-        assert parsed == json.loads(line)
-    # The marker appears iff the cut index lies inside a string of the line.
-    index = total_len - cut
-    in_string = any(a < index <= b for a, b in spans)
-    assert (ref.marker(cut)[:-1] in display) == in_string
-
-
-@given(display_inputs())
-def test_project_display_of_a_whole_line_with_ample_budget_is_the_line(case):
-    line = case[0]
-    display, kept, cut = native.project_display(line, len(line), len(line))
-    if display is not None:  # None only when nested deeper than 256
-        text_bytes = [b - a - 1 for a, b in value_spans(line) if b - a - 1 > ref.SHORT_STRING]
-        assert (kept, cut) == (sum(text_bytes), 0)
-        assert json.loads(display) == json.loads(line)
-
-
-TEXT = b"w" * 140  # longer than SHORT_STRING (128): text, under the budget
-HEAD = b'{"type":"message","text":"'
-PROJECT_EXAMPLES = [
-    # (prefix, total_len, content_limit) -> (display, kept, cut)
-    ((HEAD + TEXT + b'"}', None, 1000), (HEAD + TEXT + b'"}', 140, 0)),
-    ((b'{ "type" : "message" , "n" : [ 1 , 2 ] }', None, 100),
-     (b'{"type":"message","n":[1,2]}', 0, 0)),  # short strings are not text: kept 0
-    ((HEAD + TEXT + b'"}', None, 10),
-     (HEAD + b"w" * 10 + b' [... 132 more bytes not shown]"}', 10, 132)),
-    ((b'{"a":"x","b":"yz', 100, 100),
-     (b'{"a":"x","b":"yz [... 84 more bytes not shown]"}', 2, 84)),
-    ((b'{"a":"x","b', 100, 100), (b'{"a":"x"}', 0, 92)),  # the key is dropped
-    ((b'{"a":[1,2', 100, 100), (b'{"a":[1]}', 0, 93)),  # 2 may go on: dropped
-    ((b'{"a":[1,2,', 100, 100), (b'{"a":[1,2]}', 0, 91)),
-    ((b'{"a":"\\u00e9\\n' + TEXT + b'"}', None, 7),
-     (b'{"a":"\\u00e9 [... 144 more bytes not shown]"}', 6, 144)),
-    (('{"a":"\u00e9\u00e9'.encode() + TEXT + b'"}', None, 3),
-     ('{"a":"\u00e9 [... 144 more bytes not shown]"}'.encode(), 2, 144)),
-    (('{"a":"\u20ac'.encode()[:-1], 50, 99), (b'{"a":" [... 44 more bytes not shown]"}', 0, 44)),
-    ((b'{"a":"\\u00', 50, 99), (b'{"a":" [... 44 more bytes not shown]"}', 0, 44)),
-    ((b'[]', None, 0), (b"[]", 0, 0)),
-    ((b'"text"', None, 2), (b'"text"', 0, 0)),  # a short root string is kept whole
-    ((b'"' + TEXT + b'"', None, 2), (b'"ww [... 139 more bytes not shown]"', 2, 139)),
-    ((b'{"a":"x"} {}', None, 99), (None, 0, 12)),  # bytes after the root value
-    ((b'{"a":"x\x01"}', None, 99), (None, 0, 10)),  # control character in a string
-    ((b'{"a":1,}', None, 99), (None, 0, 8)),
-    ((b'{"a":[1}}', None, 99), (None, 0, 9)),  # brackets must match here
-    ((b'{"a":1', None, 99), (None, 0, 6)),  # the whole line ends early
-    ((b"", 0, 99), (None, 0, 0)),
-]
-
-
-@pytest.mark.parametrize(("args", "expected"), PROJECT_EXAMPLES)
-def test_project_display_fixed_examples(args, expected):
-    prefix, total_len, limit = args
-    total_len = len(prefix) if total_len is None else total_len
-    assert native.project_display(prefix, total_len, limit) == expected
-    assert ref.project_display(prefix, total_len, limit) == expected
-
-
-@pytest.mark.parametrize("depth", [255, 256, 257])
-def test_project_display_follows_nesting_up_to_256(depth):
-    line = b"[" * depth + b"]" * depth
-    expected = (line, 0, 0) if depth <= 256 else (None, 0, len(line))
-    assert native.project_display(line, len(line), 0) == expected
-    assert ref.project_display(line, len(line), 0) == expected
-
-
-def test_project_display_on_a_multibyte_character_cut_by_the_prefix():
-    line = '{"t":"ab\U0001f600cd"}'.encode()
-    for cut_at in range(len(line) + 1):
-        prefix = line[:cut_at]
-        got = native.project_display(prefix, len(line), 100)
-        assert got == ref.project_display(prefix, len(line), 100)
-        if got[0] is not None and got[0]:
-            json.loads(got[0])  # never splits the character
-
-
-def test_whole_line_ending_inside_a_string_value_is_not_json():
-    assert native.project_display(b'{"a":"x', 7, 100) == (None, 1, 7)
-
-
-def test_whole_line_ending_inside_a_key_is_not_json():
-    assert native.project_display(b'{"ab', 4, 100) == (None, 0, 4)
-
-
-def test_short_string_values_are_metadata_kept_whole_outside_the_budget():
-    text = "x" * 500
-    line = json.dumps({"type": "message", "id": "a" * 128, "role": "user", "text": text},
-                      separators=(",", ":")).encode()
-    display, kept, cut = native.project_display(line, len(line), 10)
-    rec = json.loads(display)
-    assert rec["type"] == "message" and rec["id"] == "a" * 128 and rec["role"] == "user"
-    assert rec["text"] == "x" * 10 + f" [... {cut} more bytes not shown]"
-    assert kept == 10 and (display, kept, cut) == ref.project_display(line, len(line), 10)
-    # one byte longer than the metadata limit is text, and counts
-    line = b'{"id":"' + b"a" * 129 + b'"}'
-    assert native.project_display(line, len(line), 5)[1] == 5
-
-
-@pytest.mark.parametrize("line", [
-    b'{"a":"' + b"x" * 200 + b'\\q"}',      # unknown escape in a long string
-    b'{"a":"' + b"x" * 200 + b'\\u12G4"}',  # bad hex digit
-])
-def test_invalid_escapes_in_long_strings_are_not_json(line):
-    line = line.replace(b"\\\\", b"\\")
-    assert native.project_display(line, len(line), 1000) == (None, 200, len(line))
-    assert ref.project_display(line, len(line), 1000) == (None, 200, len(line))
-
-
-def test_invalid_utf8_lead_byte_never_swallows_the_closing_quote():
-    line = b'{"a":"' + b"x" * 200 + b'\xe0"}'
-    line = line.replace(b"\\xe0", b"\xe0")
-    got = native.project_display(line, len(line), 1000)
-    assert got == ref.project_display(line, len(line), 1000)
-    assert got[0] is not None and got[0].endswith(b'\xe0"}') and got[2] == 0
-
-
-def test_a_prefix_with_nothing_complete_to_show_is_none():
-    assert native.project_display(b"12", 5, 10) == (None, 0, 5)
-    assert ref.project_display(b"12", 5, 10) == (None, 0, 5)
-
-
 @pytest.mark.parametrize("names, message", [
     ({"m\u00e9": 1}, "ASCII"),
     ({b"x": 1}, "ASCII"),
@@ -984,8 +787,6 @@ def test_build_flag_says_whether_native_checks_are_on():
         (lambda: native.scan_fd(0, PI, block_size=4095), "block_size must be >= 4096"),
         (lambda: native.scan_fd(0, PI, start=-1), "start must be >= 0"),
         (lambda: native.scan_fd(0, PI, start=10, end=9), "end must be -1 or >= start"),
-        (lambda: native.project_display(b"{}", 2, -1), "content_limit must be >= 0"),
-        (lambda: native.project_display(b"{}", 1, 5), "shorter than the prefix"),
         (lambda: native.DialectTable({f"t{i}": 1 for i in range(33)}), "at most 32"),
         (lambda: native.DialectTable({"": 1}), "must be 1-64 ASCII bytes"),
         (lambda: native.DialectTable({"x" * 65: 1}), "must be 1-64 ASCII bytes"),
@@ -1023,10 +824,6 @@ def test_reference_rejects_the_same_arguments():
         ref.scan_bytes(b"", PI_DIALECT, classify_window=0)
     with pytest.raises(ValueError, match="base_offset"):
         ref.scan_bytes(b"", PI_DIALECT, base_offset=-1)
-    with pytest.raises(ValueError, match="content_limit"):
-        ref.project_display(b"{}", 2, -1)
-    with pytest.raises(ValueError, match="shorter than the prefix"):
-        ref.project_display(b"{}", 1, 5)
 
 
 def test_dialect_table_accepts_32_names_of_64_bytes():
@@ -1035,13 +832,3 @@ def test_dialect_table_accepts_32_names_of_64_bytes():
     line = b'{"type":"31' + b"n" * 62 + b'"}\n'
     assert list(native.scan_bytes(line, table).kinds) == [MESSAGE]
     assert kinds_of(line, names) == [MESSAGE]
-
-
-@given(st.lists(st.sampled_from(["a", "\u2028", "\u2029", "\u2027", "\u202a", "\u00e2", "—", "\u20ac", '"', "\\"]), max_size=40))
-def test_escape_line_separators_matches_two_replaces(chars):
-    data = "".join(chars).encode()
-    want = data.replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029")
-    got = native.escape_line_separators(data)
-    assert got == want
-    if want == data:
-        assert got is data  # nothing to escape: no copy

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundctx._native import sections as native
+
 from reference import graphemes
 from reference import sections as ref
 from reference import tokenmap as ref_tokenmap

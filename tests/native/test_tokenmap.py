@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundctx._native import tokenmap as native
+
 from reference import tokenmap as ref
 
 # Code points of every UTF-8 width, combining marks, ZWJ, emoji, CJK, lone surrogates.

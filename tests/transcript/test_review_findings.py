@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from boundctx import Transcript, TranscriptChanged
-from boundctx._native import lineindex as li
+from boundctx._native import projection
 from boundctx.transcript import encode_record
 from boundctx.transcript import layout as layout_mod
 
@@ -107,10 +107,10 @@ def test_big_sidecar_arrays_are_read_on_demand_and_checked_around_each_window(tm
 def test_surrogate_pairs_are_never_cut_in_half_by_the_projection():
     line = json.dumps({"type": "message", "t": "x" * 130 + "\U0001F600" * 5}).encode()
     for limit in range(125, 200):
-        display, _kept, _cut = li.project_display(line, len(line), limit)
+        display, _kept, _cut = projection.project_display(line, len(line), limit)
         assert isinstance(msgspec.json.decode(display), dict)  # msgspec rejects lone halves
     for end in range(140, len(line)):
-        display, _kept, _cut = li.project_display(line[:end], len(line), 10_000)
+        display, _kept, _cut = projection.project_display(line[:end], len(line), 10_000)
         if display is not None:
             msgspec.json.decode(display)
 

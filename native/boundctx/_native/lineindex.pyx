@@ -1,8 +1,12 @@
-"""Frame JSONL into line offsets, classify each line, and project one line for display.
+"""Frame JSONL into line offsets and classify each line: the index a transcript is read by.
 
 Everything here works on raw bytes and never decodes JSON into Python objects: framing
-a 1 GB transcript must cost about what ``wc -l`` costs, and opening a window that holds
-a 5 MB tool output must not read or copy that output.
+a 1 GB transcript must cost about what ``wc -l`` costs. A line's kind is decided from
+its first ``classify_window`` bytes and its last significant byte, both carried across
+reads, so the result never depends on where a read or a part of the scan begins.
+
+The display projection of one line lives in ``projection``; the JSON lexing both walk
+with is ``jsonlex.pxd``.
 
 The slow, obviously-correct twin of this module is ``tests/reference/lineindex.py``;
 property tests assert the two agree on arbitrary bytes.
@@ -16,34 +20,13 @@ from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcpy, memset, strerror
 
-cdef extern from "<unistd.h>" nogil:
-    ssize_t pread(int fd, void *buf, size_t count, long long offset)
-
-cdef extern from "<stdlib.h>" nogil:
-    int posix_memalign(void **memptr, size_t alignment, size_t size)
-
-cdef extern from "<sys/mman.h>" nogil:
-    int madvise(void *addr, size_t length, int advice)
-    int MADV_HUGEPAGE
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_t:
-        pass
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef struct pthread_cond_t:
-        pass
-    int pthread_create(pthread_t *thread, const void *attr,
-                       void *(*start)(void *) noexcept nogil, void *arg)
-    int pthread_join(pthread_t thread, void **retval)
-    int pthread_mutex_init(pthread_mutex_t *mu, const void *attr)
-    int pthread_mutex_destroy(pthread_mutex_t *mu)
-    int pthread_mutex_lock(pthread_mutex_t *mu)
-    int pthread_mutex_unlock(pthread_mutex_t *mu)
-    int pthread_cond_init(pthread_cond_t *cv, const void *attr)
-    int pthread_cond_destroy(pthread_cond_t *cv)
-    int pthread_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu)
-    int pthread_cond_broadcast(pthread_cond_t *cv)
+from boundctx._native._posix cimport (
+    MADV_HUGEPAGE, madvise, posix_memalign, pread,
+    pthread_cond_broadcast, pthread_cond_destroy, pthread_cond_init, pthread_cond_t,
+    pthread_cond_wait, pthread_create, pthread_join, pthread_mutex_destroy,
+    pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock, pthread_t,
+)
+from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, is_ws, read_string, skip_value, skip_ws
 
 cdef extern from *:
     """
@@ -85,131 +68,24 @@ cdef enum:
 MAX_SCAN_THREADS = _MAX_SCAN_THREADS
 MIN_PART_BYTES = _MIN_PART_BYTES
 
-# Return codes of the string/value skippers below.
 cdef enum:
-    RAN_OUT = -1      # the prefix ended inside the construct: more bytes could decide
-    MALFORMED = -2    # not JSON, whatever follows
-
-cdef enum:
-    NAME_CAP = 64     # longest decoded "type" value a dialect may name
-    MAX_DEPTH = 256   # deepest nesting the display projection follows
-    SHORT_STRING = 128  # string values this short are metadata, kept whole for display
+    NAME_CAP = 64     # longest decoded "type" value (or qualifier key/value) a dialect may name
 
 
-cdef inline bint _is_ws(unsigned char c) noexcept nogil:
-    # JSON whitespace less "\n", which never occurs inside a framed line.
-    return c == 32 or c == 9 or c == 13
+cdef int raise_errno(int err, str what=None) except -1:
+    """Raise ``OSError(err, strerror(err))``, its message led by ``what`` when given.
+    Always raises: -1 is the only return, and it means an exception is set."""
+    message = strerror(err).decode("utf-8", "replace")
+    raise OSError(err, message if what is None else f"{what}: {message}")
 
 
-cdef inline int _hexval(unsigned char c) noexcept nogil:
-    if 48 <= c <= 57:
-        return c - 48
-    if 97 <= c <= 102:
-        return c - 87
-    if 65 <= c <= 70:
-        return c - 55
-    return -1
-
-
-cdef Py_ssize_t _read_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
-                             unsigned char *out, Py_ssize_t cap,
-                             Py_ssize_t *out_len) noexcept nogil:
-    """Read the JSON string whose opening quote is at p[i-1]; return the index after
-    the closing quote, RAN_OUT or MALFORMED.
-
-    Decodes into ``out`` (may be NULL) while the decoded text fits ``cap`` bytes;
-    ``*out_len`` becomes ``cap + 1`` when it does not, or when a ``\\u`` escape decodes
-    to a non-ASCII code point (dialect names are ASCII, so such a name can never match).
-    """
-    cdef unsigned char c, e
-    cdef int h0, h1, h2, h3, ch
-    out_len[0] = 0
-    while i < n:
-        c = p[i]
-        if c == 34:  # '"'
-            return i + 1
-        if c == 92:  # '\\'
-            if i + 1 >= n:
-                return RAN_OUT
-            e = p[i + 1]
-            if e == 34 or e == 92 or e == 47:
-                ch = e
-            elif e == 98:
-                ch = 8
-            elif e == 102:
-                ch = 12
-            elif e == 110:
-                ch = 10
-            elif e == 114:
-                ch = 13
-            elif e == 116:
-                ch = 9
-            elif e == 117:  # \uXXXX
-                if i + 6 > n:
-                    return RAN_OUT
-                h0 = _hexval(p[i + 2]); h1 = _hexval(p[i + 3])
-                h2 = _hexval(p[i + 4]); h3 = _hexval(p[i + 5])
-                if h0 < 0 or h1 < 0 or h2 < 0 or h3 < 0:
-                    return MALFORMED
-                ch = (h0 << 12) | (h1 << 8) | (h2 << 4) | h3
-                if ch >= 128:
-                    ch = -1
-                i += 4
-            else:
-                return MALFORMED
-            i += 2
-        elif c < 32:
-            return MALFORMED  # raw control characters are not allowed in JSON strings
-        else:
-            ch = c
-            i += 1
-        if out != NULL and out_len[0] <= cap:
-            if ch < 0 or out_len[0] == cap:
-                out_len[0] = cap + 1
-            else:
-                out[out_len[0]] = <unsigned char>ch
-                out_len[0] += 1
-    return RAN_OUT
-
-
-cdef Py_ssize_t _skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    """Skip the JSON value starting at p[i]; return the index after it, RAN_OUT or
-    MALFORMED. Containers are skipped by depth counting, strings escape-aware; this is
-    a skipper, not a validator (bracket kinds are not matched)."""
-    cdef Py_ssize_t depth = 0, j, dummy
-    cdef unsigned char c = p[i]
-    if c == 34:
-        return _read_string(p, n, i + 1, NULL, 0, &dummy)
-    if c == 123 or c == 91:  # '{' '['
-        # Invariant: depth counts the open containers between p[i] and p[j].
-        j = i
-        while j < n:
-            c = p[j]
-            if c == 34:
-                j = _read_string(p, n, j + 1, NULL, 0, &dummy)
-                if j < 0:
-                    return j
-                continue
-            if c == 123 or c == 91:
-                depth += 1
-            elif c == 125 or c == 93:
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            j += 1
-        return RAN_OUT
-    # A scalar: number, true, false, null. It ends at a separator or whitespace.
-    j = i
-    while j < n and not (p[j] == 44 or p[j] == 125 or p[j] == 93 or _is_ws(p[j])):
-        if p[j] == 58 or p[j] == 34 or p[j] == 123 or p[j] == 91:
-            return MALFORMED
-        j += 1
-    if j == i:
-        return MALFORMED
-    if j == n:
-        return RAN_OUT
-    return j
-
+# -- the classifier -----------------------------------------------------------------
+#
+# Everything below up to the framing reads one line's first bytes through the lexer in
+# jsonlex.pxd. The byte helpers return an index >= 0, or a negative status: RAN_OUT
+# (the window ended: a longer window could decide) or MALFORMED (not JSON). li_classify
+# turns those into line kinds: MALFORMED is CORRUPT; RAN_OUT is UNDECIDED, or CORRUPT
+# when the window held the whole line.
 
 cdef enum:
     # What li_classify knows of a qualifier path (its qlen slot; >= 0 is the length of
@@ -219,22 +95,18 @@ cdef enum:
     SETTLED = -3      # _read_inner: the value is known, and the caller decides now
 
 
-cdef inline Py_ssize_t _skip_ws(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    while i < n and _is_ws(p[i]):
-        i += 1
-    return i
-
-
 cdef Py_ssize_t _after_member(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
                               bint *closed) noexcept nogil:
     """After an object member's value ending at p[i]: the index of the next key's quote
     (``*closed`` false; ``n`` when the bytes end first), the index after the object's
     ``}`` (``*closed`` true), RAN_OUT or MALFORMED."""
-    i = _skip_ws(p, n, i)
+    # Only "," (then a key) or "}" may follow a member; anything else, "]" included,
+    # is MALFORMED.
+    i = skip_ws(p, n, i)
     if i >= n:
         return RAN_OUT
     if p[i] == 44:  # ','
-        i = _skip_ws(p, n, i + 1)
+        i = skip_ws(p, n, i + 1)
         if i < n and p[i] != 34:
             return MALFORMED  # a key must follow a comma
         closed[0] = False
@@ -249,21 +121,22 @@ cdef Py_ssize_t _member_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i
                               unsigned char *key, Py_ssize_t *klen) noexcept nogil:
     """Read the key whose opening quote is at p[i] (decoded into ``key``, NAME_CAP bytes)
     and the ``:`` after it; return the index of the value's first byte, RAN_OUT or
-    MALFORMED."""
+    MALFORMED. A key longer than NAME_CAP is read whole but ``*klen`` is NAME_CAP + 1, so
+    it matches nothing."""
     cdef Py_ssize_t r
     if i >= n:
         return RAN_OUT
     if p[i] != 34:
         return MALFORMED
-    r = _read_string(p, n, i + 1, key, NAME_CAP, klen)
+    r = read_string(p, n, i + 1, key, NAME_CAP, klen)
     if r < 0:
         return r
-    i = _skip_ws(p, n, r)
+    i = skip_ws(p, n, r)
     if i >= n:
         return RAN_OUT
     if p[i] != 58:  # ':'
         return MALFORMED
-    i = _skip_ws(p, n, i + 1)
+    i = skip_ws(p, n, i + 1)
     return i if i < n else RAN_OUT
 
 
@@ -278,13 +151,14 @@ cdef Py_ssize_t _read_inner(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
     cdef Py_ssize_t r, klen
     cdef bint found = False, closed = False
     vlen[0] = Q_NONE
-    i = _skip_ws(p, n, i + 1)
+    i = skip_ws(p, n, i + 1)
     if i >= n:
         return RAN_OUT
     if p[i] == 125:
         return i + 1
     # Invariant: p[i] is where a member's key must begin; `found` says whether a member
-    # named path.inner came before it (only the first one counts).
+    # named path.inner came before it (only the first one counts, as for "type"); once
+    # it has, *vlen is what that member held.
     while True:
         r = _member_value(p, n, i, key, &klen)
         if r < 0:
@@ -293,22 +167,22 @@ cdef Py_ssize_t _read_inner(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
         if not found and klen == path.inner_len and _bytes_eq(path.inner, key, klen):
             found = True
             if p[i] == 34:
-                r = _read_string(p, n, i + 1, val, NAME_CAP, vlen)
+                r = read_string(p, n, i + 1, val, NAME_CAP, vlen)
                 if r < 0:
                     return r
                 if stop:
                     return SETTLED
                 i = r
             else:
-                vlen[0] = Q_NONE
+                vlen[0] = Q_NONE  # not a string: the path can match no value
                 if stop:
                     return SETTLED
-                r = _skip_value(p, n, i)
+                r = skip_value(p, n, i)
                 if r < 0:
                     return r
                 i = r
         else:
-            r = _skip_value(p, n, i)
+            r = skip_value(p, n, i)
             if r < 0:
                 return r
             i = r
@@ -319,9 +193,12 @@ cdef Py_ssize_t _read_inner(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
 
 
 cdef inline int _entry_of(const Dialect *d, const unsigned char *name, Py_ssize_t n) noexcept nogil:
+    """The dialect entry named name[0:n], or -1. A linear search over at most 32 short
+    names, run once per line (at its "type" value)."""
     cdef int k
     if n > NAME_CAP:
-        return -1
+        return -1  # an overlong or non-ASCII value (read_string's cap + 1)
+    # Invariant: no entry before k is named name[0:n].
     for k in range(d.count):
         if d.entries[k].name_len == n and _bytes_eq(d.entries[k].name, name, n):
             return k
@@ -329,8 +206,10 @@ cdef inline int _entry_of(const Dialect *d, const unsigned char *name, Py_ssize_
 
 
 cdef inline int _path_of(const Dialect *d, const unsigned char *key, Py_ssize_t n) noexcept nogil:
-    """The qualifier path that begins with top-level key ``key`` (at most one does)."""
+    """The qualifier path that begins with top-level key ``key`` (at most one does:
+    DialectTable refuses two), or -1."""
     cdef int k
+    # Invariant: no path before k begins with key[0:n].
     for k in range(d.path_count):
         if d.paths[k].key_len == n and _bytes_eq(d.paths[k].key, key, n):
             return k
@@ -339,9 +218,11 @@ cdef inline int _path_of(const Dialect *d, const unsigned char *key, Py_ssize_t 
 
 cdef inline uint8_t _qualified(const DialectEntry *e, const unsigned char *val,
                                Py_ssize_t vlen) noexcept nogil:
-    """The kind of a line of qualified entry ``e`` whose path holds val[0:vlen]."""
+    """The kind of a line of qualified entry ``e`` whose path holds val[0:vlen] (``vlen``
+    may be Q_NONE or NAME_CAP + 1: no string, or one no value can equal)."""
     cdef int k
     if 0 <= vlen <= NAME_CAP:
+        # Invariant: val[0:vlen] equals none of e.values[0:k].
         for k in range(e.value_count):
             if e.value_lens[k] == vlen and _bytes_eq(e.values[k], val, vlen):
                 return e.kind
@@ -359,6 +240,8 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
     as the path says wherever it sits (only the first of that key counts), and the walk
     goes on past "type" until the path is settled or the object ends. It validates only
     what it walks, plus the closing brace; it stops as soon as the kind is known.
+
+    Returns a LineKind; it cannot fail (a line is always some kind), hence noexcept.
     """
     cdef Py_ssize_t i = 0, r, klen, vlen
     cdef unsigned char key[NAME_CAP]
@@ -368,15 +251,17 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
     cdef int k, e, want = -1
     cdef bint typed = False, stop, closed = False
     for k in range(4):
-        qlen[k] = Q_UNSEEN
+        qlen[k] = Q_UNSEEN  # no path met yet
     if at_file_start and n >= 3 and p[0] == 0xEF and p[1] == 0xBB and p[2] == 0xBF:
         i = 3  # a UTF-8 byte-order mark at byte 0 is tolerated, never part of a record
-    i = _skip_ws(p, n, i)
+    i = skip_ws(p, n, i)
     if i == n:
         return KIND_BLANK if whole else KIND_UNDECIDED
     if p[i] != 123 or last_sig != 125:  # must look like {...}
+        # The last byte is known even when the window is not the whole line (it is
+        # carried across blocks), so a line that cannot end an object is CORRUPT at once.
         return KIND_CORRUPT
-    i = _skip_ws(p, n, i + 1)
+    i = skip_ws(p, n, i + 1)
     if i < n and p[i] == 125:
         return KIND_OTHER  # an object with no "type" key
     # Invariant: p[i] is where a top-level key must begin (or i == n); `want` is the
@@ -389,11 +274,12 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
         if r == RAN_OUT:
             break
         i = r
+        # "type", spelled out: the key is decoded, so "ty\u0070e" is it too.
         if not typed and klen == 4 and key[0] == 116 and key[1] == 121 and key[2] == 112 and key[3] == 101:
             typed = True
             if p[i] != 34:
                 return KIND_OTHER  # "type" is not a string: not a record we know
-            r = _read_string(p, n, i + 1, val, NAME_CAP, &vlen)
+            r = read_string(p, n, i + 1, val, NAME_CAP, &vlen)
             if r == MALFORMED:
                 return KIND_CORRUPT
             if r == RAN_OUT:
@@ -406,14 +292,17 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
             k = d.entries[e].path
             if qlen[k] != Q_UNSEEN:  # the path came before "type"
                 return _qualified(&d.entries[e], qval[k], qlen[k])
+            # Qualified, and its path not met yet: walk on until it is.
             want = e
             i = r
         else:
             k = _path_of(d, key, klen)
             if k >= 0 and qlen[k] == Q_UNSEEN:
+                # stop: this path is the one the type value waits for, so reading it
+                # decides the line; otherwise its value is kept for a later "type".
                 stop = want >= 0 and d.entries[want].path == k
                 if d.paths[k].inner_len == 0 and p[i] == 34:
-                    r = _read_string(p, n, i + 1, qval[k], NAME_CAP, &qlen[k])
+                    r = read_string(p, n, i + 1, qval[k], NAME_CAP, &qlen[k])
                     if r >= 0 and stop:
                         return _qualified(&d.entries[want], qval[k], qlen[k])
                 elif d.paths[k].inner_len > 0 and p[i] == 123:
@@ -424,9 +313,9 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
                     qlen[k] = Q_NONE  # not a string (or not an object): matches nothing
                     if stop:
                         return KIND_OTHER
-                    r = _skip_value(p, n, i)
+                    r = skip_value(p, n, i)
             else:
-                r = _skip_value(p, n, i)
+                r = skip_value(p, n, i)
             if r == MALFORMED:
                 return KIND_CORRUPT
             if r == RAN_OUT:
@@ -444,8 +333,13 @@ cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int l
     return KIND_CORRUPT if whole else KIND_UNDECIDED
 
 
+# -- framing ------------------------------------------------------------------------
+
+
 cdef inline bint _bytes_eq(const char *a, const unsigned char *b, Py_ssize_t n) noexcept nogil:
+    """Whether a[0:n] == b[0:n] (a table name against decoded bytes; n <= NAME_CAP)."""
     cdef Py_ssize_t k
+    # Invariant: a[0:k] == b[0:k].
     for k in range(n):
         if <unsigned char>a[k] != b[k]:
             return False
@@ -454,19 +348,24 @@ cdef inline bint _bytes_eq(const char *a, const unsigned char *b, Py_ssize_t n) 
 
 cdef inline int _last_sig(const unsigned char *p, Py_ssize_t n, int prev) noexcept nogil:
     """Last non-whitespace byte of p[0:n], or ``prev`` when there is none."""
+    # Invariant: p[n:] (of the original n) is all whitespace. Walks back from the end,
+    # so on a record (which ends in "}") it stops at the first byte it looks at.
     while n > 0:
         n -= 1
-        if not _is_ws(p[n]):
+        if not is_ws(p[n]):
             return p[n]
     return prev
 
 
 cdef int _push(LineBuf *out, int64_t start, uint8_t kind) noexcept nogil:
-    """Append one line; 0 on success, -1 when memory runs out (nothing is changed)."""
+    """Append one line; 0 on success, -1 when memory runs out (the lines pushed so far
+    stay valid, and ``_release`` frees them)."""
     cdef Py_ssize_t cap
     cdef int64_t *s
     cdef uint8_t *k
     if out.count == out.cap:
+        # Doubling keeps pushes amortised O(1); the two arrays grow together, and
+        # each is committed as soon as it is reallocated so a failure leaks nothing.
         cap = out.cap * 2 if out.cap else 4096
         s = <int64_t *>realloc(out.starts, cap * sizeof(int64_t))
         if s == NULL:
@@ -497,6 +396,8 @@ cdef int _scan_block(ScanState *st, LineBuf *out, const unsigned char *buf, Py_s
     cdef Py_ssize_t p = 0, seg, take, length
     cdef uint8_t kind
     if st.in_line:
+        # The line carried from earlier blocks: extend its window copy and its last
+        # significant byte, and classify it once its "\n" is in this block.
         nl = <const unsigned char *>memchr(buf, 10, n)
         seg = (nl - buf) if nl != NULL else n
         take = min(seg, st.window - st.pre_len)
@@ -515,8 +416,11 @@ cdef int _scan_block(ScanState *st, LineBuf *out, const unsigned char *buf, Py_s
         p = seg + 1
     # Invariant: p is the start of a line, and every line before it has been pushed.
     while p < n:
+        # memchr is the framing: libc's vectorised search is what makes the scan run
+        # at memory speed on the long lines transcripts are made of.
         nl = <const unsigned char *>memchr(buf + p, 10, n - p)
         if nl == NULL:
+            # A line the block cuts: keep what the classifier needs of it, never more.
             st.in_line = 1
             st.line_start = off + p
             st.line_len = n - p
@@ -525,6 +429,7 @@ cdef int _scan_block(ScanState *st, LineBuf *out, const unsigned char *buf, Py_s
             st.last_sig = _last_sig(buf + p, n - p, -1)
             return 0
         length = nl - (buf + p)
+        # A whole line in the block is classified in place, without a copy.
         kind = li_classify(buf + p, min(length, st.window), length <= st.window,
                            _last_sig(buf + p, length, -1), off + p == 0, d)
         if _push(out, off + p, kind) < 0:
@@ -690,7 +595,10 @@ class ScanResult:
         return self.scanned_end - self.indexed_end
 
 
-cdef object _result(LineBuf *out, ScanState *st, int64_t scanned_end, int64_t start):
+cdef object _result(LineBuf *out, ScanState *st, int64_t scanned_end):
+    """The ScanResult of one scanner (a Python object: an exception propagates as NULL).
+    The lines are copied out, so ``_release`` may free them right after."""
+    # A line still open at the end is the torn tail: the index ends where it starts.
     cdef int64_t indexed_end = st.line_start if st.in_line else scanned_end
     return ScanResult(
         PyBytes_FromStringAndSize(<char *>out.starts, out.count * sizeof(int64_t)),
@@ -716,6 +624,8 @@ cdef int _state_init(ScanState *st, LineBuf *out, Py_ssize_t window) noexcept no
 
 
 cdef int _init(ScanState *st, LineBuf *out, Py_ssize_t window) except -1:
+    """``_state_init`` under the GIL: 0, or -1 with ValueError (a window below 1) or
+    MemoryError set. ``_release`` is safe after either."""
     if window < 1:
         raise ValueError(f"classify_window must be >= 1, got {window}")
     if _state_init(st, out, window) < 0:
@@ -724,6 +634,7 @@ cdef int _init(ScanState *st, LineBuf *out, Py_ssize_t window) except -1:
 
 
 cdef void _release(ScanState *st, LineBuf *out) noexcept nogil:
+    """Free a scanner's buffers; safe twice, and after a failed ``_state_init``."""
     free(st.pre)
     free(out.starts)
     free(out.kinds)
@@ -754,17 +665,40 @@ def scan_bytes(const unsigned char[::1] data not None, DialectTable dialect not 
     cdef LineBuf out
     cdef int rc
     cdef Py_ssize_t n = data.shape[0]
+    # Offsets stay below 2**62, so no sum of an offset and a length can wrap int64.
     if base_offset < 0 or base_offset > (1 << 62) - n:
         raise ValueError(f"base_offset must be in 0..2**62 - len(data), got {base_offset}")
     _init(&st, &out, classify_window)
     try:
+        # One block: the whole buffer is in memory, so nothing is carried but the
+        # torn tail, which _result reads from st.
         with nogil:
             rc = _scan_block(&st, &out, &data[0] if n else NULL, n, base_offset, &dialect.c_dialect)
         if rc < 0:
             raise MemoryError()
-        return _result(&out, &st, base_offset + n, base_offset)
+        return _result(&out, &st, base_offset + n)
     finally:
         _release(&st, &out)
+
+
+# -- reading a file -----------------------------------------------------------------
+#
+# A file is read with pread into buffers this module owns, never mapped: a transcript
+# may be truncated by another process while it is scanned, and a read then returns
+# fewer bytes where a mapping would raise SIGBUS. Reads run without the GIL, on reader
+# or worker threads; an error travels as an errno value, and becomes an OSError only
+# back under the GIL (raise_errno).
+
+
+cdef ssize_t _pread(int fd, void *buf, size_t want, long long at) noexcept nogil:
+    """pread, retried while a signal interrupts it: the bytes read (perhaps fewer than
+    ``want``: callers scan what came and read on from there), 0 at end of file, or -1
+    with errno set."""
+    cdef ssize_t got = pread(fd, buf, want, at)
+    # Invariant: every earlier try failed with EINTR and read nothing.
+    while got < 0 and errno == EINTR:
+        got = pread(fd, buf, want, at)
+    return got
 
 
 cdef struct Prefetch:
@@ -773,26 +707,25 @@ cdef struct Prefetch:
     int fd
     unsigned char *buf[2]
     ssize_t got[2]          # bytes read into each slot; 0 = end of range, -1 = error
-    int err[2]
+    int err[2]              # errno of a failed read into each slot, else 0
     int full[2]             # 1 while a slot holds data the scanner has not consumed
-    long long pos           # next offset the reader reads
+    long long pos           # next offset the reader reads (written by the reader only)
     long long end           # -1: read to end of file
     size_t block
     int stop                # set by the scanner to make the reader return
-    pthread_mutex_t mu
-    pthread_cond_t cv
+    pthread_mutex_t mu      # guards got, err, full and stop
+    pthread_cond_t cv       # broadcast whenever a slot changes hands, and on stop
 
 
 cdef void _prefetch_once(Prefetch *pf) noexcept nogil:
     """Without a reader thread: fill slot 0 with the (only) block and slot 1 with the
-    end of the range, which is all the scan loop will ask for."""
+    end of the range, which is all the scan loop will ask for. Cannot fail: a failed
+    read is left in ``pf.err[0]`` for the scan loop to report."""
     cdef ssize_t got = 0
     cdef size_t want = <size_t>(pf.end - pf.pos)
     pf.err[0] = 0
     if want:
-        got = pread(pf.fd, pf.buf[0], want, pf.pos)
-        while got < 0 and errno == EINTR:
-            got = pread(pf.fd, pf.buf[0], want, pf.pos)
+        got = _pread(pf.fd, pf.buf[0], want, pf.pos)
         if got < 0:
             pf.err[0] = errno
     pf.got[0] = got
@@ -803,13 +736,18 @@ cdef void _prefetch_once(Prefetch *pf) noexcept nogil:
 
 
 cdef void *_prefetch_main(void *arg) noexcept nogil:
-    """Reader thread: fill slots 0, 1, 0, ... until end of range, an error, or stop."""
+    """Reader thread: fill slots 0, 1, 0, ... until end of range, an error, or stop.
+    Returns NULL always; a failed read is left in ``pf.err`` for the scan loop."""
     cdef Prefetch *pf = <Prefetch *>arg
     cdef int slot = 0, e
     cdef ssize_t got
     cdef size_t want
+    # Invariant: the blocks before pf.pos have been read, in file order, into slots
+    # 0, 1, 0, ..., and `slot` is the one the block at pf.pos goes into. The scanner
+    # takes slots in the same order, so it meets the blocks in file order.
     while True:
         pthread_mutex_lock(&pf.mu)
+        # Wait (through spurious wake-ups) for the scanner to hand the slot back.
         while pf.full[slot] and not pf.stop:
             pthread_cond_wait(&pf.cv, &pf.mu)
         if pf.stop:
@@ -822,9 +760,7 @@ cdef void *_prefetch_main(void *arg) noexcept nogil:
             got = 0
         else:
             want = pf.block if pf.end == -1 else <size_t>min(<long long>pf.block, pf.end - pf.pos)
-            got = pread(pf.fd, pf.buf[slot], want, pf.pos)
-            while got < 0 and errno == EINTR:
-                got = pread(pf.fd, pf.buf[slot], want, pf.pos)
+            got = _pread(pf.fd, pf.buf[slot], want, pf.pos)
             if got < 0:
                 e = errno
         pthread_mutex_lock(&pf.mu)
@@ -836,7 +772,7 @@ cdef void *_prefetch_main(void *arg) noexcept nogil:
         pthread_cond_broadcast(&pf.cv)
         pthread_mutex_unlock(&pf.mu)
         if got <= 0:
-            return NULL
+            return NULL  # the scanner stops at a slot with got <= 0: nothing more to read
         slot ^= 1
 
 
@@ -851,13 +787,13 @@ cdef struct Part:
     long long start
     long long end           # -1: to end of file
     long long pos           # offset the scan has reached (atomic: others read it)
-    int slot
+    int slot                # the prefetch slot the next block is scanned from
     int direct              # 1: read each block in the scanning thread (no reader thread)
     int err                 # errno of a failed read, else 0
-    int nomem
+    int nomem               # 1 when memory ran out (the scan stopped there)
     pthread_t reader
     int reader_started
-    int opened
+    int opened              # 1 once _part_open ran: _part_close has work to do
     int stop                # atomic: set by the caller to abandon a worker's scan
     pthread_t worker
     int worker_started
@@ -867,7 +803,8 @@ cdef unsigned char *_read_buffers(size_t block) noexcept nogil:
     """Both slots of a part, ``2 * block`` bytes in one allocation, aligned so the
     kernel may back them with huge pages (asked for, where it is ``madvise``-only). The
     kernel's copy into them is most of a scan's time, and into 4 KiB pages fresh from
-    ``mmap`` it was measured ~30% slower (a TLB miss every 4 KiB written)."""
+    ``mmap`` it was measured ~30% slower (a TLB miss every 4 KiB written). NULL when
+    memory runs out."""
     cdef void *p = NULL
     cdef size_t size = (2 * block + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE
     if posix_memalign(&p, HUGE_PAGE, size) != 0:
@@ -884,6 +821,7 @@ cdef int _part_open(Part *pt, int fd, long long start, long long end, Py_ssize_t
     ``direct``: the scanning thread reads each block itself. With a part per core the
     cores are busy already, and a reader thread per part only adds a hand-off (two
     context switches) per block."""
+    # The mutex and condition come first: _part_close destroys them whatever failed.
     pt.opened = 1
     pt.d = d
     pt.start = start
@@ -909,6 +847,7 @@ cdef int _part_open(Part *pt, int fd, long long start, long long end, Py_ssize_t
     if end != -1 and end - start <= <long long>block:
         _prefetch_once(&pt.pf)  # one block at most: a thread would cost more than it saves
         return 0
+    # pthread_create returns an errno value itself; scan_fd reports it as an OSError.
     cdef int e = pthread_create(&pt.reader, NULL, _prefetch_main, &pt.pf)
     if e == 0:
         pt.reader_started = 1
@@ -925,6 +864,8 @@ cdef int _part_step(Part *pt) noexcept nogil:
     if pt.direct:
         return _part_step_direct(pt)
     pthread_mutex_lock(&pf.mu)
+    # Wait (through spurious wake-ups) until the reader has filled the slot. It always
+    # does: it stops only after filling a slot with got <= 0, which ends this part.
     while not pf.full[slot]:
         pthread_cond_wait(&pf.cv, &pf.mu)
     got = pf.got[slot]
@@ -932,6 +873,8 @@ cdef int _part_step(Part *pt) noexcept nogil:
     pthread_mutex_unlock(&pf.mu)
     if got <= 0:
         return 0  # end of range, end of file (the file may have shrunk) or an error
+    # Scanned outside the lock: the slot is this thread's until it is handed back, and
+    # the reader fills the other slot meanwhile.
     rc = _scan_block(&pt.st, &pt.out, pf.buf[slot], got, pt.pos, pt.d)
     pthread_mutex_lock(&pf.mu)
     pf.full[slot] = 0  # hand the slot back to the reader
@@ -940,22 +883,21 @@ cdef int _part_step(Part *pt) noexcept nogil:
     if rc < 0:
         pt.nomem = 1
         return 0
-    _atomic_store(&pt.pos, pt.pos + got)
+    _atomic_store(&pt.pos, pt.pos + got)  # relaxed: progress reports only read it
     pt.slot = slot ^ 1
     return 1
 
 
 cdef int _part_step_direct(Part *pt) noexcept nogil:
-    """``_part_step`` reading the block in this thread."""
+    """``_part_step`` reading the block in this thread (same return values). One slot
+    is enough: the read and the scan of a block never overlap here."""
     cdef Prefetch *pf = &pt.pf
     cdef ssize_t got
     cdef size_t want
     if pt.end != -1 and pt.pos >= pt.end:
         return 0
     want = pf.block if pt.end == -1 else <size_t>min(<long long>pf.block, pt.end - pt.pos)
-    got = pread(pf.fd, pf.buf[0], want, pt.pos)
-    while got < 0 and errno == EINTR:
-        got = pread(pf.fd, pf.buf[0], want, pt.pos)
+    got = _pread(pf.fd, pf.buf[0], want, pt.pos)
     if got < 0:
         pt.err = errno
     if got <= 0:
@@ -968,17 +910,24 @@ cdef int _part_step_direct(Part *pt) noexcept nogil:
 
 
 cdef void *_part_main(void *arg) noexcept nogil:
-    """Worker thread: scan one part to its end (or until told to stop)."""
+    """Worker thread: scan one part to its end (or until told to stop). Returns NULL;
+    what went wrong is in ``pt.err`` / ``pt.nomem`` for the caller to read after join."""
     cdef Part *pt = <Part *>arg
+    # Invariant: pt.out holds every line that ends in [pt.start, pt.pos); the stop flag
+    # is looked at between blocks, so an abandoned scan ends within one block.
     while not _atomic_load_int(&pt.stop) and _part_step(pt):
         pass
     return NULL
 
 
 cdef void _part_close(Part *pt) noexcept nogil:
-    """Stop and join the part's threads and free its buffers (not its output)."""
+    """Stop and join the part's threads and free its buffers (not its output: the
+    caller frees that with ``_release`` once the result is built). Safe on a part that
+    was never opened, or whose open failed part way."""
     if not pt.opened:
         return
+    # A part has a worker thread (a part after the first, in a scan cut into parts: it
+    # reads its blocks itself) or a reader thread (a scan in one part), never both.
     if pt.worker_started:
         _atomic_store_int(&pt.stop, 1)
         pthread_join(pt.worker, NULL)
@@ -1005,11 +954,10 @@ cdef long long _line_start_from(int fd, long long pos, long long limit) noexcept
     cdef const unsigned char *nl
     cdef ssize_t got
     cdef long long at = pos - 1
-    # Invariant: no "\\n" lies in [pos - 1, at).
+    # Invariant: no "\\n" lies in [pos - 1, at). The byte at pos - 1 is included so a
+    # cut point that is already a line start is kept as it is.
     while at < limit:
-        got = pread(fd, buf, <size_t>min(<long long>sizeof(buf), limit - at), at)
-        while got < 0 and errno == EINTR:
-            got = pread(fd, buf, <size_t>min(<long long>sizeof(buf), limit - at), at)
+        got = _pread(fd, buf, <size_t>min(<long long>sizeof(buf), limit - at), at)
         if got <= 0:
             return -1
         nl = <const unsigned char *>memchr(buf, 10, got)
@@ -1019,16 +967,17 @@ cdef long long _line_start_from(int fd, long long pos, long long limit) noexcept
     return -1
 
 
-cdef object _joined_result(Part *parts, int n, long long start):
+cdef object _joined_result(Part *parts, int n):
     """One ScanResult from the parts, in order. A part other than the last that ended
     short of its end, or inside a line, means the file changed under the scan: the
     result stops there, as a scan that met the end of the file would."""
     cdef int k, last = n - 1
     cdef Py_ssize_t total = 0, at = 0
     cdef bytes starts, kinds
+    # Errors first, in part order: a failed read anywhere fails the whole scan.
     for k in range(n):
         if parts[k].err:
-            raise OSError(parts[k].err, strerror(parts[k].err).decode("utf-8", "replace"))
+            raise_errno(parts[k].err)
         if parts[k].nomem:
             raise MemoryError()
     for k in range(n - 1):
@@ -1036,7 +985,8 @@ cdef object _joined_result(Part *parts, int n, long long start):
             last = k
             break
     if last == 0:
-        return _result(&parts[0].out, &parts[0].st, parts[0].pos, start)
+        return _result(&parts[0].out, &parts[0].st, parts[0].pos)  # no copy to join
+    # Parts are contiguous and each ends at a line start, so their lines concatenate.
     for k in range(last + 1):
         total += parts[k].out.count
     starts = PyBytes_FromStringAndSize(NULL, total * sizeof(int64_t))
@@ -1121,12 +1071,17 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     if threads == 0:
         threads = _default_threads()
     threads = min(threads, MAX_SCAN_THREADS)
+    # Part k scans [cuts[k], cuts[k + 1]); the last part ends at `end` (maybe -1: end
+    # of file, so bytes appended during the scan are read as one scan would read them).
     cuts[0] = start
     if threads > 1:
         span = (end if end != -1 else os.fstat(fd).st_size) - start
         if span >= 2 * min_part:
             threads = <int>min(<long long>threads, span // min_part)
             prev = start
+            # Invariant: cuts[0:n] are increasing line starts in [start, start + span),
+            # prev == cuts[n - 1]. A cut that finds no line start near its target is
+            # skipped: fewer, longer parts, never a line split between two.
             for k in range(1, threads):
                 target = max(start + span * k // threads, prev + 1)
                 with nogil:
@@ -1141,6 +1096,9 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
         raise MemoryError()
     try:
         with nogil:
+            # Invariant: parts[0:k] are open, and parts[1:k] have their workers running.
+            # Part 0 is scanned by this thread, below, so progress can be reported
+            # with the GIL between its blocks.
             for k in range(n):
                 err = _part_open(&parts[k], fd, cuts[k], cuts[k + 1], classify_window,
                                  <size_t>block_size, &dialect.c_dialect, n > 1)
@@ -1154,7 +1112,9 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
         if err == ENOMEM:
             raise MemoryError()
         if err:
-            raise OSError(err, "cannot start a scan thread: " + strerror(err).decode("utf-8", "replace"))
+            raise_errno(err, "cannot start a scan thread")
+        # Invariant: parts[0].out holds every line that ends in [cuts[0], parts[0].pos);
+        # the GIL is taken back between blocks only, to report progress.
         while more:
             with nogil:
                 more = _part_step(&parts[0])
@@ -1164,6 +1124,8 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
                     done += _atomic_load(&parts[k].pos) - parts[k].start
                 progress(done)
         with nogil:
+            # Invariant: the workers of parts[1:k] have been joined, so their output is
+            # complete and no thread writes it any more.
             for k in range(1, n):
                 if parts[k].worker_started:
                     pthread_join(parts[k].worker, NULL)
@@ -1173,9 +1135,12 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
             for k in range(n):
                 done += parts[k].pos - parts[k].start
             progress(done)
-        return _joined_result(parts, n, start)
+        return _joined_result(parts, n)
     finally:
+        # Runs on every path, errors included: no thread outlives the call, and no
+        # buffer either (the result holds copies).
         with nogil:
+            # Invariant: parts[0:k] are closed and released.
             for k in range(n):
                 _part_close(&parts[k])
                 _release(&parts[k].st, &parts[k].out)
@@ -1198,7 +1163,9 @@ def sequence_lines(const unsigned char[::1] kinds not None, long long line0=0):
     cdef bytes messages, compactions
     if line0 < 0 or line0 > (1 << 62):
         raise ValueError(f"line0 must be in 0..2**62, got {line0}")
+    # Two passes, count then fill, so each result is allocated once at its size.
     with nogil:
+        # Invariant: m and c count the matching lines among kinds[0:i].
         for i in range(n):
             if kinds[i] == KIND_MESSAGE or kinds[i] == KIND_CORRUPT:
                 m += 1
@@ -1220,320 +1187,3 @@ def sequence_lines(const unsigned char[::1] kinds not None, long long line0=0):
                 cp[c] = line0 + i
                 c += 1
     return messages, compactions
-
-
-def escape_line_separators(data not None):
-    """Replace raw U+2028 and U+2029 (UTF-8 ``E2 80 A8`` / ``E2 80 A9``) with the JSON
-    escapes ``\\u2028`` / ``\\u2029``.
-
-    Some readers split lines on them; in encoded JSON they can only sit inside strings,
-    so the escape keeps a record one line for every reader without changing its value.
-    One ``memchr`` pass; returns ``data`` itself when there is nothing to escape.
-    """
-    cdef const unsigned char[::1] v = data
-    cdef Py_ssize_t n = v.shape[0], i = 0, hits = 0, o = 0
-    cdef const unsigned char *p = &v[0] if n else NULL
-    cdef const unsigned char *q
-    cdef bytearray out
-    cdef unsigned char *w
-    with nogil:
-        # memchr for the lead byte: near free on ASCII text; text dense with other
-        # E2 80 xx punctuation (dashes, curly quotes) costs about 1 ms per MB here.
-        # Invariant: every separator before p + i has been counted.
-        while i + 2 < n:
-            q = <const unsigned char *>memchr(p + i, 0xE2, n - i - 2)
-            if q == NULL:
-                break
-            i = q - p
-            if p[i + 1] == 0x80 and (p[i + 2] == 0xA8 or p[i + 2] == 0xA9):
-                hits += 1
-                i += 3
-            else:
-                i += 1
-    if hits == 0:
-        return data
-    out = bytearray(n + 3 * hits)  # 3 bytes become 6
-    w = out
-    i = 0
-    with nogil:
-        while i < n:
-            if i + 2 < n and p[i] == 0xE2 and p[i + 1] == 0x80 and (p[i + 2] == 0xA8 or p[i + 2] == 0xA9):
-                memcpy(w + o, b"\\u202", 5)
-                w[o + 5] = 56 if p[i + 2] == 0xA8 else 57  # '8' or '9'
-                o += 6
-                i += 3
-            else:
-                w[o] = p[i]
-                o += 1
-                i += 1
-    return bytes(out)
-
-
-# ---------------------------------------------------------------------------
-# Bounded display projection
-# ---------------------------------------------------------------------------
-
-cdef enum PState:
-    P_VALUE = 0            # a value must come next
-    P_VALUE_OR_CLOSE = 1   # just after '[': a value or ']'
-    P_KEY = 2              # just after ',' in an object: a key
-    P_KEY_OR_CLOSE = 3     # just after '{': a key or '}'
-    P_COLON = 4
-    P_COMMA_OR_CLOSE = 5
-    P_DONE = 6
-
-
-cdef inline Py_ssize_t _utf8_len(unsigned char c) noexcept nogil:
-    if c < 0x80:
-        return 1
-    if c >= 0xF0:
-        return 4
-    if c >= 0xE0:
-        return 3
-    if c >= 0xC0:
-        return 2
-    return 1  # a stray continuation byte: copied alone; the decoder will flag it
-
-
-cdef inline bint _valid_escape(const unsigned char *e) noexcept nogil:
-    """Whether the escape at e[0] == '\\' is valid JSON (its bytes are all present)."""
-    cdef unsigned char c = e[1]
-    if c == 117:
-        return (_hexval(e[2]) >= 0 and _hexval(e[3]) >= 0 and _hexval(e[4]) >= 0
-                and _hexval(e[5]) >= 0)
-    return (c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110
-            or c == 114 or c == 116)
-
-
-cdef inline int _surrogate(const unsigned char *e) noexcept nogil:
-    """For a \\uXXXX escape at e (six bytes present): 1 for a high surrogate
-    (D800-DBFF), 2 for a low one (DC00-DFFF), 0 otherwise."""
-    cdef int h0 = _hexval(e[2]), h1 = _hexval(e[3]), h2 = _hexval(e[4]), h3 = _hexval(e[5])
-    if h0 != 13 or h1 < 8 or h2 < 0 or h3 < 0:
-        return 0
-    return 1 if h1 < 12 else 2
-
-
-cdef inline bint _valid_continuation(const unsigned char *p, Py_ssize_t u) noexcept nogil:
-    cdef Py_ssize_t k
-    for k in range(1, u):
-        if p[k] < 0x80 or p[k] > 0xBF:
-            return False
-    return True
-
-
-def project_display(const unsigned char[::1] prefix not None, long long total_len,
-                    Py_ssize_t content_limit):
-    """Build the display form of one JSON line from a prefix of it.
-
-    Copies the line's structure, keys, scalars and short string values (at most
-    128 bytes as written: ids, roles, timestamps), and at most ``content_limit`` bytes
-    (as written, escapes included) of its longer string values: the text. Where text is cut, the cut string
-    ends with a marker ``" [... N more bytes not shown]"`` and every open container is
-    closed, so the result is valid JSON. Bytes past ``prefix`` are never needed.
-
-    Parameters
-    ----------
-    prefix : bytes-like
-        The first bytes of the line, without its ``\\n`` (and without a byte-order mark).
-    total_len : int
-        Length of the whole line, for the marker.
-    content_limit : int
-        String-value bytes to keep, >= 0.
-
-    Returns
-    -------
-    tuple of (bytes or None, int, int)
-        ``(display, kept, cut)``: the display JSON (None when the prefix is not JSON,
-        or holds nothing complete to show), bytes of long string values kept, and bytes
-        of the line not represented (0 when whole).
-    """
-    cdef const unsigned char *p = &prefix[0] if prefix.shape[0] else NULL
-    cdef Py_ssize_t n = prefix.shape[0]
-    cdef unsigned char *out
-    cdef unsigned char stack[MAX_DEPTH]
-    cdef Py_ssize_t depth = 0, i = 0, o = 0, j, u, budget = content_limit, kept = 0
-    cdef Py_ssize_t safe_o = 0, safe_depth = 0, safe_src = 0
-    cdef PState state = P_VALUE
-    cdef bint malformed = False, cut = False, in_text = False, cut_by_end = False
-    cdef unsigned char c
-    cdef bytes marker, result
-    if content_limit < 0:
-        raise ValueError(f"content_limit must be >= 0, got {content_limit}")
-    if total_len < n:
-        raise ValueError(f"total_len ({total_len}) is shorter than the prefix ({n})")
-    out = <unsigned char *>malloc(n + MAX_DEPTH + 2)
-    if out == NULL:
-        raise MemoryError()
-    try:
-        with nogil:
-            # Invariant: out[0:o] is the projection of p[0:i]; out[0:safe_o] followed by
-            # closers for stack[0:safe_depth] is valid JSON representing p[0:safe_src].
-            while i < n and not malformed and not cut:
-                c = p[i]
-                if _is_ws(c):
-                    i += 1
-                    continue
-                if state == P_DONE:
-                    malformed = True
-                elif state == P_COLON:
-                    if c != 58:
-                        malformed = True
-                    else:
-                        out[o] = c; o += 1; i += 1
-                        state = P_VALUE
-                elif state == P_COMMA_OR_CLOSE:
-                    if c == 44:
-                        out[o] = c; o += 1; i += 1
-                        state = P_KEY if stack[depth - 1] == 123 else P_VALUE
-                    elif (c == 125 and stack[depth - 1] == 123) or (c == 93 and stack[depth - 1] == 91):
-                        out[o] = c; o += 1; i += 1
-                        depth -= 1
-                        state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                        safe_o = o; safe_depth = depth; safe_src = i
-                    else:
-                        malformed = True
-                elif c == 125 and state == P_KEY_OR_CLOSE:
-                    out[o] = c; o += 1; i += 1
-                    depth -= 1
-                    state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                    safe_o = o; safe_depth = depth; safe_src = i
-                elif c == 93 and state == P_VALUE_OR_CLOSE:
-                    out[o] = c; o += 1; i += 1
-                    depth -= 1
-                    state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                    safe_o = o; safe_depth = depth; safe_src = i
-                elif state == P_KEY or state == P_KEY_OR_CLOSE:
-                    # A key is copied whole and is not text content; a key the prefix
-                    # cuts short is dropped by rolling back to the last safe point.
-                    if c != 34:
-                        malformed = True
-                    else:
-                        j = _read_string(p, n, i + 1, NULL, 0, &u)
-                        if j == MALFORMED:
-                            malformed = True
-                        elif j == RAN_OUT:
-                            cut = True
-                        else:
-                            memcpy(out + o, p + i, j - i); o += j - i; i = j
-                            state = P_COLON
-                elif c == 123 or c == 91:
-                    if depth == MAX_DEPTH:
-                        malformed = True
-                    else:
-                        stack[depth] = c
-                        depth += 1
-                        out[o] = c; o += 1; i += 1
-                        state = P_KEY_OR_CLOSE if c == 123 else P_VALUE_OR_CLOSE
-                        safe_o = o; safe_depth = depth; safe_src = i
-                elif c == 34:
-                    # A short string value (ids, roles, timestamps, type names) is
-                    # metadata: copied whole, outside the budget. Looking ahead only
-                    # SHORT_STRING bytes keeps this O(1) on a multi-megabyte string.
-                    j = _read_string(p, min(n, i + 2 + SHORT_STRING), i + 1, NULL, 0, &u)
-                    if j == MALFORMED:
-                        malformed = True
-                    elif j > 0:
-                        memcpy(out + o, p + i, j - i); o += j - i; i = j
-                        state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                        safe_o = o; safe_depth = depth; safe_src = i
-                    else:
-                        # Text content: copied under the budget one whole character or
-                        # escape at a time, so a cut never splits either.
-                        out[o] = 34; o += 1
-                        j = i + 1
-                        while True:
-                            # Fast path: a run of plain ASCII text is copied with one
-                            # memcpy (every byte is a whole character, none is special).
-                            u = j
-                            while u < n and u - j < budget and 32 <= p[u] < 128 and p[u] != 34 and p[u] != 92:
-                                u += 1
-                            if u > j:
-                                memcpy(out + o, p + j, u - j); o += u - j
-                                budget -= u - j; kept += u - j; j = u
-                            if j >= n:
-                                cut = True; in_text = True; cut_by_end = True
-                                break
-                            c = p[j]
-                            if c == 34:
-                                break
-                            if c == 92:
-                                u = 6 if (j + 1 < n and p[j + 1] == 117) else 2
-                            elif c < 32:
-                                malformed = True
-                                break
-                            else:
-                                u = _utf8_len(c)
-                            if j + u > n:
-                                cut = True; in_text = True; cut_by_end = True
-                                break
-                            if c == 92:
-                                if not _valid_escape(p + j):
-                                    malformed = True
-                                    break
-                                if u == 6 and _surrogate(p + j) == 1:
-                                    # A high surrogate and its low half are one character:
-                                    # never cut between them (the half alone is not JSON
-                                    # any decoder accepts).
-                                    if j + 12 > n:
-                                        cut = True; in_text = True; cut_by_end = True
-                                        break
-                                    if p[j + 6] == 92 and p[j + 7] == 117 and _surrogate(p + j + 6) == 2:
-                                        u = 12
-                            elif u > 1 and not _valid_continuation(p + j, u):
-                                u = 1  # invalid UTF-8: one byte alone, never the quote after it
-                            if u > budget:
-                                cut = True; in_text = True
-                                break
-                            memcpy(out + o, p + j, u); o += u; j += u
-                            budget -= u; kept += u
-                        if not malformed:
-                            i = j + 1 if not cut else j
-                            if not cut:
-                                out[o] = 34; o += 1
-                                state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                                safe_o = o; safe_depth = depth; safe_src = i
-                else:
-                    # A scalar (number, true, false, null): copied whole or not at all.
-                    j = i
-                    while j < n and not (p[j] == 44 or p[j] == 125 or p[j] == 93 or _is_ws(p[j])):
-                        if p[j] == 58 or p[j] == 34 or p[j] == 123 or p[j] == 91:
-                            malformed = True
-                            break
-                        j += 1
-                    if j == i:
-                        malformed = True  # e.g. ',' or '}' where a value belongs
-                    if not malformed:
-                        if j == n and total_len > n:
-                            cut = True  # the scalar may go on past the prefix
-                        else:
-                            memcpy(out + o, p + i, j - i); o += j - i; i = j
-                            state = P_DONE if depth == 0 else P_COMMA_OR_CLOSE
-                            safe_o = o; safe_depth = depth; safe_src = i
-        if malformed:
-            return (None, kept, total_len)
-        if not cut and state != P_DONE:
-            if total_len > n:
-                cut = True  # the prefix ended between tokens
-            else:
-                return (None, kept, total_len)  # the whole line ends early: not JSON
-        if not cut:
-            return (PyBytes_FromStringAndSize(<char *>out, o), kept, 0)
-        if total_len == n and (cut_by_end or not in_text):
-            return (None, kept, total_len)  # the whole line ends inside a key or string
-        if not in_text and safe_o == 0:
-            return (None, kept, total_len)  # nothing complete to show yet
-        if in_text:
-            # Close the cut string with the marker; it is then a complete value.
-            marker = f" [... {total_len - i} more bytes not shown]\"".encode("ascii")
-            result = PyBytes_FromStringAndSize(<char *>out, o) + marker
-            safe_depth = depth
-            safe_src = i
-        else:
-            result = PyBytes_FromStringAndSize(<char *>out, safe_o)
-        closers = bytearray(safe_depth)
-        for j in range(safe_depth):
-            closers[j] = 125 if stack[safe_depth - 1 - j] == 123 else 93
-        return (result + bytes(closers), kept, total_len - safe_src)
-    finally:
-        free(out)

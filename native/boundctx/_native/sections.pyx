@@ -16,14 +16,9 @@ simplifications, shared with the twin ``tests/reference/graphemes.py``; properti
 from ``grapheme_table.h``, generated from the ``regex`` module's Unicode data.
 """
 
-from cpython.unicode cimport PyUnicode_DATA, PyUnicode_KIND
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
-
-cdef extern from "Python.h":
-    # A macro over the str's own buffer: safe without the GIL while the str is alive
-    # (the caller holds a reference for the whole call).
-    Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index) noexcept nogil
+from boundctx._native.strview cimport Text, text_at, text_view
 
 
 cdef extern from "boundctx/_native/grapheme_table.h":
@@ -57,23 +52,13 @@ cdef enum:
 #: How far a next section's start may move back to a cluster boundary (code points).
 MAX_SNAP = SNAP_LIMIT
 
-
-cdef struct Text:
-    int kind
-    void *data
-    Py_ssize_t n
-
-
-cdef inline Text _text(str s):
-    cdef Text t
-    t.kind = PyUnicode_KIND(s)
-    t.data = PyUnicode_DATA(s)
-    t.n = len(s)
-    return t
-
-
-cdef inline Py_UCS4 _at(const Text *t, Py_ssize_t i) noexcept nogil:
-    return PyUnicode_READ(t.kind, t.data, i)
+cdef enum:
+    # How next_cut chose its cut (the `kind` it returns), most preferred first.
+    CUT_END = 0            # the end of the text (or no cut at all: end is -1)
+    CUT_NEWLINE = 1        # right after a newline
+    CUT_SPACE = 2          # right after whitespace
+    CUT_BOUNDARY = 3       # at a cluster boundary
+    CUT_IN_CLUSTER = 4     # inside a cluster wider than the window (pathological text)
 
 
 cdef uint8_t _value(Py_UCS4 c) noexcept nogil:
@@ -109,8 +94,8 @@ cdef bint _boundary(const Text *t, Py_ssize_t i, Py_ssize_t floor) noexcept nogi
     cdef Py_ssize_t j, run
     if i <= 0 or i >= t.n:
         return True
-    va = _value(_at(t, i - 1))
-    vb = _value(_at(t, i))
+    va = _value(text_at(t, i - 1))
+    vb = _value(text_at(t, i))
     a = va & 0xF
     b = vb & 0xF
     if a == CR and b == LF:
@@ -129,7 +114,7 @@ cdef bint _boundary(const Text *t, Py_ssize_t i, Py_ssize_t floor) noexcept nogi
         # Invariant: text[j+1:i] are all InCB Linker/Extend and none is a Linker.
         j = i - 1
         while j >= floor:
-            v = _value(_at(t, j))
+            v = _value(text_at(t, j))
             if not (v & (INCB_LINKER | INCB_EXTEND)):
                 break
             if v & INCB_LINKER:
@@ -139,18 +124,42 @@ cdef bint _boundary(const Text *t, Py_ssize_t i, Py_ssize_t floor) noexcept nogi
         return False
     if a == RI and b == RI:
         # Flags pair up from the start of the run (or from floor, a boundary).
+        # Invariant: run == the number of RI code points in text[j+1:i].
         run = 0
         j = i - 1
-        while j >= floor and (_value(_at(t, j)) & 0xF) == RI:
+        while j >= floor and (_value(text_at(t, j)) & 0xF) == RI:
             run += 1
             j -= 1
         return run % 2 == 0
     return True
 
 
+cdef Py_ssize_t _last_cut(const Text *t, Py_ssize_t lo, Py_ssize_t e, int kind,
+                          Py_ssize_t floor) noexcept nogil:
+    """The last cut c in [lo, e] of ``kind`` (CUT_NEWLINE: right after a newline,
+    CUT_SPACE: right after whitespace, CUT_BOUNDARY: anywhere) that keeps every cluster
+    whole, or -1 when there is none. Needs 1 <= lo and e < t.n."""
+    cdef Py_ssize_t c = e
+    # Invariant: no cut in (c, e] is of this kind. The cheap character test comes
+    # before the boundary test, which may look back over a run of marks or flags.
+    while c >= lo:
+        if kind == CUT_NEWLINE:
+            if text_at(t, c - 1) == 10 and _boundary(t, c, floor):
+                return c
+        elif kind == CUT_SPACE:
+            if _is_space(text_at(t, c - 1)) and _boundary(t, c, floor):
+                return c
+        elif _boundary(t, c, floor):
+            return c
+        c -= 1
+    return -1
+
+
 cdef Py_ssize_t _bisect_right(const int64_t[::1] a, int64_t x) noexcept nogil:
     # First index whose value is > x (a is non-decreasing).
     cdef Py_ssize_t lo = 0, hi = a.shape[0], mid
+    # Invariant: a[:lo] <= x < a[hi:]. On an array that is not sorted (a hostile
+    # TokenCounter) it still ends, at some index in [0, len(a)]: callers check that.
     while lo < hi:
         mid = (lo + hi) >> 1
         if a[mid] <= x:
@@ -163,6 +172,7 @@ cdef Py_ssize_t _bisect_right(const int64_t[::1] a, int64_t x) noexcept nogil:
 cdef Py_ssize_t _bisect_left(const int64_t[::1] a, int64_t x) noexcept nogil:
     # First index whose value is >= x (a is non-decreasing).
     cdef Py_ssize_t lo = 0, hi = a.shape[0], mid
+    # Invariant: a[:lo] < x <= a[hi:] (ends in [0, len(a)] on any array, as above).
     while lo < hi:
         mid = (lo + hi) >> 1
         if a[mid] < x:
@@ -208,7 +218,7 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
         When an argument is out of range, or the token spans do not end at the end of
         the text or are not non-decreasing where the estimate reads them.
     """
-    cdef Text t = _text(text)
+    cdef Text t = text_view(text)
     cdef Py_ssize_t ntok = tok_end.shape[0], i0, k, e, lo, p, c, ns, kind, snap
     if tok_start.shape[0] != ntok:
         raise ValueError("tok_start and tok_end must have one entry per token")
@@ -237,6 +247,9 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
         if k >= ntok - 1:
             e = t.n
         else:
+            # Invariant: for every k' in (k, k0] (k0: k on entry), token k' + 1 starts
+            # before token k' ends: they share a character, which a cut at
+            # tok_end[k'] would split.
             while k > i0 and tok_start[k + 1] < tok_end[k]:
                 k -= 1
             e = tok_end[k]
@@ -248,7 +261,7 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
             f"the token spans are not non-decreasing: token {k} ends at {e}, "
             f"at or before the section's start {start}")
     with nogil:
-        kind = 0
+        kind = CUT_END
         c = -1
         if e >= t.n:
             c = t.n
@@ -259,48 +272,40 @@ def next_cut(str text not None, const int64_t[::1] tok_start not None,
             if lo < start + (e - start) // 2:
                 lo = start + (e - start) // 2
             if lo <= e:
-                # Invariant for each scan: text[p+1:e] holds no acceptable cut of this kind.
-                p = e - 1
-                while p >= lo - 1:
-                    if _at(&t, p) == 10 and _boundary(&t, p + 1, floor):
-                        c = p + 1
-                        kind = 1
-                        break
-                    p -= 1
+                # The last newline in the window, else the last whitespace, else the
+                # last cluster boundary: the first kind that has a cut decides.
+                c = _last_cut(&t, lo, e, CUT_NEWLINE, floor)
+                if c >= 0:
+                    kind = CUT_NEWLINE
                 if c < 0:
-                    p = e - 1
-                    while p >= lo - 1:
-                        if _is_space(_at(&t, p)) and _boundary(&t, p + 1, floor):
-                            c = p + 1
-                            kind = 2
-                            break
-                        p -= 1
+                    c = _last_cut(&t, lo, e, CUT_SPACE, floor)
+                    if c >= 0:
+                        kind = CUT_SPACE
                 if c < 0:
-                    p = e
-                    while p >= lo:
-                        if _boundary(&t, p, floor):
-                            c = p
-                            kind = 3
-                            break
-                        p -= 1
+                    c = _last_cut(&t, lo, e, CUT_BOUNDARY, floor)
+                    if c >= 0:
+                        kind = CUT_BOUNDARY
                 if c < 0:
                     # No boundary past the overlap. If one lies in the window's usual
                     # half before it, the overlap is what left no room: the budget is
                     # too small (end stays -1). Otherwise one cluster covers the whole
                     # half-window (pathological text): cut inside it.
                     p = lo - 1
+                    # Invariant: no cluster boundary in (p, lo - 1].
                     while p > start and p >= start + (e - start) // 2:
                         if _boundary(&t, p, floor):
                             break
                         p -= 1
                     if not (p > start and p >= start + (e - start) // 2):
                         c = e
-                        kind = 4
+                        kind = CUT_IN_CLUSTER
         ns = -1
         if 0 <= c < t.n:
             # Next start: overlap before the cut, moved back (a little) to a boundary.
             ns = c - overlap
             snap = 0
+            # Invariant: no cluster boundary in (ns - snap, ns]; at most SNAP_LIMIT
+            # steps, so a text with no boundaries costs O(1) here.
             while snap < SNAP_LIMIT and ns - snap > start and not _boundary(&t, ns - snap, floor):
                 snap += 1
             if snap < SNAP_LIMIT and ns - snap > start:
@@ -315,12 +320,12 @@ cdef inline bint _sync(const Text *t, Py_ssize_t i, bint after_text, bint at_spa
     # the position of a single space between two characters that are not whitespace.
     if i <= 0 or i >= t.n:
         return True
-    if at_spaces and _at(t, i) == 32 and i + 1 < t.n and not _is_space(_at(t, i - 1)) \
-            and not _is_space(_at(t, i + 1)):
+    if at_spaces and text_at(t, i) == 32 and i + 1 < t.n and not _is_space(text_at(t, i - 1)) \
+            and not _is_space(text_at(t, i + 1)):
         return True
-    if after_text and i >= 2 and _is_space(_at(t, i - 2)):
+    if after_text and i >= 2 and _is_space(text_at(t, i - 2)):
         return False
-    return _at(t, i - 1) == 10 and not _is_space(_at(t, i))
+    return text_at(t, i - 1) == 10 and not _is_space(text_at(t, i))
 
 
 def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ssize_t start,
@@ -342,7 +347,7 @@ def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ss
     (first, last, tokens_between) : tuple of int
         ``(-1, -1, 0)`` when there is none.
     """
-    cdef Text t = _text(text)
+    cdef Text t = text_view(text)
     cdef Py_ssize_t u1 = -1, u2 = -1, i
     if not 0 <= start <= end <= t.n:
         raise ValueError(f"need 0 <= start <= end <= {t.n}, got {start}, {end}")
@@ -372,7 +377,7 @@ def newline_sync(str text not None, const int64_t[::1] tok_start not None, Py_ss
 def is_boundary(str text not None, Py_ssize_t i, Py_ssize_t floor=0):
     """Whether cutting ``text`` before code point ``i`` keeps every cluster whole
     (look-backs stop at ``floor``, a known boundary)."""
-    cdef Text t = _text(text)
+    cdef Text t = text_view(text)
     if not 0 <= floor <= t.n:
         raise ValueError(f"floor must be in [0, {t.n}], got {floor}")
     return bool(_boundary(&t, i, floor))

@@ -9,10 +9,11 @@ fallback.
 
 import importlib
 
-__all__ = ["lineindex", "sections", "tokenmap"]
+__all__ = ["lineindex", "projection", "sections", "tokenmap"]
 
-#: Compiled modules: lineindex (framing, classification, the display projection),
-#: sections (the cut rule of the section planner), tokenmap (token offsets in text).
+#: Compiled modules: lineindex (framing and classification of JSONL), projection (the
+#: display projection of one line, and the line-separator escape), sections (the cut
+#: rule of the section planner), tokenmap (token offsets in text).
 MODULES = frozenset(__all__)
 
 

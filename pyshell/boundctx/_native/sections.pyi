@@ -1,6 +1,8 @@
+from typing import Final
+
 from typing_extensions import Buffer
 
-MAX_SNAP: int
+MAX_SNAP: Final[int]
 
 def next_cut(text: str, tok_start: Buffer, tok_end: Buffer, start: int, max_tokens: int,
              overlap: int, floor: int = -1) -> tuple[int, int, int]: ...

@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from boundctx._native import lineindex
+from boundctx._native import projection
 from boundctx.errors import EntryInvalid
 
 __all__ = ["BOM", "MAX_DEPTH", "LineUnreadable", "decode_record", "encode_record"]
@@ -179,7 +179,7 @@ def encode_record(record: dict[str, Any] | msgspec.Struct) -> bytes:
         raise EntryInvalid(f"record of type {t!r} cannot be written as JSON: {exc}") from None
     # U+2028/U+2029 are line breaks to some other readers; escaped, the line stays one
     # line for everyone.
-    return lineindex.escape_line_separators(data) + b"\n"
+    return projection.escape_line_separators(data) + b"\n"
 
 
 def _check_json(record: Any, what: str) -> None:

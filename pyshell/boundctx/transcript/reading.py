@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from boundctx._native import lineindex
+from boundctx._native import lineindex, projection
 from boundctx._search import longest_fitting
 from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
 from boundctx.transcript.entries import Entry
@@ -233,7 +233,7 @@ class LineReader:
         skip = pre + (3 if bom and buf[pre : pre + 3] == BOM else 0)
         body_len -= skip - pre
         prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
-        display, _kept, cut = lineindex.project_display(prefix, body_len, content_limit)
+        display, _kept, cut = projection.project_display(prefix, body_len, content_limit)
         if display is not None:
             try:
                 rec = decode_record(display)

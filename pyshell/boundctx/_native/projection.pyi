@@ -1,0 +1,6 @@
+from typing_extensions import Buffer
+
+def project_display(
+    prefix: Buffer, total_len: int, content_limit: int
+) -> tuple[bytes | None, int, int]: ...
+def escape_line_separators(data: bytes) -> bytes: ...
