@@ -514,6 +514,9 @@ def main(argv=None) -> int:
                          "and straddle ones are 3")
     ap.add_argument("--families", nargs="+", choices=FAMILIES, default=None,
                     help="default all (embedded: regular)")
+    ap.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=None,
+                    help="run only these (default all the model can run); e.g. B R on the embedded model to "
+                         "see what the constrained reread step adds, in half the time")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json-out", default=None,
                     help="default bench/results/retention.json (embedded: retention-embedded.json; quick: "
@@ -542,6 +545,8 @@ def main(argv=None) -> int:
             from boundctx.tokens import ByteEstimateCounter
             counter, window = ByteEstimateCounter(), args.window or BYTES_WINDOW
         conditions = CONDITIONS
+    if args.conditions:
+        conditions = tuple(c for c in conditions if c in args.conditions)
     settings = condition_settings(window)
     started = time.perf_counter()
     sample = _filler(random.Random(args.seed), 20_000)
