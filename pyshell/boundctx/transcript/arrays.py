@@ -13,27 +13,12 @@ import os
 import numpy as np
 
 from boundctx._files import open_regular
+from boundctx.transcript.sidecar import pread_exact
 
 __all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
-
-
-def pread_exact(fd: int, offset: int, length: int) -> bytes:
-    """Read ``length`` bytes at ``offset``; fewer only when the file ends first."""
-    data = os.pread(fd, length, offset)
-    if len(data) == length or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < length:
-        more = os.pread(fd, length - got, offset + got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
 
 
 class SidecarGone(OSError):

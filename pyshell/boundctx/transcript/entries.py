@@ -1,4 +1,5 @@
-"""What a transcript read returns: entries, windows and the full history."""
+"""What a transcript read returns: entries and windows (a full history is
+:class:`boundctx.transcript.writing.History`, the write side's object)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ from typing import Any
 import msgspec
 
 from boundctx.errors import TranscriptCorrupt
-from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record, encode_record
 
-__all__ = ["Entry", "History", "RawLine", "Window"]
+__all__ = ["Entry", "RawLine", "Window"]
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,77 +104,3 @@ class RawLine(msgspec.Struct, frozen=True):
     """A line kept byte for byte through a rewrite because it is not a record."""
 
     data: bytes
-
-
-class History:
-    """The complete contents of a transcript, line by line, for a full-history rewrite.
-
-    Obtain it with :meth:`Transcript.history`; edit it with the methods below (message
-    indices are positions in the message sequence, as in windows); give it back to
-    :meth:`Transcript.rewrite`. Lines that were not edited are written back byte for
-    byte, whatever they hold (CRLF endings, key order, lines that are not records).
-    """
-
-    __slots__ = ("_lines", "_offsets", "_is_message", "_token", "_source")
-
-    def __init__(self, lines: list[bytes], offsets: list[int | None], is_message: list[bool],
-                 token, source) -> None:
-        self._lines = lines  # each ends with "\n"
-        self._offsets = offsets  # where each line was read from (None: added or edited)
-        self._is_message = is_message
-        self._token = token
-        self._source = source
-
-    def _position(self, index: int) -> int:
-        count = 0
-        for pos, is_msg in enumerate(self._is_message):
-            if is_msg:
-                if count == index:
-                    return pos
-                count += 1
-        raise IndexError(f"message index {index} is out of range (0..{count - 1})")
-
-    @property
-    def message_count(self) -> int:
-        return sum(self._is_message)
-
-    def message(self, index: int) -> dict[str, Any] | RawLine:
-        """A fresh copy of message ``index`` (a RawLine when it is not a record)."""
-        raw = self._lines[self._position(index)]
-        try:
-            rec = decode_record(raw[:-1].removeprefix(BOM))
-        except LineUnreadable:
-            return RawLine(raw)
-        return rec if isinstance(rec, dict) else RawLine(raw)
-
-    def offset_of(self, index: int) -> int | None:
-        """Byte offset message ``index`` was read from (None once edited or added)."""
-        return self._offsets[self._position(index)]
-
-    def replace_message(self, index: int, record: dict[str, Any]) -> None:
-        """Replace message ``index`` with ``record``."""
-        pos = self._position(index)
-        self._lines[pos] = encode_record(record)
-        self._offsets[pos] = None
-
-    def delete_message(self, index: int) -> None:
-        """Delete message ``index``; later messages move up by one."""
-        pos = self._position(index)
-        for seq in (self._lines, self._offsets, self._is_message):
-            del seq[pos]
-
-    def truncate_messages(self, index: int) -> None:
-        """Delete message ``index`` and every line after it (abort, revision switch)."""
-        pos = self._position(index)
-        for seq in (self._lines, self._offsets, self._is_message):
-            del seq[pos:]
-
-    def append(self, record: dict[str, Any], *, is_message: bool = True) -> None:
-        """Add a record at the end."""
-        self._lines.append(encode_record(record))
-        self._offsets.append(None)
-        self._is_message.append(is_message)
-
-    def data(self) -> bytes:
-        """The transcript this history describes, as bytes."""
-        return b"".join(self._lines)

@@ -41,7 +41,7 @@ from boundctx.transcript.sidecar import (
     file_hashes,
     pad8,
     sidecar_paths,
-    write_whole,
+    write_first_place,
 )
 
 __all__ = [
@@ -305,9 +305,12 @@ def save_layout(layout: Layout, path: str) -> str | None:
         if layout.persisted_segments and layout.persisted_segments < MAX_SEGMENTS and layout.sidecar_path:
             if _append_segment(layout, real):
                 return layout.sidecar_path
-        for target in sidecar_paths(path):
-            if _write_whole(layout, real, target):
-                return target
+        # Encoded once, whichever place takes it.
+        data = MAGIC + _segment_bytes(layout, real, 0, 0)
+        target = write_first_place(data, path)
+        if target is not None:
+            _mark_persisted(layout, target, len(data), 1)
+        return target
     except SidecarGone:
         # Copying arrays read from the old sidecar found it lying or cut short: write
         # nothing (never copy a lie); the next read that meets the lie rebuilds.
@@ -346,14 +349,6 @@ def _mark_persisted(layout: Layout, target: str, size: int, segments: int) -> No
     layout.persisted_lines = len(layout.starts)
     layout.persisted_end = layout.indexed_end
     layout.bad_dirty = False
-
-
-def _write_whole(layout: Layout, real: str, target: str) -> bool:
-    data = MAGIC + _segment_bytes(layout, real, 0, 0)
-    if not write_whole(data, real, target):
-        return False
-    _mark_persisted(layout, target, len(data), 1)
-    return True
 
 
 def load_layout(path: str, fd: int, *, dialect: str,

@@ -24,8 +24,7 @@ from boundctx.transcript.sidecar import (
     encode_header,
     encode_segment,
     file_hashes,
-    sidecar_paths,
-    write_whole,
+    write_first_place,
 )
 
 __all__ = ["ReindexReport", "reindex"]
@@ -64,7 +63,7 @@ def reindex(path: str | os.PathLike, *, dialect: str = "auto",
             report, sidecar = _scan_and_encode(fd, path, dialect, progress)
         finally:
             os.close(fd)
-        return report._replace(sidecar=_write_sidecar(sidecar, path),
+        return report._replace(sidecar=write_first_place(sidecar, path),
                                seconds=time.perf_counter() - t0)
     except (OSError, ValueError) as exc:
         return ReindexReport(path=path, ok=False, error=str(exc),
@@ -93,13 +92,3 @@ def _scan_and_encode(fd: int, path: str, dialect: str, progress) -> tuple[Reinde
         path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
         corrupt=kinds.count(LineKind.CORRUPT), torn_bytes=res.torn_bytes)
     return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions)
-
-
-def _write_sidecar(data: bytes, path: str) -> str | None:
-    """Write the sidecar to the first place that takes it: beside the transcript, else
-    the cache. None when neither does (the next open then scans)."""
-    real = os.path.realpath(path)
-    for target in sidecar_paths(path):
-        if write_whole(data, real, target):
-            return target
-    return None

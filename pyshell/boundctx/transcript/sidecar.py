@@ -45,6 +45,7 @@ __all__ = [
     "file_hashes",
     "pread_exact",
     "sidecar_paths",
+    "write_first_place",
     "write_whole",
 ]
 
@@ -196,6 +197,17 @@ def sidecar_paths(path: str) -> tuple[str, str]:
     real = os.path.realpath(path)
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
     return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
+
+
+def write_first_place(data: bytes, path: str) -> str | None:
+    """Write a whole sidecar for transcript ``path`` to the first place that takes it:
+    beside the transcript, else the cache. Returns where, or None when neither does
+    (the layout still works; only the next open pays a scan)."""
+    real = os.path.realpath(path)
+    for target in sidecar_paths(path):
+        if write_whole(data, real, target):
+            return target
+    return None
 
 
 def write_whole(data: bytes, real: str, target: str) -> bool:
