@@ -101,3 +101,18 @@ def test_the_step_is_off_when_the_setting_says_so_and_for_models_with_tools():
     with_tools = ScriptedProvider(Model(), context_window=8192)
     list(Engine(with_tools, settings=settings(), max_reply_tokens=256).reply(ASK, files=[("doc", DOC)]))
     assert not any(r.schema is not None for r in with_tools.requests)
+
+
+def test_a_backend_failure_in_the_reread_step_is_a_failed_reply():
+    model = Model()
+
+    def respond(request):
+        if request.schema is not None:
+            return RuntimeError("llama_decode returned -1")
+        return model(request)
+
+    p, events = run(respond)
+    failed = events[-1]
+    assert failed.kind == "GenerationError", failed
+    assert "the reread step failed (RuntimeError: llama_decode returned -1)" in failed.error
+    assert p.active == 0  # the stream was closed

@@ -15,6 +15,7 @@ run and send back as a ``tool`` message.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -382,7 +383,8 @@ class Engine:
 
         def noted(failure: str) -> list[dict[str, Any]]:
             # Say it in the notes when it fits; the instructions say it in any case.
-            said = _with_reread_note(messages, failure)
+            said = _added_to_notes(messages, f"No exact text was read again ({failure}): where a value the "
+                                             "answer needs is only indexed, say it could not be confirmed.")
             return said if provider.count_prompt(said) <= limit else messages
 
         if provider.count_prompt(ask) + _REREAD_TOKENS > provider.context_window:
@@ -390,21 +392,12 @@ class Engine:
         yield Stage("rereading", time.monotonic() - started, 1)
         pieces: list[str] = []
         stream = provider.stream_chat(ask, schema=schema, max_tokens=_REREAD_TOKENS, temperature=0.0, cancel=cancel)
-        try:
+        with _model_call(stream, "the reread step"):
             for chunk in stream:
                 if isinstance(chunk, TextChunk):
                     pieces.append(chunk.text)
                 elif isinstance(chunk, Finish) and chunk.reason == "cancelled":
                     return None
-        except BoundctxError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the reply as Failed
-            raise GenerationError(f"the reread step failed ({type(exc).__name__}: {exc}); the reply is "
-                                  "not complete") from exc
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
         try:
             asked = msgspec.json.decode("".join(pieces).strip() or "null", type=_RereadAsk)
         except msgspec.DecodeError as exc:
@@ -421,14 +414,14 @@ class Engine:
                 read_back.append(f"{want.id} characters {want.start}-{want.end}: not read ({exc})")
                 continue
             line = f"{want.id} characters {want.start}-{want.end}: «{text}»"
-            if provider.count_prompt(_with_reread_lines(messages, read_back + [line])) > limit:
+            if provider.count_prompt(_added_to_notes(messages, _reread_text(read_back + [line]))) > limit:
                 result = f"error: {len(text)} characters do not fit the remaining context"
                 yield ToolResult(call_id, result)
                 read_back.append(f"{want.id} characters {want.start}-{want.end}: not read (it does not fit)")
                 continue
             yield ToolResult(call_id, text)
             read_back.append(line)
-        return _with_reread_lines(messages, read_back) if read_back else messages
+        return _added_to_notes(messages, _reread_text(read_back)) if read_back else messages
 
     def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
@@ -449,7 +442,7 @@ class Engine:
             guard = RepetitionGuard()
             stream = provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
                                           temperature=temperature, cancel=cancel)
-            try:
+            with _model_call(stream, "the model call"):
                 for chunk in stream:
                     if isinstance(chunk, TextChunk):
                         text = guard.feed(chunk.text)
@@ -461,15 +454,6 @@ class Engine:
                         calls.append(chunk)
                     else:
                         finish = chunk
-            except BoundctxError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the reply as Failed
-                raise GenerationError(f"the model call failed ({type(exc).__name__}: {exc}); the reply is "
-                                      "not complete") from exc
-            finally:
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    close()  # a loop stops the model now, not at garbage collection
             if guard.looping:
                 yield Done("repetition", {"prompt_tokens": finish.prompt_tokens,
                                           "completion_tokens": finish.completion_tokens,
@@ -536,18 +520,28 @@ class _RereadAsk(msgspec.Struct, forbid_unknown_fields=True):
     reread: list[_Range]
 
 
-def _with_reread_lines(messages: list[dict[str, Any]], lines: list[str]) -> list[dict[str, Any]]:
-    """``messages`` with the exact text read again added to the notes (the system
-    message the notes are in)."""
-    return _with_reread_note(messages, None, lines)
+def _reread_text(lines: Sequence[str]) -> str:
+    return REREAD_HEADER + "\n" + "\n".join(lines)
 
 
-def _with_reread_note(messages: list[dict[str, Any]], failure: str | None,
-                      lines: Sequence[str] = ()) -> list[dict[str, Any]]:
-    if failure is not None:
-        text = (f"No exact text was read again ({failure}): where a value the answer needs is only indexed, "
-                "say it could not be confirmed.")
-    else:
-        text = REREAD_HEADER + "\n" + "\n".join(lines)
+def _added_to_notes(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """``messages`` with ``text`` added to the notes (the system message they are in)."""
     first = messages[0]
     return [{**first, "content": f"{first['content']}\n\n{text}"}] + messages[1:]
+
+
+@contextlib.contextmanager
+def _model_call(stream: Any, what: str) -> Iterator[None]:
+    """Around reading ``stream``: a backend's own failure ends the reply as ``Failed``
+    (a GenerationError naming ``what``), and the stream is closed when the block ends,
+    so a stopped loop stops the model now, not at garbage collection."""
+    try:
+        yield
+    except BoundctxError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any backend failure, whatever its type
+        raise GenerationError(f"{what} failed ({type(exc).__name__}: {exc}); the reply is not complete") from exc
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()

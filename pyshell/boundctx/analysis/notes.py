@@ -115,15 +115,19 @@ class NoteLedger:
         """In the order of the text (section, then characters)."""
         return sorted(self._entries.values(), key=lambda e: (e.section, e.start, e.seq))
 
-    def add(self, key: str, value: str, *, section: int, start: int, end: int) -> None:
+    def add(self, key: str, value: str, *, section: int, start: int, end: int,
+            stale: tuple[int, int, int] | None = None) -> None:
         """Note ``key: value`` from ``section``. The same value again changes nothing
-        (workers may repeat their notes); another value corrects the one noted."""
+        (workers may repeat their notes); another value corrects the one noted, which is
+        marked stale (``stale``: where a value this one corrected was, when no value is
+        noted here yet)."""
         norm = _norm(key)
         old = self._entries.get(norm)
         if old is not None and _norm(old.value) == _norm(value):
             return
         self._seq += 1
-        stale = (old.section, old.start, old.end) if old is not None else None
+        if old is not None:
+            stale = (old.section, old.start, old.end)
         self._entries[norm] = NoteEntry(key, value, section, start, end, self._seq, stale)
 
     def add_answer(self, text: str, *, section: int, start: int, end: int) -> int:
@@ -140,13 +144,7 @@ class NoteLedger:
         out = cls()
         everything = [e for ledger in ledgers for e in ledger._entries.values()]
         for e in sorted(everything, key=lambda e: (e.section, e.start, e.seq)):
-            norm = _norm(e.key)
-            old = out._entries.get(norm)
-            out._seq += 1
-            if old is not None and _norm(old.value) == _norm(e.value):
-                continue
-            stale = (old.section, old.start, old.end) if old is not None else e.stale
-            out._entries[norm] = NoteEntry(e.key, e.value, e.section, e.start, e.end, out._seq, stale)
+            out.add(e.key, e.value, section=e.section, start=e.start, end=e.end, stale=e.stale)
         return out
 
     # -- rendering within a bound ----------------------------------------------------
