@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boundctx.tokens import ByteEstimateCounter, PromptCountCache, message_text
+from boundctx.tokens import ByteEstimateCounter, message_text
 
 
 def msgs(*texts):
@@ -85,31 +85,3 @@ def test_a_template_heavier_than_assumed_grows_the_overhead():
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
         ByteEstimateCounter(**kwargs)
-
-
-def test_prompt_cache_counts_each_new_message_once():
-    c = ByteEstimateCounter()
-    cache = PromptCountCache(c)
-    convo = msgs("hello", "world")
-    first = cache.estimate(convo)
-    assert (cache.hits, cache.misses) == (0, 2)
-    convo.append({"role": "user", "content": "again"})
-    assert cache.estimate(convo) > first
-    assert (cache.hits, cache.misses) == (2, 3)
-
-
-def test_prompt_cache_checks_the_full_render_near_the_limit():
-    class Strict(ByteEstimateCounter):
-        full_renders = 0
-
-        def count_prompt(self, messages, **kw):
-            if len(messages) > 1:
-                Strict.full_renders += 1
-            return super().count_prompt(messages, **kw)
-
-    cache = PromptCountCache(Strict())
-    convo = msgs("a" * 100, "b" * 100)
-    assert cache.fits(convo, 10_000) and Strict.full_renders == 0  # far under: no render
-    exact = Strict().count_prompt(convo)
-    assert cache.fits(convo, exact) and Strict.full_renders >= 1   # at the limit: rendered
-    assert not cache.fits(convo, exact - 1)

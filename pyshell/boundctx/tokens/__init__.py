@@ -3,10 +3,9 @@ estimate where it is not."""
 
 from boundctx.tokens.adapters import HFTokenizerCounter, TiktokenCounter
 from boundctx.tokens.base import Message, TokenCounter, message_text
-from boundctx.tokens.cache import PromptCountCache
 from boundctx.tokens.estimate import ByteEstimateCounter
 from boundctx.tokens.server import LlamaServerCounter, LlamaServerProps
 
 # LlamaCounter lives in boundctx.tokens.llama: importing it needs llama-cpp-python.
 __all__ = ["ByteEstimateCounter", "HFTokenizerCounter", "LlamaServerCounter", "LlamaServerProps",
-           "Message", "PromptCountCache", "TiktokenCounter", "TokenCounter", "message_text"]
+           "Message", "TiktokenCounter", "TokenCounter", "message_text"]
