@@ -282,6 +282,12 @@ class Tally:
         if len(self.problems) < 40:
             self.problems.append(text)
 
+    def child_failed(self, exc: Exception, where: str = "") -> None:
+        """Count a child that hung or died (ChildHung, ChildDied) as a problem at ``where``."""
+        self.hangs += isinstance(exc, ChildHung)
+        self.crashes += isinstance(exc, ChildDied)
+        self.problem(f"{where}: {exc}" if where else str(exc))
+
     def note(self, name: str, n: int = 1) -> None:
         self.notes[name] = self.notes.get(name, 0) + n
 
@@ -521,9 +527,7 @@ def kill_writers(workdir: Path, *, kills: int, seed: int, per_file: int = 5, big
                 take(line)  # acknowledgements already in the pipe count: the writer gave them
             _settle(tally, child, killed=True)
         except (ChildHung, ChildDied) as exc:
-            tally.hangs += isinstance(exc, ChildHung)
-            tally.crashes += isinstance(exc, ChildDied)
-            tally.problem(f"kill {k}: {exc}")
+            tally.child_failed(exc, f"kill {k}")
             continue
         finally:
             child.close()
@@ -645,9 +649,7 @@ def concurrent_appenders(workdir: Path, *, writers: int, records: int, kills: in
                 victim.close()
                 spawn(records // 2 + 1).send("go")  # its "ready" is read with the others' lines
     except (ChildHung, ChildDied) as exc:
-        tally.hangs += isinstance(exc, ChildHung)
-        tally.crashes += isinstance(exc, ChildDied)
-        tally.problem(str(exc))
+        tally.child_failed(exc)
     finally:
         for c in live:
             c.close()
@@ -757,9 +759,7 @@ def kill_rewriters(workdir: Path, *, kills: int, seed: int, per_file: int = 4) -
                     tally.acknowledged += 1
             _settle(tally, child, killed=True)
         except (ChildHung, ChildDied) as exc:
-            tally.hangs += isinstance(exc, ChildHung)
-            tally.crashes += isinstance(exc, ChildDied)
-            tally.problem(f"rewrite kill {k}: {exc}")
+            tally.child_failed(exc, f"rewrite kill {k}")
             continue
         finally:
             child.close()
@@ -891,9 +891,7 @@ def reader_under_rewrites(workdir: Path, *, appenders: int, records: int, rewrit
                 result = json.loads(line[7:])
         _settle(tally, reader, killed=False)
     except (ChildHung, ChildDied) as exc:
-        tally.hangs += isinstance(exc, ChildHung)
-        tally.crashes += isinstance(exc, ChildDied)
-        tally.problem(str(exc))
+        tally.child_failed(exc)
     finally:
         for c in [reader, *children]:
             c.close()
@@ -1095,9 +1093,7 @@ def disk_full(mount: Path, *, rounds: int, seed: int) -> Tally:
                 take(line)
             _settle(tally, child, killed=False)
         except (ChildHung, ChildDied) as exc:
-            tally.hangs += isinstance(exc, ChildHung)
-            tally.crashes += isinstance(exc, ChildDied)
-            tally.problem(f"round {r}: {exc}")
+            tally.child_failed(exc, f"round {r}")
             continue
         finally:
             child.close()
@@ -1218,9 +1214,7 @@ def path_replacement(workdir: Path, *, rounds: int = 1, seed: int = 0,
                 line = child.expect("result")
                 _settle(tally, child, killed=False)
             except (ChildHung, ChildDied) as exc:
-                tally.hangs += isinstance(exc, ChildHung)
-                tally.crashes += isinstance(exc, ChildDied)
-                tally.problem(f"{kind}: {exc}")
+                tally.child_failed(exc, kind)
                 continue
             finally:
                 child.close()
