@@ -76,6 +76,15 @@ def timed(fn: Callable[..., Any], repeats: int, *, warmup: int = 1, setup: Calla
     return Timed(wall, cpu, result)
 
 
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q`` quantile (0 < q <= 1) by nearest rank: the smallest value with at least
+    ``q`` of the values at or below it; nan when there are none. Every script reports
+    its p90s and p99s by this one rule."""
+    s = sorted(values)
+    # q * n can land a hair above a whole rank (0.7 * 10 == 7.000000000000001)
+    return s[max(0, math.ceil(q * len(s) - 1e-9) - 1)] if s else math.nan
+
+
 def summary(samples: Sequence[float]) -> dict[str, Any]:
     """Median, p90 (nearest rank), min, max and count of ``samples`` seconds; the
     samples themselves when there are at most 60."""
@@ -83,7 +92,7 @@ def summary(samples: Sequence[float]) -> dict[str, Any]:
     n = len(s)
     return {
         "median_s": statistics.median(s),
-        "p90_s": s[max(0, math.ceil(0.9 * n) - 1)],
+        "p90_s": percentile(s, 0.9),
         "min_s": s[0],
         "max_s": s[-1],
         "n": n,

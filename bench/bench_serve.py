@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.parse
 
-from _harness import ROOT, from_tests, run_facts
+from _harness import ROOT, from_tests, percentile, run_facts
 
 MODEL = "bench"
 MESSAGES = [{"role": "user", "content": "Tell me about the build."}]
@@ -197,9 +197,10 @@ def load_summary(results: list[dict], streams: int, requests: int) -> dict:
     ok = [r for r in results if r["status"] == 200]
     return {"streams": streams, "requests": requests, "answered": len(ok),
             "busy_503_share": sum(r["status"] == 503 for r in results) / len(results),
-            "role_p50_s": pct([r["role_s"] for r in ok], 0.5), "role_p99_s": pct([r["role_s"] for r in ok], 0.99),
-            "first_content_p50_s": pct([r["first_content_s"] for r in ok], 0.5),
-            "first_content_p99_s": pct([r["first_content_s"] for r in ok], 0.99)}
+            "role_p50_s": percentile([r["role_s"] for r in ok], 0.5),
+            "role_p99_s": percentile([r["role_s"] for r in ok], 0.99),
+            "first_content_p50_s": percentile([r["first_content_s"] for r in ok], 0.5),
+            "first_content_p99_s": percentile([r["first_content_s"] for r in ok], 0.99)}
 
 
 def _stack(running) -> dict:
@@ -214,11 +215,6 @@ def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def main() -> int:

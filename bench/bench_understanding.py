@@ -44,7 +44,7 @@ from boundctx.understanding import Catalog, Record, ReplayLog, Understander
 from boundctx.understanding import tasks as T
 from boundctx.understanding.normalise import normalise
 
-from _harness import ROOT, from_tests, markdown_table, run_facts
+from _harness import ROOT, from_tests, markdown_table, percentile, run_facts
 
 BOOKING = ROOT / "bench" / "data" / "booking_turns.json"
 BFCL = ROOT.parent / "shared" / "data" / "bfcl"
@@ -403,7 +403,7 @@ def summarise(rows: list[dict]) -> dict:
             "completion_tokens_per_turn": statistics.mean(r["completion_tokens"] for r in rs),
             "max_chain_depth": max(r["chain_depth"] for r in rs),
             "wall_s_p50": statistics.median(r["wall_s"] for r in rs),
-            "wall_s_p90": sorted(r["wall_s"] for r in rs)[int(0.9 * (len(rs) - 1))],
+            "wall_s_p90": percentile((r["wall_s"] for r in rs), 0.9),
             "shortcuts": dict(sum((collections.Counter(r["shortcuts"]) for r in rs), collections.Counter())),
             "failed_closed": sum(r["status"] == "failed_closed" for r in rs)}
     return out
