@@ -163,16 +163,17 @@ class NoteLedger:
             return _values_and_index([e for e in entries if id(e) not in gone],
                                      [e for e in entries if id(e) in gone])
 
-        if count(with_values(0)) <= budget:
-            return with_values(0)
-        # The fewest values evicted (oldest first) that fit, if any.
+        # The fewest values evicted (oldest first) that fit, if any: all of them kept
+        # is tried first. Each candidate is counted once; longest_fitting assumes k = 0
+        # fits, so that one (every value evicted) is counted here.
         keep = longest_fitting(n, lambda k: count(with_values(n - k)) <= budget)
         if keep > 0 or count(with_values(n)) <= budget:
             return with_values(n - keep)
         # Not even every key with its range fits: a compact index by section, then the
         # newest keys only, saying how many are not listed.
-        if count(_compact_index(entries, dropped=[])) <= budget:
-            return _compact_index(entries, dropped=[])
+        compact = _compact_index(entries, dropped=[])
+        if count(compact) <= budget:
+            return compact
         newest_first = sorted(entries, key=lambda e: e.seq, reverse=True)
 
         def listing(k: int) -> str:
@@ -182,7 +183,7 @@ class NoteLedger:
 
         k = longest_fitting(n, lambda k: count(listing(k)) <= budget)
         text = listing(k)
-        return text if count(text) <= budget else ""
+        return text if k > 0 or count(text) <= budget else ""  # k > 0 was counted to fit
 
 
 def _value_line(e: NoteEntry) -> str:
