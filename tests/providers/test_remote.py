@@ -199,18 +199,24 @@ def test_a_refused_json_schema_is_asked_again_as_json_object_and_kept_sync_and_a
     assert forms == ["json_schema", "json_object", "json_object", "json_schema", "json_object"]
 
 
-def test_a_stream_that_stalls_midway_is_a_timeout_sync_and_async(scripted_server):
-    s = scripted_server((200, [delta("partial "), 1.5]), (200, [delta("partial "), 1.5]))
+def _stalls_sync_and_async(url):
+    """One reply asked for sync, then one async, from a server that goes quiet: each
+    must fail as a stall, in boundctx's words."""
     stalled = r"sent nothing for 0.3 s in the middle of a reply"
-    with OpenAICompatibleProvider(s.url, timeout=0.3) as p, pytest.raises(ServerTimeout, match=stalled):
+    with OpenAICompatibleProvider(url, timeout=0.3) as p, pytest.raises(ServerTimeout, match=stalled):
         p.chat(HI)
 
     async def go():
-        async with OpenAICompatibleProvider(s.url, timeout=0.3) as p:
+        async with OpenAICompatibleProvider(url, timeout=0.3) as p:
             with pytest.raises(ServerTimeout, match=stalled):
                 [c async for c in p.astream_chat(HI)]
 
     asyncio.run(go())
+
+
+def test_a_stream_that_stalls_midway_is_a_timeout_sync_and_async(scripted_server):
+    s = scripted_server((200, [delta("partial "), 1.5]), (200, [delta("partial "), 1.5]))
+    _stalls_sync_and_async(s.url)
     assert len(s.requests) == 2  # neither was resent
 
 
@@ -218,16 +224,7 @@ def test_an_empty_stream_asks_once_unstreamed_and_a_silent_answer_is_a_timeout_s
     # An empty stream, then an unstreamed answer whose body never comes: reading that
     # body fails in boundctx's words, as a stream's does, not as a bare httpx error.
     s = scripted_server(*[(200, [None]), (200, [1.5])] * 2)
-    stalled = r"sent nothing for 0.3 s in the middle of a reply"
-    with OpenAICompatibleProvider(s.url, timeout=0.3) as p, pytest.raises(ServerTimeout, match=stalled):
-        p.chat(HI)
-
-    async def go():
-        async with OpenAICompatibleProvider(s.url, timeout=0.3) as p:
-            with pytest.raises(ServerTimeout, match=stalled):
-                [c async for c in p.astream_chat(HI)]
-
-    asyncio.run(go())
+    _stalls_sync_and_async(s.url)
     assert [r["stream"] for r in s.requests] == [True, False, True, False]
 
 
