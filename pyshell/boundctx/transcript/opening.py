@@ -51,10 +51,8 @@ def open_transcript_fd(path: str, *, create: bool = False) -> int:
         st = os.stat(path)
     except OSError as exc:
         raise map_open_error(path, exc) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
     if not stat.S_ISREG(st.st_mode):
-        raise not_a_file(path, st.st_mode)
+        raise not_a_file(path, st.st_mode)  # a directory's error among them
     return open_regular_fd(path)
 
 

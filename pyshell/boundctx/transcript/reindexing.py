@@ -30,7 +30,6 @@ from boundctx.transcript.sidecar import (
 __all__ = ["ReindexReport", "reindex"]
 
 
-
 class ReindexReport(NamedTuple):
     """What one ``reindex`` did to one file (``_asdict()`` for JSON)."""
 
