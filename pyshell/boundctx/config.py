@@ -223,7 +223,7 @@ KEYS: dict[str, Key] = _declare(
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
         "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
     Key("serve.host", "str", "127.0.0.1", "address boundctx serve binds; anything but loopback needs an "
-        "API key (serve.api_key_file or BOUNDCTX_SERVE_API_KEY)"),
+        "API key (--api-key, serve.api_key_file or BOUNDCTX_SERVE_API_KEY)"),
     Key("serve.port", "int", 8765, "port boundctx serve listens on (0 = any free port)", minimum=0,
         maximum=65535),
     Key("serve.api_key_file", "str", "", "a file of API keys, one per line, any of which a client may "
@@ -248,6 +248,14 @@ KEYS: dict[str, Key] = _declare(
     Key("serve.cors_origins", "str", "", "origins (scheme://host[:port], comma-separated; * for any) whose "
         "pages may call boundctx serve from a browser; empty sends no CORS headers. Credentials are never "
         "allowed: send the API key as a bearer token"),
+    Key("serve.max_head_bytes", "int", 64 << 10, "largest request head (request line and headers) boundctx "
+        "serve reads; a larger one gets 431 and the connection is closed", minimum=4096, maximum=16 << 20),
+    Key("serve.head_timeout_seconds", "float", 10.0, "time a connection has to send a complete request head, "
+        "from when it opens or its previous response ends; then it is closed (408 if part of a head came)",
+        minimum=0, exclusive_minimum=True, maximum=3600.0),
+    Key("serve.max_connections", "int", 512, "most connections open at once (lowered to what the open-file "
+        "limit allows); past it a new connection closes the one that has waited longest without a request",
+        minimum=2, maximum=1 << 20),
 )
 
 
@@ -255,7 +263,7 @@ KEYS: dict[str, Key] = _declare(
 ENVIRONMENT: dict[str, str] = {
     "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
     "BOUNDCTX_CACHE_DIR": "where layout sidecars go when a transcript's folder is read-only",
-    "BOUNDCTX_API_KEY": "the bearer token for --provider remote (--api-key wins)",
+    "BOUNDCTX_API_KEY": "the bearer token for --provider remote (--api-key wins; on serve, --upstream-api-key)",
     "BOUNDCTX_SERVE_API_KEY": "an API key boundctx serve accepts (with those of serve.api_key_file)",
 }
 

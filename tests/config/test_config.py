@@ -54,6 +54,10 @@ DESIGN_LIMITS = {
     "serve.progress_openwebui": (True, "maybe"),
     "serve.sessions_dir": ("", 1),
     "serve.cors_origins": ("", 1),
+    # Issue 22: what a connection may do before its request reaches the app.
+    "serve.max_head_bytes": (64 << 10, 4095),
+    "serve.head_timeout_seconds": (10.0, 0),
+    "serve.max_connections": (512, 1),
 }
 
 

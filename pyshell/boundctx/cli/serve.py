@@ -1,11 +1,19 @@
-"""``boundctx serve``: the OpenAI-compatible server on the chosen model."""
+"""``boundctx serve``: the OpenAI-compatible server on the chosen model.
+
+``--api-key`` is the key clients must send to this server, as it is for llama.cpp's
+server and vLLM; the remote model server's own key is ``--upstream-api-key``. Every key
+clients may send (``--api-key``, ``serve.api_key_file``, ``$BOUNDCTX_SERVE_API_KEY``) is
+one word of printable ASCII: a blank one would match a request that sends none, and one
+with a space or a control character could never be sent in a header as it was written.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
-from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
+from boundctx.cli._provider import add_provider_arguments, check_provider_flags, flag_overrides, make_provider
 
 __all__ = ["add_parser", "api_keys"]
 
@@ -19,11 +27,15 @@ def add_parser(sub, summary: str) -> None:
                     "(windows, append, edit, delete, replies as named events), count, understand, settings, "
                     "and cancelling a reply by id. Binds 127.0.0.1 unless told otherwise; any other address "
                     "needs an API key.")
-    add_provider_arguments(p)
+    add_provider_arguments(p, upstream_key_flag="--upstream-api-key")
     p.add_argument("--host", metavar="ADDR", help="address to bind (serve.host, default 127.0.0.1)")
     p.add_argument("--port", type=int, metavar="N", help="port (serve.port, default 8765; 0 = any free one)")
-    p.add_argument("--api-key-file", metavar="FILE", help="API keys clients may send, one per line "
-                                                          "(serve.api_key_file; also $BOUNDCTX_SERVE_API_KEY)")
+    p.add_argument("--api-key", dest="api_keys", action="append", metavar="KEY",
+                   help="a key clients must send as 'Authorization: Bearer KEY' (repeatable; joins those of "
+                        "--api-key-file and $BOUNDCTX_SERVE_API_KEY). Other users of the machine can read it "
+                        "in the process list: the file or the variable keeps it private")
+    p.add_argument("--api-key-file", metavar="FILE", help="API keys clients may send, one per line, # for a "
+                                                          "comment (serve.api_key_file)")
     p.add_argument("--sessions-dir", metavar="DIR", help="the folder of sessions under /boundctx/v1/sessions "
                                                           "(serve.sessions_dir)")
     p.add_argument("--model-id", metavar="NAME", help="the model name clients send and /v1/models lists "
@@ -31,20 +43,47 @@ def add_parser(sub, summary: str) -> None:
     p.set_defaults(run=run)
 
 
-def api_keys(settings, env=os.environ) -> frozenset[str]:
-    """The keys of ``serve.api_key_file`` and ``$BOUNDCTX_SERVE_API_KEY``."""
+#: A key: one word of printable ASCII (what a bearer token can carry as it was written).
+_KEY = re.compile(r"[\x21-\x7e]+")
+
+
+def api_keys(settings, env=os.environ, given=()) -> frozenset[str]:
+    """The keys clients may send: ``given`` (``--api-key``), those of
+    ``serve.api_key_file`` and ``$BOUNDCTX_SERVE_API_KEY``.
+
+    Raises
+    ------
+    ValueError
+        A blank key, or one with a space, a control character or a character that is
+        not ASCII, saying where it came from (never the key itself).
+    """
     from boundctx._files import read_bytes
 
     keys = set()
+    for key in given:
+        keys.add(_checked(key.strip(), "--api-key"))
     path = str(settings["serve.api_key_file"])
     if path:
-        text = read_bytes(path).decode("utf-8")
-        keys.update(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
-        if not keys:
+        text = read_bytes(path).decode("utf-8", errors="surrogateescape")
+        in_file = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1)
+                   if line.strip() and not line.strip().startswith("#")]
+        if not in_file:
             raise ValueError(f"the API key file {path!r} holds no key (one per line)")
-    if env.get("BOUNDCTX_SERVE_API_KEY"):
-        keys.add(env["BOUNDCTX_SERVE_API_KEY"].strip())
+        keys.update(_checked(key, f"line {number} of the API key file {path!r}") for number, key in in_file)
+    if "BOUNDCTX_SERVE_API_KEY" in env:
+        keys.add(_checked(env["BOUNDCTX_SERVE_API_KEY"].strip(), "BOUNDCTX_SERVE_API_KEY"))
     return frozenset(keys)
+
+
+def _checked(key: str, where: str) -> str:
+    if not key:
+        if where == "BOUNDCTX_SERVE_API_KEY":
+            raise ValueError("BOUNDCTX_SERVE_API_KEY is set but blank; unset it or give a key")
+        raise ValueError(f"{where} is blank; give a key")
+    if not _KEY.fullmatch(key):
+        raise ValueError(f"the key of {where} holds a space, a control character or a character that is not ASCII; "
+                         f"a key is one word of printable ASCII characters")
+    return key
 
 
 def run(args) -> int:
@@ -52,8 +91,9 @@ def run(args) -> int:
     from boundctx.errors import BoundctxError
 
     try:
+        check_provider_flags(args)
         settings = config.load(overrides=flag_overrides(args))
-        keys = api_keys(settings)
+        keys = api_keys(settings, given=args.api_keys or ())
         from boundctx.serve import create_app
 
         provider = make_provider(args, settings)
@@ -67,13 +107,20 @@ def run(args) -> int:
     except (BoundctxError, ValueError, OSError) as exc:
         print(f"boundctx serve: {exc}", file=sys.stderr)
         return 2
-    import uvicorn
+    from boundctx.serve.connections import run_server
+
+    def say(text: str) -> None:
+        print(f"boundctx serve: {text}", file=sys.stderr, flush=True)
 
     where = f"[{host}]" if ":" in host else host
-    print(f"boundctx serve: {model_id!r} on http://{where}:{port}/v1, the front end at http://{where}:{port}/ "
-          f"({'API key required' if keys else 'no API key'}; Ctrl-C stops)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off")
-    return 0
+    banner = (f"{model_id!r} on http://{where}:{port}/v1, the front end at http://{where}:{port}/ "
+              f"({'API key required' if keys else 'no API key'}; Ctrl-C stops)")
+    try:
+        started = run_server(app, host, port, settings=settings, say=say, banner=banner)
+    except RuntimeError as exc:
+        say(str(exc))
+        return 2
+    return 0 if started else 1
 
 
 def _model_id(args) -> str:
