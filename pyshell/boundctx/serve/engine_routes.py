@@ -10,7 +10,8 @@ Routes::
                                             ``chatcmpl-`` id or a session reply's ``reply-`` id)
 
 Understanding makes model calls, so it takes a reply slot and waits its turn as a reply
-does (503 past the queue); a client that leaves stops it at its next model call.
+does (503 past the queue); a client that leaves stops the model call in flight, no call
+starts after it, and the slot is free again.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def engine_routes(server: Any) -> list:
         gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():  # the client left: its next model call finds the token set
+            if not work.done():  # the client left: the call in flight stops, and the turn with it
                 cancel.set()
                 return _error(499, "the client closed the connection", "invalid_request_error", "client_closed")
             try:

@@ -97,8 +97,22 @@ class Ticket:
             s._cond.notify_all()
 
 
+class _Either:
+    """A cancel token set when either of two is (providers only ask ``is_set()``)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self._first, self._second = first, second
+
+    def is_set(self) -> bool:
+        return self._first.is_set() or self._second.is_set()
+
+
 class GatedProvider(Provider):
-    """``provider`` for one reply: its first model call waits for the reply's turn."""
+    """``provider`` for one reply: its first model call waits for the reply's turn, and
+    every call stops when the reply is cancelled (the client left, or asked) as well as
+    when its caller's own cancel token says so."""
 
     def __init__(self, provider: Provider, ticket: Ticket, cancel: threading.Event) -> None:
         self.inner = provider
@@ -116,10 +130,13 @@ class GatedProvider(Provider):
 
     def stream(self, request, *, cancel=None, timeout_s=None) -> Iterator[Any]:
         # Every model call of the reply comes here (stream_chat builds the request and
-        # calls this): the first waits for the reply's turn.
-        if not self._ticket.held and not self._ticket.wait(cancel or self._cancel):
+        # calls this): the first waits for the reply's turn. A caller with a token of its
+        # own (understanding's calls carry none, or their own) is still stopped by the
+        # reply's, so a reply whose client left does not hold its turn to its bounds.
+        either = self._cancel if cancel is None or cancel is self._cancel else _Either(self._cancel, cancel)
+        if either.is_set() or (not self._ticket.held and not self._ticket.wait(either)):
             return iter([Finish("cancelled")])
-        return self.inner.stream(request, cancel=cancel, timeout_s=timeout_s)
+        return self.inner.stream(request, cancel=either, timeout_s=timeout_s)
 
     @contextlib.contextmanager
     def turn(self, *, timeout_s=None) -> Iterator[None]:

@@ -6,7 +6,10 @@ fails the schema or the task's check is repaired (the model is told what was wro
 and when the repairs are spent the task may be escalated once to another model.
 Every attempt reserves its call on the turn's :class:`~.budget.Budget` before it is
 made, settles it with the usage the backend reported, and is logged as an
-:class:`~.replay.Attempt`, a call the budget refused included.
+:class:`~.replay.Attempt`, a call the budget refused included. A call that ends
+cancelled (``Finish("cancelled")``: the caller or the client stopped it) is neither
+repaired nor escalated: :class:`TurnCancelled` ends the turn, and no call of the turn
+starts after it.
 
 An attempt's request is built once: the same :class:`~boundctx.providers.ChatRequest`
 is hashed for the replay log and sent to the model.
@@ -30,7 +33,7 @@ from boundctx.understanding.budget import Budget
 from boundctx.understanding.replay import Attempt, AttemptRole, ReplayLog, messages_hash, prompt_hash
 from boundctx.understanding.tasks import MAX_TOKENS, TaskCall, TaskKind
 
-__all__ = ["NotUnderstood", "Outcome", "TaskConfig", "TaskRunner"]
+__all__ = ["NotUnderstood", "Outcome", "TaskConfig", "TaskRunner", "TurnCancelled"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,12 @@ class NotUnderstood(Exception):
     def holding(self, holds: Sequence[str]) -> NotUnderstood:
         """The same failure, holding ``holds``."""
         return NotUnderstood(self.task, self.reason, bound=self.bound, holds=holds)
+
+
+class TurnCancelled(Exception):
+    """A call of the turn ended cancelled: the turn stops at its next step (no repair,
+    vote, escalation or further task), and the pipeline ends it with a plan that acts on
+    nothing; it never leaves the package."""
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -189,6 +198,8 @@ class TaskRunner:
         self.progress = progress
         self._attempt_numbers: Counter[tuple[str | None, str, str]] = Counter()
         self._lock = threading.Lock()  # calls run in threads; the numbers are read-modify-write
+        #: Why the turn was cancelled, once a call ended cancelled (then no call starts).
+        self.cancelled: str | None = None
 
     def config(self, kind: TaskKind) -> TaskConfig:
         return self.configs.get(kind) or TaskConfig()
@@ -269,7 +280,11 @@ class TaskRunner:
             The budget refused the call, or the call passed a bound.
         ReplayDiverged
             A replay met a call the recording does not have.
+        TurnCancelled
+            This call ended cancelled, or one before it did (then it is not made).
         """
+        if self.cancelled is not None:
+            raise TurnCancelled(self.cancelled)
         max_tokens = cfg.max_tokens or call.max_tokens or MAX_TOKENS[call.kind]
         request = make_request(messages, tools=None, max_tokens=max_tokens, temperature=cfg.temperature, stop=None,
                                schema=S.for_decoder(call.schema), timeout_s=None)
@@ -285,6 +300,15 @@ class TaskRunner:
                       finish=None, elapsed=0.0, error=None)
             raise
         raw, finish, error, started = self._generate(call, provider, request, cfg, role)
+        if error is None and finish is not None and finish.reason == "cancelled":
+            self.budget.release()
+            why = (f"cancelled: the {call.kind} call was stopped (the caller cancelled the turn, or its client "
+                   "left), so no further model call was made and nothing is acted on")
+            self._log(call, request, provider=provider, role=role, depth=depth, sampling=sampling, counted=counted,
+                      raw=raw, finish_reason="cancelled", problems=[why], finish=finish,
+                      elapsed=round(clock() - started, 6), error=None)
+            self.cancelled = why
+            raise TurnCancelled(why)
         exhausted: BudgetExhausted | None = None
         parsed = result = None
         problems = ""

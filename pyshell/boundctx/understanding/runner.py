@@ -23,7 +23,9 @@ escalated as configured, drawing on the turn's one :class:`~.budget.Budget`; a u
 is still not understood becomes a notice and every act on a record it may touch is
 held; a failed segmentation or a lost constraint fails the whole turn closed. An
 exhausted bound never leaves a partial effect: it is one more reason a unit is not
-understood, reported as ``budget.exhausted{bound}``.
+understood, reported as ``budget.exhausted{bound}``. A model call that ends cancelled
+(its caller's or its reply's cancel token) stops the turn at its next step: no call
+starts after it, and the turn fails closed with a notice saying it was cancelled.
 
 This module is the pipeline. What a turn produces, and the code that assembles it, is
 :mod:`.plan`; one task call run to a checked answer (votes, repairs, escalation, the
@@ -49,7 +51,7 @@ import msgspec
 from boundctx import config
 from boundctx.errors import ReplayDiverged, UsageUnavailable
 from boundctx.providers.base import Provider
-from boundctx.understanding.attempts import NotUnderstood, TaskConfig, TaskRunner
+from boundctx.understanding.attempts import NotUnderstood, TaskConfig, TaskRunner, TurnCancelled
 from boundctx.understanding.budget import Bounds, Budget, BudgetReport
 from boundctx.understanding.catalog import Catalog, Operation, Record, check_records
 from boundctx.understanding.normalise import supports
@@ -134,6 +136,11 @@ class _Turn:
 
     def _instructions(self, kind: TaskKind) -> str | None:
         return self.tasks.config(kind).instructions
+
+    def cancelled(self, exc: TurnCancelled) -> Plan:
+        """The plan of a turn a cancelled call stopped: no act at all, one notice saying so."""
+        return failed_closed(self.turn, Notice("not_understood", None, str(exc), None, [HOLD_ALL]),
+                             self.budget.report(), self.shortcuts)
 
     # -- the pipeline --------------------------------------------------------------------
 
@@ -483,6 +490,8 @@ class Understander:
             return result, None, t.budget.report()
         except NotUnderstood as exc:
             return None, exc.reason, t.budget.report()
+        except TurnCancelled as exc:
+            return None, str(exc), t.budget.report()
 
     def single_call(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
                     turn: str | None = None) -> Plan:
@@ -493,7 +502,12 @@ class Understander:
         A failed call fails the turn closed; a missing argument or record becomes a
         question rendered by code, and so does a value the message does not show
         (unless ``single_call`` is configured for independent votes: decision 0017)."""
-        return self._finish(self._start(message, records, None, turn, "single_call").single_call())
+        t = self._start(message, records, None, turn, "single_call")
+        try:
+            plan = t.single_call()
+        except TurnCancelled as exc:
+            plan = t.cancelled(exc)
+        return self._finish(plan)
 
     def understand(self, message: str, *, records: Sequence[Record | Mapping[str, Any]] = (),
                    click: Click | None = None, turn: str | None = None) -> Plan:
@@ -517,7 +531,12 @@ class Understander:
         CatalogError
             Bad records, or a click naming an unknown operation.
         """
-        return self._finish(self._start(message, records, click, turn, "pipeline").understand(click))
+        t = self._start(message, records, click, turn, "pipeline")
+        try:
+            plan = t.understand(click)
+        except TurnCancelled as exc:
+            plan = t.cancelled(exc)
+        return self._finish(plan)
 
 
 def replay_turn(source: str | ReplayLog, turn: str, catalog: Catalog, *,
