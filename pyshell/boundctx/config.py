@@ -26,7 +26,8 @@ import os
 import pathlib
 import re
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -40,7 +41,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["ENVIRONMENT", "KEYS", "Key", "Settings", "config_path", "load", "resolve", "schema", "write_value"]
+__all__ = ["ENVIRONMENT", "KEYS", "RELATIONS", "Key", "Settings", "check_relations", "config_path", "load", "resolve",
+           "schema", "write_value"]
 
 #: The value types a setting can have, by name.
 KeyType = Literal["int", "float", "bool", "str"]
@@ -85,6 +87,8 @@ class Key(msgspec.Struct, frozen=True):
         if self.choices is not None:
             return "one of " + ", ".join(map(repr, self.choices))
         if self.minimum is not None and self.maximum is not None:
+            if self.exclusive_minimum:
+                return f"> {_num(self.minimum)} and ≤ {_num(self.maximum)}"
             return f"{_num(self.minimum)}–{_num(self.maximum)}"
         if self.minimum is not None:
             return f"{'>' if self.exclusive_minimum else '≥'} {_num(self.minimum)}"
@@ -157,6 +161,17 @@ def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
 
 #: The largest context window accepted: 16 Mi tokens, past every model there is.
 MAX_CONTEXT = 1 << 24
+#: The largest count or size: what the section planner and the native core take (their
+#: offsets are ssize_t), and what a setting's value can be as JSON (the settings route,
+#: ``boundctx config show --json``) or in TOML (64-bit integers).
+LARGEST = sys.maxsize
+#: The longest time limit, in seconds: the longest wait a lock can be given (a local
+#: model's turn waits on one with the time that is left; Python refuses a longer one).
+MAX_SECONDS = float(math.floor(threading.TIMEOUT_MAX))
+#: The window route's caps (``MESSAGE_LIMIT_MAX`` and ``CONTENT_LIMIT_MAX`` in
+#: ``serve/sessions.py``): the ``transcript.window_*`` defaults may not pass them.
+WINDOW_MESSAGES_MAX = 1000
+WINDOW_CONTENT_BYTES_MAX = 1 << 20
 
 
 def _declare(*keys: Key) -> dict[str, Key]:
@@ -172,31 +187,34 @@ KEYS: dict[str, Key] = _declare(
     Key("chat.n_ctx", "int", 8192, "the chat model's context window in tokens (remote models; "
         "local models are opened with it)", minimum=512, maximum=MAX_CONTEXT),
     Key("chat.tool_result_clip_chars", "int", 4000, "with analysis off, tool results are cut "
-        "to this many characters", minimum=0),
+        "to this many characters", minimum=0, maximum=LARGEST),
     Key("analysis.worker_n_ctx", "int", 4096, "context of each note-taking worker prompt, in "
         "tokens", minimum=512, maximum=MAX_CONTEXT),
     Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one worker "
-        "generation, in seconds", minimum=0, exclusive_minimum=True),
-    Key("analysis.notes_max_tokens", "int", 384, "most tokens a worker's notes may take",
-        minimum=16),
+        "generation, in seconds", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS),
+    # A worker prompt holds the notes and keeps as many tokens free for the worker's
+    # output: twice the notes must be under the worker context (RELATIONS).
+    Key("analysis.notes_max_tokens", "int", 384, "most tokens a worker's notes may take; twice this "
+        "must be under analysis.worker_n_ctx", minimum=16, maximum=(MAX_CONTEXT - 1) // 2),
     Key("analysis.max_source_chars", "int", 1_000_000, "longest input analysed in one reply, "
-        "in characters", minimum=1),
-    Key("analysis.max_sections", "int", 64, "most sections analysed in one reply", minimum=1),
+        "in characters", minimum=1, maximum=LARGEST),
+    Key("analysis.max_sections", "int", 64, "most sections analysed in one reply", minimum=1,
+        maximum=LARGEST),
     Key("analysis.overlap_chars", "int", 64, "characters each section repeats from the one "
-        "before", minimum=0),
+        "before; less than analysis.max_source_chars", minimum=0, maximum=LARGEST - 1),
     Key("analysis.constrained_rereads", "bool", True, "a model that cannot call tools may still "
         "ask for exact rereads of the ranges the notes cite, in one step its decoder holds to a "
         "JSON schema, before it answers (one more model call when something was analysed)"),
     Key("understanding.max_model_calls", "int", 24, "most model calls one turn of understanding "
-        "makes (repairs, votes and escalations included)", minimum=1),
+        "makes (repairs, votes and escalations included)", minimum=1, maximum=LARGEST),
     Key("understanding.max_chain_depth", "int", 12, "most dependent model calls in a row in one "
-        "turn (each repair or escalation is one more)", minimum=1),
+        "turn (each repair or escalation is one more)", minimum=1, maximum=LARGEST),
     Key("understanding.max_parallel", "int", 4, "most understanding tasks running at once "
         "(local models still take turns on the inference lock)", minimum=1, maximum=64),
     Key("understanding.max_prompt_tokens", "int", 65536, "most prompt tokens one turn spends; "
-        "0 = no bound (a backend without usage reports needs 0)", minimum=0),
+        "0 = no bound (a backend without usage reports needs 0)", minimum=0, maximum=LARGEST),
     Key("understanding.wall_clock_s", "float", 300.0, "wall-clock limit of one turn in seconds; "
-        "0 = no bound", minimum=0),
+        "0 = no bound", minimum=0, maximum=MAX_SECONDS),
     Key("understanding.repairs", "int", 1, "extra attempts for a task whose output failed "
         "validation, each told what was wrong", minimum=0, maximum=4),
     Key("understanding.votes", "int", 1, "samples per task; an answer needs a strict majority",
@@ -211,17 +229,20 @@ KEYS: dict[str, Key] = _declare(
         "penalised (1 = not at all); keeps a small model from repeating itself", minimum=1, maximum=2),
     Key("local.threads", "int", 0, "CPU threads for local inference; 0 = llama.cpp's choice",
         minimum=0, maximum=1024),
+    # llama.cpp's n_gpu_layers is a 32-bit int: a larger value would wrap.
     Key("local.gpu_layers", "int", 0, "model layers offloaded to a GPU (a GPU build of "
-        "llama-cpp-python); -1 = all, 0 = none", minimum=-1),
+        "llama-cpp-python); -1 = all, 0 = none", minimum=-1, maximum=2**31 - 1),
     Key("local.seed", "int", 1234, "sampling seed of local models (the same seed, prompt and "
         "settings give the same reply)", minimum=0, maximum=2**32 - 1),
     Key("local.extra_buffers", "str", "auto", "llama.cpp's extra CPU buffer types (repacked and AMX "
         "kernels); auto = off on AMX hosts, where llama-cpp-python 0.3.36 crashes with SIGILL "
         "(decision 0013)", choices=("auto", "on", "off")),
     Key("transcript.window_messages", "int", 100, "messages in a renderer window "
-        "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
+        "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
+        maximum=WINDOW_MESSAGES_MAX),
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
-        "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1),
+        "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
+        maximum=WINDOW_CONTENT_BYTES_MAX),
     Key("serve.host", "str", "127.0.0.1", "address boundctx serve binds; anything but loopback needs an "
         "API key (--api-key, serve.api_key_file or BOUNDCTX_SERVE_API_KEY)"),
     Key("serve.port", "int", 8765, "port boundctx serve listens on (0 = any free port)", minimum=0,
@@ -229,15 +250,16 @@ KEYS: dict[str, Key] = _declare(
     Key("serve.api_key_file", "str", "", "a file of API keys, one per line, any of which a client may "
         "send as 'Authorization: Bearer KEY' (empty: none, unless BOUNDCTX_SERVE_API_KEY is set)"),
     Key("serve.max_body_bytes", "int", 32 << 20, "largest request body boundctx serve reads; larger "
-        "ones get 413", minimum=1024),
+        "ones get 413", minimum=1024, maximum=LARGEST),
     Key("serve.active_replies", "int", 1, "replies generated at once (a local model runs one at a "
         "time whatever this says)", minimum=1, maximum=256),
     Key("serve.queue_depth", "int", 8, "replies waiting for a turn; past this a request gets 503 with "
         "Retry-After", minimum=0, maximum=4096),
     Key("serve.sse_ping_seconds", "float", 15.0, "a ': ping' comment after this long without an event "
-        "on a stream (0 = never)", minimum=0),
+        "on a stream (0 = never)", minimum=0, maximum=MAX_SECONDS),
     Key("serve.send_timeout_seconds", "float", 30.0, "a client that takes longer than this to take "
-        "one event is dropped and its reply cancelled", minimum=0, exclusive_minimum=True),
+        "one event is dropped and its reply cancelled", minimum=0, exclusive_minimum=True,
+        maximum=MAX_SECONDS),
     Key("serve.progress_max_hz", "float", 4.0, "most analysis-progress chunks per second on a stream",
         minimum=0, exclusive_minimum=True),
     Key("serve.progress_openwebui", "bool", True, "progress chunks also carry Open WebUI's status "
@@ -355,6 +377,51 @@ class Settings(Mapping[str, Any]):
         return f"Settings({self._values!r})"
 
 
+#: What two settings must satisfy together, where neither key's own range can say it:
+#: (key, other key, the most the key may be given the other's value, the least the other
+#: may be given the key's value, why). Checked when settings are resolved, by ``boundctx
+#: config set``, and by the server's live settings.
+RELATIONS: tuple[tuple[str, str, Callable[[int], int], Callable[[int], int], str], ...] = (
+    # The section planner keeps the notes' room and as much output headroom in every
+    # worker prompt: with twice the notes at the context it refuses every input.
+    ("analysis.notes_max_tokens", "analysis.worker_n_ctx", lambda ctx: (ctx - 1) // 2, lambda notes: 2 * notes + 1,
+     "each worker prompt holds the notes and keeps as many tokens free for the worker's output, so there would "
+     "be no room for a section and every input too long for the context would be refused"),
+    # A section repeats the overlap from the one before: with an overlap as long as the
+    # longest source, no source could be cut into two sections.
+    ("analysis.overlap_chars", "analysis.max_source_chars", lambda most: most - 1, lambda overlap: overlap + 1,
+     "each section repeats the overlap from the one before, so no input could be cut into two sections"),
+)
+
+
+def check_relations(values: Mapping[str, Any], source: Callable[[str], str] | None = None) -> None:
+    """Refuse settings that are each in range but do not go together (:data:`RELATIONS`).
+
+    Parameters
+    ----------
+    values : mapping
+        Every key's value (resolved :class:`Settings`, or a plain mapping).
+    source : callable, optional
+        ``source(name)`` -> where a value came from, for the message.
+
+    Raises
+    ------
+    ConfigError
+        Naming both keys, their values, why they do not go together and what is accepted;
+        its ``keys`` attribute is the two names.
+    """
+    def said(name: str) -> str:
+        return f"{name} = {values[name]!r}" + (f" (from {source(name)})" if source is not None else "")
+
+    for name, other, most, least, why in RELATIONS:
+        if values[name] > most(values[other]):
+            error = ConfigError(f"{said(name)} does not go with {said(other)}: {why}; accepted {name} ≤ "
+                                f"{_num(most(values[other]))} with that {other}, or {other} ≥ "
+                                f"{_num(least(values[name]))}")
+            error.keys = (name, other)  # for a caller that names one of them (the server's 400)
+            raise error
+
+
 def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
          overrides: Mapping[str, Any] | None = None) -> Settings:
     """Resolve every setting from its four sources.
@@ -372,8 +439,9 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
     Raises
     ------
     ConfigError
-        An unknown key, a value of the wrong type or out of range, a file that is not
-        TOML; the message names the source and the accepted values.
+        An unknown key, a value of the wrong type or out of range, values that do not go
+        together (:data:`RELATIONS`), a file that is not TOML; the message names the
+        source and the accepted values.
     """
     env = os.environ if env is None else env
     _warn_unknown_variables(env)
@@ -394,6 +462,7 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
             raise _unknown(name, "an override")
         values[name] = KEYS[name].check(value, "an override")
         sources[name] = "override"
+    check_relations(values, sources.__getitem__)
     return Settings(values, sources)
 
 
@@ -453,6 +522,9 @@ def write_value(name: str, value: Any, *, path: str | os.PathLike | None = None)
             raise _unknown(other, f"file {file}")
         KEYS[other].check(v, f"file {file}", parse=False)
     current[name] = value
+    # The file's values must go together (the environment may still change them).
+    check_relations({**{n: k.default for n, k in KEYS.items()}, **current},
+                    lambda n: "config set" if n == name else f"file {file}" if n in current else "default")
     groups: dict[str, list[str]] = {}
     for full, v in sorted(current.items()):
         group, key = full.split(".", 1)

@@ -28,7 +28,14 @@ from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.workers import Notes, iter_read_in_sections
-from boundctx.errors import BoundctxError, ContextOverflow, GenerationError, SectionReadError, ToolOfferError
+from boundctx.errors import (
+    BoundctxError,
+    ContextOverflow,
+    GenerationError,
+    SectionPlanError,
+    SectionReadError,
+    ToolOfferError,
+)
 from boundctx.events import Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Finish, Provider, TextChunk, ToolCallChunk
 
@@ -300,8 +307,18 @@ class Engine:
         for index in fit.analysed_at:
             item = final[index]
             label, text = label_of(index)
-            notes = yield from iter_read_in_sections(provider, text, question=question, originals=originals,
-                                                     label=label, settings=s, cancel=cancel, started=started)
+            try:
+                notes = yield from iter_read_in_sections(provider, text, question=question, originals=originals,
+                                                         label=label, settings=s, cancel=cancel, started=started)
+            except BoundctxError:
+                raise
+            except ValueError as exc:
+                # The section planner's own check of its arguments (before any model call):
+                # settings in their ranges never fail it, settings built by hand may. The
+                # reply ends Failed with the reason, never with the bare error.
+                raise SectionPlanError(f"{label} could not be planned into sections ({exc}); the analysis.* "
+                                       "settings are outside what the planner takes: `boundctx config schema` "
+                                       "gives their ranges") from exc
             if notes is None:
                 yield Done("cancelled")
                 return

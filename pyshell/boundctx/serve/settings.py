@@ -79,7 +79,9 @@ class LiveSettings:
         Raises
         ------
         SettingRefused
-            An unknown key, a key fixed while serving, or a value the key does not accept.
+            An unknown key, a key fixed while serving, a value the key does not accept, or
+            values that do not go together (``config.RELATIONS``, checked on the settings
+            the change would make).
         """
         checked: dict[str, Any] = {}
         for name, value in changes.items():
@@ -101,7 +103,14 @@ class LiveSettings:
                     values[name], sources[name] = self.started[name], self.started.source(name)
                 else:
                     values[name], sources[name] = value, SOURCE
-            self.current = config.Settings(values, sources)
+            settings = config.Settings(values, sources)
+            try:
+                config.check_relations(settings, settings.source)
+            except ConfigError as exc:
+                # The param names a key of this request (the other may be one it left alone).
+                keys = [k for k in getattr(exc, "keys", ()) if k in checked] or list(checked) or [""]
+                raise SettingRefused(keys[0], str(exc)) from None
+            self.current = settings
             return self.current
 
     def view(self) -> dict[str, Any]:
