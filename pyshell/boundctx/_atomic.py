@@ -33,7 +33,7 @@ def fsync_dir(folder: str) -> None:
 
 @contextmanager
 def replacing(path: str | os.PathLike, *, temp_name: Callable[[str], str] | None = None,
-              mode: int | None = None, sync: bool = True) -> Iterator[BinaryIO]:
+              mode: int | None = None, sync: bool = True, resolve: bool = True) -> Iterator[BinaryIO]:
     """Yield a new binary file that replaces ``path`` when the block ends cleanly.
 
     Parameters
@@ -49,11 +49,14 @@ def replacing(path: str | os.PathLike, *, temp_name: Callable[[str], str] | None
         ``open(path, "w")`` gives).
     sync : bool
         Flush the file and the folder to disk (off only for throwaway data).
+    resolve : bool
+        Follow a symlink at ``path`` (default). False: ``path`` is already resolved, and
+        whatever is at the name now (a symlink put there since) is replaced, not followed.
 
     An exception in the block (``KeyboardInterrupt`` included) removes the temporary
     file and leaves ``path`` as it was.
     """
-    real = os.path.realpath(path)
+    real = os.path.realpath(path) if resolve else os.fspath(path)
     folder, name = os.path.split(real)
     tmp = os.path.join(folder, temp_name(name) if temp_name else f".{name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)

@@ -1,5 +1,6 @@
 """Appends: one complete line per write, torn tails moved aside, one writer at a time."""
 
+import errno
 import json
 import os
 import signal
@@ -159,7 +160,15 @@ def test_short_write_becomes_a_torn_tail_not_a_lost_record(tmp_path, monkeypatch
     with Transcript.open(path, create=True) as t:
         t.append(msg(0))
         real_write = os.write
-        monkeypatch.setattr(store_mod.os, "write", lambda fd, b: real_write(fd, b[:10]))
+        calls = []
+
+        def full_disk(fd, b):  # what a filling disk does: a short write, then ENOSPC
+            calls.append(fd)
+            if len(calls) > 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(fd, b[:10])
+
+        monkeypatch.setattr(store_mod.os, "write", full_disk)
         with pytest.raises(OSError, match="short write"):
             t.append(msg(1))
         monkeypatch.setattr(store_mod.os, "write", real_write)

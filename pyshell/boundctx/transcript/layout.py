@@ -293,21 +293,21 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
                           compactions.tobytes())
 
 
-def save_layout(layout: Layout, path: str) -> str | None:
-    """Persist what the sidecar lacks: append one segment, or rewrite it whole when it
-    has none yet or too many. Returns where it went, or None when no place is writable
-    (the layout still works; only the next open pays a scan)."""
+def save_layout(layout: Layout, real: str) -> str | None:
+    """Persist what the sidecar of the transcript at ``real`` (its resolved path) lacks:
+    append one segment, or rewrite it whole when it has none yet or too many. Returns
+    where it went, or None when no place is writable (the layout still works; only the
+    next open pays a scan)."""
     if layout.persisted_lines == len(layout.starts) and layout.persisted_end == layout.indexed_end \
             and layout.persisted_segments and not layout.bad_dirty:
         return None
-    real = os.path.realpath(path)
     try:
         if layout.persisted_segments and layout.persisted_segments < MAX_SEGMENTS and layout.sidecar_path:
             if _append_segment(layout, real):
                 return layout.sidecar_path
         # Encoded once, whichever place takes it.
         data = MAGIC + _segment_bytes(layout, real, 0, 0)
-        target = write_first_place(data, path)
+        target = write_first_place(data, real)
         if target is not None:
             _mark_persisted(layout, target, len(data), 1)
         return target
@@ -321,7 +321,8 @@ def save_layout(layout: Layout, path: str) -> str | None:
 def _append_segment(layout: Layout, real: str) -> bool:
     seg = _segment_bytes(layout, real, layout.persisted_lines, layout.persisted_end)
     try:
-        fd = os.open(layout.sidecar_path, os.O_WRONLY | os.O_APPEND)
+        # Never through a symlink put at the sidecar's name: the append would land outside.
+        fd = os.open(layout.sidecar_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -351,15 +352,15 @@ def _mark_persisted(layout: Layout, target: str, size: int, segments: int) -> No
     layout.bad_dirty = False
 
 
-def load_layout(path: str, fd: int, *, dialect: str,
+def load_layout(real: str, fd: int, *, dialect: str,
                 classify_window: int = DEFAULT_CLASSIFY_WINDOW) -> tuple[Layout | None, Judgement]:
-    """Load the sidecar of ``path`` and judge it against the file behind ``fd``:
+    """Load the sidecar of the transcript at ``real`` (its resolved path) and judge it
+    against the file behind ``fd``:
     ``(layout, judgement)`` when it can serve (``"valid"`` or ``"extend"``), else
     ``(None, judgement)`` saying why a layout must be built (``"absent"``: there is no
     sidecar; ``"rebuild"``: there is one that cannot serve)."""
-    real = os.path.realpath(path)
     why = Judgement("absent", "no sidecar")
-    for target in sidecar_paths(path):
+    for target in sidecar_paths(real):
         try:
             layout = _read_sidecar(target, real, dialect, classify_window)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):

@@ -9,10 +9,10 @@ import stat
 from collections.abc import Iterable
 
 from boundctx._files import kind_of, open_regular
-from boundctx.errors import TranscriptNotAFile, TranscriptNotFound, TranscriptPermission
+from boundctx.errors import TranscriptChanged, TranscriptNotAFile, TranscriptNotFound, TranscriptPermission
 
 __all__ = ["iter_transcripts", "map_open_error", "not_a_file", "open_regular_fd", "open_transcript_fd",
-           "still_names"]
+           "resolved_path", "still_names"]
 
 
 def map_open_error(path: str, exc: OSError) -> Exception:
@@ -89,10 +89,42 @@ def iter_transcripts(paths: Iterable[str]) -> Iterable[str]:
             yield p
 
 
-def still_names(path: str, fd: int) -> bool:
-    """Whether ``path`` still names the regular file open as ``fd``."""
+def resolved_path(path: str, fd: int, *, within: str | None = None) -> str:
+    """The real path of the file open as ``fd``, reached through ``path``: every symlink
+    resolved, and checked to name that very file (``lstat``, so not a link itself). A
+    writer works beside this path from then on (its lock, sidecar, rewrites) and never
+    follows ``path`` again for them, so a symlink swapped in later cannot send its
+    writes elsewhere.
+
+    Parameters
+    ----------
+    within : str, optional
+        A folder's real path: the file must lie directly inside it (else
+        :class:`TranscriptNotFound`, the same answer as for a missing file, so a caller
+        cannot probe outside).
+
+    Raises
+    ------
+    TranscriptNotFound, TranscriptChanged
+    """
+    changed = TranscriptChanged(
+        f"{path!r} was replaced while it was being opened; nothing was read or written. Open it again")
     try:
-        st = os.stat(path)
+        real = os.path.realpath(path)
+    except OSError:  # a link there when looked at, gone when read (EINVAL): changing under us
+        raise changed from None
+    if within is not None and os.path.dirname(real) != within:
+        raise TranscriptNotFound(errno.ENOENT, f"no transcript {os.path.basename(path)!r} in the folder")
+    if not still_names(real, fd, follow=False):
+        raise changed
+    return real
+
+
+def still_names(path: str, fd: int, *, follow: bool = True) -> bool:
+    """Whether ``path`` still names the regular file open as ``fd`` (with ``follow``
+    off, ``path`` itself: a symlink there is not the file)."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
     except OSError:
         return False
     mine = os.fstat(fd)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from boundctx._native import lineindex
 from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
 from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
-from boundctx.transcript.opening import open_transcript_fd
+from boundctx.transcript.opening import open_transcript_fd, resolved_path
 from boundctx.transcript.sidecar import (
     FORMAT_VERSION,
     MAGIC,
@@ -59,17 +59,18 @@ def reindex(path: str | os.PathLike, *, dialect: str = "auto",
         dialect_kinds(dialect)
         fd = open_transcript_fd(path)
         try:
-            report, sidecar = _scan_and_encode(fd, path, dialect, progress)
+            real = resolved_path(path, fd)
+            report, sidecar = _scan_and_encode(fd, path, real, dialect, progress)
         finally:
             os.close(fd)
-        return report._replace(sidecar=write_first_place(sidecar, path),
+        return report._replace(sidecar=write_first_place(sidecar, real),
                                seconds=time.perf_counter() - t0)
     except (OSError, ValueError) as exc:
         return ReindexReport(path=path, ok=False, error=str(exc),
                              seconds=time.perf_counter() - t0)
 
 
-def _scan_and_encode(fd: int, path: str, dialect: str, progress) -> tuple[ReindexReport, bytes]:
+def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> tuple[ReindexReport, bytes]:
     # The identity is taken before the scan and the scan stops at that size, as an
     # open's build does: bytes appended meanwhile are past the recorded size, and the
     # next open sees the file grew.
@@ -81,7 +82,6 @@ def _scan_and_encode(fd: int, path: str, dialect: str, progress) -> tuple[Reinde
     kinds = settle_undecided(fd, res, dialect)
     messages, compactions = lineindex.sequence_lines(kinds)
     head, tail = file_hashes(fd, res.indexed_end)
-    real = os.path.realpath(path)
     n, m, c = len(kinds), len(messages) // 8, len(compactions) // 8
     header = encode_header(
         v=FORMAT_VERSION, dialect=dialect, window=DEFAULT_CLASSIFY_WINDOW, path=real,

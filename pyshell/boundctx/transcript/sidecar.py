@@ -192,19 +192,19 @@ def _cache_root() -> str:
     return os.path.join(base, "boundctx", "layouts")
 
 
-def sidecar_paths(path: str) -> tuple[str, str]:
-    """The two places a transcript's sidecar may live: beside it, and in the cache."""
-    real = os.path.realpath(path)
+def sidecar_paths(real: str) -> tuple[str, str]:
+    """The two places a transcript's sidecar may live: beside it, and in the cache.
+    ``real`` is the transcript's resolved path (``os.path.realpath``): it is not resolved
+    again here, so a symlink put at the name since cannot move the sidecar elsewhere."""
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
     return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
 
 
-def write_first_place(data: bytes, path: str) -> str | None:
-    """Write a whole sidecar for transcript ``path`` to the first place that takes it:
-    beside the transcript, else the cache. Returns where, or None when neither does
-    (the layout still works; only the next open pays a scan)."""
-    real = os.path.realpath(path)
-    for target in sidecar_paths(path):
+def write_first_place(data: bytes, real: str) -> str | None:
+    """Write a whole sidecar for the transcript at ``real`` (its resolved path) to the
+    first place that takes it: beside the transcript, else the cache. Returns where, or
+    None when neither does (the layout still works; only the next open pays a scan)."""
+    for target in sidecar_paths(real):
         if write_whole(data, real, target):
             return target
     return None

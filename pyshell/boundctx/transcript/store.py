@@ -37,11 +37,18 @@ from boundctx.transcript.layout import (
     save_layout,
 )
 from boundctx.transcript.lineformat import encode_record
-from boundctx.transcript.opening import map_open_error, open_regular_fd, open_transcript_fd, still_names
+from boundctx.transcript.opening import (
+    map_open_error,
+    open_regular_fd,
+    open_transcript_fd,
+    resolved_path,
+    still_names,
+)
 from boundctx.transcript.reading import LineReader, StaleLayout
 from boundctx.transcript.sidecar import sidecar_paths
 from boundctx.transcript.writing import (
     History,
+    lock_still_held,
     move_tail_aside,
     open_append_fd,
     replace_file,
@@ -112,10 +119,15 @@ class Transcript:
     """
 
     def __init__(self, path: str, fd: int, layout: Layout, *, dialect: str,
-                 classify_window: int) -> None:
+                 classify_window: int, real: str, within: str | None = None) -> None:
         self.path = path
         self.dialect = dialect
         self._fd = fd
+        # Where the open file really is (checked against the fd): the lock, the sidecar,
+        # torn tails and rewrites go beside this, never beside wherever ``path`` points
+        # later. It changes only when a refresh follows ``path`` to a replacement file.
+        self._real = real
+        self._within = within
         self._layout = layout
         self._classify_window = classify_window
         self._wfd: int | None = None
@@ -129,7 +141,8 @@ class Transcript:
     @classmethod
     def open(cls, path: str | os.PathLike, *, dialect: str = "auto", create: bool = False,
              progress: Callable[[int], object] | None = None,
-             classify_window: int = DEFAULT_CLASSIFY_WINDOW) -> Transcript:
+             classify_window: int = DEFAULT_CLASSIFY_WINDOW,
+             within: str | os.PathLike | None = None) -> Transcript:
         """Open a transcript, loading or building its layout.
 
         Parameters
@@ -146,20 +159,27 @@ class Transcript:
         classify_window : int
             How many leading bytes of a line decide its kind (a line whose ``"type"``
             lies further in is settled by a full parse); part of the sidecar's identity.
+        within : str or os.PathLike, optional
+            A folder the transcript must lie directly inside, symlinks resolved, now and
+            whenever the path is followed again (a served sessions folder): anything
+            else is :class:`TranscriptNotFound`, before anything is written.
 
         Raises
         ------
-        TranscriptNotFound, TranscriptNotAFile, TranscriptPermission
+        TranscriptNotFound, TranscriptNotAFile, TranscriptPermission, TranscriptChanged
         """
         path = os.fspath(path)
         dialect_kinds(dialect)  # a clear ValueError for an unknown dialect, before any I/O
+        folder = os.path.realpath(within) if within is not None else None
         fd = open_transcript_fd(path, create=create)
         try:
-            layout = _load_or_build(path, fd, dialect, classify_window, progress)
+            real = resolved_path(path, fd, within=folder)
+            layout = _load_or_build(real, fd, dialect, classify_window, progress)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, layout, dialect=dialect, classify_window=classify_window)
+        return cls(path, fd, layout, dialect=dialect, classify_window=classify_window, real=real,
+                   within=folder)
 
     def close(self) -> None:
         """Persist layout extensions, release the write lock and close the file."""
@@ -190,6 +210,12 @@ class Transcript:
     def message_count(self) -> int:
         """Messages in the transcript (message lines and corrupt lines)."""
         return self._layout.message_count
+
+    def stat(self) -> os.stat_result:
+        """``fstat`` of the file open now (the one the last read used): a rewrite (a new
+        file renamed over the old) changes its ``(st_dev, st_ino)``, an append never does."""
+        self._check_open()
+        return os.fstat(self._fd)
 
     @property
     def compaction_count(self) -> int:
@@ -343,6 +369,25 @@ class Transcript:
                       has_more_before=start > 0, compactions=compactions,
                       compactions_omitted=inside - keep, content_limit=content_limit)
 
+    def message_bytes(self, message_start: int, message_stop: int) -> list[int]:
+        """The size in bytes of each of messages ``message_start:message_stop`` as the file
+        holds it (its line, ``\\n`` included), from the layout alone: nothing is read, so
+        a caller can choose what to read within a byte bound before reading it."""
+        _check_limit("message_start", message_start, 0)
+        _check_limit("message_stop", message_stop, 0)
+        self._check_open()
+        self._refresh()
+        layout = self._layout
+        lines = layout.messages.slice(message_start, message_stop)
+        if not len(lines):
+            return []
+        starts = layout.starts.take(lines)
+        after = lines + 1
+        last = after == layout.line_count
+        ends = layout.starts.take(np.where(last, lines, after))
+        ends[last] = layout.indexed_end
+        return (ends - starts).tolist()
+
     def read_lines(self, start: int, stop: int, *, content_limit: int | None = None) -> list[Entry]:
         """Read physical lines ``start:stop`` of any kind (sessions, model changes...)."""
         _check_limit("start", start, 0)
@@ -374,7 +419,7 @@ class Transcript:
         if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
             # Replaced by a rename (a rewrite): follow the path to the new file.
             self._reopen()
-            self._layout = _load_or_build(self.path, self._fd, self.dialect, self._classify_window, None)
+            self._layout = _load_or_build(self._real, self._fd, self.dialect, self._classify_window, None)
             return
         ident = self._layout.identity
         if (st.st_size, st.st_mtime_ns) == (ident.size, ident.mtime_ns):
@@ -391,8 +436,13 @@ class Transcript:
         without blocking, and refused unless it is a regular file (a FIFO swapped in
         would otherwise block this open forever). Appends never go to the old file."""
         fd = open_regular_fd(self.path)
+        try:
+            real = resolved_path(self.path, fd, within=self._within)
+        except BaseException:
+            os.close(fd)
+            raise
         os.close(self._fd)
-        self._fd = fd
+        self._fd, self._real = fd, real
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
@@ -420,8 +470,8 @@ class Transcript:
     def _save_layout(self) -> None:
         """Persist the layout, but only while the path still names the file it describes:
         never write a sidecar beside a device or a file that replaced it."""
-        if still_names(self.path, self._fd):
-            save_layout(self._layout, self.path)
+        if still_names(self._real, self._fd, follow=False):
+            save_layout(self._layout, self._real)
 
     # -- writing ------------------------------------------------------------------
 
@@ -430,9 +480,14 @@ class Transcript:
         only (never a ``.lock`` beside a device the path was replaced by); ``wait``:
         seconds to keep trying while another writer holds it."""
         self._check_open()
+        if self._lock_fd is not None and not lock_still_held(self._lock_fd, self._real):
+            # The lock file was removed or replaced under us, or the path now leads to
+            # another file: what is held locks nothing any more.
+            os.close(self._lock_fd)
+            self._lock_fd = None
         if self._lock_fd is None:
             self._stat_path()
-            self._lock_fd = take_write_lock(self.path, wait=wait)
+            self._lock_fd = take_write_lock(self._real, wait=wait)
 
     def _holds_lock_now(self) -> bool:
         """Take the write lock if it is free (kept until close, as any writer's)."""
@@ -447,7 +502,7 @@ class Transcript:
         :meth:`_refresh`)."""
         self._acquire_lock()
         if self._wfd is None:
-            self._wfd = open_append_fd(self.path, self._fd)
+            self._wfd = open_append_fd(self._real, self._fd)
         return self._wfd
 
     def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True, lock_wait: float = 0.0) -> int:
@@ -481,13 +536,17 @@ class Transcript:
         wfd = self._acquire_writer()
         if self._layout.torn_bytes:
             self._quarantine_tail()
-        n = write_line(wfd, line, self.path, sync=sync)
+        n, error = write_line(wfd, line, sync=sync)
         if n != len(line):
+            if not n and error is not None:
+                raise error
             # The short write is now a torn tail; the next append moves it aside.
             extend_layout(self._layout, self._fd)
-            raise OSError(f"short write appending to {self.path!r} ({n} of {len(line)} bytes); "
+            why = f": {error.strerror}" if error is not None else ""
+            raise OSError(error.errno if error is not None else None,
+                          f"short write appending to {self.path!r} ({n} of {len(line)} bytes{why}); "
                           "the disk may be full")
-        if not still_names(self.path, wfd):
+        if not still_names(self._real, wfd, follow=False):
             # Something that ignores the write lock replaced the file mid-append.
             raise TranscriptChanged(
                 f"{self.path!r} was replaced by another program during the append; the "
@@ -499,7 +558,7 @@ class Transcript:
     def _quarantine_tail(self) -> str:
         """Move the bytes after the last ``\\n`` into a side file, then cut them off."""
         layout = self._layout
-        side = move_tail_aside(self._fd, self._wfd, self.path, layout.indexed_end, layout.scanned_end)
+        side = move_tail_aside(self._fd, self._wfd, self._real, layout.indexed_end, layout.scanned_end)
         self.torn_files.append(side)
         extend_layout(layout, self._fd)
         return side
@@ -555,16 +614,23 @@ class Transcript:
         if self._stamp() != history.stamp:
             raise TranscriptChanged(
                 f"{self.path!r} changed since its history was read; read history() again")
-        replace_file(self.path, history.data(), mode=stat.S_IMODE(os.fstat(self._fd).st_mode))
+        try:
+            replace_file(self._real, history.data(), mode=stat.S_IMODE(os.fstat(self._fd).st_mode))
+        except FileNotFoundError:
+            # The temporary copy went before the rename: a process that ignores the
+            # write lock cleaned it up. The transcript is as it was.
+            raise TranscriptChanged(
+                f"another process removed the rewrite's temporary copy of {self.path!r}; nothing was "
+                "changed. Read history() again and retry") from None
         # Invalidate both cache layers: the sidecars on disk and the layout in memory.
-        for side in sidecar_paths(self.path):
+        for side in sidecar_paths(self._real):
             unlink_quietly(side)
         self._reopen()
         self._rebuild()
         history.restamp(self._stamp())
 
     def edit(self, message: int | Entry, record: dict[str, Any], *,
-             lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
+             lock_wait: float = EDIT_LOCK_WAIT_S, check: Callable[[History], None] | None = None) -> None:
         """Replace a message: rehydrates the full history, then rewrites.
 
         ``message`` is a message index, or the :class:`Entry` a window returned; given
@@ -572,21 +638,30 @@ class Transcript:
         the line the entry was read from. The write lock is taken first (waiting up to
         ``lock_wait`` seconds for another writer's append to end), so the history read
         is the one rewritten: no append can come between them.
+
+        ``check(history)``, when given, runs with the lock held and the history read,
+        before the change: a cursor the caller holds (a message index from a window of
+        some version, :meth:`stat`) is compared there, against the very file the
+        history comes from; a ``check`` that raises leaves the transcript as it was.
         """
-        self._edit_under_lock(lambda h, i: h.replace_message(i, record), message, lock_wait)
+        self._edit_under_lock(lambda h, i: h.replace_message(i, record), message, lock_wait, check)
 
-    def delete(self, message: int | Entry, *, lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
-        """Delete a message (index or Entry, as for :meth:`edit`), then rewrite."""
-        self._edit_under_lock(History.delete_message, message, lock_wait)
+    def delete(self, message: int | Entry, *, lock_wait: float = EDIT_LOCK_WAIT_S,
+               check: Callable[[History], None] | None = None) -> None:
+        """Delete a message (index or Entry, and ``check``, as for :meth:`edit`), then rewrite."""
+        self._edit_under_lock(History.delete_message, message, lock_wait, check)
 
-    def truncate(self, message: int | Entry, *, lock_wait: float = EDIT_LOCK_WAIT_S) -> None:
+    def truncate(self, message: int | Entry, *, lock_wait: float = EDIT_LOCK_WAIT_S,
+                 check: Callable[[History], None] | None = None) -> None:
         """Delete a message and all after it (abort, switch to another revision)."""
-        self._edit_under_lock(History.truncate_messages, message, lock_wait)
+        self._edit_under_lock(History.truncate_messages, message, lock_wait, check)
 
     def _edit_under_lock(self, change: Callable[[History, int], None], message: int | Entry,
-                         lock_wait: float) -> None:
+                         lock_wait: float, check: Callable[[History], None] | None = None) -> None:
         self._acquire_lock(wait=lock_wait)
         h = self.history()
+        if check is not None:
+            check(h)
         change(h, self._index_in(h, message))
         self.rewrite(h)
 
@@ -601,13 +676,13 @@ class Transcript:
         return message.index
 
 
-def _load_or_build(path: str, fd: int, dialect: str, classify_window: int, progress) -> Layout:
-    layout, judgement = load_layout(path, fd, dialect=dialect, classify_window=classify_window)
+def _load_or_build(real: str, fd: int, dialect: str, classify_window: int, progress) -> Layout:
+    layout, judgement = load_layout(real, fd, dialect=dialect, classify_window=classify_window)
     if layout is None:
         layout = build_layout(fd, dialect=dialect, classify_window=classify_window, progress=progress)
         layout.outcome = "built" if judgement.verdict == "absent" else "rebuilt"
     elif judgement.verdict == "extend":
         extend_layout(layout, fd, progress=progress)
-    if still_names(path, fd):  # never a sidecar beside what replaced the file meanwhile
-        save_layout(layout, path)
+    if still_names(real, fd, follow=False):  # never a sidecar beside what replaced the file meanwhile
+        save_layout(layout, real)
     return layout

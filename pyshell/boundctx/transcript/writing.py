@@ -29,8 +29,10 @@ from boundctx.transcript.sidecar import pread_exact
 
 __all__ = [
     "LOCK_POLL_S",
+    "LOCK_SUFFIX",
     "TORN_INFIX",
     "History",
+    "lock_still_held",
     "move_tail_aside",
     "open_append_fd",
     "remove_leftovers",
@@ -45,6 +47,7 @@ LOCK_POLL_S = 0.005
 # What a writer leaves beside a transcript named NAME: ".NAME.rewrite-<16 hex>" while it
 # rewrites, "NAME.torn-<offset>-<ns>" for a torn tail it moved aside.
 TORN_INFIX = ".torn-"
+LOCK_SUFFIX = ".lock"
 _REWRITE_INFIX = ".rewrite-"
 
 
@@ -140,11 +143,18 @@ class History:
 # -- the write lock ---------------------------------------------------------------------
 
 
-def take_write_lock(path: str, *, wait: float = 0.0) -> int:
-    """Take the write lock of transcript ``path`` (a regular file, checked by the
-    caller) and return its descriptor; the lock is held until that is closed. ``wait``:
-    seconds to keep trying while another writer holds it. What dead writers left beside
-    the transcript is removed once the lock is held.
+def take_write_lock(real: str, *, wait: float = 0.0) -> int:
+    """Take the write lock of the transcript at ``real`` (its resolved path, a regular
+    file, checked by the caller) and return its descriptor; the lock is held until
+    that is closed, and only while :func:`lock_still_held` says so. ``wait``: seconds to
+    keep trying while another writer holds it. What dead writers left beside the
+    transcript is removed once the lock is held.
+
+    The lock file is opened without following a symlink at its name (a link put there
+    would make the lock, and the cleanup beside it, land outside the folder), and the
+    lock counts only once the name still names the very file locked: a lock file removed
+    or replaced between the open and the ``flock`` would otherwise be a private lock on
+    an orphan, and another writer would lock the new one and proceed alongside.
 
     Raises
     ------
@@ -152,84 +162,127 @@ def take_write_lock(path: str, *, wait: float = 0.0) -> int:
         The folder is read-only.
     TranscriptLocked
         Another writer still holds it after ``wait``.
+    TranscriptNotAFile
+        Something other than a regular file is at the lock file's name.
     """
-    real = os.path.realpath(path)
-    try:
-        lfd = os.open(real + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        raise TranscriptPermission(
-            exc.errno, f"cannot write beside {path!r}: its folder is read-only "
-                       f"({exc.strerror}); copy the transcript somewhere writable") from None
+    name = real + LOCK_SUFFIX
     deadline = time.monotonic() + max(wait, 0.0)
     while True:
+        lfd = _open_lock_file(name, real)
         try:
-            fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            while True:
+                try:
+                    fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TranscriptLocked(
+                            errno.EAGAIN, f"another writer holds {real!r}; close it there first "
+                                          "(readers never need the lock)") from None
+                    time.sleep(LOCK_POLL_S)
+        except BaseException:
+            os.close(lfd)
+            raise
+        if lock_still_held(lfd, real):
             break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(lfd)
-                raise TranscriptLocked(
-                    errno.EAGAIN, f"another writer holds {path!r}; close it there first "
-                                  "(readers never need the lock)") from None
-            time.sleep(LOCK_POLL_S)
+        os.close(lfd)  # locked an orphan: lock whatever the name holds now
     remove_leftovers(real)
     return lfd
+
+
+def _open_lock_file(name: str, real: str) -> int:
+    try:
+        return os.open(name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise TranscriptPermission(
+                exc.errno, f"cannot write beside {real!r}: its folder is read-only "
+                           f"({exc.strerror}); copy the transcript somewhere writable") from None
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise TranscriptNotAFile(
+                exc.errno, f"{name!r}, the write lock of {real!r}, is not a regular file "
+                           f"({exc.strerror}); remove it and try again") from None
+        raise
+
+
+def lock_still_held(lfd: int, real: str) -> bool:
+    """Whether the lock taken on ``lfd`` is still the lock of transcript ``real``: the
+    lock file's name still names the file locked (a writer that finds it removed or
+    replaced must take the lock again before it writes)."""
+    try:
+        st = os.lstat(real + LOCK_SUFFIX)
+    except OSError:
+        return False
+    mine = os.fstat(lfd)
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 # -- appending --------------------------------------------------------------------------
 
 
-def open_append_fd(path: str, read_fd: int) -> int:
-    """An append descriptor on the very file open as ``read_fd``: opened without
-    blocking, and refused unless ``path`` still names that regular file (same device
-    and inode), so an append cannot go to a FIFO, a device or a file swapped in since
-    the read.
+def open_append_fd(real: str, read_fd: int) -> int:
+    """An append descriptor on the very file open as ``read_fd``, whose resolved path is
+    ``real``: opened without blocking and without following a symlink put at the name,
+    and refused unless ``real`` still names that regular file (same device and inode),
+    so an append cannot go to a FIFO, a device, a file outside the folder or a file
+    swapped in since the read.
 
     Raises
     ------
     TranscriptPermission, TranscriptNotAFile, TranscriptChanged
     """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW
     try:
-        wfd = os.open(path, flags)
+        wfd = os.open(real, flags)
     except PermissionError as exc:
         raise TranscriptPermission(
-            exc.errno, f"cannot append to {path!r}: permission denied") from None
-    except OSError as exc:  # ENXIO: a FIFO with no reader; ENOENT: gone
+            exc.errno, f"cannot append to {real!r}: permission denied") from None
+    except OSError as exc:  # ENXIO: a FIFO with no reader; ENOENT: gone; ELOOP: now a symlink
         raise TranscriptChanged(
-            f"{path!r} could not be opened for appending ({exc.strerror}); it was "
+            f"{real!r} could not be opened for appending ({exc.strerror}); it was "
             "replaced or removed since it was read. Nothing was written") from None
     st, mine = os.fstat(wfd), os.fstat(read_fd)
     if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
         os.close(wfd)
         if not stat.S_ISREG(st.st_mode):
             raise TranscriptNotAFile(
-                errno.EINVAL, f"{path!r} is now {kind_of(st.st_mode)}, not the regular "
+                errno.EINVAL, f"{real!r} is now {kind_of(st.st_mode)}, not the regular "
                               "file that was opened; nothing was written")
         raise TranscriptChanged(
-            f"{path!r} was replaced by another file just before the append; nothing "
+            f"{real!r} was replaced by another file just before the append; nothing "
             "was written. Append it again")
     fcntl.fcntl(wfd, fcntl.F_SETFL, fcntl.fcntl(wfd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return wfd
 
 
-def write_line(wfd: int, line: bytes, path: str, *, sync: bool) -> int:
-    """Write one encoded line with one ``write`` call (and ``fsync`` with ``sync``);
-    returns how many bytes went out. A short write (a full disk) is an ``OSError``
-    after the fact: the bytes written are a torn tail the next append moves aside."""
-    n = os.write(wfd, line)
-    if n == len(line) and sync:
+def write_line(wfd: int, line: bytes, *, sync: bool) -> tuple[int, OSError | None]:
+    """Write one encoded line (and ``fsync`` it with ``sync``): ``(bytes written, the
+    error that stopped it)``. One ``write`` call takes the whole line up to Linux's
+    per-call limit (0x7ffff000 bytes); a longer line takes several, which the write
+    lock keeps whole against other writers. A write that stops short (a full disk) is
+    reported, not raised: the bytes written are a torn tail the next append moves aside,
+    and the caller says so."""
+    view = memoryview(line)
+    done = 0
+    while done < len(line):
+        try:
+            n = os.write(wfd, view[done:])
+        except OSError as exc:
+            return done, exc
+        if n <= 0:
+            break
+        done += n
+    if done == len(line) and sync:
         os.fsync(wfd)
-    return n
+    return done, None
 
 
-def move_tail_aside(read_fd: int, wfd: int, path: str, start: int, end: int) -> str:
+def move_tail_aside(read_fd: int, wfd: int, real: str, start: int, end: int) -> str:
     """Copy the torn tail ``start:end`` (bytes after the last ``\\n``) into a side file
-    beside the transcript, then cut it off; returns the side file's path."""
+    beside the transcript at ``real`` (its resolved path), then cut it off; returns the
+    side file's path."""
     tail = pread_exact(read_fd, start, end - start)
-    side = f"{os.path.realpath(path)}{TORN_INFIX}{start}-{time.time_ns()}"
+    side = f"{real}{TORN_INFIX}{start}-{time.time_ns()}"
     try:
         with open(side, "xb") as f:
             f.write(tail)
@@ -248,11 +301,12 @@ def move_tail_aside(read_fd: int, wfd: int, path: str, start: int, end: int) -> 
 # -- rewriting --------------------------------------------------------------------------
 
 
-def replace_file(path: str, data: bytes, *, mode: int) -> None:
-    """Replace ``path`` with ``data``: a temporary file beside it, ``fsync``, rename.
-    Through a symlink the file is replaced, not the link; it keeps ``mode``."""
-    with replacing(path, temp_name=lambda name: f"{_rewrite_prefix(name)}{secrets.token_hex(8)}",
-                   mode=mode) as f:
+def replace_file(real: str, data: bytes, *, mode: int) -> None:
+    """Replace the transcript at ``real`` (its resolved path) with ``data``: a temporary
+    file beside it, ``fsync``, rename; it keeps ``mode``. ``real`` is not resolved again:
+    a symlink put at the name since is replaced, never followed out of the folder."""
+    with replacing(real, temp_name=lambda name: f"{_rewrite_prefix(name)}{secrets.token_hex(8)}",
+                   mode=mode, resolve=False) as f:
         f.write(data)
 
 
