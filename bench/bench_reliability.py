@@ -10,6 +10,12 @@ records acknowledged, records lost, wrong data, crashes, hangs. Categories:
 - **paging**: a reader paging back to message 0 while others append and rewrite
 - **disk-full**: appends on a full 2 MiB tmpfs (root only; skipped with the reason otherwise)
 - **replace**: the path replaced (file, symlink, directory, FIFO, device, nothing) while open
+- **odd-records**: valid JSON lines of every dialect (boundctx/pi, Claude Code, Codex) with
+  one field, at any depth, of another JSON type (``tests/faults/odd_records.py``): every
+  one through ``chat_messages`` on a real file, some through ``boundctx ask --transcript``
+  in real processes; its "records acknowledged" are the other records' messages that must
+  stay, "records lost" those missing, "wrong data" malformed messages or lines gone
+  without a notice
 - **fuzz**: the coverage-guided native fuzzer (``tests/fuzz/atheris_native.py``) for
   ``--fuzz-seconds``; its "faults" are inputs run (skipped without atheris)
 
@@ -34,6 +40,7 @@ import time
 from _harness import ROOT, from_tests, markdown_table, run_facts, run_header
 
 harness = from_tests("faults.harness")  # the campaigns, shared with tests/faults
+odd = from_tests("faults.odd_records")
 
 #: Each category's campaign at scale 1 (6-10 minutes in all on 2 cores, with the fuzzer).
 SIZES = {
@@ -43,6 +50,7 @@ SIZES = {
     "paging": {"rounds": 4, "appenders": 2, "records": 40, "rewrites": 15},
     "disk-full": {"rounds": 40},
     "replace": {"rounds": 3},
+    "odd-records": {"per_dialect": None, "asks": 4},  # None: every odd record of every template
 }
 QUICK = {
     "kill": {"kills": 4},
@@ -51,6 +59,7 @@ QUICK = {
     "paging": {"rounds": 1, "appenders": 1, "records": 4, "rewrites": 2},
     "disk-full": {"rounds": 2},
     "replace": {"rounds": 1},
+    "odd-records": {"per_dialect": 40, "asks": 1},
 }
 CATEGORIES = (*SIZES, "fuzz")
 
@@ -58,7 +67,7 @@ CATEGORIES = (*SIZES, "fuzz")
 def _scaled(size: dict, scale: float) -> dict:
     # Counts of processes stay as they are; counts of faults and records scale.
     fixed = {"writers", "appenders"}
-    return {k: v if k in fixed else max(1, round(v * scale)) for k, v in size.items()}
+    return {k: v if k in fixed or v is None else max(1, round(v * scale)) for k, v in size.items()}
 
 
 def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> harness.Tally:
@@ -69,6 +78,8 @@ def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> har
         return harness.kill_rewriters(workdir, kills=size["kills"], seed=seed)
     if name == "replace":
         return harness.path_replacement(workdir, rounds=size["rounds"], seed=seed)
+    if name == "odd-records":
+        return odd.odd_records(workdir, per_dialect=size["per_dialect"], asks=size["asks"], seed=seed)
     if name == "disk-full":
         mount = workdir / "small"
         mount.mkdir(exist_ok=True)

@@ -130,6 +130,19 @@ def test_a_codex_question_is_sent_once_whether_written_as_an_item_an_event_or_bo
         assert chat_messages(t.window(message_limit=3)).messages[0] == {"role": "user", "content": "cli question"}
 
 
+def test_a_codex_question_whose_item_cannot_be_sent_is_sent_from_its_event(tmp_path):
+    """The event is an echo only of an item that was sent: when the item's content is not
+    content items, the event is the question's only copy."""
+    path = write_lines(tmp_path / "codex.jsonl", [
+        {"type": "response_item", "payload": {"type": "message", "role": "user", "content": "bare text"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "the question", "images": []}},
+    ])
+    conversation = conversation_of(path)
+    assert conversation.messages == [{"role": "user", "content": "the question"}]
+    assert conversation.notices == ["message 0: a message item whose content is 'bare text', not content items; "
+                                    "not sent"]
+
+
 def test_codex_items_merge_their_calls_and_a_compacted_line_replaces_history(tmp_path):
     def item(payload):
         return {"type": "response_item", "payload": payload}
