@@ -354,6 +354,9 @@ def test_a_settings_change_applies_to_the_next_reply_and_a_refused_one_changes_n
 def test_no_cors_headers_unless_an_origin_is_configured(serve):
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL)
     r = httpx.get(server.url + "/v1/models", headers={"Origin": "http://localhost:3000"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
+    assert not any(k.startswith("access-control-") for k in r.headers)
+    r = httpx.get(server.url + "/v1/models")  # no Origin: not a web page, served
     assert r.status_code == 200 and not any(k.startswith("access-control-") for k in r.headers)
 
 

@@ -80,7 +80,18 @@ def is_loopback(host: str) -> bool:
 
 class Guard:
     """Pure ASGI checks in front of every route (no ``BaseHTTPMiddleware``, which hides
-    client disconnects from streaming handlers): the Host header, CORS, the API key.
+    client disconnects from streaming handlers): the Host header, the Origin, CORS, the
+    API key.
+
+    **Origin.** A browser sends simple requests (a POST of ``text/plain``, a form) to any
+    site without asking first, and the page that sent one need not read the answer to do
+    harm: it creates a session, appends to one, runs a reply that is saved. Every such
+    request carries ``Origin``, so a request whose ``Origin`` is neither this server's own
+    (its host and port are the ``Host`` the browser addressed, or the
+    ``X-Forwarded-Host`` a proxy in front set, which a page cannot) nor one of
+    ``serve.cors_origins`` is refused with 403 before any route runs, whatever its method
+    or content type. Clients that are not browsers send no ``Origin`` and are not
+    affected. The Host check, separately, stops DNS rebinding.
 
     CORS headers go only to a configured origin (``serve.cors_origins``), never with
     ``Access-Control-Allow-Credentials``: the key travels in a header the page's script
@@ -107,7 +118,14 @@ class Guard:
                                        "requests addressed to it (a guard against DNS rebinding)",
                                   "invalid_request_error", "host_not_allowed")
                 return await response(scope, receive, send)
-        allow_origin = self._allowed_origin(headers.get("origin"))
+        origin = headers.get("origin")
+        allow_origin = self._allowed_origin(origin)
+        if origin is not None and allow_origin is None and not _own_origin(origin, headers):
+            response = _error(403, f"requests from the web page at {origin!r} are refused: it is not this server's "
+                                   "own page. To let that site's pages use this server, add it to "
+                                   "serve.cors_origins (and set an API key)", "invalid_request_error",
+                              "origin_not_allowed")
+            return await response(scope, receive, send)
         if allow_origin is not None:
             cors_headers = [(b"access-control-allow-origin", allow_origin.encode("latin-1")), (b"vary", b"Origin")]
             if scope.get("method") == "OPTIONS" and "access-control-request-method" in headers:
@@ -140,6 +158,26 @@ class Guard:
         if "*" in self.cors:
             return "*"
         return origin if origin.lower() in self.cors else None
+
+
+def _own_origin(origin: str, headers: Mapping[str, str]) -> bool:
+    """Whether ``origin`` is the page of this server itself: its ``host[:port]`` is the
+    one the request was addressed to (``Host``; behind a proxy, the first
+    ``X-Forwarded-Host``). A port left out is the scheme's default."""
+    parts = urllib.parse.urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+        return False  # "null" (a sandboxed frame, a file), or not an origin at all
+    default = "80" if parts.scheme == "http" else "443"
+
+    def norm(netloc: str) -> str:
+        netloc = netloc.strip().lower()
+        return netloc if netloc.rsplit("]", 1)[-1].count(":") else f"{netloc}:{default}"
+
+    own = norm(parts.netloc)
+    addressed = [headers.get("host", "")]
+    if "x-forwarded-host" in headers:
+        addressed.append(headers["x-forwarded-host"].split(",")[0])
+    return any(name.strip() and norm(name) == own for name in addressed)
 
 
 def _open_path(path: str) -> bool:
@@ -193,6 +231,7 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         A non-loopback ``host`` without an API key.
     """
     from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
     from starlette.routing import Route
 
     from boundctx.serve.engine_routes import engine_routes
@@ -201,6 +240,11 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
 
     resolved = config.resolve(settings)
     keys = frozenset(api_keys or ())
+    bad = [k for k in keys if not k or k != k.strip() or not k.isprintable()]
+    if bad:
+        # An empty key would match the empty token of a request that sends none.
+        raise ServeError("an API key is empty, or has spaces or control characters at its ends or inside: give "
+                         "each key as printable text without surrounding whitespace")
     host = host if host is not None else str(resolved["serve.host"])
     if not is_loopback(host) and not keys:
         raise ServeError(f"refusing to serve on {host!r} without an API key: anyone who can reach it could use "
@@ -216,7 +260,7 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); "
                          "set serve.sessions_dir") from None
     sessions = Sessions(folder, server.live)
-    app = Starlette(routes=[
+    app = Starlette(exception_handlers={HTTPException: _http_exception}, routes=[
         *session_routes(sessions, extra=session_reply_routes(server, sessions)),
         *settings_routes(server.live, int(resolved["serve.max_body_bytes"])),
         *engine_routes(server),
@@ -230,6 +274,20 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     ])
     app.state.boundctx = server
     return Guard(app, keys=keys, allowed_hosts=allowed, cors=origins)
+
+
+async def _http_exception(request, exc):
+    """Starlette's own refusals (no such route, a method a route does not take) in the
+    API's error shape, as every other error, instead of plain text."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        return _error(405, f"{request.method} is not a method of {request.url.path} "
+                           f"(use {headers.get('allow', 'another')})", "invalid_request_error",
+                      "method_not_allowed", headers=headers)
+    if exc.status_code == 404:
+        return _error(404, f"no such route: {request.url.path}", "invalid_request_error", "not_found",
+                      headers=headers)
+    return _error(exc.status_code, str(exc.detail), "invalid_request_error", None, headers=headers)
 
 
 def cors_origins(text: str) -> frozenset[str]:

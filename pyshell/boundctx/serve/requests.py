@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["BadRequest", "ChatCompletionRequest", "CountRequest", "SessionReplyRequest", "UnderstandRequest",
-           "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
+__all__ = ["BadRequest", "ChatCompletionRequest", "CountRequest", "SessionCreateRequest", "SessionReplyRequest",
+           "UnderstandRequest", "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
            "parse_session_reply"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -56,6 +56,13 @@ class SessionReplyRequest(msgspec.Struct, forbid_unknown_fields=True):
     max_tokens: int | None = None
     temperature: float | None = None
     save: bool = True
+
+
+class SessionCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /boundctx/v1/sessions``: an id to create (checked as a session id by the
+    route, so any JSON value is taken here), or none for a random one."""
+
+    id: Any = None
 
 
 class CountRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -13,8 +13,11 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
 
 A session id is a name, never a path: ``[A-Za-z0-9_-]{1,128}``, stored as
 ``<sessions_dir>/<id>.jsonl``, and refused unless that resolves (symlinks followed) to a
-regular file directly inside the real sessions folder. Every refusal happens before
-anything is opened.
+regular file directly inside the real sessions folder. The check is made on what was
+opened, not on the name before the open, and every later write of the request (the
+lock, the sidecar, an append, a rewrite) goes beside that file without following the
+name again (``Transcript.open(..., within=...)``): a symlink swapped in meanwhile
+cannot send a write outside the folder.
 
 Layout versions
 ---------------
@@ -24,6 +27,11 @@ rewrites by writing a new file and renaming it over the old one, so the file's
 ``(st_dev, st_ino)`` changes. ``layout_version`` is a hash of the device and inode:
 it changes on every rewrite, never on an append, and every server process sharing the
 folder computes the same one (several ``boundctx serve`` behind one balancer).
+
+An edit or delete compares the version it was given with the file under the write
+lock, the very file its history is read from and rewritten (``Transcript.edit(...,
+check=...)``): a rewrite by another client or process just before cannot make it land
+on a different message.
 
 What it cannot see: a change that keeps the inode (another program truncating or
 editing the file in place; a window past the end is still refused with 400), and two
@@ -56,6 +64,7 @@ from boundctx.serve.http import TooLarge as _TooLarge
 from boundctx.serve.http import error as _error
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.http import read_body as _read_body
+from boundctx.serve.requests import BadRequest, SessionCreateRequest, decode
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, writable_style
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
@@ -85,8 +94,9 @@ class Refused(Exception):
         super().__init__(message)
         self.status, self.code, self.param, self.type, self.headers = status, code, param, type, headers
 
-    def response(self):
-        return _error(self.status, str(self), self.type, self.code, self.param, headers=self.headers)
+    def response(self, public: Callable[[str], str] = str):
+        """The error response; ``public`` takes the server's own paths out of the message."""
+        return _error(self.status, public(str(self)), self.type, self.code, self.param, headers=self.headers)
 
 
 def _stale(param: str = "layout_version") -> Refused:
@@ -100,11 +110,8 @@ class _Versions:
     every server process, so a client paging through several behind a balancer is not
     refused for switching between them."""
 
-    def of(self, real: str, st: os.stat_result) -> str:
+    def of(self, st: os.stat_result) -> str:
         return hashlib.blake2b(f"{st.st_dev}:{st.st_ino}".encode(), digest_size=8).hexdigest()
-
-    def rewritten(self, real: str) -> None:
-        """This server rewrote ``real``: the rename gave it a new inode, hence a new version."""
 
 
 class Sessions:
@@ -139,36 +146,40 @@ class Sessions:
         return value
 
     def _path(self, sid: str) -> str:
-        return os.path.join(self.dir, sid + SUFFIX)
+        return os.path.join(self.real_dir, sid + SUFFIX)
 
-    def _existing(self, sid: str) -> tuple[str, str]:
-        """The path and real path of an existing session file, refused (404) unless it
-        is a regular file directly inside the real sessions folder."""
-        path = self._path(self._id(sid))
-        real = os.path.realpath(path)
-        try:
-            st = os.stat(real)
-        except OSError:
-            st = None
-        if st is None or os.path.dirname(real) != self.real_dir or not stat.S_ISREG(st.st_mode):
-            # One answer for missing, outside and not-a-file: a caller cannot probe
-            # what lies outside the folder.
-            raise Refused(404, f"no session {sid!r}", "session_not_found", "id")
-        return path, real
+    def _existing(self, sid: str) -> str:
+        """The path of session ``sid`` (its id checked). Whether a regular file inside
+        the folder is there is settled when it is opened (:meth:`_opened`)."""
+        return self._path(self._id(sid))
+
+    def _opened(self, path: str) -> _OpenSession:
+        return _OpenSession(path, self.real_dir)
+
+    def public(self, message: str) -> str:
+        """``message`` without the server's own paths (the sessions folder): a client
+        knows a session by its id."""
+        for folder in {self.real_dir, os.path.abspath(self.dir)}:
+            message = message.replace(folder + os.sep, "").replace(folder, "the sessions folder")
+        return message
 
     # -- the parts of a reply --------------------------------------------------------
 
-    def _read(self, path: str, real: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, os.stat_result]:
+    def _read(self, path: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, os.stat_result]:
         """``read(transcript, version)`` on one file that stayed the same file
         throughout (a rewrite under the read is retried, then refused as 409)."""
         for _ in range(3):
-            st = _stat_regular(path)
-            version = self.versions.of(real, st)
-            with _opened(path) as t:
-                out = read(t, version)
-            after = _stat_regular(path)
+            try:
+                with self._opened(path) as t:
+                    st = t.stat()
+                    out = read(t, self.versions.of(st))
+                    after = t.stat()  # a read that followed the path to a rewrite's new file shows here
+            except TranscriptChanged:
+                continue
+            except (TranscriptNotFound, TranscriptNotAFile):  # the name now leads out of the folder
+                raise Refused(404, "the session is gone", "session_not_found", "id") from None
             if (after.st_dev, after.st_ino) == (st.st_dev, st.st_ino):
-                return out, self.versions.of(real, after), after
+                return out, self.versions.of(after), after
         raise Refused(409, "the session keeps being rewritten under the read; try again", "session_changed",
                        headers={"Retry-After": RETRY_AFTER})
 
@@ -190,7 +201,7 @@ class Sessions:
             except OSError:
                 continue
             if os.path.dirname(real) != self.real_dir or not stat.S_ISREG(st.st_mode):
-                continue
+                continue  # a link out of the folder, a folder: no id reaches it
             found.append((st.st_mtime_ns, name[: -len(SUFFIX)], st))
         # Newest first; the id breaks ties so the order (and `after`) is stable.
         found.sort(key=lambda f: (-f[0], f[1]))
@@ -210,17 +221,17 @@ class Sessions:
         item: dict[str, Any] = {"id": sid, "object": "boundctx.session", "bytes": st.st_size,
                                 "modified": st.st_mtime_ns // 1_000_000_000}
         try:
-            with Transcript.open(self._path(sid)) as t:
+            with Transcript.open(self._path(sid), within=self.real_dir) as t:
                 item["message_count"], item["compaction_count"] = t.message_count, t.compaction_count
         except Exception as exc:  # one unreadable file must not hide the others
             item["message_count"] = item["compaction_count"] = None
-            item["error"] = f"{type(exc).__name__}: {exc}"
+            item["error"] = self.public(f"{type(exc).__name__}: {exc}")
         return item
 
     def create(self, sid: str) -> dict[str, Any]:
         path = self._path(sid)
         if not os.path.isdir(self.real_dir):
-            raise Refused(500, f"the sessions folder {self.dir!r} does not exist", "sessions_folder_missing",
+            raise Refused(500, "the sessions folder does not exist (serve.sessions_dir)", "sessions_folder_missing",
                            type="server_error")
         try:
             # O_EXCL refuses anything already at the name, a dangling symlink included.
@@ -230,20 +241,22 @@ class Sessions:
         return self.get(sid)
 
     def get(self, sid: str) -> dict[str, Any]:
-        path, real = self._existing(sid)
-        counts, version, st = self._read(path, real, lambda t, v: (t.message_count, t.compaction_count))
+        path = self._existing(sid)
+        counts, version, st = self._read(path, lambda t, v: (t.message_count, t.compaction_count))
         return {"id": sid, "object": "boundctx.session", "message_count": counts[0],
                 "compaction_count": counts[1], "bytes": st.st_size,
                 "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
 
     def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
-        path, real = self._existing(sid)
+        path = self._existing(sid)
         before = _int_param(query, "message_before", None, 0)
         settings = self.settings
-        limit = _int_param(query, "message_limit", int(settings["transcript.window_messages"]), 0,
-                           MESSAGE_LIMIT_MAX)
-        content = _int_param(query, "content_limit", int(settings["transcript.window_content_bytes"]), 0,
-                             CONTENT_LIMIT_MAX)
+        # The defaults come from settings a PATCH can change: they are held to the same
+        # caps as the query, so a plain window is as bounded as any asked for.
+        limit = _int_param(query, "message_limit", min(int(settings["transcript.window_messages"]),
+                                                       MESSAGE_LIMIT_MAX), 0, MESSAGE_LIMIT_MAX)
+        content = _int_param(query, "content_limit", min(int(settings["transcript.window_content_bytes"]),
+                                                         CONTENT_LIMIT_MAX), 0, CONTENT_LIMIT_MAX)
         wanted = query.get("layout_version")
 
         def read(t: Transcript, version: str):
@@ -254,11 +267,11 @@ class Sessions:
                                     f"{t.message_count}", "invalid_value", "message_before")
             return t.window(message_before=before, message_limit=limit, content_limit=content)
 
-        w, version, _ = self._read(path, real, read)
+        w, version, _ = self._read(path, read)
         return {**msgspec.to_builtins(w), "layout_version": version}
 
     def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
-        path, real = self._existing(sid)
+        path = self._existing(sid)
         index = _index(index_text)
         wanted = query.get("layout_version")
 
@@ -268,35 +281,38 @@ class Sessions:
             _check_index(index, t.message_count)
             return t.window(message_before=index + 1, message_limit=1, content_limit=None).messages[0]
 
-        entry, version, _ = self._read(path, real, read)
+        entry, version, _ = self._read(path, read)
         return {**msgspec.to_builtins(entry), "layout_version": version}
 
     def append(self, sid: str, body: bytes) -> dict[str, Any]:
-        path, real = self._existing(sid)
+        path = self._existing(sid)
         record = _record(body)
-        with _opened(path) as t:
+        with self._opened(path) as t:
             line = _writing(lambda: t.append(record, lock_wait=LOCK_WAIT_S))
             count = t.message_count
         return {"line": line, "message_count": count}
 
     def rewrite(self, sid: str, index_text: str, query: Mapping[str, str], body: bytes | None) -> dict[str, Any]:
         """Edit (``body``: the replacement record) or delete (``body`` None) one message."""
-        path, real = self._existing(sid)
+        path = self._existing(sid)
         index = _index(index_text)
         record = _record(body) if body is not None else None
         if record is not None:
             _writing(lambda: encode_record(record))  # refused before the lock and the history read
         wanted = query.get("layout_version")
-        st = _stat_regular(path)
-        if wanted is not None and wanted != self.versions.of(real, st):
-            raise _stale()
-        with _opened(path) as t:
-            _check_index(index, t.message_count)
+
+        def check(history) -> None:
+            # Under the write lock, against the file the history was read from and is
+            # rewritten: nothing can move the messages between this and the rename.
+            if wanted is not None and wanted != self.versions.of(history.source.stat()):
+                raise _stale()
+            _check_index(index, history.message_count)
+
+        with self._opened(path) as t:
             if record is not None:
-                _writing(lambda: t.edit(index, record, lock_wait=LOCK_WAIT_S))
+                _writing(lambda: t.edit(index, record, lock_wait=LOCK_WAIT_S, check=check))
             else:
-                _writing(lambda: t.delete(index, lock_wait=LOCK_WAIT_S))
-        self.versions.rewritten(real)
+                _writing(lambda: t.delete(index, lock_wait=LOCK_WAIT_S, check=check))
         return self.get(sid)
 
     def conversation(self, sid: str, history: int, save: bool) -> tuple[str, Conversation, str | None]:
@@ -304,10 +320,24 @@ class Sessions:
         newest ``history`` messages, and the style the exchange will be written in
         (None with ``save`` off). A session in a format boundctx does not write is
         refused here, before any model call, unless ``save`` is off."""
-        path, real = self._existing(sid)
+        path = self._existing(sid)
+        budget = history_bytes(self.settings)
 
         def read(t: Transcript, version: str):
-            window = t.window(message_limit=history, content_limit=None) if history else None
+            window, notices = None, []
+            if history:
+                total = t.message_count
+                sizes = t.message_bytes(max(0, total - history), total)
+                keep, used = 0, 0
+                for size in reversed(sizes):  # the newest messages that fit the byte bound together
+                    if used + size > budget:
+                        break
+                    used, keep = used + size, keep + 1
+                if keep < len(sizes):
+                    notices.append(f"{len(sizes) - keep} of the newest {len(sizes)} messages were not read: "
+                                   f"with them the history is over {budget:,} bytes, the most one reply reads "
+                                   "(8 bytes for each of analysis.max_source_chars)")
+                window = t.window(message_before=total, message_limit=keep, content_limit=None)
             style = None
             if save:
                 try:
@@ -315,45 +345,51 @@ class Sessions:
                 except ValueError as exc:
                     raise Refused(400, f"{exc} (send \"save\": false to reply without writing)",
                                    "session_read_only", "save") from None
-            return (chat_messages(window) if window is not None else Conversation([], [])), style
+            conversation = chat_messages(window) if window is not None else Conversation([], [])
+            conversation.notices[:0] = notices
+            return conversation, style
 
-        (conversation, style), _, _ = self._read(path, real, read)
+        (conversation, style), _, _ = self._read(path, read)
         return path, conversation, style
 
     def save_exchange(self, sid: str, question: str, answer: str, style: str, parent_id: str | None) -> dict[str, Any]:
         """Append a complete exchange to session ``sid``: its lines and the new count."""
-        path, real = self._existing(sid)
-        with _opened(path) as t:
+        path = self._existing(sid)
+        with self._opened(path) as t:
             lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id,
                                                      lock_wait=LOCK_WAIT_S))
-            count = t.message_count
-        return {"lines": lines, "message_count": count, "layout_version": self.versions.of(real, _stat_regular(path))}
+            count, version = t.message_count, self.versions.of(t.stat())
+        return {"lines": lines, "message_count": count, "layout_version": version}
 
 
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _stat_regular(path: str) -> os.stat_result:
-    try:
-        st = os.stat(path)
-    except OSError:
-        raise Refused(404, "the session is gone", "session_not_found", "id") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise Refused(404, "the session is gone", "session_not_found", "id")
-    return st
+def history_bytes(settings: Mapping[str, Any]) -> int:
+    """The most bytes of a session's lines one reply reads before fitting: what the
+    engine could take of one input (``analysis.max_source_chars``) at up to 8 bytes a
+    character as JSON holds it (4 of UTF-8, escapes beyond). The model never gets more
+    than that of any input, so a larger history would be read only to be dropped."""
+    return 8 * int(settings["analysis.max_source_chars"])
 
 
-class _opened:
-    """``Transcript.open`` with the store's errors said as HTTP ones."""
+class _OpenSession:
+    """``Transcript.open`` of a file directly inside ``folder``, with the store's errors
+    said as HTTP ones (one answer for missing, outside and not-a-file: a caller cannot
+    probe what lies outside the folder)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, folder: str) -> None:
+        self.path, self.folder = path, folder
 
     def __enter__(self) -> Transcript:
+        sid = os.path.basename(self.path)[: -len(SUFFIX)]
         try:
-            self.t = Transcript.open(self.path)
+            self.t = Transcript.open(self.path, within=self.folder)
         except (TranscriptNotFound, TranscriptNotAFile):
-            raise Refused(404, "the session is gone", "session_not_found", "id") from None
+            raise Refused(404, f"no session {sid!r}", "session_not_found", "id") from None
+        except TranscriptChanged:
+            raise Refused(409, "the session was replaced while it was being opened; try again", "session_changed",
+                           headers={"Retry-After": RETRY_AFTER}) from None
         except TranscriptPermission as exc:
             raise Refused(403, str(exc), "permission_denied", type="permission_error") from None
         return self.t
@@ -374,6 +410,10 @@ def _writing(write: Callable[[], Any]) -> Any:
         raise Refused(409, str(exc), "session_changed", headers={"Retry-After": RETRY_AFTER}) from None
     except TranscriptPermission as exc:
         raise Refused(403, str(exc), "permission_denied", type="permission_error") from None
+    except (TranscriptNotFound, TranscriptNotAFile):
+        # The name no longer leads to a file in the folder (removed, or replaced by
+        # something that is not one): nothing more was written.
+        raise Refused(404, "the session is gone", "session_not_found", "id") from None
     except IndexError as exc:  # the message went between the check and the rewrite
         raise Refused(404, str(exc), "message_not_found", "index") from None
 
@@ -448,7 +488,7 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
         try:
             return _json(status, await run_in_threadpool(work))
         except Refused as refused:
-            return refused.response()
+            return refused.response(s.public)
 
     async def body_of(request) -> bytes:
         try:
@@ -457,26 +497,25 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
             raise Refused(413, f"the request body is over {s.max_body:,} bytes (serve.max_body_bytes)",
                            "request_too_large") from None
 
+    # Each handler names the methods it writes with: Starlette answers HEAD on every
+    # route that takes GET, and a HEAD must read, never create, append or edit.
+
     async def sessions(request):
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             try:
                 limit = _int_param(request.query_params, "limit", LIST_DEFAULT, 1, LIST_MAX)
             except Refused as refused:
                 return refused.response()
             return await answer(200, lambda: s.list(limit, request.query_params.get("after")))
+        assert request.method == "POST"
         try:
             body = await body_of(request)
-            given = msgspec.json.decode(body) if body.strip() else {}
+            given = decode(body, SessionCreateRequest) if body.strip() else SessionCreateRequest()
+            sid = s._id(given.id) if given.id is not None else secrets.token_hex(12)
         except Refused as refused:
             return refused.response()
-        except msgspec.DecodeError as exc:
-            return _error(400, f"the body is not JSON: {exc}", "invalid_request_error", "invalid_json")
-        if not isinstance(given, dict):
-            return _error(400, "the body must be a JSON object", "invalid_request_error", "invalid_json")
-        try:
-            sid = s._id(given["id"]) if given.get("id") is not None else secrets.token_hex(12)
-        except Refused as refused:
-            return refused.response()
+        except BadRequest as exc:
+            return _error(400, str(exc), "invalid_request_error", "invalid_json", exc.param)
         return await answer(201, lambda: s.create(sid))
 
     async def session(request):
@@ -484,8 +523,9 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
 
     async def messages(request):
         sid = request.path_params["id"]
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             return await answer(200, lambda: s.window(sid, request.query_params))
+        assert request.method == "POST"
         try:
             body = await body_of(request)
         except Refused as refused:
@@ -494,10 +534,11 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
 
     async def message(request):
         sid, index = request.path_params["id"], request.path_params["index"]
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             return await answer(200, lambda: s.message(sid, index, request.query_params))
         if request.method == "DELETE":
             return await answer(200, lambda: s.rewrite(sid, index, request.query_params, None))
+        assert request.method == "PATCH"
         try:
             body = await body_of(request)
         except Refused as refused:

@@ -25,13 +25,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from boundctx import config
 from boundctx.errors import ConfigError
 from boundctx.serve.http import body_or_refusal
 from boundctx.serve.http import error as _error
 from boundctx.serve.http import json_response as _json
+from boundctx.serve.requests import BadRequest, decode
 
 __all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
 
@@ -133,10 +132,11 @@ def settings_routes(live: LiveSettings, max_body: int) -> list:
         if not isinstance(body, bytes):
             return body
         try:
-            changes = msgspec.json.decode(body)
-        except msgspec.DecodeError as exc:
-            return _error(400, f"the body is not JSON: {exc}", "invalid_request_error", "invalid_json")
-        if not isinstance(changes, dict) or not changes:
+            changes = decode(body, dict[str, Any])
+        except BadRequest as exc:
+            return _error(400, f"{exc}; send a JSON object of settings to change", "invalid_request_error",
+                          "invalid_json")
+        if not changes:
             return _error(400, 'the body must be a JSON object of settings to change, e.g. '
                                '{"chat.analysis_workers": 0}', "invalid_request_error", "invalid_settings")
         try:
