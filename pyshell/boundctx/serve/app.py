@@ -248,8 +248,8 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     host = host if host is not None else str(resolved["serve.host"])
     if not is_loopback(host) and not keys:
         raise ServeError(f"refusing to serve on {host!r} without an API key: anyone who can reach it could use "
-                         "the model and read the sessions. Set serve.api_key_file or BOUNDCTX_SERVE_API_KEY, or "
-                         "bind 127.0.0.1")
+                         "the model and read the sessions. Give a key (--api-key, serve.api_key_file or "
+                         "BOUNDCTX_SERVE_API_KEY), or bind 127.0.0.1")
     allowed = (frozenset(_LOOPBACK_NAMES | {host.lower(), f"[{host.lower()}]"}) if is_loopback(host) else None)
     origins = cors_origins(str(resolved["serve.cors_origins"]))
     server = _Server(provider, resolved, model_id or provider.name)
