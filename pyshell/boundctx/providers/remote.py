@@ -244,7 +244,8 @@ class OpenAICompatibleProvider(Provider):
             return ContextOverflow(f"the server refused the prompt: {message}",
                                    prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
                                    context_window=n_ctx if isinstance(n_ctx, int) else None)
-        hint = {401: "; the server wants an API key (api_key=; on the command line --api-key, or --upstream-api-key on serve, or BOUNDCTX_API_KEY)",
+        hint = {401: "; the server wants an API key (api_key=; on the command line --api-key, or "
+                     "--upstream-api-key on serve, or BOUNDCTX_API_KEY)",
                 403: "; the API key was refused: check its permissions",
                 404: "; is this an OpenAI-compatible server (POST /v1/chat/completions)?"}.get(
                     response.status_code, "")
