@@ -384,3 +384,33 @@ def test_a_session_reply_reads_its_history_within_a_byte_bound_and_says_what_it_
     assert any(f"{20 - fits} of the newest 20 messages were not read" in n for n in opening["notices"])
     sent = [text[:2] for text in seen[-1] if text.endswith("x" * 10)]
     assert sent == [f"{i:02d}" for i in range(20 - fits, 20)]  # the newest, in order
+
+
+TWO_REWRITES = textwrap.dedent("""
+    import sys
+    from boundctx.transcript.store import Transcript
+    for _ in range(2):
+        with Transcript.open(sys.argv[1]) as t:
+            t.delete(0)
+""")
+
+
+@pytest.mark.parametrize("method", ["PATCH", "DELETE"])
+def test_a_cursor_from_before_two_rewrites_is_stale_though_the_inode_number_came_back(server, tmp_path, method):
+    """A rewrite frees the old file's inode number and ext4 hands it to the next
+    rewrite's file: after two rewrites by another process the session has its old
+    number again. The edit must still see the cursor is stale."""
+    folder = tmp_path / "sessions"
+    path = seeded(folder, "s1", 6)
+    assert httpx.delete(f"{server.url}{API}/s1/messages/5").status_code == 200  # one rewrite already
+    version = httpx.get(f"{server.url}{API}/s1/messages").json()["layout_version"]
+    inode = os.stat(path).st_ino
+    subprocess.run([sys.executable, "-c", TWO_REWRITES, str(path)], check=True, cwd=ROOT, timeout=60)
+    assert texts(path) == ["m2", "m3", "m4"]
+    reused = os.stat(path).st_ino == inode  # on ext4, always: what the inode alone could not tell
+    body = json.dumps(message("edited m2")).encode() if method == "PATCH" else None
+    r = httpx.request(method, f"{server.url}{API}/s1/messages/2?layout_version={version}", content=body)
+    assert r.status_code == 409, (r.status_code, r.text, f"inode number reused: {reused}")
+    assert r.json()["error"]["code"] == "stale_cursor"
+    assert texts(path) == ["m2", "m3", "m4"]
+    assert httpx.get(f"{server.url}{API}/s1/messages", params={"layout_version": version}).status_code == 409

@@ -269,3 +269,21 @@ def test_a_real_line_over_2_gib_is_appended_whole(tmp_path):
     with open(path, "rb") as f:
         f.seek(end - 5)
         assert f.read() == b'z"}}\n'
+
+
+# -- a file's identity across rewrites --------------------------------------------------------
+
+
+def test_every_rewrite_gives_the_file_an_identity_of_its_own_and_appends_keep_it(tmp_path):
+    path = seeded(tmp_path / "t.jsonl", n=30)
+    seen, inodes = [], []
+    with Transcript.open(path) as t:
+        for _ in range(10):
+            t.delete(0)
+            seen.append(t.identity())
+            inodes.append(t.stat().st_ino)
+            t.append(record("more"))
+            assert t.identity() == seen[-1]
+    assert len(set(seen)) == len(seen)
+    with Transcript.open(path) as again:  # another reader computes the same
+        assert again.identity() == seen[-1]

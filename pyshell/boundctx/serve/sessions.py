@@ -23,10 +23,13 @@ Layout versions
 ---------------
 A message index is a cursor only while the messages before it stay where they are. An
 append keeps them there; a rewrite (edit, delete) moves them, and the store always
-rewrites by writing a new file and renaming it over the old one, so the file's
-``(st_dev, st_ino)`` changes. ``layout_version`` is a hash of the device and inode:
-it changes on every rewrite, never on an append, and every server process sharing the
-folder computes the same one (several ``boundctx serve`` behind one balancer).
+rewrites by writing a new file and renaming it over the old one. ``layout_version`` is a
+hash of that file's identity (``Transcript.identity``: device, inode, the inode's
+generation, and a token each rewrite gives its new file): it changes on every rewrite,
+never on an append, and every server process sharing the folder computes the same one
+(several ``boundctx serve`` behind one balancer). The inode number alone would not do:
+ext4 hands a rewrite's new file the number the previous rewrite freed, so after two
+rewrites a session would be back at its old version.
 
 An edit or delete compares the version it was given with the file under the write
 lock, the very file its history is read from and rewritten (``Transcript.edit(...,
@@ -34,9 +37,9 @@ check=...)``): a rewrite by another client or process just before cannot make it
 on a different message.
 
 What it cannot see: a change that keeps the inode (another program truncating or
-editing the file in place; a window past the end is still refused with 400), and two
-rewrites between two requests that land on a freed inode number reused (the second
-rewrite's temporary file can get the number the first one freed).
+editing the file in place; a window past the end is still refused with 400), and, on a
+file system with neither inode generations nor user extended attributes, rewrites by
+several writers that land on a freed inode number reused.
 """
 
 from __future__ import annotations
@@ -110,8 +113,8 @@ class _Versions:
     every server process, so a client paging through several behind a balancer is not
     refused for switching between them."""
 
-    def of(self, st: os.stat_result) -> str:
-        return hashlib.blake2b(f"{st.st_dev}:{st.st_ino}".encode(), digest_size=8).hexdigest()
+    def of(self, t: Transcript) -> str:
+        return hashlib.blake2b(t.identity().encode(), digest_size=8).hexdigest()
 
 
 class Sessions:
@@ -171,15 +174,16 @@ class Sessions:
         for _ in range(3):
             try:
                 with self._opened(path) as t:
-                    st = t.stat()
-                    out = read(t, self.versions.of(st))
-                    after = t.stat()  # a read that followed the path to a rewrite's new file shows here
+                    version = self.versions.of(t)
+                    out = read(t, version)
+                    # a read that followed the path to a rewrite's new file shows here
+                    after, version_after = t.stat(), self.versions.of(t)
             except TranscriptChanged:
                 continue
             except (TranscriptNotFound, TranscriptNotAFile):  # the name now leads out of the folder
                 raise Refused(404, "the session is gone", "session_not_found", "id") from None
-            if (after.st_dev, after.st_ino) == (st.st_dev, st.st_ino):
-                return out, self.versions.of(after), after
+            if version_after == version:
+                return out, version, after
         raise Refused(409, "the session keeps being rewritten under the read; try again", "session_changed",
                        headers={"Retry-After": RETRY_AFTER})
 
@@ -304,7 +308,7 @@ class Sessions:
         def check(history) -> None:
             # Under the write lock, against the file the history was read from and is
             # rewritten: nothing can move the messages between this and the rename.
-            if wanted is not None and wanted != self.versions.of(history.source.stat()):
+            if wanted is not None and wanted != self.versions.of(history.source):
                 raise _stale()
             _check_index(index, history.message_count)
 
@@ -358,7 +362,7 @@ class Sessions:
         with self._opened(path) as t:
             lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id,
                                                      lock_wait=LOCK_WAIT_S))
-            count, version = t.message_count, self.versions.of(t.stat())
+            count, version = t.message_count, self.versions.of(t)
         return {"lines": lines, "message_count": count, "layout_version": version}
 
 

@@ -48,6 +48,7 @@ from boundctx.transcript.reading import LineReader, StaleLayout
 from boundctx.transcript.sidecar import sidecar_paths
 from boundctx.transcript.writing import (
     History,
+    file_identity,
     lock_still_held,
     move_tail_aside,
     open_append_fd,
@@ -212,10 +213,16 @@ class Transcript:
         return self._layout.message_count
 
     def stat(self) -> os.stat_result:
-        """``fstat`` of the file open now (the one the last read used): a rewrite (a new
-        file renamed over the old) changes its ``(st_dev, st_ino)``, an append never does."""
+        """``fstat`` of the file open now (the one the last read used)."""
         self._check_open()
         return os.fstat(self._fd)
+
+    def identity(self) -> str:
+        """What tells the file open now (the one the last read used) apart from every
+        file that was at its path before or comes after: a rewrite changes it, an append
+        never does (:func:`~boundctx.transcript.writing.file_identity`)."""
+        self._check_open()
+        return file_identity(self._fd)
 
     @property
     def compaction_count(self) -> int:
@@ -641,7 +648,7 @@ class Transcript:
 
         ``check(history)``, when given, runs with the lock held and the history read,
         before the change: a cursor the caller holds (a message index from a window of
-        some version, :meth:`stat`) is compared there, against the very file the
+        some version, :meth:`identity`) is compared there, against the very file the
         history comes from; a ``check`` that raises leaves the transcript as it was.
         """
         self._edit_under_lock(lambda h, i: h.replace_message(i, record), message, lock_wait, check)

@@ -31,7 +31,9 @@ __all__ = [
     "LOCK_POLL_S",
     "LOCK_SUFFIX",
     "TORN_INFIX",
+    "REWRITE_TOKEN_XATTR",
     "History",
+    "file_identity",
     "lock_still_held",
     "move_tail_aside",
     "open_append_fd",
@@ -304,10 +306,48 @@ def move_tail_aside(read_fd: int, wfd: int, real: str, start: int, end: int) -> 
 def replace_file(real: str, data: bytes, *, mode: int) -> None:
     """Replace the transcript at ``real`` (its resolved path) with ``data``: a temporary
     file beside it, ``fsync``, rename; it keeps ``mode``. ``real`` is not resolved again:
-    a symlink put at the name since is replaced, never followed out of the folder."""
+    a symlink put at the name since is replaced, never followed out of the folder. The new
+    file carries a token of its own (:func:`file_identity`)."""
     with replacing(real, temp_name=lambda name: f"{_rewrite_prefix(name)}{secrets.token_hex(8)}",
                    mode=mode, resolve=False) as f:
         f.write(data)
+        _give_token(f.fileno())
+
+
+# -- what tells one file from the next at the same path ------------------------------------
+
+#: The extended attribute a rewrite gives its new file: a random token of its own.
+REWRITE_TOKEN_XATTR = "user.boundctx.rewrite"
+# FS_IOC_GETVERSION (_IOR('v', 1, long)): the inode's generation, drawn anew each time
+# the file system hands out an inode number (ext4, xfs, btrfs).
+_FS_IOC_GETVERSION = 0x80087601
+
+
+def _give_token(fd: int) -> None:
+    try:
+        os.setxattr(fd, REWRITE_TOKEN_XATTR, secrets.token_bytes(8))
+    except (OSError, AttributeError):  # no user xattrs here: the generation, or the inode alone
+        pass
+
+
+def file_identity(fd: int) -> str:
+    """What tells the file open as ``fd`` apart from every other file that was at its
+    path: its device and inode, the inode's generation where the file system reports
+    one, and the token a rewrite gave it. An append keeps it; a rewrite changes it.
+
+    The inode alone is not enough: a rewrite frees the old file's number and ext4 gives
+    it to the next rewrite's file, so after two rewrites a session is back to the number
+    it had, and a cursor from before both would be taken for current."""
+    st = os.fstat(fd)
+    try:
+        generation = int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETVERSION, bytes(8))[:4], "little")
+    except OSError:
+        generation = 0
+    try:
+        token = os.getxattr(fd, REWRITE_TOKEN_XATTR).hex()
+    except (OSError, AttributeError):
+        token = ""
+    return f"{st.st_dev}:{st.st_ino}:{generation}:{token}"
 
 
 def _rewrite_prefix(name: str) -> str:
