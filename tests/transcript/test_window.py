@@ -292,7 +292,7 @@ def test_renderer_preset_reads_a_settings_argument_over_the_resolved_settings(tm
             t.window(settings={"transcript.window_messages": 4})
 
 
-@pytest.mark.parametrize("value, problem", [("0", "too small"), ("lots", "is not an int")])
+@pytest.mark.parametrize("value, problem", [("0", "too small"), ("1001", "too large"), ("lots", "is not an int")])
 def test_an_invalid_window_setting_is_a_clear_config_error(tmp_path, monkeypatch, value, problem):
     from boundctx.errors import ConfigError
 
@@ -300,7 +300,7 @@ def test_an_invalid_window_setting_is_a_clear_config_error(tmp_path, monkeypatch
         monkeypatch.setenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES", value)
         with pytest.raises(ConfigError, match=problem) as exc:
             t.window(preset="renderer")
-        assert "BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES" in str(exc.value) and "accepted ≥ 1" in str(exc.value)
+        assert "BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES" in str(exc.value) and "accepted 1–1,000" in str(exc.value)
         # Both limits given: the settings are not needed, so not read.
         assert len(t.window(preset="renderer", message_limit=2, content_limit=10).messages) == 2
         monkeypatch.delenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES")
