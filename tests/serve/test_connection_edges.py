@@ -292,3 +292,56 @@ def test_the_connection_cap_leaves_descriptors_for_the_server_itself():
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert connections_module.connection_limit(8) == min(8, soft)
     assert connections_module.connection_limit(10 ** 6) <= soft - connections_module.RESERVED_DESCRIPTORS
+
+
+def _trickle_body(port, *, declared, gap, limit_s):
+    """A POST whose head is whole and whose body comes a byte every ``gap`` seconds:
+    (bytes of the body sent, what the server answered, seconds until it answered)."""
+    sent, answer = 0, b""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"POST /boundctx/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % declared)
+        s.settimeout(gap)
+        try:
+            while sent < declared and time.monotonic() - started < limit_s:
+                try:
+                    chunk = s.recv(65536)
+                except TimeoutError:
+                    s.sendall(b" ")
+                    sent += 1
+                    continue
+                answer += chunk
+                break
+            s.settimeout(10)
+            while chunk := s.recv(65536):
+                answer += chunk
+        except (ConnectionResetError, BrokenPipeError, TimeoutError):
+            pass
+    return sent, answer, time.monotonic() - started
+
+
+def test_a_body_trickled_a_byte_at_a_time_gets_408_and_a_body_sent_at_speed_is_served(tmp_path):
+    with boundctx_serve(tmp_path, settings={"serve.head_timeout_seconds": 1}) as (url, _):
+        sent, answer, took = _trickle_body(_port(url), declared=10_000, gap=0.2, limit_s=60)
+        # A body of some MiB, sent as fast as loopback goes, is read as ever; so is one
+        # with no body at all.
+        assert httpx.post(url + "/boundctx/v1/sessions", json={"id": "fast"}, timeout=30).status_code == 201
+        r = httpx.post(url + "/boundctx/v1/sessions/fast/messages", timeout=60,
+                       json={"type": "message", "message": {"role": "user", "content": "x" * (4 << 20)}})
+        assert r.status_code == 201, r.text[:300]
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+    status, body = _response(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout", answer[:300]
+    assert body["error"]["code"] == "request_timeout" and "serve.head_timeout_seconds" in body["error"]["message"]
+    assert sent < 10_000  # cut off long before the body was whole
+    print(f"\ntrickled body refused after {sent} bytes, {took:.1f} s")
+
+
+def test_either_protocol_refuses_a_trickled_body(bounded):
+    server = bounded(Limits(max_head_bytes=65536, head_timeout=1, max_connections=64))
+    sent, answer, _ = _trickle_body(server.port, declared=10_000, gap=0.2, limit_s=60)
+    status, body = _response(answer)
+    assert status == b"HTTP/1.1 408 Request Timeout" and body["error"]["code"] == "request_timeout"
+    assert sent < 10_000
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200

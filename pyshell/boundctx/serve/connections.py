@@ -15,6 +15,11 @@ bound here is one a connection meets before the app runs:
 * ``serve.head_timeout_seconds``: the time a connection has to send a complete head,
   from when it opens or its previous response is complete. Then it is closed, with 408
   if part of a head had arrived.
+* a request's body, once its head is complete, must keep coming: at least
+  :data:`MIN_BODY_RATE` bytes a second on average after ``serve.head_timeout_seconds``
+  of grace. A body trickled a byte at a time would otherwise hold its connection, which
+  counts as a request in progress and is never evicted, for as long as the client
+  likes. Past it the connection gets 408 and is closed.
 * ``serve.max_connections`` (lowered to what ``RLIMIT_NOFILE`` leaves, with a reserve for
   the server's own files): past it, a new connection closes the one that has waited
   longest for a request without one in progress, so a flood of idle sockets cannot lock
@@ -49,6 +54,10 @@ RESERVED_DESCRIPTORS = 64
 #: How long a refused connection stays open after its 431 or 408, so that closing it does
 #: not reset the connection before the client has read why.
 LINGER_SECONDS = 1.0
+
+#: The slowest a request body may come, on average, once its grace
+#: (``serve.head_timeout_seconds``) is spent: 1 MiB in a minute, far below any real link.
+MIN_BODY_RATE = 16 * 1024
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -122,6 +131,9 @@ class _Bounded:
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_started_at = 0.0
+        self._body_bytes: int | None = None  # bytes of the body being received; None outside one
         self._refused = False
 
     # asyncio.Protocol
@@ -135,6 +147,7 @@ class _Bounded:
     def connection_lost(self, exc) -> None:
         self.open.discard(self)
         self._cancel_head_timer()
+        self._body_ended()
         super().connection_lost(exc)
 
     # uvicorn's callback when a response has been sent whole
@@ -153,6 +166,40 @@ class _Bounded:
 
     def _head_complete(self) -> None:
         self._cancel_head_timer()
+        self._body_started_at, self._body_bytes = self.loop.time(), 0
+        self._arm_body_timer()
+
+    def _body_received(self, n: int) -> None:
+        if self._body_bytes is not None:
+            self._body_bytes += n
+            self._arm_body_timer()
+
+    def _body_ended(self) -> None:
+        self._body_bytes = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _arm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+        deadline = self._body_started_at + self.limits.head_timeout + self._body_bytes / MIN_BODY_RATE
+        self._body_timer = self.loop.call_at(deadline, self._body_timed_out)
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self._body_bytes is None or self.transport.is_closing() or self._refused:
+            return
+        message = (f"the request body came slower than {MIN_BODY_RATE // 1024} KiB a second after "
+                   f"{self.limits.head_timeout:g} s (serve.head_timeout_seconds); send it whole")
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            # The app is still reading the body: nothing of a response is on the wire, so
+            # the 408 goes out in its place (what the app sends later goes nowhere).
+            self._refused = True
+            self._write_refusal(408, "request_timeout", message)
+        else:
+            self.transport.close()
 
     def _head_started(self) -> bool:
         raise NotImplementedError
@@ -181,10 +228,16 @@ class _Bounded:
         (a pipelined head): then there is no place for an answer, only the close."""
         self._refused = True
         self._cancel_head_timer()
-        self.open.first(self)
         if not self._waiting():
+            self.open.first(self)
             self.transport.close()
             return
+        self._write_refusal(status, code, message)
+
+    def _write_refusal(self, status: int, code: str, message: str) -> None:
+        """Write ``status`` with its error body, then close (see below)."""
+        self.open.first(self)
+        self._body_ended()
         body = msgspec.json.encode(error_body(message, "invalid_request_error", code))
         head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
@@ -247,7 +300,12 @@ def _httptools_class():
             self._head_complete()
             super().on_headers_complete()
 
+        def on_body(self, body: bytes) -> None:
+            self._body_received(len(body))
+            super().on_body(body)
+
         def on_message_complete(self) -> None:
+            self._body_ended()
             super().on_message_complete()
             self._head_bytes = 0
 
@@ -268,6 +326,10 @@ def _h11_class():
         def data_received(self, data: bytes) -> None:
             if not self._refused:
                 super().data_received(data)
+                if self.conn.their_state is h11.SEND_BODY:
+                    self._body_received(len(data))
+                else:
+                    self._body_ended()
 
         def send_400_response(self, msg: str) -> None:
             # uvicorn answers every error h11 reports with 400, a head past h11's cap too.
@@ -300,7 +362,8 @@ def _fits(base: type, module) -> bool:
     return (all(callable(getattr(base, name, None)) for name in (
                 "connection_made", "connection_lost", "data_received", "on_response_complete"))
             and init is not None and {"cycle", "loop", "server_state", "transport"} <= set(init.co_names)
-            and cycle is not None and "response_complete" in cycle.__init__.__code__.co_names)
+            and cycle is not None
+            and {"response_complete", "response_started"} <= set(cycle.__init__.__code__.co_names))
 
 
 def protocol_class(limits: Limits, *, say: Callable[[str], None] | None = None) -> tuple[type, dict[str, Any]]:
@@ -322,7 +385,7 @@ def protocol_class(limits: Limits, *, say: Callable[[str], None] | None = None) 
     if httptools_impl is not None:
         if _fits(httptools_impl.HttpToolsProtocol, httptools_impl) and all(
                 callable(getattr(httptools_impl.HttpToolsProtocol, name, None))
-                for name in ("on_headers_complete", "on_message_complete")):
+                for name in ("on_headers_complete", "on_body", "on_message_complete")):
             return _bind(_httptools_class(), limits), {}
         if say is not None:
             say(f"uvicorn {uvicorn.__version__}'s httptools protocol is not the one boundctx bounds request heads "
