@@ -116,3 +116,33 @@ def test_a_backend_failure_in_the_reread_step_is_a_failed_reply():
     assert failed.kind == "GenerationError", failed
     assert "the reread step failed (RuntimeError: llama_decode returned -1)" in failed.error
     assert p.active == 0  # the stream was closed
+
+
+def test_refusals_are_counted_before_they_join_the_notes_so_the_answer_fits_its_window():
+    """The step on its own, at a window the notes fill but for a few tokens: ranges that
+    do not fit are refused, each refusal counted before it is added, so what the model
+    answers from stays within the window."""
+    from boundctx.analysis.originals import Originals
+
+    originals = Originals()
+    oid = originals.add(DOC, "doc")
+    # Two ranges, written compactly: the step's output room is counted in the scripted
+    # counter's tokens (a byte each).
+    asked = json.dumps({"reread": [{"id": oid, "start": k * 3000, "end": k * 3000 + 3000} for k in range(2)]},
+                       separators=(",", ":"))
+    p = ScriptedProvider(lambda request: asked, context_window=8192)
+    p.supports_tools = False
+    messages = [{"role": "system", "content": "Notes on doc:\n" + "code of unit0: (indexed) [S1 0-40]\n" * 40},
+                {"role": "user", "content": ASK[0]["content"]}]
+    limit = p.count_prompt(messages) + 12  # room for the notes as they are, and hardly a line more
+    step = Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(messages, originals, limit,
+                                                                                     None, 0.0)
+    events = []
+    try:
+        while True:
+            events.append(next(step))
+    except StopIteration as end:
+        final = end.value
+    results = [e for e in events if isinstance(e, ToolResult)]
+    assert len(results) == 2 and all("do not fit" in r.content for r in results)
+    assert p.count_prompt(final) <= limit

@@ -323,3 +323,28 @@ def test_a_model_that_cannot_call_tools_is_refused_when_tools_are_offered():
         assert list(engine(p).reply(ASK, tools=tools))[-1].finish_reason == "stop"
     assert all(r.tools is None for r in p.requests)
 
+
+
+def test_a_round_of_rereads_that_cannot_fit_is_left_out_and_the_reply_answers_within_the_window():
+    """The model's calls and their results are counted before they join the prompt: a
+    round too big even with every result refused is left out whole, the rereads stop,
+    and the answer comes from the notes, never a prompt past the window."""
+    def answer(request):
+        if READ_TOOL_NAME in names(request):
+            # Many calls, each with arguments far longer than the room left.
+            args = json.loads(reread_args(request))
+            return [ToolCallChunk(f"r{k}", READ_TOOL_NAME, json.dumps({**args, "why": "x" * 400}))
+                    for k in range(40)]
+        return ["Step 377 failed; its id could not be confirmed."]
+
+    p = ScriptedProvider(worker_or(answer), context_window=4096)
+    events = list(engine(p).reply(ASK, files=[("build.log", LOG)]))
+    assert not [e for e in events if type(e).__name__ == "Failed"], events[-1]
+    assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop"
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)).startswith("Step 377 failed")
+    for request in coordinator(p):  # every prompt the model got fit its window with the reply's room
+        assert p.count_prompt(request.messages, tools=request.tools) + 256 <= p.context_window
+    last = coordinator(p)[-1]
+    assert READ_TOOL_NAME not in names(last)  # the offer stopped
+    assert not any(m.get("tool_calls") for m in last.messages)  # the round that could not fit is not there
+    assert "No more exact text can be read" in last.messages[0]["content"]

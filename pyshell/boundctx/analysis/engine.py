@@ -420,6 +420,15 @@ class Engine:
         except msgspec.DecodeError as exc:
             return noted(f"the request for rereads was not valid ({exc})")
         read_back: list[str] = []
+
+        def add(line: str) -> bool:
+            # Every line, a refusal too, is counted before it joins the notes; a refusal
+            # that does not fit is left to the instructions, which say it in any case.
+            if provider.count_prompt(_added_to_notes(messages, _reread_text(read_back + [line]))) > limit:
+                return False
+            read_back.append(line)
+            return True
+
         for k, want in enumerate(asked.reread[:REREAD_MAX_RANGES]):
             call_id = f"reread-{k + 1}"
             arguments = msgspec.json.encode({"section_id": want.id, "start": want.start, "end": want.end}).decode()
@@ -428,16 +437,13 @@ class Engine:
                 text = originals.read(want.id, want.start, want.end)
             except SectionReadError as exc:
                 yield ToolResult(call_id, f"error: {exc}")
-                read_back.append(f"{want.id} characters {want.start}-{want.end}: not read ({exc})")
+                add(f"{want.id} characters {want.start}-{want.end}: not read ({exc})")
                 continue
-            line = f"{want.id} characters {want.start}-{want.end}: «{text}»"
-            if provider.count_prompt(_added_to_notes(messages, _reread_text(read_back + [line]))) > limit:
-                result = f"error: {len(text)} characters do not fit the remaining context"
-                yield ToolResult(call_id, result)
-                read_back.append(f"{want.id} characters {want.start}-{want.end}: not read (it does not fit)")
+            if not add(f"{want.id} characters {want.start}-{want.end}: «{text}»"):
+                yield ToolResult(call_id, f"error: {len(text)} characters do not fit the remaining context")
+                add(f"{want.id} characters {want.start}-{want.end}: not read (it does not fit)")
                 continue
             yield ToolResult(call_id, text)
-            read_back.append(line)
         return _added_to_notes(messages, _reread_text(read_back)) if read_back else messages
 
     def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -501,19 +507,33 @@ class Engine:
                 # A call cut at the output budget keeps "length": its arguments may be cut.
                 yield Done("length" if finish.reason == "length" else "tool_calls", usage, ended)
                 return
-            messages = messages + [{"role": "assistant", "content": "", "tool_calls": [
+            # The round (the model's calls and their results) joins the prompt only if it
+            # fits, each part counted before it is added: a result that does not fit is
+            # refused in a line, and a round that does not fit even so is left out whole,
+            # and the rereads stop (the model answers from its notes and says what it
+            # could not confirm), never a prompt past the window.
+            with_round = messages + [{"role": "assistant", "content": "", "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in calls]}]
             for c in calls:
                 yield ToolCall(c.id, c.name, c.arguments)
                 result = self._run_tool(c, originals, names)
-                trial = messages + [{"role": "tool", "tool_call_id": c.id, "content": result}]
+                trial = with_round + [{"role": "tool", "tool_call_id": c.id, "content": result}]
                 if provider.count_prompt(trial, tools=tools) > limit:
                     result = (f"error: {len(result)} characters do not fit the remaining context; "
                               "ask for a narrower range")
-                    trial = messages + [{"role": "tool", "tool_call_id": c.id, "content": result}]
+                    trial = with_round + [{"role": "tool", "tool_call_id": c.id, "content": result}]
                 yield ToolResult(c.id, result)
-                messages = trial
+                with_round = trial
+            if provider.count_prompt(with_round, tools=tools) <= limit:
+                messages = with_round
+                continue
+            tools, names = callers or None, [_tool_name(t) for t in callers]
+            said = _added_to_notes(messages, "No more exact text can be read in this reply (the context window is "
+                                             "full): where a value the answer needs is only indexed, say it could "
+                                             "not be confirmed.")
+            if provider.count_prompt(said, tools=tools) <= limit:
+                messages = said
         yield Done("tool_rounds_exhausted")
 
     @staticmethod
