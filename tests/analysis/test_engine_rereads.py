@@ -146,3 +146,57 @@ def test_refusals_are_counted_before_they_join_the_notes_so_the_answer_fits_its_
     results = [e for e in events if isinstance(e, ToolResult)]
     assert len(results) == 2 and all("do not fit" in r.content for r in results)
     assert p.count_prompt(final) <= limit
+
+
+def widest_answer(oid, ranges):
+    """The largest answer the step's grammar lets a model write: every optional space,
+    every number at its widest."""
+    item = f'{{ "id" : "{oid}" , "start" : 0 , "end" : 9999999999999999 }} '
+    return f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '
+
+
+def test_the_steps_output_room_holds_its_largest_answer_whole():
+    """The room was a guess of 24 tokens a range: four ranges were cut, refused, and
+    nothing was read again. Now it is counted from the largest answer itself."""
+    from boundctx.analysis.engine import REREAD_MAX_RANGES
+
+    def ask_widest(system):
+        oid = re.search(r"id (src-\S+),", system).group(1)
+        return widest_answer(oid, REREAD_MAX_RANGES)
+
+    p, events = run(Model(ask_for=ask_widest))
+    (step,) = [r for r in p.requests if r.schema is not None]
+    assert step.schema["properties"]["reread"]["maxItems"] == REREAD_MAX_RANGES
+    assert len([e for e in events if isinstance(e, ToolCall)]) == REREAD_MAX_RANGES  # read, not refused as cut
+    assert "not valid" not in p.requests[-1].messages[0]["content"]
+
+
+def test_the_step_asks_for_fewer_ranges_where_four_would_not_fit():
+    from boundctx.analysis.engine import reread_output_room
+
+    probe, _ = run(Model())
+    (step,) = [r for r in probe.requests if r.schema is not None]
+    ids = step.schema["properties"]["reread"]["items"]["properties"]["id"]["enum"]
+    window = probe.count_prompt(step.messages) + reread_output_room(ids, 2) + 1
+    from boundctx.analysis.originals import Originals
+
+    originals = Originals()
+    originals.add(DOC, "doc")  # an id as long as the probe's
+    p = ScriptedProvider(Model(), context_window=window)
+    p.supports_tools = False
+    notes = step.messages[:-1]
+    list(Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(notes, originals, window - 256,
+                                                                                    None, 0.0))
+    (asked,) = [r for r in p.requests if r.schema is not None]
+    assert asked.schema["properties"]["reread"]["maxItems"] == 2
+    assert "at most 2 ranges" in asked.messages[-1]["content"]
+
+
+def test_the_output_room_covers_the_embedded_models_own_count_of_the_largest_answer(smollm2):
+    from boundctx.analysis.engine import REREAD_MAX_RANGES, reread_output_room
+
+    for ids in (["src-0a1b2c3d-1"], [f"src-ffffffff-{k}" for k in range(12)]):
+        longest = max(ids, key=len)
+        for ranges in range(1, REREAD_MAX_RANGES + 1):
+            widest = widest_answer(longest, ranges).replace("0 ,", "-9999999999999999 ,")
+            assert smollm2.count_text(widest) <= reread_output_room(ids, ranges)

@@ -16,6 +16,7 @@ run and send back as a ``tool`` message.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -58,9 +59,23 @@ REREAD_ASK = (
     '{{"reread": [{{"id": "<the original\'s id>", "start": <first character>, "end": <end character>}}]}}, '
     'at most {n} ranges, or {{"reread": []}} when the notes are enough.'
 )
-#: Ranges one constrained step may ask for, and the output it may take.
+#: Ranges one constrained step may ask for (fewer where its output would not fit).
 REREAD_MAX_RANGES = 4
-_REREAD_TOKENS = 32 + 24 * REREAD_MAX_RANGES
+# The widest integer the JSON grammar lets a model write (a sign and 16 digits: the
+# schema's minimum is not enforced by llama.cpp's converter), and the one space it allows
+# after every token.
+_WIDEST_INT = "-" + "9" * 16
+
+
+def reread_output_room(ids: Sequence[str], ranges: int) -> int:
+    """Tokens the constrained step's answer may take, counted from the real JSON of its
+    largest request: ``ranges`` ranges of the longest id, every number at its widest,
+    every optional space written. Counted in bytes, one token each at least, so it holds
+    on any tokenizer, whatever pieces the model picks (a model need not pick the ones
+    its tokenizer would)."""
+    longest = json.dumps(max(ids, key=len), ensure_ascii=False)
+    item = f'{{ "id" : {longest} , "start" : {_WIDEST_INT} , "end" : {_WIDEST_INT} }} '
+    return len(f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '.encode())
 REREAD_HEADER = "Exact text read again from the originals (it is what the text says where the notes differ):"
 
 #: Tokens allowed for where a text is joined to the prompt (a system message's end, a
@@ -390,13 +405,6 @@ class Engine:
         messages to answer from (the generator's value), or None when cancelled."""
         provider = self.provider
         ids = list(originals)
-        schema = {"type": "object", "additionalProperties": False, "required": ["reread"], "properties": {
-            "reread": {"type": "array", "maxItems": REREAD_MAX_RANGES, "items": {
-                "type": "object", "additionalProperties": False, "required": ["id", "start", "end"],
-                "properties": {"id": {"type": "string", "enum": ids},
-                               "start": {"type": "integer", "minimum": 0},
-                               "end": {"type": "integer", "minimum": 0}}}}}}
-        ask = messages + [{"role": "user", "content": REREAD_ASK.format(n=REREAD_MAX_RANGES)}]
 
         def noted(failure: str) -> list[dict[str, Any]]:
             # Say it in the notes when it fits; the instructions say it in any case.
@@ -404,11 +412,25 @@ class Engine:
                                              "answer needs is only indexed, say it could not be confirmed.")
             return said if provider.count_prompt(said) <= limit else messages
 
-        if provider.count_prompt(ask) + _REREAD_TOKENS > provider.context_window:
-            return noted("there was no room to ask for exact rereads")
+        # As many ranges as the step's largest answer leaves room for beside its prompt.
+        ranges = REREAD_MAX_RANGES
+        while True:
+            ask = messages + [{"role": "user", "content": REREAD_ASK.format(n=ranges)}]
+            room = reread_output_room(ids, ranges)
+            if provider.count_prompt(ask) + room <= provider.context_window:
+                break
+            ranges -= 1
+            if not ranges:
+                return noted("there was no room to ask for exact rereads")
+        schema = {"type": "object", "additionalProperties": False, "required": ["reread"], "properties": {
+            "reread": {"type": "array", "maxItems": ranges, "items": {
+                "type": "object", "additionalProperties": False, "required": ["id", "start", "end"],
+                "properties": {"id": {"type": "string", "enum": ids},
+                               "start": {"type": "integer", "minimum": 0},
+                               "end": {"type": "integer", "minimum": 0}}}}}}
         yield Stage("rereading", time.monotonic() - started, 1)
         pieces: list[str] = []
-        stream = provider.stream_chat(ask, schema=schema, max_tokens=_REREAD_TOKENS, temperature=0.0, cancel=cancel)
+        stream = provider.stream_chat(ask, schema=schema, max_tokens=room, temperature=0.0, cancel=cancel)
         with _model_call(stream, "the reread step"):
             for chunk in stream:
                 if isinstance(chunk, TextChunk):
@@ -429,7 +451,7 @@ class Engine:
             read_back.append(line)
             return True
 
-        for k, want in enumerate(asked.reread[:REREAD_MAX_RANGES]):
+        for k, want in enumerate(asked.reread[:ranges]):
             call_id = f"reread-{k + 1}"
             arguments = msgspec.json.encode({"section_id": want.id, "start": want.start, "end": want.end}).decode()
             yield ToolCall(call_id, READ_TOOL_NAME, arguments)
