@@ -17,6 +17,11 @@ in code, where it is bounded, exact and testable.
 A worker line that is not of this form is kept anyway: a line with a citation and no
 ``key:`` keys itself by its text, and a line with no citation is cited as the whole
 section.
+
+A range a worker read but could not note whole (its answer was cut at its budget and
+reading on made no progress) is kept as *not noted*: those lines come first in every
+rendering, before any value, so the coordinator always knows which characters to
+reread and that a value noted before them may have been corrected there.
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ import msgspec
 
 from boundctx._search import longest_fitting
 
-__all__ = ["NOTHING_RELEVANT", "NoteEntry", "NoteLedger", "parse_worker_lines"]
+__all__ = ["INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER", "NoteEntry", "NoteLedger", "cited_end",
+           "parse_worker_lines"]
 
 #: What a worker writes when its section has nothing that bears on the question.
 NOTHING_RELEVANT = "nothing relevant"
 #: Heads the index of the keys whose values are not kept.
 INDEX_HEADER = "Values not kept here (reread the range to read them):"
+#: Heads the ranges read but not noted whole.
+UNNOTED_HEADER = "Not noted (reread; may correct values above):"
 
 _CITE = re.compile(r"\s*\[S(\d+)\s+(\d+)\s*-\s*(\d+)\]\s*(?:\(corrected[^)]*\))?\s*$")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
@@ -77,17 +85,21 @@ def parse_worker_lines(text: str, *, section: int, start: int, end: int) -> list
     section ``section`` (characters ``start..end`` of the original). A citation of
     another section or outside this one's characters is replaced by the whole section:
     the worker read only this one."""
+    return [fact[:4] for fact in _facts(text, section=section, start=start, end=end)]
+
+
+def _facts(text: str, *, section: int, start: int, end: int) -> list[tuple[str, str, int, int, bool]]:
     facts = []
     for raw in text.splitlines():
         line = _BULLET.sub("", raw).strip()
         if not line or line.casefold().strip(" .") == NOTHING_RELEVANT:
             continue
-        a, b = start, end
+        a, b, own = start, end, False
         cite = _CITE.search(line)
         if cite:
             k, x, y = (int(g) for g in cite.groups())
             if k == section and start <= x <= y <= end:
-                a, b = x, y
+                a, b, own = x, y, True
             line = line[:cite.start()].rstrip()
         if not line:
             continue
@@ -97,8 +109,15 @@ def parse_worker_lines(text: str, *, section: int, start: int, end: int) -> list
             continue  # a heading ("Notes:"), not a fact
         if not sep or not key or len(key) > _KEY_MAX:
             key, value = line[:_KEY_MAX], line  # no "key:": the line is its own key
-        facts.append((key, value, a, b))
+        facts.append((key, value, a, b, own))
     return facts
+
+
+def cited_end(text: str, *, section: int, start: int, end: int) -> int | None:
+    """The furthest character that a fact of ``text`` cites with a citation of its own
+    within the section (None when no line cites its own range): how far a worker got."""
+    ends = [b for _, _, a, b, own in _facts(text, section=section, start=start, end=end) if own]
+    return max(ends) if ends else None
 
 
 class NoteLedger:
@@ -107,6 +126,15 @@ class NoteLedger:
     def __init__(self) -> None:
         self._entries: dict[str, NoteEntry] = {}
         self._seq = 0
+        self._unnoted: list[tuple[int, int, int]] = []  # (section, start, end) read but not noted whole
+
+    def add_unnoted(self, section: int, start: int, end: int) -> None:
+        """Characters ``start..end`` of ``section`` were read but not noted whole."""
+        self._unnoted.append((section, start, end))
+
+    @property
+    def unnoted(self) -> list[tuple[int, int, int]]:
+        return sorted(self._unnoted)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -142,16 +170,31 @@ class NoteLedger:
         """One ledger from several workers' on the same input: where two hold a key, the
         value from the later place in the text wins and the other is marked stale."""
         out = cls()
+        ledgers = list(ledgers)
         everything = [e for ledger in ledgers for e in ledger._entries.values()]
         for e in sorted(everything, key=lambda e: (e.section, e.start, e.seq)):
             out.add(e.key, e.value, section=e.section, start=e.start, end=e.end, stale=e.stale)
+        for ledger in ledgers:
+            out._unnoted += ledger._unnoted
         return out
 
     # -- rendering within a bound ----------------------------------------------------
 
     def render(self, budget: int, count: Callable[[str], int]) -> str:
         """The notes as text of at most ``budget`` tokens by ``count`` (exact: the
-        result is counted). Empty when there are no notes."""
+        result is counted). Empty when there are no notes. The ranges not noted come
+        first, whatever else must give way (in one line by sections if they do not fit
+        one a line)."""
+        unnoted = _unnoted_text(self.unnoted, count, budget)
+        if not unnoted:
+            return self._render_entries(budget, count)
+        if count(unnoted) > budget:  # a bound too small even for the summary line: as much of it as fits
+            return unnoted[:longest_fitting(len(unnoted), lambda k: count(unnoted[:k]) <= budget)]
+        rest = self._render_entries(max(budget - count(unnoted + "\n"), 0), count)
+        joined = f"{unnoted}\n{rest}" if rest else unnoted
+        return joined if count(joined) <= budget else unnoted
+
+    def _render_entries(self, budget: int, count: Callable[[str], int]) -> str:
         entries = self.entries()
         if not entries:
             return ""
@@ -215,6 +258,18 @@ def _compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]
         lines.append(f"({len(dropped)} more keys, at characters {lo}-{hi} (sections {_sections(sections)}), "
                      "are not listed: reread those characters)")
     return "\n".join(lines)
+
+
+def _unnoted_text(ranges: Sequence[tuple[int, int, int]], count: Callable[[str], int], budget: int) -> str:
+    """The ranges not noted, one a line; over ``budget``, one line for all of them."""
+    if not ranges:
+        return ""
+    text = UNNOTED_HEADER + "\n" + "\n".join(f"[S{k} {a}-{b}]" for k, a, b in ranges)
+    if count(text) <= budget:
+        return text
+    sections = sorted({k for k, _, _ in ranges})
+    return (f"{UNNOTED_HEADER} {len(ranges)} ranges at characters {min(a for _, a, _ in ranges)}-"
+            f"{max(b for _, _, b in ranges)} (sections {_sections(sections)})")
 
 
 def _sections(numbers: Sequence[int]) -> str:

@@ -13,6 +13,12 @@ whose values did not fit, so the coordinator knows what to reread.
 Every section is read or the call fails: a worker error, a timeout or a limit raises
 :class:`~boundctx.errors.IncompleteCoverage` naming the sections left unread. A
 cancellation stops before the next section starts.
+
+An answer cut at its budget (``length``) is never taken as complete: its unfinished last
+line is dropped, and the worker reads on from the end of the last fact it cited, as
+long as each call gets further (at most :data:`MAX_CONTINUATIONS` more calls a
+section). What is still not noted then is kept in the notes as a range not noted
+(:meth:`NoteLedger.add_unnoted`), never dropped without a word (decision 0028).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 import msgspec
 
 from boundctx._search import longest_fitting
-from boundctx.analysis.notes import NoteLedger
+from boundctx.analysis.notes import NoteLedger, cited_end
 from boundctx.analysis.originals import Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.errors import IncompleteCoverage
@@ -33,7 +39,11 @@ from boundctx.events import AnalysisProgress
 from boundctx.providers.base import Provider, TextChunk
 from boundctx.sections import plan as plan_sections
 
-__all__ = ["WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "worker_messages"]
+__all__ = ["MAX_CONTINUATIONS", "WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "worker_messages"]
+
+#: Calls a worker may make on one section beyond the first, each reading on from where
+#: its cut answer stopped; what is left after them is kept as not noted.
+MAX_CONTINUATIONS = 8
 
 WORKER_INSTRUCTIONS = (
     "You read one section of a long text and note what bears on a question. Write one line per fact: "
@@ -165,43 +175,74 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
         if cancel is not None and cancel.is_set():
             return None
         yield AnalysisProgress(number, total, worker, "reading", time.monotonic() - started)
-        prompt = functools.partial(worker_messages, question, section=text[section.start:section.end],
-                                   number=number, total=total, source_id=oid, start=section.start, end=section.end)
-        messages = _fit_notes(provider, notes[worker], planned.limit, prompt)
-        pieces: list[str] = []
-        # Notes that loop (a small model's habit) are stopped there: the section was
-        # read, and the rest of the budget would only repeat what the notes say.
-        guard = RepetitionGuard()
-        stream = None
-        try:
-            stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
-                                          timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel)
-            for chunk in stream:
-                if isinstance(chunk, TextChunk):
-                    pieces.append(guard.feed(chunk.text))
-                    if guard.looping:
-                        break
-                elif getattr(chunk, "reason", None) == "cancelled":
-                    return None
-            pieces.append(guard.finish())
-        except Exception as exc:  # noqa: BLE001 - any failure of the model (llama-cpp-python raises
-            # RuntimeError on a failed decode; a backend may run out of memory) leaves sections unread,
-            # and the reply must say which, not escape.
-            unread = [(s.index + 1, s.start, s.end) for s in planned.sections[section.index:]]
-            raise IncompleteCoverage(
-                f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "
-                f"sections {', '.join(str(u[0]) for u in unread)} of {label} were not read, so the reply "
-                "cannot be answered from the whole input", uncovered=unread) from exc
-        finally:
-            if stream is not None:
-                stream.close()  # a stopped loop ends the generation now, not at garbage collection
-        ledgers[worker].add_answer("".join(pieces), section=number, start=section.start, end=section.end)
-        notes[worker] = ledgers[worker].render(notes_max, provider.counter.count_text)
+        at, calls = section.start, 0
+        while True:
+            # A section is one prompt; a continuation is the same section from ``at`` on
+            # (a part of a planned section: it fits wherever the section did).
+            prompt = functools.partial(worker_messages, question, section=text[at:section.end], number=number,
+                                       total=total, source_id=oid, start=at, end=section.end)
+            messages = _fit_notes(provider, notes[worker], planned.limit, prompt)
+            try:
+                answer, cut = _worker_call(provider, messages, notes_max, settings, cancel)
+            except Exception as exc:  # noqa: BLE001 - any failure of the model (llama-cpp-python raises
+                # RuntimeError on a failed decode; a backend may run out of memory) leaves sections unread,
+                # and the reply must say which, not escape.
+                unread = [(s.index + 1, s.start, s.end) for s in planned.sections[section.index:]]
+                raise IncompleteCoverage(
+                    f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "
+                    f"sections {', '.join(str(u[0]) for u in unread)} of {label} were not read, so the reply "
+                    "cannot be answered from the whole input", uncovered=unread) from exc
+            if answer is None:
+                return None  # cancelled
+            if cut:
+                answer = answer.rpartition("\n")[0]  # its last line is unfinished
+            ledgers[worker].add_answer(answer, section=number, start=at, end=section.end)
+            notes[worker] = ledgers[worker].render(notes_max, provider.counter.count_text)
+            calls += 1
+            if not cut:
+                break
+            reached = cited_end(answer, section=number, start=at, end=section.end)
+            if reached is None or reached <= at or calls > MAX_CONTINUATIONS:
+                # No further on, or out of calls: what is left is said, not dropped.
+                ledgers[worker].add_unnoted(number, at if reached is None or reached <= at else reached,
+                                            section.end)
+                notes[worker] = ledgers[worker].render(notes_max, provider.counter.count_text)
+                break
+            if reached >= section.end:
+                break
+            at = reached
         read[worker].append(number)
         yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started,
                                provider.counter.count_text(notes[worker]))
     yield AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started)
     return [Notes(w, notes[w], read[w], ledgers[w]) for w in range(workers) if read[w]]
+
+
+def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: int, settings: Mapping[str, Any],
+                 cancel: Any) -> tuple[str | None, bool]:
+    """One worker call: ``(its answer, whether it was cut at its budget)``; ``(None,
+    False)`` when cancelled. Notes that loop (a small model's habit) are stopped there:
+    the section was read, and the rest of the budget would only repeat what they say."""
+    pieces: list[str] = []
+    guard = RepetitionGuard()
+    cut = False
+    stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
+                                  timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel)
+    try:
+        for chunk in stream:
+            if isinstance(chunk, TextChunk):
+                pieces.append(guard.feed(chunk.text))
+                if guard.looping:
+                    break
+            else:
+                reason = getattr(chunk, "reason", None)
+                if reason == "cancelled":
+                    return None, False
+                cut = reason == "length"
+        pieces.append(guard.finish())
+    finally:
+        stream.close()  # a stopped loop ends the generation now, not at garbage collection
+    return "".join(pieces), cut and not guard.looping
 
 
 #: Appended to notes shortened to fit a worker's prompt.
