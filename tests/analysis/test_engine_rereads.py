@@ -200,3 +200,35 @@ def test_the_output_room_covers_the_embedded_models_own_count_of_the_largest_ans
         for ranges in range(1, REREAD_MAX_RANGES + 1):
             widest = widest_answer(longest, ranges).replace("0 ,", "-9999999999999999 ,")
             assert smollm2.count_text(widest) <= reread_output_room(ids, ranges)
+
+
+def test_a_key_the_notes_had_no_room_to_list_is_read_again_by_its_name():
+    """Sixty keys, notes with room for few of them: the oldest keys are not even listed,
+    yet a tool-calling model asks for one by name and gets its exact text."""
+    from boundctx.providers import ToolCallChunk
+
+    facts = [(f"code of unit{i}", f"{5000 + i}-ZK") for i in range(60)]
+    doc = "".join(f"Filler line {n} about nothing in particular.\n" for n in range(300))
+    for i, (key, value) in enumerate(facts):
+        at = doc.find("\n", len(doc) * (i + 1) // 62) + 1
+        doc = doc[:at] + f"The {key} is {value}.\n" + doc[at:]
+    worker = Model()
+
+    def respond(request):
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
+            return worker(request)
+        last = request.messages[-1]
+        if last["role"] == "tool":
+            found = re.search(r"The code of unit0 is (\S+)\.", last["content"])
+            return found.group(1) if found else "could not be confirmed"
+        oid = re.search(r"id (src-\S+),", request.messages[0]["content"]).group(1)
+        return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "Code of unit0"}))]
+
+    p = ScriptedProvider(respond, context_window=8192)
+    events = list(Engine(p, settings=settings(analysis__notes_max_tokens=200), max_reply_tokens=256)
+                  .reply(ASK, files=[("doc", doc)]))
+    coordinator = [r for r in p.requests if r.messages[0]["content"] != WORKER_INSTRUCTIONS]
+    assert "code of unit0 " not in coordinator[0].messages[0]["content"]  # not listed in the notes
+    (result,) = [e for e in events if isinstance(e, ToolResult)]
+    assert result.content.strip() == "The code of unit0 is 5000-ZK."
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "5000-ZK"

@@ -48,7 +48,7 @@ def test_it_cannot_be_pointed_at_a_path_or_given_other_arguments(tmp_path):
     secret.write_text("do not read")
     with pytest.raises(SectionReadError, match="no original"):
         o.call({"section_id": str(secret), "start": 0, "end": 5})
-    with pytest.raises(SectionReadError, match="takes section_id, start and end"):
+    with pytest.raises(SectionReadError, match="takes section_id with start and end, or with key"):
         o.call({"section_id": "x", "start": 0, "end": 5, "path": str(secret)})
     with pytest.raises(SectionReadError, match="not JSON"):
         o.call("{nope")
@@ -60,3 +60,19 @@ def test_the_tool_schema_names_only_this_replys_ids():
     schema = o.tool_schema()
     assert schema["function"]["name"] == READ_TOOL_NAME
     assert schema["function"]["parameters"]["properties"]["section_id"]["enum"] == ids
+
+
+def test_a_key_is_read_from_the_range_noted_for_it_whatever_it_is_called_like():
+    o = Originals(max_read_chars=50)
+    text = "alpha " * 10 + "The port of api is 8080.\n" + "beta " * 20
+    oid = o.add(text, "x")
+    at = text.index("The port")
+    o.set_keys(oid, [("Port of API", at, at + 24), ("timeout of db", 0, 200)])
+    assert o.call({"section_id": oid, "key": "port  of api"}) == "The port of api is 8080."
+    assert len(o.call({"section_id": oid, "key": "timeout of db"})) == 50  # within the read bound
+    with pytest.raises(SectionReadError, match="no key 'port of web'.*Port of API"):
+        o.call({"section_id": oid, "key": "port of web"})
+    with pytest.raises(SectionReadError, match="a key or a range"):
+        o.call({"section_id": oid, "key": "port of api", "start": 0, "end": 5})
+    with pytest.raises(SectionReadError, match="no original"):
+        o.call({"section_id": "src-other-1", "key": "port of api"})

@@ -48,7 +48,9 @@ COORDINATOR_NOTES = (
     "of the original named by its id."
 )
 _REREAD = (" When an exact string matters (an id, a number, a quote), call read_chat_section with the "
-           "original's id and a range the notes cite, and answer from what it returns.")
+           "original's id and a range the notes cite, or with key: the name of what you need (every key the "
+           "workers saw can be read this way, even one the notes had no room to list), and answer from what "
+           "it returns.")
 _NO_GUESS = (" Where a value the answer needs is only indexed (its range without the value) and was not "
              "read again, say it could not be confirmed rather than guess it.")
 
@@ -338,6 +340,8 @@ class Engine:
                 yield Done("cancelled")
                 return
             oid = list(originals)[-1]
+            merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
+            originals.set_keys(oid, [(e.key, e.start, e.end) for e in merged.entries()])
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
                                                f"note-taking workers; see the notes on {oid}]"}
             blocks.append(self._notes_block(oid, label, len(text), notes))

@@ -3,7 +3,9 @@
 Workers read a long input once, in sections, and leave notes; notes lose exact strings.
 So the originals stay in memory for the rest of the reply under random ids that belong
 to this reply alone, and the coordinator can ask for an exact character range of one of
-them with ``read_chat_section``. The tool cannot open a path, reach another reply's
+them with ``read_chat_section``, by a character range or by a key the workers noted
+(answered from the range the notes hold for that key's latest value, whether or not the
+notes had room to show it). The tool cannot open a path, reach another reply's
 originals, or return more than its bound.
 """
 
@@ -43,6 +45,7 @@ class Originals:
         self.max_read_chars = max_read_chars
         self._prefix = secrets.token_hex(4)  # differs between replies
         self._texts: dict[str, Original] = {}
+        self._keys: dict[str, dict[str, tuple[str, int, int]]] = {}  # oid -> normalised key -> (key, start, end)
 
     def add(self, text: str, label: str) -> str:
         """Keep ``text``; returns its id (``src-<reply>-<n>``)."""
@@ -65,6 +68,32 @@ class Originals:
             known = ", ".join(self) or "none"
             raise SectionReadError(f"no original {oid!r} in this reply (its originals: {known})")
         return self._texts[oid]
+
+    def set_keys(self, oid: str, keys: list[tuple[str, int, int]]) -> None:
+        """The keys noted on original ``oid``, each with the range of its latest value."""
+        self._get(oid)
+        self._keys[oid] = {_norm(key): (key, start, end) for key, start, end in keys}
+
+    def read_key(self, oid: str, key: str) -> str:
+        """The exact text the notes cite for ``key`` on original ``oid``.
+
+        Raises
+        ------
+        SectionReadError
+            An unknown id or key (naming keys that share a word with it).
+        """
+        self._get(oid)
+        if not isinstance(key, str) or not key.strip():
+            raise SectionReadError("key must be the name of a noted key, as the notes write it")
+        keys = self._keys.get(oid, {})
+        found = keys.get(_norm(key))
+        if found is None:
+            words = set(_norm(key).split())
+            near = [k for k, _, _ in keys.values() if words & set(_norm(k).split())][:5]
+            hint = f"; keys with a word of it: {'; '.join(near)}" if near else ""
+            raise SectionReadError(f"no key {key!r} was noted on {oid}{hint}")
+        _, start, end = found
+        return self.read(oid, start, min(end, start + self.max_read_chars))
 
     def read(self, oid: str, start: int, end: int) -> str:
         """Exactly ``text[start:end]`` of original ``oid``.
@@ -91,14 +120,17 @@ class Originals:
         return {"type": "function", "function": {
             "name": READ_TOOL_NAME,
             "description": ("Return the exact text of a character range of one of this reply's originals "
-                            f"(at most {self.max_read_chars} characters). Use it to check exact strings, ids "
-                            "and numbers the notes mention, by the section ranges they cite."),
+                            f"(at most {self.max_read_chars} characters), or of the value the workers noted "
+                            "for a key. Use it to check exact strings, ids and numbers: give start and end "
+                            "from a range the notes cite, or key: a key's name (any key the workers saw, "
+                            "listed in the notes or not)."),
             "parameters": {"type": "object", "additionalProperties": False,
-                           "required": ["section_id", "start", "end"],
+                           "required": ["section_id"],
                            "properties": {
                                "section_id": {"type": "string", "enum": list(self)},
                                "start": {"type": "integer", "minimum": 0},
-                               "end": {"type": "integer", "minimum": 0}}}}}
+                               "end": {"type": "integer", "minimum": 0},
+                               "key": {"type": "string"}}}}}
 
     def call(self, arguments: str | Mapping[str, Any]) -> str:
         """Run the tool on a call's arguments (JSON text or a mapping)."""
@@ -109,7 +141,16 @@ class Originals:
                 raise SectionReadError(f"{READ_TOOL_NAME} arguments are not JSON: {exc}") from None
         if not isinstance(arguments, Mapping):
             raise SectionReadError(f"{READ_TOOL_NAME} arguments must be an object")
-        extra = set(arguments) - {"section_id", "start", "end"}
+        extra = set(arguments) - {"section_id", "start", "end", "key"}
         if extra:
-            raise SectionReadError(f"{READ_TOOL_NAME} takes section_id, start and end, not {sorted(extra)}")
+            raise SectionReadError(f"{READ_TOOL_NAME} takes section_id with start and end, or with key, "
+                                   f"not {sorted(extra)}")
+        if "key" in arguments:
+            if "start" in arguments or "end" in arguments:
+                raise SectionReadError(f"{READ_TOOL_NAME} takes a key or a range (start and end), not both")
+            return self.read_key(arguments.get("section_id"), arguments.get("key"))
         return self.read(arguments.get("section_id"), arguments.get("start"), arguments.get("end"))
+
+
+def _norm(key: str) -> str:
+    return " ".join(key.casefold().split())
