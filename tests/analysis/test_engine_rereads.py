@@ -189,7 +189,7 @@ def test_the_step_asks_for_fewer_ranges_where_four_would_not_fit():
                                                                                     None, 0.0))
     (asked,) = [r for r in p.requests if r.schema is not None]
     assert asked.schema["properties"]["reread"]["maxItems"] == 2
-    assert "at most 2 ranges" in asked.messages[-1]["content"]
+    assert "at most 2 in all" in asked.messages[-1]["content"]
 
 
 def test_the_output_room_covers_the_embedded_models_own_count_of_the_largest_answer(smollm2):
@@ -229,6 +229,39 @@ def test_a_key_the_notes_had_no_room_to_list_is_read_again_by_its_name():
                   .reply(ASK, files=[("doc", doc)]))
     coordinator = [r for r in p.requests if r.messages[0]["content"] != WORKER_INSTRUCTIONS]
     assert "code of unit0 " not in coordinator[0].messages[0]["content"]  # not listed in the notes
+    (result,) = [e for e in events if isinstance(e, ToolResult)]
+    assert result.content.strip() == "The code of unit0 is 5000-ZK."
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "5000-ZK"
+
+
+def test_a_model_without_tool_calls_rereads_a_key_the_notes_had_no_room_to_list():
+    facts = [(f"code of unit{i}", f"{5000 + i}-ZK") for i in range(60)]
+    doc = "".join(f"Filler line {n} about nothing in particular.\n" for n in range(300))
+    for i, (key, value) in enumerate(facts):
+        at = doc.find("\n", len(doc) * (i + 1) // 62) + 1
+        doc = doc[:at] + f"The {key} is {value}.\n" + doc[at:]
+
+    def by_key(system):
+        oid = re.search(r"id (src-\S+),", system).group(1)
+        return json.dumps({"reread": [{"id": oid, "key": "code of unit0"}]})
+
+    model = Model(ask_for=by_key)
+
+    def respond(request):
+        first = request.messages[0]["content"]
+        if first == WORKER_INSTRUCTIONS or request.schema is not None:
+            return model(request)
+        exact = re.search(r"The code of unit0 is (\S+)\.", first.partition(REREAD_HEADER)[2])
+        return exact.group(1) if exact else "could not be confirmed"
+
+    p = ScriptedProvider(respond, context_window=8192)
+    p.supports_tools = False
+    events = list(Engine(p, settings=settings(analysis__notes_max_tokens=200), max_reply_tokens=256)
+                  .reply(ASK, files=[("doc", doc)]))
+    (step,) = [r for r in p.requests if r.schema is not None]
+    assert "code of unit0 [" not in step.messages[0]["content"]  # not listed in the notes
+    item = step.schema["properties"]["reread"]["items"]
+    assert item["required"] == ["id"] and "code of unit0" in item["properties"]["key"]["enum"]
     (result,) = [e for e in events if isinstance(e, ToolResult)]
     assert result.content.strip() == "The code of unit0 is 5000-ZK."
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "5000-ZK"

@@ -57,9 +57,11 @@ _NO_GUESS = (" Where a value the answer needs is only indexed (its range without
 #: The constrained step that lets a model without tool calls ask for exact rereads.
 REREAD_ASK = (
     "Before you answer: if an exact value the answer needs is not in the notes, but the notes cite where "
-    "it is, name those ranges to be read again exactly. Reply with JSON only: "
-    '{{"reread": [{{"id": "<the original\'s id>", "start": <first character>, "end": <end character>}}]}}, '
-    'at most {n} ranges, or {{"reread": []}} when the notes are enough.'
+    "it is, name those ranges to be read again exactly, or name the key (any key the workers saw, listed "
+    "in the notes or not). Reply with JSON only: "
+    '{{"reread": [{{"id": "<the original\'s id>", "start": <first character>, "end": <end character>}}, '
+    '{{"id": "<the original\'s id>", "key": "<the key>"}}]}}, '
+    'at most {n} in all, or {{"reread": []}} when the notes are enough.'
 )
 #: Ranges one constrained step may ask for (fewer where its output would not fit).
 REREAD_MAX_RANGES = 4
@@ -69,14 +71,15 @@ REREAD_MAX_RANGES = 4
 _WIDEST_INT = "-" + "9" * 16
 
 
-def reread_output_room(ids: Sequence[str], ranges: int) -> int:
+def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = ()) -> int:
     """Tokens the constrained step's answer may take, counted from the real JSON of its
-    largest request: ``ranges`` ranges of the longest id, every number at its widest,
-    every optional space written. Counted in bytes, one token each at least, so it holds
-    on any tokenizer, whatever pieces the model picks (a model need not pick the ones
-    its tokenizer would)."""
+    largest request: ``ranges`` ranges of the longest id, every number at its widest, the
+    longest key (escaped, the widest way to write it), every optional space written.
+    Counted in bytes, one token each at least, so it holds on any tokenizer, whatever
+    pieces the model picks (a model need not pick the ones its tokenizer would)."""
     longest = json.dumps(max(ids, key=len), ensure_ascii=False)
-    item = f'{{ "id" : {longest} , "start" : {_WIDEST_INT} , "end" : {_WIDEST_INT} }} '
+    key = f' , "key" : {max((json.dumps(k) for k in keys), key=len)}' if keys else ""
+    item = f'{{ "id" : {longest} , "start" : {_WIDEST_INT} , "end" : {_WIDEST_INT}{key} }} '
     return len(f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '.encode())
 REREAD_HEADER = "Exact text read again from the originals (it is what the text says where the notes differ):"
 
@@ -409,6 +412,7 @@ class Engine:
         messages to answer from (the generator's value), or None when cancelled."""
         provider = self.provider
         ids = list(originals)
+        keys = originals.noted_keys()
 
         def noted(failure: str) -> list[dict[str, Any]]:
             # Say it in the notes when it fits; the instructions say it in any case.
@@ -420,7 +424,7 @@ class Engine:
         ranges = REREAD_MAX_RANGES
         while True:
             ask = messages + [{"role": "user", "content": REREAD_ASK.format(n=ranges)}]
-            room = reread_output_room(ids, ranges)
+            room = reread_output_room(ids, ranges, keys)
             if provider.count_prompt(ask) + room <= provider.context_window:
                 break
             ranges -= 1
@@ -428,10 +432,11 @@ class Engine:
                 return noted("there was no room to ask for exact rereads")
         schema = {"type": "object", "additionalProperties": False, "required": ["reread"], "properties": {
             "reread": {"type": "array", "maxItems": ranges, "items": {
-                "type": "object", "additionalProperties": False, "required": ["id", "start", "end"],
+                "type": "object", "additionalProperties": False, "required": ["id"],
                 "properties": {"id": {"type": "string", "enum": ids},
                                "start": {"type": "integer", "minimum": 0},
-                               "end": {"type": "integer", "minimum": 0}}}}}}
+                               "end": {"type": "integer", "minimum": 0},
+                               **({"key": {"type": "string", "enum": keys}} if keys else {})}}}}}
         yield Stage("rereading", time.monotonic() - started, 1)
         pieces: list[str] = []
         stream = provider.stream_chat(ask, schema=schema, max_tokens=room, temperature=0.0, cancel=cancel)
@@ -457,17 +462,21 @@ class Engine:
 
         for k, want in enumerate(asked.reread[:ranges]):
             call_id = f"reread-{k + 1}"
-            arguments = msgspec.json.encode({"section_id": want.id, "start": want.start, "end": want.end}).decode()
+            given = {name: value for name, value in (("start", want.start), ("end", want.end), ("key", want.key))
+                     if value is not None}
+            arguments = msgspec.json.encode({"section_id": want.id, **given}).decode()
+            where = (f"{want.id} key {want.key!r}" if want.key is not None
+                     else f"{want.id} characters {want.start}-{want.end}")
             yield ToolCall(call_id, READ_TOOL_NAME, arguments)
             try:
-                text = originals.read(want.id, want.start, want.end)
+                text = originals.call({"section_id": want.id, **given})
             except SectionReadError as exc:
                 yield ToolResult(call_id, f"error: {exc}")
-                add(f"{want.id} characters {want.start}-{want.end}: not read ({exc})")
+                add(f"{where}: not read ({exc})")
                 continue
-            if not add(f"{want.id} characters {want.start}-{want.end}: «{text}»"):
+            if not add(f"{where}: «{text}»"):
                 yield ToolResult(call_id, f"error: {len(text)} characters do not fit the remaining context")
-                add(f"{want.id} characters {want.start}-{want.end}: not read (it does not fit)")
+                add(f"{where}: not read (it does not fit)")
                 continue
             yield ToolResult(call_id, text)
         return _added_to_notes(messages, _reread_text(read_back)) if read_back else messages
@@ -575,8 +584,9 @@ class Engine:
 
 class _Range(msgspec.Struct, forbid_unknown_fields=True):
     id: str
-    start: int
-    end: int
+    start: int | None = None
+    end: int | None = None
+    key: str | None = None
 
 
 class _RereadAsk(msgspec.Struct, forbid_unknown_fields=True):

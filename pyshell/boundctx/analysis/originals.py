@@ -74,6 +74,10 @@ class Originals:
         self._get(oid)
         self._keys[oid] = {_norm(key): (key, start, end) for key, start, end in keys}
 
+    def noted_keys(self) -> list[str]:
+        """Every key noted on any of this reply's originals, as the workers wrote it."""
+        return sorted({key for keys in self._keys.values() for key, _, _ in keys.values()})
+
     def read_key(self, oid: str, key: str) -> str:
         """The exact text the notes cite for ``key`` on original ``oid``.
 
