@@ -16,10 +16,16 @@ records acknowledged, records lost, wrong data, crashes, hangs. Categories:
   in real processes; its "records acknowledged" are the other records' messages that must
   stay, "records lost" those missing, "wrong data" malformed messages or lines gone
   without a notice
+- **cross-origin**, **cursor-edits**, **hostile-connections**, **settings-extremes**,
+  **path-races**: the server's edges (``tests/faults/server_edges.py``), each against a
+  real ``boundctx serve`` process on loopback with the scripted model: requests from other
+  web pages; edits by cursor while other processes rewrite; hostile request heads and
+  idle connections beside a probe; every writable setting at its ends, then replies; a
+  session's name swapped to symlinks out of the folder, FIFOs and folders under requests
 - **fuzz**: the coverage-guided native fuzzer (``tests/fuzz/atheris_native.py``) for
   ``--fuzz-seconds``; its "faults" are inputs run (skipped without atheris)
 
-Run: ``python bench/bench_reliability.py`` (6-10 minutes on 2 cores; ``--scale``
+Run: ``python bench/bench_reliability.py`` (15-20 minutes on 2 cores; ``--scale``
 multiplies every campaign's size, ``--quick`` is a seconds-long smoke run). Writes
 ``bench/results/reliability.json`` (``reliability-quick.json`` with ``--quick``).
 """
@@ -41,8 +47,10 @@ from _harness import ROOT, from_tests, markdown_table, run_facts, run_header
 
 harness = from_tests("faults.harness")  # the campaigns, shared with tests/faults
 odd = from_tests("faults.odd_records")
+edges = from_tests("faults.server_edges")
 
-#: Each category's campaign at scale 1 (6-10 minutes in all on 2 cores, with the fuzzer).
+#: Each category's campaign at scale 1 (15-20 minutes in all on 2 cores, with the fuzzer;
+#: the five of the server's edges take about 10).
 SIZES = {
     "kill": {"kills": 300},
     "concurrent": {"rounds": 6, "writers": 4, "records": 40, "kills": 6},
@@ -51,6 +59,11 @@ SIZES = {
     "disk-full": {"rounds": 40},
     "replace": {"rounds": 3},
     "odd-records": {"per_dialect": None, "asks": 4},  # None: every odd record of every template
+    "cross-origin": {"rounds": 25, "foreign": 500},
+    "cursor-edits": {"rounds": 6, "clients": 3, "attempts": 150},
+    "hostile-connections": {"seconds": 120},
+    "settings-extremes": {"rounds": 16, "combinations": 16},
+    "path-races": {"rounds": 8, "seconds": 15, "clients": 4},
 }
 QUICK = {
     "kill": {"kills": 4},
@@ -60,13 +73,19 @@ QUICK = {
     "disk-full": {"rounds": 2},
     "replace": {"rounds": 1},
     "odd-records": {"per_dialect": 40, "asks": 1},
+    "cross-origin": {"rounds": 1, "foreign": 40},
+    "cursor-edits": {"rounds": 1, "clients": 2, "attempts": 8},
+    "hostile-connections": {"seconds": 2},
+    "settings-extremes": {"rounds": 1, "combinations": 1},
+    "path-races": {"rounds": 1, "seconds": 2, "clients": 2},
 }
 CATEGORIES = (*SIZES, "fuzz")
 
 
 def _scaled(size: dict, scale: float) -> dict:
-    # Counts of processes stay as they are; counts of faults and records scale.
-    fixed = {"writers", "appenders"}
+    # Counts of processes and clients stay as they are; counts of faults, records and
+    # seconds scale.
+    fixed = {"writers", "appenders", "clients"}
     return {k: v if k in fixed or v is None else max(1, round(v * scale)) for k, v in size.items()}
 
 
@@ -80,6 +99,18 @@ def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> har
         return harness.path_replacement(workdir, rounds=size["rounds"], seed=seed)
     if name == "odd-records":
         return odd.odd_records(workdir, per_dialect=size["per_dialect"], asks=size["asks"], seed=seed)
+    if name == "cross-origin":
+        return edges.cross_origin(workdir, rounds=size["rounds"], foreign=size["foreign"], seed=seed)
+    if name == "cursor-edits":
+        return edges.cursor_edits(workdir, rounds=size["rounds"], clients=size["clients"], attempts=size["attempts"],
+                                  seed=seed)
+    if name == "hostile-connections":
+        return edges.hostile_connections(workdir, seconds=size["seconds"], seed=seed)
+    if name == "settings-extremes":
+        return edges.settings_extremes(workdir, rounds=size["rounds"], combinations=size["combinations"], seed=seed)
+    if name == "path-races":
+        return edges.path_races(workdir, rounds=size["rounds"], seconds=size["seconds"], clients=size["clients"],
+                                seed=seed)
     if name == "disk-full":
         mount = workdir / "small"
         mount.mkdir(exist_ok=True)

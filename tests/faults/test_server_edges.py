@@ -1,0 +1,84 @@
+"""The fault campaign at the server's edges (issue 22), small: a real ``boundctx serve``
+process on loopback, real clients and real racing processes (``faults/server_edges.py``).
+Each campaign's tally is clean, and its faults were really injected.
+
+The xfails are findings of the campaign, left for their fixes: each meets the fault as a
+user does and passes once it is fixed (then drop the mark). The strict ones fail every
+time; the others are races that land a few times a minute, so a small run may miss them.
+"""
+
+import pytest
+
+from . import harness as h
+from . import server_edges as se
+from .test_kill_writer import assert_clean
+
+pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
+pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
+
+
+def test_requests_from_other_web_pages_are_refused_and_change_nothing(tmp_path):
+    tally = se.cross_origin(tmp_path, rounds=1, foreign=h.scaled(150), seed=20261201)
+    assert_clean(tally)
+    assert tally.faults == h.scaled(150)
+    assert tally.notes["refused: origin_not_allowed"] > 0 and tally.notes["refused: host_not_allowed"] > 0
+    # Every route from every one of the server's own origins (and none) was served.
+    assert tally.notes["control requests served"] >= 20 * len(se.control_origins(1))
+
+
+@pytest.mark.xfail(strict=False, reason="an edit or delete that was carried out can be answered 409 "
+                                        "session_changed (with Retry-After): Sessions.rewrite builds its answer with "
+                                        "a fresh read, refused when another process rewrites at that moment")
+def test_edits_by_cursor_change_exactly_the_message_seen_while_other_processes_rewrite(tmp_path):
+    tally = se.cursor_edits(tmp_path, rounds=1, clients=3, attempts=h.scaled(30), seed=20261202)
+    assert_clean(tally)
+    assert tally.notes["edits by other processes"] > 0 and tally.notes["appends by other processes"] > 0
+    assert tally.notes.get("client edits accepted", 0) + tally.notes.get("client deletes accepted", 0) > 0
+    # Some cursors went stale under the clients: the check under the lock refused them.
+    assert sum(n for k, n in tally.notes.items() if k.endswith("409 stale_cursor")) > 0
+
+
+def test_hostile_heads_and_idle_connections_never_keep_the_probe_waiting(tmp_path):
+    tally = se.hostile_connections(tmp_path, seconds=h.scaled(4), seed=20261203)
+    assert_clean(tally)
+    for kind in se.HOSTILE_KINDS:
+        assert tally.notes[f"{kind} connections"] > 0, kind
+    assert any(k.startswith("huge-head") and "431" in k for k in tally.notes)
+    assert tally.acknowledged > 0 and tally.notes["probe GET /health answered"] > 0
+
+
+@pytest.mark.xfail(strict=True, reason="each body the server closes for its pace (408) leaves an 'Exception in "
+                                       "ASGI application' traceback: the handler still reading it raises "
+                                       "ClientDisconnect")
+def test_a_request_body_trickled_a_byte_at_a_time_is_closed_in_time_and_others_are_served(tmp_path):
+    tally = se.hostile_connections(tmp_path, seconds=4, seed=20261204, kinds=("slow-body",))
+    assert_clean(tally)
+    assert tally.notes["slow-body: 408"] > 0
+
+
+@pytest.mark.xfail(strict=True, reason="a client that leaves in the middle of a request body makes the handler "
+                                       "raise ClientDisconnect: an 'Exception in ASGI application' traceback each "
+                                       "time")
+def test_a_client_leaving_mid_body_is_no_exception(tmp_path):
+    tally = se.hostile_connections(tmp_path, seconds=2, seed=20261205, kinds=("cut-body",))
+    assert_clean(tally)
+
+
+def test_every_writable_setting_at_its_ends_is_taken_past_them_refused_and_replies_end(tmp_path):
+    tally = se.settings_extremes(tmp_path, rounds=1, seed=20261206, combinations=h.scaled(4))
+    assert_clean(tally)
+    assert tally.notes["ends taken"] >= 2 * tally.notes["writable settings"]
+    assert tally.notes["values past an end refused"] >= 2 * tally.notes["writable settings"]
+    assert tally.notes["ends refused for a relation, then taken with the other key moved"] > 0
+    assert tally.notes.get("chat completions: reply", 0) > 0 and tally.notes.get("session replies: reply, saved", 0) > 0
+
+
+@pytest.mark.xfail(strict=False, reason="the race lands a few times in a few seconds: a rewrite's rename meeting "
+                                        "a folder put at the name (IsADirectoryError), and the session list's "
+                                        "realpath meeting a symlink replaced as it was read (EINVAL), are plain 500s")
+def test_a_sessions_name_swapped_under_requests_never_sends_a_write_outside(tmp_path):
+    tally = se.path_races(tmp_path, rounds=1, seconds=h.scaled(6), clients=4, seed=20261207)
+    assert_clean(tally)
+    for kind in se.SWAPS:
+        assert tally.notes[f"swaps: {kind}"] > 0, kind
+    assert tally.acknowledged > 0
