@@ -414,3 +414,63 @@ def test_a_cursor_from_before_two_rewrites_is_stale_though_the_inode_number_came
     assert r.json()["error"]["code"] == "stale_cursor"
     assert texts(path) == ["m2", "m3", "m4"]
     assert httpx.get(f"{server.url}{API}/s1/messages", params={"layout_version": version}).status_code == 409
+
+
+# -- what the server-edges campaign found, each at its exact moment -----------------------------
+
+
+def test_an_edit_that_happened_is_answered_200_though_another_rewrite_follows_at_once(server, tmp_path,
+                                                                                        monkeypatch):
+    """The answer describes the file the edit made, held open; a fresh read after it
+    (which another process's rewrite can refuse) is not part of it."""
+    path = seeded(tmp_path / "sessions", "s1", 4)
+
+    def refused(self, sid):
+        raise sessions_module.Refused(409, "the session keeps being rewritten under the read; try again",
+                                      "session_changed")
+
+    monkeypatch.setattr(sessions_module.Sessions, "get", refused)
+    r = httpx.patch(f"{server.url}{API}/s1/messages/1", json=message("new m1"))
+    assert r.status_code == 200 and r.json()["message_count"] == 4, r.text
+    assert texts(path) == ["m0", "new m1", "m2", "m3"]
+
+
+def test_the_list_skips_a_name_that_turns_from_a_link_into_a_file_under_it(server, tmp_path, monkeypatch):
+    import errno
+
+    folder = tmp_path / "sessions"
+    folder.mkdir(exist_ok=True)
+    keep = folder / "keep"
+    keep.write_bytes(encode_record(message("m0")))
+    name = folder / "s1.jsonl"
+    os.symlink(keep, name)
+    real_readlink = os.readlink
+
+    def readlink(path, *a, **kw):  # between realpath's lstat and its readlink, the link became a file
+        if os.fspath(path) == str(name):
+            os.replace(keep, name)
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real_readlink(path, *a, **kw)
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    r = httpx.get(server.url + API)
+    monkeypatch.undo()
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert httpx.get(server.url + API).json()["data"][0]["id"] == "s1"  # and the next list shows it
+
+
+def test_a_rewrite_that_meets_a_folder_at_the_name_is_answered_in_the_apis_shape(server, tmp_path, monkeypatch):
+    path = seeded(tmp_path / "sessions", "s1", 3)
+    from boundctx.transcript import store
+
+    real_replace = store.replace_file
+
+    def folder_put_there(real, data, *, mode):
+        os.replace(path, tmp_path / "aside")
+        os.mkdir(path)
+        return real_replace(real, data, mode=mode)
+
+    monkeypatch.setattr(store, "replace_file", folder_put_there)
+    r = httpx.delete(f"{server.url}{API}/s1/messages/0")
+    assert r.status_code in (404, 409) and r.headers["content-type"] == "application/json", r.text
+    assert os.path.isdir(path) and texts(tmp_path / "aside") == ["m0", "m1", "m2"]

@@ -10,8 +10,8 @@ import msgspec
 
 from boundctx.serve.wire import error_body
 
-__all__ = ["TooLarge", "body_or_refusal", "busy", "error", "json_response", "parsed_or_refusal", "read_body",
-           "too_large"]
+__all__ = ["ClientGone", "TooLarge", "body_or_refusal", "busy", "client_gone", "error", "json_response",
+           "parsed_or_refusal", "read_body", "too_large"]
 
 _encode = msgspec.json.Encoder().encode
 #: Bodies up to this size are parsed on the event loop (well under a millisecond);
@@ -35,17 +35,28 @@ class TooLarge(Exception):
     """The body is over its cap (answered 413)."""
 
 
+class ClientGone(Exception):
+    """The client left before its body was whole (nobody reads the answer: 499)."""
+
+
 async def read_body(request, limit: int) -> bytes:
     """The whole body, refused as soon as it passes ``limit`` bytes (declared or sent)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge()
+    from starlette.requests import ClientDisconnect
+
     parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise TooLarge()
-        parts.append(part)
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise TooLarge()
+            parts.append(part)
+    except ClientDisconnect:
+        # The client left, or the connection layer closed a body that stalled (408):
+        # an answer nobody reads, not an error of the server's.
+        raise ClientGone() from None
     return b"".join(parts)
 
 
@@ -53,6 +64,12 @@ def too_large(limit: int):
     """413 for a body over ``serve.max_body_bytes``."""
     return error(413, f"the request body is over {limit:,} bytes (serve.max_body_bytes); send long inputs in "
                       "smaller parts", "invalid_request_error", "request_too_large")
+
+
+def client_gone():
+    """499 for a client that left before its request was whole."""
+    return error(499, "the client closed the connection before the request body was whole",
+                 "invalid_request_error", "client_closed")
 
 
 def busy():
@@ -67,6 +84,8 @@ async def body_or_refusal(request, limit: int):
         return await read_body(request, limit)
     except TooLarge:
         return too_large(limit)
+    except ClientGone:
+        return client_gone()
 
 
 async def parsed_or_refusal(request, limit: int, parse, *, code: str | None = None):

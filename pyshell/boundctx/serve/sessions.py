@@ -63,6 +63,7 @@ from boundctx.errors import (
     TranscriptNotFound,
     TranscriptPermission,
 )
+from boundctx.serve.http import ClientGone
 from boundctx.serve.http import TooLarge as _TooLarge
 from boundctx.serve.http import error as _error
 from boundctx.serve.http import json_response as _json
@@ -199,8 +200,8 @@ class Sessions:
             name = entry.name
             if not name.endswith(SUFFIX) or not SESSION_ID.fullmatch(name[: -len(SUFFIX)]):
                 continue
-            real = os.path.realpath(entry.path)
             try:
+                real = os.path.realpath(entry.path)  # EINVAL when a link is swapped for a file under it
                 st = os.stat(real)
             except OSError:
                 continue
@@ -247,9 +248,7 @@ class Sessions:
     def get(self, sid: str) -> dict[str, Any]:
         path = self._existing(sid)
         counts, version, st = self._read(path, lambda t, v: (t.message_count, t.compaction_count))
-        return {"id": sid, "object": "boundctx.session", "message_count": counts[0],
-                "compaction_count": counts[1], "bytes": st.st_size,
-                "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
+        return _metadata(sid, counts, version, st)
 
     def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
         path = self._existing(sid)
@@ -317,7 +316,9 @@ class Sessions:
                 _writing(lambda: t.edit(index, record, lock_wait=LOCK_WAIT_S, check=check))
             else:
                 _writing(lambda: t.delete(index, lock_wait=LOCK_WAIT_S, check=check))
-        return self.get(sid)
+            # The answer is the file this rewrite made, as it is held open: a fresh read
+            # could meet another process's rewrite and answer 409 for an edit that happened.
+            return _metadata(sid, (t.message_count, t.compaction_count), self.versions.of(t), t.stat())
 
     def conversation(self, sid: str, history: int, save: bool) -> tuple[str, Conversation, str | None]:
         """What a reply on session ``sid`` starts from: its path, the chat messages of its
@@ -367,6 +368,11 @@ class Sessions:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result) -> dict[str, Any]:
+    return {"id": sid, "object": "boundctx.session", "message_count": counts[0], "compaction_count": counts[1],
+            "bytes": st.st_size, "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
 
 
 def history_bytes(settings: Mapping[str, Any]) -> int:
@@ -500,6 +506,9 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
         except _TooLarge:
             raise Refused(413, f"the request body is over {s.max_body:,} bytes (serve.max_body_bytes)",
                            "request_too_large") from None
+        except ClientGone:
+            raise Refused(499, "the client closed the connection before the request body was whole",
+                           "client_closed") from None
 
     # Each handler names the methods it writes with: Starlette answers HEAD on every
     # route that takes GET, and a HEAD must read, never create, append or edit.

@@ -629,6 +629,12 @@ class Transcript:
             raise TranscriptChanged(
                 f"another process removed the rewrite's temporary copy of {self.path!r}; nothing was "
                 "changed. Read history() again and retry") from None
+        except (IsADirectoryError, NotADirectoryError):
+            # A folder was put at the name since the history was read (the rename cannot
+            # replace it); the temporary copy is gone, nothing was changed.
+            raise TranscriptNotAFile(
+                errno.EISDIR, f"{self.path!r} is now a directory, not the transcript that was read; nothing "
+                              "was changed") from None
         # Invalidate both cache layers: the sidecars on disk and the layout in memory.
         for side in sidecar_paths(self._real):
             unlink_quietly(side)
