@@ -1643,26 +1643,33 @@ class _Hostile:
 
     def trickle(self, rng: random.Random) -> None:
         """A head a byte at a time, slower than the head timeout allows."""
+        self._trickled(rng, f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-Slow: ".encode(), b"x",
+                       (0.2, 0.6), "a trickled head", lambda statuses: "408" if statuses else "closed before an answer")
+
+    def _trickled(self, rng: random.Random, opening: bytes, piece: bytes, gaps: tuple[float, float], what: str,
+                  counted) -> None:
+        """Send ``opening``, then ``piece`` every so often (``gaps`` seconds) until the
+        server closes: it must close within 60 s, with a 408 or with nothing said."""
         opened = time.monotonic()
         answer, closed = b"", False
         with _connect(self.port) as s:
-            s.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-Slow: ".encode())
+            s.sendall(opening)
             while not closed and time.monotonic() - opened < 60:
-                more, closed = _read_until_closed(s, rng.uniform(0.2, 0.6))
+                more, closed = _read_until_closed(s, rng.uniform(*gaps))
                 answer += more
                 if not closed:
                     try:
-                        s.sendall(b"x")
+                        s.sendall(piece)
                     except (ConnectionResetError, BrokenPipeError):
                         closed = True
         took = time.monotonic() - opened
         self.held(took)
         statuses = _status_lines(answer)
         if not closed:
-            self.violation(f"a trickled head was kept open {took:.0f} s")
+            self.violation(f"{what} was kept open {took:.0f} s")
         elif statuses not in ([], ["HTTP/1.1 408 Request Timeout"]):
-            self.violation(f"a trickled head was answered {statuses}")
-        self.count("408" if statuses else "closed before an answer")
+            self.violation(f"{what} was answered {statuses}")
+        self.count(counted(statuses))
 
     def idle(self, rng: random.Random) -> None:
         """Bursts of 1-3 s of sockets that never send a byte, half ``max_connections`` or
@@ -1735,27 +1742,10 @@ class _Hostile:
     def slow_body(self, rng: random.Random) -> None:
         """A whole head, then a body that comes a byte now and then: far slower than the
         server takes (it must answer 408 once the head timeout and the pace allow)."""
-        opened = time.monotonic()
-        answer, closed = b"", False
-        with _connect(self.port) as s:
-            s.sendall(f"POST /boundctx/v1/count HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                      "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"messages\"".encode())
-            while not closed and time.monotonic() - opened < 60:
-                more, closed = _read_until_closed(s, rng.uniform(0.3, 1.0))
-                answer += more
-                if not closed:
-                    try:
-                        s.sendall(b" ")
-                    except (ConnectionResetError, BrokenPipeError):
-                        closed = True
-        took = time.monotonic() - opened
-        self.held(took)
-        statuses = _status_lines(answer)
-        if not closed:
-            self.violation(f"a body trickled a byte at a time was kept open {took:.0f} s")
-        elif statuses not in ([], ["HTTP/1.1 408 Request Timeout"]):
-            self.violation(f"a body trickled a byte at a time was answered {statuses}")
-        self.count(f"{', '.join(st[9:12] for st in statuses) or 'closed before an answer'}")
+        self._trickled(rng, f"POST /boundctx/v1/count HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                       "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"messages\"".encode(),
+                       b" ", (0.3, 1.0), "a body trickled a byte at a time",
+                       lambda statuses: ", ".join(st[9:12] for st in statuses) or "closed before an answer")
 
     def cut_body(self, rng: random.Random) -> None:
         """A whole head, part of the body, then gone."""

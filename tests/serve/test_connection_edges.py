@@ -57,20 +57,21 @@ def _port(url):
     return int(url.rsplit(":", 1)[1])
 
 
-def _send_growing_head(port, *, total, piece):
-    """One header ``total`` bytes long, sent ``piece`` bytes at a time, each after a look
-    for an answer: (bytes of it sent, what the server answered before closing)."""
+def _feed_until_answered(port, opening, *, piece, total, gap):
+    """Send ``opening``, then ``piece`` after ``piece`` each time ``gap`` seconds pass
+    without an answer, up to ``total`` bytes: (bytes of them sent, what the server
+    answered before closing)."""
     sent, answer = 0, b""
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ")
-        s.settimeout(0.02)
+        s.sendall(opening)
+        s.settimeout(gap)
         try:
             while sent < total:
                 try:
                     chunk = s.recv(65536)
                 except TimeoutError:
-                    s.sendall(b"a" * piece)
-                    sent += piece
+                    s.sendall(piece)
+                    sent += len(piece)
                     continue
                 answer += chunk
                 break
@@ -80,6 +81,13 @@ def _send_growing_head(port, *, total, piece):
         except (ConnectionResetError, BrokenPipeError, TimeoutError):
             pass
     return sent, answer
+
+
+def _send_growing_head(port, *, total, piece):
+    """One header ``total`` bytes long, sent ``piece`` bytes at a time, each after a look
+    for an answer: (bytes of it sent, what the server answered before closing)."""
+    return _feed_until_answered(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ",
+                                piece=b"a" * piece, total=total, gap=0.02)
 
 
 def _closed(s, timeout):
@@ -294,36 +302,19 @@ def test_the_connection_cap_leaves_descriptors_for_the_server_itself():
     assert connections_module.connection_limit(10 ** 6) <= soft - connections_module.RESERVED_DESCRIPTORS
 
 
-def _trickle_body(port, *, declared, gap, limit_s):
+def _trickle_body(port, *, declared, gap):
     """A POST whose head is whole and whose body comes a byte every ``gap`` seconds:
     (bytes of the body sent, what the server answered, seconds until it answered)."""
-    sent, answer = 0, b""
     started = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"POST /boundctx/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % declared)
-        s.settimeout(gap)
-        try:
-            while sent < declared and time.monotonic() - started < limit_s:
-                try:
-                    chunk = s.recv(65536)
-                except TimeoutError:
-                    s.sendall(b" ")
-                    sent += 1
-                    continue
-                answer += chunk
-                break
-            s.settimeout(10)
-            while chunk := s.recv(65536):
-                answer += chunk
-        except (ConnectionResetError, BrokenPipeError, TimeoutError):
-            pass
+    sent, answer = _feed_until_answered(
+        port, b"POST /boundctx/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % declared, piece=b" ", total=declared, gap=gap)
     return sent, answer, time.monotonic() - started
 
 
 def test_a_body_trickled_a_byte_at_a_time_gets_408_and_a_body_sent_at_speed_is_served(tmp_path):
     with boundctx_serve(tmp_path, settings={"serve.head_timeout_seconds": 1}) as (url, _):
-        sent, answer, took = _trickle_body(_port(url), declared=10_000, gap=0.2, limit_s=60)
+        sent, answer, took = _trickle_body(_port(url), declared=10_000, gap=0.2)
         # A body of some MiB, sent as fast as loopback goes, is read as ever; so is one
         # with no body at all.
         assert httpx.post(url + "/boundctx/v1/sessions", json={"id": "fast"}, timeout=30).status_code == 201
@@ -340,7 +331,7 @@ def test_a_body_trickled_a_byte_at_a_time_gets_408_and_a_body_sent_at_speed_is_s
 
 def test_either_protocol_refuses_a_trickled_body(bounded):
     server = bounded(Limits(max_head_bytes=65536, head_timeout=1, max_connections=64))
-    sent, answer, _ = _trickle_body(server.port, declared=10_000, gap=0.2, limit_s=60)
+    sent, answer, _ = _trickle_body(server.port, declared=10_000, gap=0.2)
     status, body = _response(answer)
     assert status == b"HTTP/1.1 408 Request Timeout" and body["error"]["code"] == "request_timeout"
     assert sent < 10_000
