@@ -287,3 +287,21 @@ def test_every_rewrite_gives_the_file_an_identity_of_its_own_and_appends_keep_it
     assert len(set(seen)) == len(seen)
     with Transcript.open(path) as again:  # another reader computes the same
         assert again.identity() == seen[-1]
+
+
+def test_an_entry_from_before_another_processs_delete_is_not_taken_for_the_message_now_at_its_offset(tmp_path):
+    """Another process deletes an earlier message of the same length: the next message
+    now starts at the entry's offset. The edit by Entry must see it is another line."""
+    path = seeded(tmp_path / "t.jsonl", n=4)
+    with Transcript.open(path) as t:
+        entry = t.window().messages[2]
+        subprocess.run([sys.executable, "-c", "import sys\nfrom boundctx import Transcript\n"
+                        "with Transcript.open(sys.argv[1]) as o:\n    o.delete(1)", str(path)],
+                       check=True, cwd=ROOT, timeout=60)
+        with pytest.raises(TranscriptError, match="no longer the line"):
+            t.delete(entry)
+        with pytest.raises(TranscriptError, match="no longer the line"):
+            t.edit(entry, record("edited"))
+        fresh = t.window().messages[1]
+        t.delete(fresh)  # a fresh entry for the same message works
+    assert contents(path) == ["m0", "m3"]

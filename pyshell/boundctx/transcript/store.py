@@ -682,7 +682,13 @@ class Transcript:
         if not isinstance(message, Entry):
             _check_limit("message index", message, 0)
             return message
-        if message.index is None or history.offset_of(message.index) != message.offset:
+        # The same offset is not the same line: a rewrite that deleted an earlier message
+        # of the same length puts the next one there. A whole record must be the same
+        # record too (a record cut for display can only be held to its offset).
+        if (message.index is None or message.index >= history.message_count
+                or history.offset_of(message.index) != message.offset
+                or (message.record is not None and not message.cut_bytes
+                    and history.message(message.index) != message.record)):
             raise TranscriptChanged(
                 f"message {message.index} of {self.path!r} is no longer the line it was read "
                 "from; read the window again before editing")
