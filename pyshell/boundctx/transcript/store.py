@@ -648,7 +648,9 @@ class Transcript:
 
         ``message`` is a message index, or the :class:`Entry` a window returned; given
         an Entry, the edit is refused (TranscriptChanged) unless that index still holds
-        the line the entry was read from. The write lock is taken first (waiting up to
+        the line the entry was read from: at its offset, and the same record when the
+        entry holds it whole (an entry cut for display is held to its offset alone). The
+        write lock is taken first (waiting up to
         ``lock_wait`` seconds for another writer's append to end), so the history read
         is the one rewritten: no append can come between them.
 
