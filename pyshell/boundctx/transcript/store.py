@@ -172,9 +172,8 @@ class Transcript:
         path = os.fspath(path)
         dialect_kinds(dialect)  # a clear ValueError for an unknown dialect, before any I/O
         folder = os.path.realpath(within) if within is not None else None
-        fd = open_transcript_fd(path, create=create)
+        fd, real = _open_resolved(path, folder, lambda: open_transcript_fd(path, create=create))
         try:
-            real = resolved_path(path, fd, within=folder)
             layout = _load_or_build(real, fd, dialect, classify_window, progress)
         except BaseException:
             os.close(fd)
@@ -442,12 +441,7 @@ class Transcript:
         """Open the file the path names now (after a rename replaced the one open):
         without blocking, and refused unless it is a regular file (a FIFO swapped in
         would otherwise block this open forever). Appends never go to the old file."""
-        fd = open_regular_fd(self.path)
-        try:
-            real = resolved_path(self.path, fd, within=self._within)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, real = _open_resolved(self.path, self._within, lambda: open_regular_fd(self.path))
         os.close(self._fd)
         self._fd, self._real = fd, real
         if self._wfd is not None:
@@ -695,6 +689,29 @@ class Transcript:
                 f"message {message.index} of {self.path!r} is no longer the line it was read "
                 "from; read the window again before editing")
         return message.index
+
+
+#: Opens tried when the path keeps being replaced between an open and the check of
+#: what it opened (each rewrite by another writer renames a new file over it).
+_OPEN_TRIES = 8
+
+
+def _open_resolved(path: str, within: str | None, open_fd: Callable[[], int]) -> tuple[int, str]:
+    """``open_fd()`` and the real path of what it opened (:func:`resolved_path`), opened
+    again while a rename replaces the file between the two: the file the path names when
+    the check holds is the one opened."""
+    for attempt in range(_OPEN_TRIES):
+        fd = open_fd()
+        try:
+            return fd, resolved_path(path, fd, within=within)
+        except TranscriptChanged:
+            os.close(fd)
+            if attempt == _OPEN_TRIES - 1:
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
+    raise AssertionError("unreachable")
 
 
 def _load_or_build(real: str, fd: int, dialect: str, classify_window: int, progress) -> Layout:
