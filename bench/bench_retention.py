@@ -84,8 +84,20 @@ BYTES_WINDOW = 4096
 REPLY_TOKENS = 128
 NOTES_TOKENS = 384
 SIZES = (1.5, 3.0, 6.0)
-FAMILIES = ("regular", "dense", "recorrected", "straddle")
+FAMILIES = ("regular", "dense", "recorrected", "straddle", "clustered", "keys", "at-budget")
 DENSE_EXTRA = 16
+#: The matrix run (issue 23): dense inputs at every window, notes budget and worker count.
+MATRIX_FAMILIES = ("clustered", "keys", "at-budget")
+MATRIX_WINDOWS = (1536, 2048, 4096)
+MATRIX_NOTES = (256, 384)
+MATRIX_WORKERS = (2, 3, 4)
+#: Records in the clustered family's one run, hardest first (a run of one document takes 40).
+CLUSTERS = (40, 10, 25)
+#: Keys in a keys document, hardest first; each asks a sample of KEYS_ASKED of them.
+KEY_COUNTS = (300, 60, 150)
+KEYS_ASKED = 24
+#: Keys a document has before any family's extras (9 placed, a corrected one, a distractor's two).
+REGULAR_KEYS = 12
 WORDS = ("river stone quiet number window paper garden signal morning harbor lantern copper thread valley "
          "engine winter circle market ladder orchard silver meadow anchor candle bridge canvas").split()
 ATTRIBUTES = ("code", "depot", "badge", "locker", "channel", "ticket", "vault", "route")
@@ -97,7 +109,10 @@ NAMES = {"A": "A clip", "B": "B notes", "C": "C notes + tool rereads", "R": "R n
 BUCKETS = {"regular": ("early", "middle", "late", "corrected", "distractor"),
            "dense": ("early", "middle", "late", "corrected", "distractor"),
            "recorrected": ("early", "middle", "late", "corrected", "distractor", "recorrected"),
-           "straddle": ("early", "middle", "late", "corrected", "distractor", "straddle", "wide straddle")}
+           "straddle": ("early", "middle", "late", "corrected", "distractor", "straddle", "wide straddle"),
+           "clustered": ("early", "middle", "late", "corrected", "distractor", "cluster", "cluster corrected"),
+           "keys": ("early", "middle", "late", "corrected", "distractor", "key"),
+           "at-budget": ("early", "middle", "late", "corrected", "distractor", "cluster", "cluster corrected")}
 #: Buckets no section holds whole (see the module docstring): outside the goal.
 OUTSIDE_GOAL = ("wide straddle",)
 
@@ -127,12 +142,19 @@ def question_text(q: dict) -> str:
 
 
 def make_document(seed: int, n_chars: int, *, extra_facts: int = 0, recorrected: bool = False,
-                  line_breaks: bool = True) -> tuple[str, list[dict]]:
+                  line_breaks: bool = True, ask_extra: bool = False, cluster: int = 0,
+                  cluster_at: float = 0.5, cluster_pad: int = 0) -> tuple[str, list[dict]]:
     """A document and its questions: attribute, entity, answer, bucket, ``stale`` (the
     values a later sentence corrected), ``decoy`` (the distractor's other value) and
-    ``span`` (the answer's sentence in the document). ``extra_facts`` more facts, never
-    asked, fill the notes past their budget; ``recorrected`` adds a key corrected three
-    times. The regular facts are drawn first, so a family's extras leave them as they are."""
+    ``span`` (the answer's sentence in the document). ``extra_facts`` more facts fill the
+    notes past their budget (asked, bucket "key", with ``ask_extra``); ``recorrected``
+    adds a key corrected three times; ``cluster`` facts in a row at ``cluster_at`` of the
+    document, one record a line like a table's, are followed at once by corrections of
+    their first and middle ones (buckets "cluster" and "cluster corrected"), and
+    ``cluster_pad`` > 0 ends the records with one whose value is a quote of that many
+    words (the same words and the same filler whatever the number, so a search over it
+    moves one answer's length a token or so at a time). The regular facts are drawn
+    first, so a family's extras leave them as they are."""
     rng = random.Random(seed)
     used: set[tuple[str, str]] = set()
 
@@ -169,7 +191,27 @@ def make_document(seed: int, n_chars: int, *, extra_facts: int = 0, recorrected:
     questions.append(question(attr, ent, v, "distractor", decoy=w))
     for _ in range(extra_facts):
         attr, ent = key()
-        placements.append((rng.uniform(0.0, 1.0), f"The {attr} of {ent} is {_value(rng)}. "))
+        v = _value(rng)
+        placements.append((rng.uniform(0.0, 1.0), f"The {attr} of {ent} is {v}. "))
+        if ask_extra:
+            questions.append(question(attr, ent, v, "key"))
+    if cluster:
+        records, corrections = [], []
+        members = [(*key(), _value(rng)) for _ in range(cluster)]
+        for i, (attr, ent, v) in enumerate(members):
+            records.append(f"The {attr} of {ent} is {v}.\n")
+            if i in (0, cluster // 2):
+                v2 = _value(rng)
+                corrections.append(f"Correction. The {attr} of {ent} is now {v2}. ")
+                questions.append(question(attr, ent, v2, "cluster corrected", [v]))
+            else:
+                questions.append(question(attr, ent, v, "cluster"))
+        if cluster_pad:
+            attr, ent = "memo", key()[1]
+            v = " ".join(random.Random(seed).choice(WORDS) for _ in range(cluster_pad))
+            records.append(f'The {attr} of {ent} is "{v}".\n')
+            questions.append(question(attr, ent, v, "cluster"))
+        placements.append((cluster_at, "".join(records) + "".join(corrections)))
     if recorrected:
         attr, ent = key()
         values = [_value(rng) for _ in range(4)]
@@ -297,6 +339,59 @@ def place_straddles(document: str, questions: list[dict], rng: random.Random, *,
     return document
 
 
+# -- the at-budget family ----------------------------------------------------------------
+
+
+def cluster_section(document: str, questions: list[dict], counter, settings) -> tuple[int, int, int] | None:
+    """(number, start, end) of the first planned section holding the whole cluster (its
+    records and their corrections), or None when an edge cuts it."""
+    spans = [q["span"] for q in questions if q["bucket"].startswith("cluster")]
+    first = min(a for a, _ in spans)
+    last = max(b for _, b in _corrections(document, questions))
+    planned = engine_sections(document, question_text(questions[0]), counter, settings)
+    return next(((k + 1, s, e) for k, (s, e) in enumerate(planned) if s <= first and last <= e), None)
+
+
+def _corrections(document: str, questions: list[dict]) -> list[tuple[int, int]]:
+    """The spans of every sentence of a cluster question's key (its records and corrections)."""
+    keys = {(q["attribute"], q["entity"]) for q in questions if q["bucket"].startswith("cluster")}
+    return [(a, b) for attr, ent, _, a, b in facts(document) if (attr, ent) in keys]
+
+
+def at_budget_documents(seed: int, n_chars: int, counter, settings) -> list[tuple[str, list[dict]]]:
+    """Two documents whose cluster lies whole in one section: in the first, that
+    section's whole worker answer is as long as ``analysis.notes_max_tokens`` allows
+    (the most records that fit, the last one's quote as long as fits: as a rule exactly
+    the budget); the second's quote has one word more, and passes it. Each question
+    carries ``answer_tokens``: that section's whole answer, counted."""
+    notes = int(settings["analysis.notes_max_tokens"])
+
+    def build(n: int, pad: int = 0):
+        for at in (0.3, 0.7, 0.5, 0.38, 0.62):
+            doc, questions = make_document(seed, n_chars, cluster=n, cluster_at=at, cluster_pad=pad)
+            where = cluster_section(doc, questions, counter, settings)
+            if where is not None:
+                k, start, end = where
+                tokens = counter.count_text(worker_answer(k, start, doc[start:end]))
+                for q in questions:
+                    q["answer_tokens"] = tokens
+                return doc, questions, tokens
+        raise RuntimeError(f"no placement puts a cluster of {n} records whole in one section")
+
+    n = 1
+    while build(n + 1)[2] <= notes:
+        n += 1
+    # One record fewer leaves room for the quoted record, whose words fill it to the edge.
+    n = max(1, n - 1)
+    fitting = build(n)
+    for pad in range(1, 400):
+        padded = build(n, pad)
+        if padded[2] > notes:
+            return [fitting[:2], padded[:2]]
+        fitting = padded
+    raise RuntimeError("no quote reached the notes budget")
+
+
 # -- the scripted model -----------------------------------------------------------------
 
 #: A line of the engine's notes: a kept value (``key: value [S2 10-40]``, maybe followed
@@ -310,12 +405,16 @@ EXACT = "Exact text read again"
 QUESTION = re.compile(r"What is the (\w+) of (\w+)\?")
 
 
+def worker_answer(k: int, start: int, section: str) -> str:
+    """The scripted worker's whole answer for section ``k`` starting at ``start``."""
+    lines = [f"{attr} of {ent}: {value} [S{k} {start + a}-{start + b}]" for attr, ent, value, a, b in facts(section)]
+    return "\n".join(lines) or "nothing relevant"
+
+
 def _worker(request) -> str:
     body = request.messages[-1]["content"]
     m = re.search(r"\n\nSection S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
-    k, start, section = int(m.group(1)), int(m.group(2)), m.group(4)
-    lines = [f"{attr} of {ent}: {value} [S{k} {start + a}-{start + b}]" for attr, ent, value, a, b in facts(section)]
-    return "\n".join(lines) or "nothing relevant"
+    return worker_answer(int(m.group(1)), int(m.group(2)), m.group(4))
 
 
 def read_notes(system: str) -> list[tuple[str, str, str | None, str, int, int]]:
@@ -340,6 +439,29 @@ def read_notes(system: str) -> list[tuple[str, str, str | None, str, int, int]]:
     return out
 
 
+UNLISTED = re.compile(r"^\(\d+ more keys, .* are not listed", re.M)
+UNNOTED_RANGE = re.compile(r"^\[S\d+ (\d+)-(\d+)\]$", re.M)
+
+
+def _reread_wanted(system: str, attr: str, ent: str) -> dict | None:
+    """What the scripted coordinator reads again for the asked key, as
+    ``read_chat_section`` arguments: the range of an index-only key; the key by its name
+    when the notes list it nowhere but say keys were left out; else the first range the
+    workers could not note. None when the notes hold the value or nothing is left."""
+    notes = system.split(EXACT)[0]
+    latest = _latest(system, attr, ent)
+    ids = [m.group(1) for m in map(SOURCE.match, notes.splitlines()) if m]
+    if latest is not None:
+        return None if latest[2] is not None else {"section_id": latest[3], "start": latest[4], "end": latest[5]}
+    if ids and UNLISTED.search(notes):
+        return {"section_id": ids[0], "key": f"{attr} of {ent}"}
+    unnoted = UNNOTED_RANGE.search(notes)
+    if ids and unnoted:
+        start = int(unnoted.group(1))
+        return {"section_id": ids[0], "start": start, "end": min(int(unnoted.group(2)), start + 2000)}
+    return None
+
+
 def _latest(system: str, attr: str, ent: str):
     """The asked key's latest note (by where in the original it comes from; a kept value
     before an index line of the same range), or None."""
@@ -358,10 +480,10 @@ def _coordinator(request) -> list:
                      if m["role"] == "user" and QUESTION.search(m["content"])).groups()
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     latest = _latest(system, attr, ent)
+    wanted = _reread_wanted(system, attr, ent)
     if request.schema is not None:  # R: the constrained reread step
-        wanted = [] if latest is None or latest[2] is not None else [
-            {"id": latest[3], "start": latest[4], "end": latest[5]}]
-        return [json.dumps({"reread": wanted})]
+        item = {("id" if k == "section_id" else k): v for k, v in (wanted or {}).items()}
+        return [json.dumps({"reread": [item] if item else []})]
     if messages[-1]["role"] == "tool":  # C: the reread's result
         return [_fact_in(str(messages[-1]["content"]), attr, ent) or "unknown"]
     if EXACT in system:  # R: the exact text the step read
@@ -371,13 +493,10 @@ def _coordinator(request) -> list:
     if not re.search(r"^Notes on ", system, re.M):
         # No notes: answer from whatever text is in the prompt (conditions A, O, Z).
         return [_fact_in("\n".join(str(m.get("content") or "") for m in messages), attr, ent) or "unknown"]
-    if latest is None:
-        return ["unknown"]
-    if latest[2] is not None:
+    if latest is not None and latest[2] is not None:
         return [latest[2]]
-    if request.tools and any(t["function"]["name"] == READ_TOOL_NAME for t in request.tools):
-        return [ToolCallChunk("r1", READ_TOOL_NAME, json.dumps(
-            {"section_id": latest[3], "start": latest[4], "end": latest[5]}))]
+    if wanted and request.tools and any(t["function"]["name"] == READ_TOOL_NAME for t in request.tools):
+        return [ToolCallChunk("r1", READ_TOOL_NAME, json.dumps(wanted))]
     return ["unknown"]
 
 
@@ -464,7 +583,9 @@ def ask(condition: str, document: str, q: dict, counter, settings, provider=None
                     "listed": any(n[0] == q["attribute"] and n[1] == q["entity"] for n in notes),
                     "keys_left_out": any(line.startswith("(") and "not" in line
                                          for line in system.split(EXACT)[0].splitlines()),
-                    "max_active": getattr(provider, "max_active", 1), "wall_s": time.perf_counter() - started}
+                    "max_active": getattr(provider, "max_active", 1), "wall_s": time.perf_counter() - started,
+                    "over_window": sum(provider.count_prompt(r.messages, tools=r.tools) + r.max_tokens > window
+                                       for r in requests)}
 
 
 def right(answer: str, value: str) -> bool:
@@ -478,8 +599,20 @@ def right(answer: str, value: str) -> bool:
 
 def family_documents(family: str, sizes: tuple[float, ...], documents: int, seed: int, chars_per_token: float,
                      window: int, counter, settings) -> list[tuple[str, list[dict]]]:
-    """The seeded documents of one family (regular and dense ones as earlier runs had)."""
+    """The seeded documents of one family (regular and dense ones as earlier runs had).
+    The families of dense inputs take ``documents`` of theirs (at most 3 clustered and 3
+    keys ones, the 2 at-budget ones always): the first is the hardest."""
     out = []
+    chars = int(window * 3.0 * chars_per_token)
+    if family == "clustered":
+        return [make_document(seed * 1000 + 500 + n, chars, cluster=n) for n in CLUSTERS[:documents]]
+    if family == "keys":
+        for n in KEY_COUNTS[:documents]:
+            doc, questions = make_document(seed * 1000 + 600 + n, chars, extra_facts=n - REGULAR_KEYS, ask_extra=True)
+            out.append((doc, sample_keys(questions, KEYS_ASKED)))
+        return out
+    if family == "at-budget":
+        return at_budget_documents(seed * 1000 + 700, chars, counter, settings)
     plan = {"regular": [(size, 0) for size in sizes], "dense": [(max(3.0, sizes[-1]), DENSE_EXTRA)],
             "recorrected": [(3.0, 100)], "straddle": [(3.0, 200)]}[family]
     for size, shift in plan:
@@ -495,6 +628,174 @@ def family_documents(family: str, sizes: tuple[float, ...], documents: int, seed
     return out
 
 
+def sample_keys(questions: list[dict], n: int) -> list[dict]:
+    """The questions with at most ``n`` of the "key" ones, spread evenly over the
+    document by where their facts are (the first and the last always among them)."""
+    keys = sorted((q for q in questions if q["bucket"] == "key"), key=lambda q: q["span"][0])
+    if len(keys) > n:
+        keys = [keys[round(i * (len(keys) - 1) / (n - 1))] for i in range(n)]
+    return [q for q in questions if q["bucket"] != "key"] + keys
+
+
+def evaluate(documents: list[tuple[str, str, list[dict]]], conditions: tuple[str, ...], settings: dict, counter,
+             provider=None, *, echo: bool = False) -> dict:
+    """Ask every question of ``documents`` ((family, text, questions)) under each
+    condition; the tallies: right and asked by "family bucket", stale and decoy answers,
+    calls, rereads, failed replies, prompts over the window, the notes B saw, the
+    straddle placements that held, and the misses (or, with ``echo``, every answer)."""
+    t = {"results": {c: {} for c in conditions}, "stale": dict.fromkeys(conditions, 0),
+         "decoys": dict.fromkeys(conditions, 0),
+         "totals": {c: {"calls": 0, "rereads": 0, "failed": 0, "over_window": 0, "max_active": 0, "wall_s": 0.0}
+                    for c in conditions},
+         "notes_seen": {}, "straddle": {"checked": 0, "held": 0}, "answers": [], "misses": [], "errors": []}
+    for family, doc, questions in documents:
+        for q in questions:
+            for c in conditions:
+                answer, info = ask(c, doc, q, counter, settings[c], provider)
+                bucket = t["results"][c].setdefault(f"{family} {q['bucket']}", [0, 0])
+                ok = right(answer, q["answer"])
+                bucket[0] += ok
+                bucket[1] += 1
+                t["stale"][c] += not ok and any(right(answer, s) for s in q["stale"])
+                t["decoys"][c] += not ok and q["decoy"] is not None and right(answer, q["decoy"])
+                totals = t["totals"][c]
+                for k in ("calls", "rereads", "wall_s", "over_window"):
+                    totals[k] += info[k]
+                totals["failed"] += not info["ok"]
+                totals["max_active"] = max(totals["max_active"], info["max_active"])
+                if info["error"] and len(t["errors"]) < 20:
+                    t["errors"].append({"condition": c, "family": family, "error": info["error"]})
+                if c == "B":
+                    seen = t["notes_seen"].setdefault(family, {"replies": 0, "kept": 0, "index_only": 0,
+                                                               "most_index_only": 0, "keys_left_out": 0})
+                    seen["replies"] += 1
+                    seen["kept"] += info["kept"]
+                    seen["index_only"] += info["index_only"]
+                    seen["most_index_only"] = max(seen["most_index_only"], info["index_only"])
+                    seen["keys_left_out"] += info["keys_left_out"]
+                if c in ("B", "C", "R") and "straddle" in q:
+                    t["straddle"]["checked"] += 1
+                    t["straddle"]["held"] += straddles(q["straddle"], tuple(q["span"]), info["sections"])
+                if echo:
+                    t["answers"].append({"condition": c, "bucket": q["bucket"], "expected": q["answer"],
+                                         "answer": answer, "right": ok, "calls": info["calls"],
+                                         "rereads": info["rereads"], "wall_s": round(info["wall_s"], 1)})
+                    print(f"{c} {q['bucket']:<10} {q['answer']:<8} {'ok ' if ok else '-- '} "
+                          f"{info['wall_s']:6.1f} s  {answer[:70]!r}", flush=True)
+                elif not ok and c in ("B", "C", "R", "O"):
+                    t["misses"].append({"condition": c, "family": family, "bucket": q["bucket"],
+                                        "expected": q["answer"], "answer": answer, "span": q["span"],
+                                        "rereads": info["rereads"], "listed": info["listed"],
+                                        "index_only": info["index_only"], "keys_left_out": info["keys_left_out"]})
+    return t
+
+
+def goal(tallies: dict, conditions: tuple[str, ...]) -> dict:
+    """Per rereading condition (C, R): right of asked (outside-the-goal buckets left
+    out), stale answers, failed replies, prompts over the window, and whether the goal
+    is met: every one right, none stale, failed or over."""
+    out = {}
+    for c in ("C", "R"):
+        if c in conditions:
+            inside = [v for k, v in tallies["results"][c].items() if not k.endswith(OUTSIDE_GOAL)]
+            totals = tallies["totals"][c]
+            g = {"right": sum(r for r, _ in inside), "asked": sum(n for _, n in inside), "stale": tallies["stale"][c],
+                 "failed": totals["failed"], "over_window": totals["over_window"]}
+            g["met"] = g["right"] == g["asked"] and not g["stale"] and not g["failed"] and not g["over_window"]
+            out[c] = g
+    return out
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def _chars_per_token(counter, seed: int) -> float:
+    sample = _filler(random.Random(seed), 20_000)
+    return len(sample) / counter.count_text(sample)
+
+
+def _scripted_counter(name: str):
+    if name == "llama":
+        from boundctx.tokens.llama import LlamaCounter
+        return LlamaCounter()
+    from boundctx.tokens import ByteEstimateCounter
+    return ByteEstimateCounter()
+
+
+def matrix_cell(job: tuple) -> dict:
+    """One configuration of the matrix run (a process of its own may run it): every
+    family of dense inputs on its window, notes budget and workers, under C and R (and B
+    for what the notes alone keep)."""
+    window, notes, workers, families, documents, seed, counter_name, conditions = job
+    counter = _scripted_counter(counter_name)
+    settings = condition_settings(window, notes=notes, workers=workers)
+    cpt = _chars_per_token(counter, seed)
+    started = time.perf_counter()
+    rows = []
+    for family in families:
+        docs = [(family, doc, qs) for doc, qs in family_documents(family, (3.0,), documents, seed, cpt, window,
+                                                                   counter, settings["B"])]
+        tallies = evaluate(docs, conditions, settings, counter)
+        rows.append({"window": window, "notes": notes, "workers": workers, "family": family,
+                     "documents": len(docs), "questions": sum(len(qs) for _, _, qs in docs),
+                     "keys_per_document": [len({(a, e) for a, e, *_ in facts(doc)}) for _, doc, _ in docs],
+                     "answer_tokens": [qs[0].get("answer_tokens") for _, _, qs in docs] if family == "at-budget"
+                     else None,
+                     "goal": goal(tallies, conditions),
+                     "B": {"right": sum(r for r, _ in tallies["results"]["B"].values()),
+                           "asked": sum(n for _, n in tallies["results"]["B"].values()),
+                           "stale": tallies["stale"]["B"], "failed": tallies["totals"]["B"]["failed"]}
+                     if "B" in conditions else None,
+                     "calls": {c: tallies["totals"][c]["calls"] for c in conditions},
+                     "rereads": {c: tallies["totals"][c]["rereads"] for c in conditions},
+                     "misses": tallies["misses"][:20], "errors": tallies["errors"][:5]})
+    return {"rows": rows, "wall_s": time.perf_counter() - started}
+
+
+def run_matrix(args) -> int:
+    """The dense families over every window, notes budget and worker count of the
+    matrix, one configuration a process (as many at once as cores)."""
+    import multiprocessing
+    import os
+
+    counter_name = args.counter or "llama"
+    documents = args.documents or 3
+    conditions = tuple(args.conditions or ("B", "C", "R"))
+    families = tuple(f for f in (args.families or MATRIX_FAMILIES))
+    jobs = [(w, n, k, families, documents, args.seed, counter_name, conditions)
+            for w in args.windows for n in args.notes for k in args.workers]
+    started = time.perf_counter()
+    with multiprocessing.Pool(min(len(jobs), os.cpu_count() or 1)) as pool:
+        cells = []
+        for cell in pool.imap(matrix_cell, jobs):
+            cells.append(cell)
+            for row in cell["rows"]:
+                print(_matrix_line(row), flush=True)
+    rows = [row for cell in cells for row in cell["rows"]]
+    met = all(g["met"] for row in rows for g in row["goal"].values())
+    json_out = args.json_out or str(ROOT / "bench" / "results" / "retention-matrix.json")
+    report = {"meta": {"model": "scripted", "counter": counter_name, "windows": args.windows, "notes": args.notes,
+                       "workers": args.workers, "families": families, "documents_per_family": documents,
+                       "clusters": CLUSTERS[:documents], "key_counts": KEY_COUNTS[:documents],
+                       "keys_asked_per_document": KEYS_ASKED, "reply_tokens": REPLY_TOKENS, "seed": args.seed,
+                       "conditions": conditions, "wall_s": time.perf_counter() - started,
+                       "versions": run_facts(("boundctx", "llama_cpp_python"))},
+              "met": met, "rows": rows}
+    pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(json_out).write_text(json.dumps(report, indent=1))
+    print(f"\ngoal in every row: {'met' if met else 'NOT met'}; wall {report['meta']['wall_s']:.0f} s; "
+          f"[json] {json_out}")
+    return 0
+
+
+def _matrix_line(row: dict) -> str:
+    said = "; ".join(f"{c} {g['right']}/{g['asked']} stale {g['stale']} failed {g['failed']} over "
+                     f"{g['over_window']}" for c, g in row["goal"].items())
+    met = all(g["met"] for g in row["goal"].values())
+    return (f"window {row['window']} notes {row['notes']} workers {row['workers']} {row['family']:<10} "
+            f"{said}: {'met' if met else 'NOT met'}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("scripted", "embedded"), default="scripted",
@@ -502,30 +803,41 @@ def main(argv=None) -> int:
                          "llama-cpp-python (reported, not gated; minutes per document)")
     ap.add_argument("--quick", action="store_true",
                     help="one document per family, the byte-estimate counter: a run of seconds")
+    ap.add_argument("--matrix", action="store_true",
+                    help="scripted: the families of dense inputs over every --windows, --notes and --workers "
+                         "(writes retention-matrix.json)")
+    ap.add_argument("--windows", type=int, nargs="+", default=list(MATRIX_WINDOWS), help="--matrix windows")
+    ap.add_argument("--notes", type=int, nargs="+", default=list(MATRIX_NOTES), help="--matrix notes budgets")
+    ap.add_argument("--workers", type=int, nargs="+", default=list(MATRIX_WORKERS), help="--matrix worker counts")
     ap.add_argument("--counter", choices=("llama", "bytes"), default=None,
                     help="scripted only: SmolLM2's tokenizer (default; needs llama-cpp-python) or the byte "
                          "estimate (default with --quick)")
     ap.add_argument("--window", type=int, default=None,
                     help=f"the window in tokens (default {WINDOW}; {BYTES_WINDOW} with the byte estimate)")
-    ap.add_argument("--documents", type=int, default=None, help="documents per size (default 3; embedded, quick 1)")
+    ap.add_argument("--documents", type=int, default=None,
+                    help="documents per size (default 3; embedded, quick 1); of the clustered and keys families, "
+                         "the first ones of theirs")
     ap.add_argument("--sizes", type=float, nargs="+", default=None,
                     help=f"regular document sizes as multiples of the window (default {' '.join(map(str, SIZES))}; "
-                         "embedded and quick 1.5); dense documents take the largest (at least 3), recorrected "
-                         "and straddle ones are 3")
+                         "embedded and quick 1.5); dense documents take the largest (at least 3), the others are 3")
     ap.add_argument("--families", nargs="+", choices=FAMILIES, default=None,
-                    help="default all (embedded: regular)")
+                    help="default the first four (embedded: regular; --matrix: the dense inputs' three)")
     ap.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=None,
-                    help="run only these (default all the model can run); e.g. B R on the embedded model to "
-                         "see what the constrained reread step adds, in half the time")
+                    help="run only these (default all the model can run; --matrix: B C R); e.g. B R on the "
+                         "embedded model to see what the constrained reread step adds, in half the time")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json-out", default=None,
                     help="default bench/results/retention.json (embedded: retention-embedded.json; quick: "
-                         "retention-quick.json)")
+                         "retention-quick.json; matrix: retention-matrix.json)")
     args = ap.parse_args(argv)
+    if args.matrix:
+        if args.model != "scripted":
+            ap.error("--matrix runs the scripted model")
+        return run_matrix(args)
     embedded = args.model == "embedded"
     documents = args.documents or (1 if embedded or args.quick else 3)
     sizes = tuple(sorted(args.sizes or ((1.5,) if embedded or args.quick else SIZES)))
-    families = tuple(args.families or (("regular",) if embedded else FAMILIES))
+    families = tuple(args.families or (("regular",) if embedded else FAMILIES[:4]))
     json_out = args.json_out or str(ROOT / "bench" / "results" / (
         "retention-embedded.json" if embedded else "retention-quick.json" if args.quick else "retention.json"))
     provider = None
@@ -538,74 +850,23 @@ def main(argv=None) -> int:
         # A tool-capable model rereads with the tool, one without by the constrained step.
         conditions = tuple(c for c in CONDITIONS if c != ("R" if provider.supports_tools else "C"))
     else:
-        if (args.counter or ("bytes" if args.quick else "llama")) == "llama":
-            from boundctx.tokens.llama import LlamaCounter
-            counter, window = LlamaCounter(), args.window or WINDOW
-        else:
-            from boundctx.tokens import ByteEstimateCounter
-            counter, window = ByteEstimateCounter(), args.window or BYTES_WINDOW
+        name = args.counter or ("bytes" if args.quick else "llama")
+        counter = _scripted_counter(name)
+        window = args.window or (WINDOW if name == "llama" else BYTES_WINDOW)
         conditions = CONDITIONS
     if args.conditions:
         conditions = tuple(c for c in conditions if c in args.conditions)
     settings = condition_settings(window)
     started = time.perf_counter()
-    sample = _filler(random.Random(args.seed), 20_000)
-    chars_per_token = len(sample) / counter.count_text(sample)
-    results = {c: {} for c in conditions}
-    stale = {c: 0 for c in conditions}
-    decoys = {c: 0 for c in conditions}
-    totals = {c: {"calls": 0, "rereads": 0, "failed": 0, "max_active": 0, "wall_s": 0.0} for c in conditions}
-    notes_seen = {f: {"replies": 0, "kept": 0, "index_only": 0, "most_index_only": 0, "keys_left_out": 0}
-                  for f in families}
-    straddle_checks = {"checked": 0, "held": 0}
-    sizes_seen, answers, misses, errors = [], [], [], []
+    chars_per_token = _chars_per_token(counter, args.seed)
+    documents_run, sizes_seen = [], []
     for family in families:
         for doc, questions in family_documents(family, sizes, documents, args.seed, chars_per_token, window,
                                                counter, settings["B"]):
             sizes_seen.append((family, round(counter.count_text(doc) / window, 2)))
-            for q in questions:
-                for c in conditions:
-                    answer, info = ask(c, doc, q, counter, settings[c], provider)
-                    bucket = results[c].setdefault(f"{family} {q['bucket']}", [0, 0])
-                    ok = right(answer, q["answer"])
-                    bucket[0] += ok
-                    bucket[1] += 1
-                    stale[c] += not ok and any(right(answer, s) for s in q["stale"])
-                    decoys[c] += not ok and q["decoy"] is not None and right(answer, q["decoy"])
-                    for k in ("calls", "rereads", "wall_s"):
-                        totals[c][k] += info[k]
-                    totals[c]["failed"] += not info["ok"]
-                    totals[c]["max_active"] = max(totals[c]["max_active"], info["max_active"])
-                    if info["error"] and len(errors) < 20:
-                        errors.append({"condition": c, "family": family, "error": info["error"]})
-                    if c == "B":
-                        seen = notes_seen[family]
-                        seen["replies"] += 1
-                        seen["kept"] += info["kept"]
-                        seen["index_only"] += info["index_only"]
-                        seen["most_index_only"] = max(seen["most_index_only"], info["index_only"])
-                        seen["keys_left_out"] += info["keys_left_out"]
-                    if c in ("B", "C", "R") and "straddle" in q:
-                        straddle_checks["checked"] += 1
-                        straddle_checks["held"] += straddles(q["straddle"], tuple(q["span"]), info["sections"])
-                    if embedded:
-                        answers.append({"condition": c, "bucket": q["bucket"], "expected": q["answer"],
-                                        "answer": answer, "right": ok, "calls": info["calls"],
-                                        "rereads": info["rereads"], "wall_s": round(info["wall_s"], 1)})
-                        print(f"{c} {q['bucket']:<10} {q['answer']:<8} {'ok ' if ok else '-- '} "
-                              f"{info['wall_s']:6.1f} s  {answer[:70]!r}", flush=True)
-                    elif not ok and c in ("B", "C", "R", "O"):
-                        misses.append({"condition": c, "family": family, "bucket": q["bucket"],
-                                       "expected": q["answer"], "answer": answer, "span": q["span"],
-                                       "rereads": info["rereads"], "listed": info["listed"],
-                                       "index_only": info["index_only"],
-                                       "keys_left_out": info["keys_left_out"]})
-    goal = {}
-    for c in ("C", "R"):
-        if c in conditions:
-            inside = [v for k, v in results[c].items() if not k.endswith(OUTSIDE_GOAL)]
-            goal[c] = {"right": sum(r for r, _ in inside), "asked": sum(n for _, n in inside), "stale": stale[c]}
-            goal[c]["met"] = goal[c]["right"] == goal[c]["asked"] and not stale[c] and not totals[c]["failed"]
+            documents_run.append((family, doc, questions))
+    t = evaluate(documents_run, conditions, settings, counter, provider, echo=embedded)
+    results, stale, totals = t["results"], t["stale"], t["totals"]
     report = {"meta": {"model": args.model, "window": window, "notes_tokens": NOTES_TOKENS,
                        "workers": int(settings["B"]["chat.analysis_workers"]), "reply_tokens": REPLY_TOKENS,
                        "families": families, "sizes_x_window": sizes_seen, "documents_per_size": documents,
@@ -614,13 +875,13 @@ def main(argv=None) -> int:
                        "versions": run_facts(("boundctx", "llama_cpp_python"))},
               "accuracy": {c: {b: {"right": r, "asked": n, "share": r / n} for b, (r, n) in results[c].items()}
                            for c in conditions},
-              "stale_answers": stale, "decoy_answers": decoys, "totals": totals, "goal": goal,
-              "notes_seen_in_B": notes_seen, "straddle_placements": straddle_checks, "errors": errors,
-              "misses": misses, "answers": answers}
+              "stale_answers": stale, "decoy_answers": t["decoys"], "totals": totals, "goal": goal(t, conditions),
+              "notes_seen_in_B": t["notes_seen"], "straddle_placements": t["straddle"], "errors": t["errors"],
+              "misses": t["misses"], "answers": t["answers"]}
     pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(json_out).write_text(json.dumps(report, indent=1))
     for family in families:
-        buckets = BUCKETS[family]
+        buckets = [b for b in BUCKETS[family] if f"{family} {b}" in results[conditions[0]]]
         print(f"\n{family} documents\n")
         print(markdown_table(("condition", *buckets), [
             (NAMES[c], *(f"{results[c][f'{family} {b}'][0]}/{results[c][f'{family} {b}'][1]}" for b in buckets))
@@ -628,19 +889,20 @@ def main(argv=None) -> int:
     print()
     print(markdown_table(
         ("condition", "stale answers", "decoy answers", "model calls", "rereads", "failed replies",
-         "most generations at once", "reply wall s"),
-        [(NAMES[c], stale[c], decoys[c], totals[c]["calls"], totals[c]["rereads"], totals[c]["failed"],
-          totals[c]["max_active"], f"{totals[c]['wall_s']:.0f}") for c in conditions]))
+         "prompts over the window", "most generations at once", "reply wall s"),
+        [(NAMES[c], stale[c], t["decoys"][c], totals[c]["calls"], totals[c]["rereads"], totals[c]["failed"],
+          totals[c]["over_window"], totals[c]["max_active"], f"{totals[c]['wall_s']:.0f}") for c in conditions]))
     print("\nnotes the coordinator saw (B, per reply): " + "; ".join(
         f"{f} {s['kept'] / max(1, s['replies']):.1f} kept, {s['index_only'] / max(1, s['replies']):.1f} index only "
-        f"(most {s['most_index_only']}), {s['keys_left_out']} with keys left out" for f, s in notes_seen.items()))
+        f"(most {s['most_index_only']}), {s['keys_left_out']} with keys left out"
+        for f, s in t["notes_seen"].items()))
     if "straddle" in families:
-        print(f"straddle placements that held in the workers' sections: {straddle_checks['held']}/"
-              f"{straddle_checks['checked']}")
-    for c, g in goal.items():
-        print(f"goal ({NAMES[c]}): {g['right']}/{g['asked']} right, {g['stale']} stale: "
-              f"{'met' if g['met'] else 'NOT met'}")
-    for e in errors[:5]:
+        print(f"straddle placements that held in the workers' sections: {t['straddle']['held']}/"
+              f"{t['straddle']['checked']}")
+    for c, g in report["goal"].items():
+        print(f"goal ({NAMES[c]}): {g['right']}/{g['asked']} right, {g['stale']} stale, {g['failed']} failed, "
+              f"{g['over_window']} over the window: {'met' if g['met'] else 'NOT met'}")
+    for e in t["errors"][:5]:
         print(f"failed: {e}")
     print(f"\nsizes (x window): {sizes_seen}; wall {report['meta']['wall_s']:.1f} s; [json] {json_out}")
     return 0

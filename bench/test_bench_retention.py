@@ -86,3 +86,43 @@ def test_on_the_real_tokenizer_rereads_answer_every_fact_a_section_holds_whole(t
         assert report["goal"][c]["met"], (c, [m for m in report["misses"] if m["condition"] == c])
     wide = [m for m in report["misses"] if m["bucket"] == "wide straddle"]
     assert {m["condition"] for m in wide} == {"B", "C", "R"}  # no section holds it whole: outside the goal
+
+
+def test_an_at_budget_section_answers_exactly_its_budget_and_the_next_passes_it():
+    pytest.importorskip("llama_cpp")
+    from boundctx.tokens.llama import LlamaCounter
+
+    counter = LlamaCounter()
+    settings = br.condition_settings(1536, notes=256)["B"]
+    docs = br.at_budget_documents(21, 1536 * 3 * 3, counter, settings)
+    assert [qs[0]["answer_tokens"] for _, qs in docs][0] <= 256 < docs[1][1][0]["answer_tokens"]
+    for doc, questions in docs:
+        assert br.cluster_section(doc, questions, counter, settings) is not None  # one section holds it whole
+
+
+def test_a_keys_document_asks_a_spread_sample_with_its_first_and_last_key():
+    doc, questions = br.make_document(3, 30_000, extra_facts=120, ask_extra=True)
+    keys = sorted((q for q in questions if q["bucket"] == "key"), key=lambda q: q["span"][0])
+    asked = [q for q in br.sample_keys(questions, 10) if q["bucket"] == "key"]
+    assert len(asked) == 10 and asked[0] is keys[0] and asked[-1] is keys[-1]
+    assert len(list(br.facts(doc))) == 120 + br.REGULAR_KEYS + 1  # the corrected key has two sentences
+
+
+@pytest.mark.slow
+def test_dense_inputs_meet_the_goal_at_the_tightest_window_notes_and_most_workers(tmp_path):
+    """One cell of the matrix run (the smallest window and notes, four workers), one
+    document of each dense family: the 40-record cluster, the 300-key document, both
+    at-budget ones. The whole matrix is ``bench_retention.py --matrix`` (RESULTS.md)."""
+    pytest.importorskip("llama_cpp")
+    out = tmp_path / "matrix.json"
+    assert br.main(["--matrix", "--windows", "1536", "--notes", "256", "--workers", "4", "--documents", "1",
+                    "--conditions", "C", "R", "--json-out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = {row["family"]: row for row in report["rows"]}
+    assert set(rows) == {"clustered", "keys", "at-budget"}
+    assert rows["keys"]["keys_per_document"] == [300]
+    assert rows["at-budget"]["answer_tokens"][0] <= 256 < rows["at-budget"]["answer_tokens"][1]
+    for row in rows.values():
+        for c in ("C", "R"):
+            assert row["goal"][c]["met"], (row["family"], c, row["goal"][c], row["misses"], row["errors"])
+        assert row["rereads"]["C"] > 0 and row["rereads"]["R"] > 0  # the rereads were needed, and made

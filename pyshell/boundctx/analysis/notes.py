@@ -256,7 +256,7 @@ def _compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]
         sections = sorted({e.section for e in dropped})
         lo, hi = min(e.start for e in dropped), max(e.end for e in dropped)
         lines.append(f"({len(dropped)} more keys, at characters {lo}-{hi} (sections {_sections(sections)}), "
-                     "are not listed: reread those characters)")
+                     "are not listed: read any of them again by its key)")
     return "\n".join(lines)
 
 
