@@ -188,6 +188,12 @@ KEYS: dict[str, Key] = _declare(
         "local models are opened with it)", minimum=512, maximum=MAX_CONTEXT),
     Key("chat.tool_result_clip_chars", "int", 4000, "with analysis off, tool results are cut "
         "to this many characters", minimum=0, maximum=LARGEST),
+    # Decision 0029: a drop at the window's edge goes down to this share of the prompt's
+    # limit, so the turns after it append to a prefix a model's cache still holds.
+    Key("chat.low_water", "float", 0.5, "when old history must be dropped, drop down to this share "
+        "of the prompt's limit, so the next turns keep the same start (and the model's cache of it); "
+        "1 drops only what must go, every turn at the window's edge", minimum=0, exclusive_minimum=True,
+        maximum=1),
     Key("analysis.worker_n_ctx", "int", 4096, "context of each note-taking worker prompt, in "
         "tokens", minimum=512, maximum=MAX_CONTEXT),
     Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one worker "

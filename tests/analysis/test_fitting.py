@@ -12,52 +12,8 @@ from boundctx.analysis.fitting import current_turn_start, drop_order, fit_conver
 from boundctx.errors import ContextOverflow
 
 from reference.fitting import fit_analysing, fit_by_dropping
-
-
-def conversation(rng: random.Random, n: int, *, system: bool) -> list[dict]:
-    """A history with plain exchanges, tool exchanges (a call and its results), a
-    stray result, and a current turn at the end."""
-    msgs = [{"role": "system", "content": "be brief"}] if system else []
-    while len(msgs) < n:
-        r = rng.random()
-        words = " ".join("w" * rng.randint(1, 9) for _ in range(rng.randint(0, 60)))
-        if r < 0.45:
-            msgs.append({"role": "user", "content": words})
-        elif r < 0.8:
-            msgs.append({"role": "assistant", "content": words})
-        elif r < 0.97:
-            calls = [{"id": f"c{len(msgs)}-{j}", "type": "function",
-                      "function": {"name": "read", "arguments": "{}"}} for j in range(rng.randint(1, 3))]
-            msgs.append({"role": "assistant", "content": "", "tool_calls": calls})
-            msgs.extend({"role": "tool", "tool_call_id": c["id"], "content": words * rng.randint(1, 4)}
-                        for c in calls)
-        else:
-            msgs.append({"role": "tool", "tool_call_id": "orphan", "content": words})
-    msgs.append({"role": "user", "content": "the question " + "q" * rng.randint(0, 300)})
-    return msgs
-
-
-def counter(rng: random.Random):
-    """An exact count that is not additive: tokens per character vary by message, each
-    message adds framing, and each join between neighbours adds a little; dropping a
-    message never adds tokens (each message costs more than any join it removes)."""
-    per_char = rng.choice([0.2, 0.25, 0.33, 0.5, 1.0])
-    base = rng.randint(0, 40)
-
-    def cost(m):
-        text = m.get("content") or ""
-        return 4 + math.ceil(len(text) * per_char) + 7 * len(m.get("tool_calls") or ())
-
-    def join(a, b):
-        return (len(a.get("content") or "") + len(b.get("content") or "")) % 3
-
-    calls = []
-
-    def count(msgs):
-        calls.append(len(msgs))
-        return base + sum(cost(m) for m in msgs) + sum(join(a, b) for a, b in zip(msgs, msgs[1:]))
-
-    return count, calls
+from strategies import conversation
+from strategies import nonadditive_counter as counter
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,6 +15,7 @@ DESIGN_LIMITS = {
     "chat.analysis_workers": (2, 9),
     "chat.n_ctx": (8192, 511),
     "chat.tool_result_clip_chars": (4000, -1),
+    "chat.low_water": (0.5, 0.0),
     "analysis.worker_n_ctx": (4096, 511),
     "analysis.worker_timeout_s": (120, 0),
     "analysis.notes_max_tokens": (384, 15),

@@ -50,3 +50,51 @@ def fit_analysing(messages, count, limit, turn, keep_system, notes_room, item_ro
             _, dropped, research = fit_by_dropping(blank, count, limit - room, turn, keep_system)
             return dropped, research, chosen
     return None
+
+
+def drops_turn_by_turn(messages, count, limit, turn, keep_system, low_water):
+    """The stable drops of ``fitting.stable_drops`` the slow way: ``(dropped indexes,
+    whether what is kept fits)``. Each earlier user message ends a request (the
+    conversation up to it), the last user message ends the current one, and a request
+    that goes on past it is one more. Each request keeps the drops before it if the rest
+    fits, and otherwise drops one more step at a time, counting everything again after
+    each, until the rest is at most ``low_water`` of the limit (or, if no step gets
+    there, until it fits the limit)."""
+    from boundctx.analysis.fitting import current_turn_start
+
+    target = max(1, min(limit, int(limit * low_water)))
+    if target >= limit:
+        found = fit_by_dropping(messages, count, limit, turn, keep_system)
+        if found is None:
+            return {i for new, _ in drop_order(messages, turn, keep_system) for i in new}, False
+        return set(found[1]), True
+    end = max(current_turn_start(messages), turn) + 1
+    requests = [(u + 1, u) for u in range(turn) if messages[u].get("role") == "user"] + [(end, turn)]
+    if end < len(messages):
+        requests.append((len(messages), turn))
+    dropped, fits = set(), True
+    for end, start in requests:
+        conv = messages[:end]
+
+        def kept(d, conv=conv):
+            return [m for i, m in enumerate(conv) if i not in d]
+
+        if count(kept(dropped)) <= limit:
+            fits = True
+            continue
+        steps = drop_order(conv, start, keep_system)
+
+        def walk(bound, steps=steps, kept=kept):
+            d = set(dropped)
+            for new, _ in steps:
+                if set(new) <= d:
+                    continue
+                d.update(new)
+                if count(kept(d)) <= bound:
+                    return d
+            return None
+
+        found = walk(target) or walk(limit)
+        fits = found is not None
+        dropped = found if fits else dropped | {i for new, _ in steps for i in new}
+    return dropped, fits

@@ -5,9 +5,15 @@ In order, each step only if the previous one did not make the prompt fit:
 1. **Direct**: the whole conversation fits; send it as it is.
 2. **Drop old history, a piece at a time**: earlier research first (old assistant tool
    calls with their tool results, oldest first), then the oldest exchanges. The current
-   turn (the last user message and what follows it) is never dropped. The step taken is
-   the first that fits by an exact count, and the step before it was counted exactly too
-   and does not fit, so nothing is dropped that did not need to be.
+   turn (the last user message and what follows it) is never dropped. What was dropped
+   for the conversation's previous turn stays dropped while the rest still fits (so a
+   resent, growing conversation keeps the same prefix, and a model's cache of it); when
+   it no longer fits, steps are dropped in that order until the prompt is at most
+   ``low_water`` of the limit by an exact count (the step before it counted exactly too,
+   and over), so the turns after it append without dropping (decision 0029). "The
+   previous turn's drops" are worked out from the conversation itself, turn by turn from
+   its start, and remembered by a hash of the conversation up to each turn: any process
+   given the same conversation makes the same cut, and a resent one costs a count or two.
 
    The steps are not counted one after another (that cost grows with the square of the
    history, and a front end resends the whole history every turn). An estimate from
@@ -34,6 +40,10 @@ that still does not fit is refused with :class:`~boundctx.errors.ContextOverflow
 
 from __future__ import annotations
 
+import bisect
+import collections
+import hashlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,7 +52,7 @@ import numpy as np
 
 from boundctx.errors import ContextOverflow
 
-__all__ = ["Fit", "current_turn_start", "drop_order", "fit_conversation"]
+__all__ = ["DROPS", "DropMemo", "Fit", "current_turn_start", "drop_order", "fit_conversation"]
 
 Count = Callable[[Sequence[dict[str, Any]]], int]
 
@@ -225,8 +235,168 @@ def _first_fitting_step(msgs: Sequence[dict[str, Any]], steps: list[tuple[list[i
     return hi
 
 
+class DropMemo:
+    """What each conversation's turns dropped, by a hash of the conversation up to the
+    turn (and of what its counts depend on): the ``entries`` most recently used.
+
+    Only a shortcut: a turn not found is worked out again from the conversation, to the
+    same result, and whatever is found is checked by an exact count before it is used,
+    so a memo never lets a prompt past its limit. Threads may share one."""
+
+    def __init__(self, entries: int = 4096) -> None:
+        self.entries = entries
+        self._found: collections.OrderedDict[bytes, tuple[int, ...]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> frozenset[int] | None:
+        with self._lock:
+            found = self._found.get(key)
+            if found is None:
+                return None
+            self._found.move_to_end(key)
+            return frozenset(found)
+
+    def put(self, key: bytes, dropped: frozenset[int]) -> None:
+        with self._lock:
+            self._found[key] = tuple(sorted(dropped))
+            self._found.move_to_end(key)
+            while len(self._found) > self.entries:
+                self._found.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+
+#: The memo the engine uses: shared by every reply of the process.
+DROPS = DropMemo()
+
+
+def _more_drops(msgs: Sequence[dict[str, Any]], turn: int, keep_system: bool, dropped: frozenset[int],
+                count: Count, limit: int, target: int, *, known_over: bool = False,
+                keep: list[int] | None = None) -> tuple[frozenset[int], bool]:
+    """``dropped`` as it is if what it keeps fits ``limit``; else with more of the drop
+    order (what its steps still hold) until what is kept is at most ``target`` by an
+    exact count, or, where no step gets there, the first that fits ``limit``. The flag
+    says whether it fits; when nothing does, every step is dropped. ``known_over``: the
+    caller counted what ``dropped`` keeps, and it is over the limit; ``keep``: the
+    indexes not in ``dropped``, ascending, where the caller has them."""
+    if keep is None:
+        keep = [i for i in range(len(msgs)) if i not in dropped]
+    sub = [msgs[i] for i in keep]
+    # Steps drop whole groups, so what is kept is whole groups, and the drop order of
+    # the kept messages is the order's rest: counted over them alone, not the history.
+    rest_steps = [(r, False) for r, _ in drop_order(sub, bisect.bisect_left(keep, turn), keep_system)]
+    if target >= limit:  # the fewest steps that fit; the search counts no more than it must
+        k = _first_fitting_step(sub, rest_steps, count, limit)
+        return dropped | {keep[j] for r, _ in rest_steps[:k] for j in r}, k <= len(rest_steps)
+    if not known_over and count(sub) <= limit:  # what stays dropped is enough: one count
+        return dropped, True
+    k = _first_fitting_step(sub, rest_steps, count, target)
+    if k > len(rest_steps):
+        k = _first_fitting_step(sub, rest_steps, count, limit)
+    more = {keep[j] for r, _ in rest_steps[:k] for j in r}
+    return dropped | more, k <= len(rest_steps)
+
+
+def _encoded(message: dict[str, Any]) -> bytes:
+    try:
+        return msgspec.json.encode(message, order="sorted")
+    except (TypeError, msgspec.EncodeError):
+        return repr(sorted(message.items(), key=lambda kv: str(kv[0]))).encode("utf-8", "surrogatepass")
+
+
+def stable_drops(msgs: Sequence[dict[str, Any]], turn: int, keep_system: bool, count: Count, limit: int,
+                 low_water: float, *, memo: DropMemo | None = None, salt: bytes = b"") -> tuple[frozenset[int], bool]:
+    """The history this request drops: ``(indexes, whether what is kept fits limit)``.
+
+    The conversation is taken as its turns were sent: each earlier user message ended
+    one request (everything before it was that request's history), and the current one
+    ends at the last user message. From the first turn on, each turn keeps what the turn
+    before dropped while the rest fits and otherwise drops down to ``low_water`` of the
+    limit (:func:`_more_drops`); a request that goes on past the last user message (tool
+    calls and their results) continues from its turn's start in the same way. ``memo``
+    remembers each turn's drops under a hash of ``salt`` and the conversation up to it,
+    so only the turns not found are worked out; ``salt`` names what the counts depend on
+    (the model, its tools, the limit). With ``low_water`` 1 there is nothing to keep
+    stable: the request drops the fewest steps that fit, as if it were the first."""
+    target = max(1, min(limit, int(limit * low_water)))
+    if target >= limit:  # no low water: each request drops only what it must, from nothing
+        return _more_drops(msgs, turn, keep_system, frozenset(), count, limit, limit)
+    last_user = current_turn_start(msgs)
+    ends = [u + 1 for u in range(turn) if msgs[u].get("role") == "user"] + [max(last_user, turn) + 1]
+    starts = [e - 1 for e in ends[:-1]] + [turn]
+    h = hashlib.blake2b(salt + repr((limit, target)).encode(), digest_size=16)
+    keys, at = [], 0
+    for end in ends:
+        for m in msgs[at:end]:
+            h.update(_encoded(m))
+            h.update(b"\x1e")
+        at = end
+        keys.append(h.copy().digest())
+    first, dropped = 0, frozenset()
+    for j in range(len(keys) - 1, -1, -1):
+        found = memo.get(keys[j]) if memo is not None else None
+        if found is not None:
+            first, dropped = j + 1, found
+            break
+
+    gone = np.zeros(len(msgs), dtype=bool)  # what ``dropped`` holds, as a mask
+
+    def over(j: int) -> bool:  # turn j's conversation, less what is dropped, is over the limit
+        return count([msgs[i] for i in np.flatnonzero(~gone[:ends[j]]).tolist()]) > limit
+
+    # Replayed a drop at a time, not a turn at a time: while nothing more is dropped,
+    # each turn's prompt is the one before with more after it, so its count only grows,
+    # and the first turn over the limit is found by galloping and bisecting.
+    fits, last = None, len(keys) - 1
+    gone[list(dropped)] = True
+    while first <= last:
+        turn_over = _first_true(first, last, over)
+        if turn_over is None:
+            fits = True
+            break
+        end = ends[turn_over]
+        before = dropped
+        dropped, fits = _more_drops(msgs[:end], starts[turn_over], keep_system, dropped, count, limit, target,
+                                    known_over=True, keep=np.flatnonzero(~gone[:end]).tolist())
+        gone[list(dropped - before)] = True
+        if memo is not None:
+            memo.put(keys[turn_over], dropped)
+        first = turn_over + 1
+    if memo is not None:
+        memo.put(keys[last], dropped)
+    if fits is None or ends[-1] < len(msgs):
+        dropped, fits = _more_drops(msgs, turn, keep_system, dropped, count, limit, target)
+    return dropped, fits
+
+
+def _first_true(lo: int, hi: int, test: Callable[[int], bool]) -> int | None:
+    """The smallest ``k`` in ``[lo, hi]`` with ``test(k)``, for a test false then true;
+    None when it is false at ``hi``. Gallops from ``lo`` (a drop is most often soon
+    after the last), then bisects."""
+    step, below = 1, lo - 1  # test(below) is false (or below is before lo)
+    probe = lo
+    while True:
+        if test(probe):
+            break
+        below = probe
+        if probe == hi:
+            return None
+        probe = min(hi, probe + step)
+        step *= 2
+    top = probe  # test(top) is true
+    while top - below > 1:
+        mid = (below + top) // 2
+        if test(mid):
+            top = mid
+        else:
+            below = mid
+    return top
+
+
 def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit: int, analysis_on: bool,
-                     notes_room: int, clip_chars: int, turn_start: int | None = None, item_room: int = 0) -> Fit:
+                     notes_room: int, clip_chars: int, turn_start: int | None = None, item_room: int = 0,
+                     low_water: float = 1.0, memo: DropMemo | None = None, salt: bytes = b"") -> Fit:
     """Decide what the coordinator gets (see the module docstring).
 
     Parameters
@@ -249,6 +419,12 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     turn_start : int, optional
         Where the current turn starts (default: the last user message); attached
         files that precede the question belong to it.
+    low_water : float
+        Where a drop goes down to, as a share of ``limit`` (1.0: only what must go,
+        every turn at the window's edge; see :func:`stable_drops`).
+    memo, salt
+        Where earlier turns' drops are remembered, and what the counts depend on
+        (:func:`stable_drops`).
 
     Raises
     ------
@@ -259,10 +435,9 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     turn = current_turn_start(msgs) if turn_start is None else turn_start
     keep_system = bool(msgs) and msgs[0].get("role") == "system"
     steps = drop_order(msgs, turn, keep_system)
-    k = _first_fitting_step(msgs, steps, count, limit)
-    taken = steps[:k]
-    dropped = {i for new, _ in taken for i in new}
-    research = sum(len(new) for new, is_research in taken if is_research)
+    dropped_now, fits = stable_drops(msgs, turn, keep_system, count, limit, low_water, memo=memo, salt=salt)
+    dropped = set(dropped_now) if fits else {i for new, _ in steps for i in new}
+    research = len(dropped & {i for new, is_research in steps if is_research for i in new})
 
     def kept() -> list[dict[str, Any]]:
         return [dict(m) for i, m in enumerate(msgs) if i not in dropped]
@@ -270,7 +445,7 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     def decided(messages: list[dict[str, Any]], **more: Any) -> Fit:
         return Fit(messages, dropped=len(dropped), dropped_at=sorted(dropped), dropped_research=research, **more)
 
-    if k <= len(steps):
+    if fits:
         return decided(kept())
     remaining = kept()
     turn -= sum(1 for i in dropped if i < turn)
