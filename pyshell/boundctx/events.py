@@ -44,6 +44,14 @@ class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
         Items read by section analysis instead of being sent whole (their notes are).
     prompt_limit : int
         Tokens the prompt may take: the window less the reply's budget.
+    prompt_tokens : int
+        Tokens of the prompt as fitted (analysed items left out: their notes come later).
+    reused_tokens : int or None
+        Of those, the tokens at its start the model holds evaluated already and will not
+        evaluate again (a local model's kept state, as it is now); the rest,
+        ``prompt_tokens - reused_tokens``, is what the turn must evaluate. None where the
+        provider cannot know before the call (a remote server: :class:`Done`'s
+        ``usage["cached_tokens"]`` says afterwards, where the server does).
     """
 
     messages: int
@@ -53,6 +61,8 @@ class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
     clipped: int = 0
     analysed: list[str] = []
     prompt_limit: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int | None = None
 
 
 class Stage(msgspec.Struct, frozen=True, tag="stage"):
@@ -151,8 +161,9 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
         or ``"content_filter"`` (a remote model's filter stopped it).
         A ``"length"`` stop can carry tool calls too; their arguments may then be cut.
     usage : dict
-        Token counts reported or counted (``prompt_tokens``, ``completion_tokens``);
-        after a repetition stop also ``withheld_chars``.
+        Token counts reported or counted (``prompt_tokens``, ``completion_tokens``;
+        ``cached_tokens``, the answering call's prompt tokens not evaluated again,
+        where the model says); after a repetition stop also ``withheld_chars``.
     tool_calls : list of ToolCall
         The calls of the caller's tools the reply ended with, in the model's order,
         each as the model produced it (``internal`` False); empty otherwise.

@@ -64,7 +64,9 @@ def test_a_short_conversation_goes_direct_in_one_call():
     p = ScriptedProvider(Model(), context_window=8192)
     events = run(p, ASK)
     assert [type(e) for e in events] == [Fitted, Stage, ReplyDelta, Done] and events[2].text == "answer: direct"
-    assert events[0] == Fitted(1, 1, [], 0, 0, [], 8192 - 256) and events[1].stage == "answering"
+    # The prompt's tokens are those of the one call made; a scripted model holds none of them.
+    assert events[0] == Fitted(1, 1, [], 0, 0, [], 8192 - 256, p.count_prompt(p.requests[0].messages), None)
+    assert events[1].stage == "answering"
     assert len(p.requests) == 1 and p.requests[0].messages == ASK and p.requests[0].tools is None
 
 
@@ -80,16 +82,50 @@ def test_old_history_is_dropped_research_first_then_oldest_exchanges():
         {"role": "tool", "tool_call_id": "t1", "content": "research " + big},
         {"role": "assistant", "content": "found it"},
     ]
+    # Only what must go (a low water of 1), to see the order.
     p = ScriptedProvider(Model(), context_window=8192)
-    run(p, history + ASK)
+    run(p, history + ASK, chat__low_water=1.0)
     sent = p.requests[-1].messages
     assert not any(m.get("role") == "tool" for m in sent)  # research went first...
     assert {"role": "user", "content": "old question " + big} in sent  # ...and was enough
     p = ScriptedProvider(Model(), context_window=1200)
-    run(p, history + ASK)
+    run(p, history + ASK, chat__low_water=1.0)
     sent = p.requests[-1].messages
     assert sent[0] == {"role": "system", "content": "be brief"} and sent[-1] == ASK[-1]
     assert not any("old question" in str(m.get("content")) for m in sent)
+
+
+def test_a_drop_goes_down_to_the_low_water_and_the_next_turns_keep_its_start():
+    # A chat resent turn after turn at the window's edge: the first drop goes down to
+    # half the prompt's limit (the default), and the turns after it send the same start
+    # with the new messages appended, until the window fills again.
+    limit = 2048 - 256
+
+    def chat(**over):
+        p = ScriptedProvider(lambda r: "noted " * 30, context_window=2048)
+        convo = [{"role": "user", "content": "first " * 60}]
+        sent, fitted = [], []
+        for turn in range(30):
+            events = run(p, convo, **over)
+            fitted.append(events[0])
+            sent.append(p.requests[-1].messages)
+            assert fitted[-1].prompt_tokens == p.count_prompt(sent[-1]) <= limit
+            convo = convo + [{"role": "assistant", "content": "".join(e.text for e in events if hasattr(e, "text"))},
+                             {"role": "user", "content": f"turn {turn} " + "more " * 50}]
+        changed = [t for t in range(1, 30) if sent[t][:len(sent[t - 1])] != sent[t - 1]]
+        return p, sent, fitted, changed
+
+    p, sent, fitted, changed = chat()
+    drops = [t for t in range(1, 30) if fitted[t].dropped != fitted[t - 1].dropped]
+    assert changed == drops and drops  # the start changes only where something more is dropped
+    for t in drops:
+        assert fitted[t].prompt_tokens <= limit // 2  # and then down to the low water
+    # Between drops, the turns' growth fills the half the drop freed.
+    grown = sum(p.count_prompt(sent[t]) - p.count_prompt(sent[t - 1]) for t in range(1, 30) if t not in drops)
+    assert len(drops) <= 1 + grown / (limit - limit // 2)
+    # Dropping only what must go changes the start of nearly every turn at the edge.
+    _, _, _, every_turn = chat(chat__low_water=1.0)
+    assert len(every_turn) >= 2 * len(drops) and len(every_turn) >= 20
 
 
 def test_files_are_told_apart_by_their_place_not_their_text():

@@ -240,3 +240,23 @@ def test_with_frees_the_model_and_close_in_a_turn_does_not_wait_for_the_turn():
             assert provider._llm is None
         assert provider.chat(HI, max_tokens=2, temperature=0).finish.completion_tokens >= 1  # loaded again
     assert provider._llm is None and not INFERENCE_LOCK.locked()
+
+
+def test_a_prompt_that_extends_the_last_one_evaluates_only_its_new_tokens_and_answers_the_same(local):
+    # llama-cpp-python keeps the evaluated start of the last prompt; boundctx says how much
+    # of the next prompt that is (before the call, and in its Finish), and a kept start
+    # changes nothing in the reply at temperature 0.
+    first = [{"role": "system", "content": "You answer in one short sentence."},
+             {"role": "user", "content": "Name a colour of the sky."}]
+    local.chat(first, max_tokens=6, temperature=0)
+    longer = first + [{"role": "assistant", "content": "Blue."}, {"role": "user", "content": "And of grass?"}]
+    tokens = local.counter.prompt_tokens(longer)
+    said_before = local.reusable_prefix(longer)
+    # The system message and the first question are held; the rest is new.
+    assert len(local.counter.prompt_tokens(first)) - 4 <= said_before < len(tokens)
+    warm = local.chat(longer, max_tokens=8, temperature=0)
+    assert warm.finish.cached_tokens == said_before
+    local.chat([{"role": "user", "content": "Something else entirely."}], max_tokens=2, temperature=0)
+    assert local.reusable_prefix(longer) <= 4  # another prompt evaluated since: little of it is held
+    cold = local.chat(longer, max_tokens=8, temperature=0)
+    assert cold.finish.cached_tokens <= 4 and cold.text == warm.text

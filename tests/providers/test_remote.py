@@ -235,3 +235,34 @@ def test_a_servers_finish_reason_is_read_into_the_closed_set():
         "stop", "length", "tool_calls", "content_filter"]
     assert finish_reason("function_call") == "tool_calls"  # the older API's word
     assert finish_reason("eos_token") == "stop" and finish_reason(None) == "stop"
+
+
+def test_cached_prompt_tokens_are_reported_where_the_server_says_and_llama_server_is_asked_to_keep_them(
+        scripted_server):
+    # llama.cpp's server says what it reused in `timings`; once it has, each request asks
+    # it to keep the prompt's evaluated start (`cache_prompt`). Other servers say it in
+    # usage.prompt_tokens_details and are never sent a field they may not know.
+    llama = [delta("hi"), delta(finish="stop"),
+             {"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 1},
+              "timings": {"cache_n": 31, "prompt_n": 9}}]
+    s = scripted_server((200, llama), (200, llama))
+    with OpenAICompatibleProvider(s.url) as p:
+        assert p.chat(HI).finish.cached_tokens == 31
+        p.chat(HI)
+    assert "cache_prompt" not in s.requests[0] and s.requests[1]["cache_prompt"] is True
+    openai = [delta("hi"), delta(finish="stop"),
+              {"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 1,
+                                        "prompt_tokens_details": {"cached_tokens": 32}}}]
+    s = scripted_server((200, openai), (200, openai), (200, [delta("hi"), delta(finish="stop")]))
+    with OpenAICompatibleProvider(s.url) as p:
+        assert p.chat(HI).finish.cached_tokens == 32
+        p.chat(HI)
+        assert p.chat(HI).finish.cached_tokens is None  # a server that does not say
+    assert not any("cache_prompt" in r for r in s.requests)
+
+
+def test_the_real_servers_reply_carries_no_cached_count_it_did_not_give(server_url):
+    # llama-cpp-python's server reports no cached tokens: None, never a guess.
+    with OpenAICompatibleProvider(server_url, context_window=1024) as p:
+        reply = p.chat(HI, max_tokens=4)
+    assert reply.finish.cached_tokens is None and not p.llama_server

@@ -284,6 +284,20 @@ def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
         saved = (folder / "real.jsonl").read_text().splitlines()
         error = page.inner_text("#reply-error") if page.is_visible("#reply-error") else ""
         assert len(saved) == 2 or "Not saved" in error  # complete and kept, or cut and said so
+        # The first turn reads its whole prompt; the next one, on the same conversation,
+        # only what is new: the model kept the rest, and the page says so.
+        import re
+
+        first = page.inner_text("#progress .prompt")
+        assert re.fullmatch(r"Reading [\d,]+ new prompt tokens", first), first
+        if len(saved) == 2:
+            page.get_by_label("Message", exact=True).fill("And bye")
+            page.get_by_role("button", name="Send").click()
+            page.wait_for_selector("#messages .message.assistant:nth-last-child(1):not([aria-busy])")
+            second = page.inner_text("#progress .prompt")
+            kept = re.fullmatch(r"Reading ([\d,]+) new prompt tokens \(([\d,]+) kept from before\)", second)
+            assert kept, second
+            assert int(kept.group(2).replace(",", "")) > int(kept.group(1).replace(",", ""))
 
 
 def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(page, serve, folder):

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from boundctx import config
-from boundctx.analysis.fitting import fit_conversation
+from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
@@ -95,6 +95,18 @@ def _sections_said(sections: Sequence[int]) -> str:
     if len(sections) > 3 and len({b - a for a, b in zip(sections, sections[1:])}) == 1:
         return f"{sections[0]}, {sections[1]}, … {sections[-1]}"
     return ", ".join(map(str, sections))
+
+
+def _count_salt(provider: Provider, tools: Sequence[Mapping[str, Any]] | None) -> bytes:
+    """What a conversation's counts depend on besides its messages: the model (its
+    kind, its file or name and server), its window and the tools offered. Drops
+    remembered under one salt are never reused under another."""
+    # The counter's id: two counters of one kind may count differently (a calibrated
+    # estimate, another tokenizer); the memo is this process's, and so are ids.
+    model = (type(provider).__name__, type(provider.counter).__name__, id(provider.counter),
+             getattr(provider, "model_path", None),
+             getattr(provider, "model", None), getattr(provider, "base_url", None), provider.context_window)
+    return repr(model).encode() + msgspec.json.encode(tools or [], order="sorted")
 
 
 def _files_as_messages(files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -294,7 +306,9 @@ class Engine:
         notes_room, item_room = self._notes_rooms(workers, files, provider.supports_tools)
         fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
                                notes_room=notes_room + reread_room, item_room=item_room,
-                               clip_chars=int(s["chat.tool_result_clip_chars"]), turn_start=turn_start)
+                               clip_chars=int(s["chat.tool_result_clip_chars"]), turn_start=turn_start,
+                               low_water=float(s["chat.low_water"]), memo=DROPS,
+                               salt=_count_salt(provider, base_tools))
         final = list(fit.messages)
         originals = Originals()
         blocks: list[str] = []
@@ -322,8 +336,13 @@ class Engine:
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
+        # What the model holds of this prompt already (a local model's kept state): a
+        # front end can say why a turn starts at once or must evaluate the window.
+        fitted_prompt = [({**m, "content": ""} if j in fit.analysed_at else m) for j, m in enumerate(final)]
+        prompt_tokens = count(fitted_prompt)
         yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift, [i - shift for i in fit.dropped_at],
-                     fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analysed_at], limit)
+                     fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analysed_at], limit,
+                     prompt_tokens, provider.reusable_prefix(fitted_prompt, tools=base_tools))
         for index in fit.analysed_at:
             item = final[index]
             label, text = label_of(index)
@@ -521,6 +540,8 @@ class Engine:
             if rest:
                 yield ReplyDelta(rest)
             usage = {"prompt_tokens": finish.prompt_tokens, "completion_tokens": finish.completion_tokens}
+            if finish.cached_tokens is not None:
+                usage["cached_tokens"] = finish.cached_tokens
             if finish.reason == "cancelled" or not calls:
                 yield Done(finish.reason, usage)
                 return

@@ -46,12 +46,18 @@ class Finish(msgspec.Struct, frozen=True):
     usage_estimated : bool
         The backend reported no usage; ``prompt_tokens`` is the provider's own
         (conservative) count. A token budget that must not guess treats it as absent.
+    cached_tokens : int or None
+        Prompt tokens the model did not evaluate again because it still held them (a
+        local model's kept state, counted exactly; a server's
+        ``usage.prompt_tokens_details.cached_tokens`` or llama.cpp's ``timings.cache_n``);
+        None where the backend does not say.
     """
 
     reason: FinishReason
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     usage_estimated: bool = False
+    cached_tokens: int | None = None
 
 
 Chunk = TextChunk | ToolCallChunk | Finish
@@ -107,6 +113,13 @@ class Provider(ABC):
     #: Whether generations run one at a time whatever the caller does (local models):
     #: :meth:`turn` then waits for the model.
     serialises: bool = False
+
+    def reusable_prefix(self, messages: Sequence[Message], *,
+                        tools: Sequence[Mapping[str, Any]] | None = None) -> int | None:
+        """Prompt tokens of ``messages`` the model holds evaluated already and would not
+        evaluate again if it were called now, or None where the provider cannot know
+        (a remote server says afterwards: :attr:`Finish.cached_tokens`)."""
+        return None
 
     def count_prompt(self, messages: Sequence[Message], *,
                      tools: Sequence[Mapping[str, Any]] | None = None) -> int:

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from boundctx._llama_log import expect_abort
 from boundctx.errors import GenerationError, GenerationTimeout
 from boundctx.providers import cpu
@@ -83,6 +85,24 @@ def _no_abort():
     import ctypes
 
     return ctypes.cast(None, _llama_cpp().ggml_abort_callback)
+
+
+def _kept_prefix(llm, tokens) -> int:
+    """Tokens at the start of ``tokens`` that llama-cpp-python will take from what
+    ``llm`` holds instead of evaluating them: its own rule (``Llama.generate``, 0.3.x),
+    the longest common start with the tokens it holds, less the last one when that is
+    the whole prompt (evaluated again for fresh logits) unless the prompt is exactly
+    what the last live decode left. Its array of held tokens is read directly: it has
+    no public view of it."""
+    n = int(llm.n_tokens)
+    if n == 0 or not tokens:
+        return 0
+    held = llm._input_ids[:min(n, len(tokens))]
+    diff = (held != np.asarray(tokens[:len(held)], dtype=held.dtype)).nonzero()[0]
+    longest = int(diff[0]) if diff.size else len(held)
+    if longest < len(tokens):
+        return longest
+    return longest if n == len(tokens) and not getattr(llm, "_requires_eval", True) else longest - 1
 
 
 class _AbortGuard:
@@ -364,10 +384,20 @@ class LlamaCppProvider(Provider):
                 self._llm = None
                 self._abort_fn = None
 
+    def reusable_prefix(self, messages, *, tools=None) -> int:
+        """Prompt tokens of ``messages`` this model's context holds evaluated now (0
+        before the model is loaded). A snapshot: another thread's call may change it
+        before this prompt's own call."""
+        llm = self._llm
+        if llm is None:
+            return 0
+        return _kept_prefix(llm, self.counter.prompt_tokens(messages, tools=tools))
+
     def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
         tokens = self.counter.prompt_tokens(request.messages, tools=request.tools)
         self._check_fits(len(tokens), request.max_tokens)
         llm = self._model()
+        kept = 0
         grammar = None
         if request.schema is not None:
             grammar = checked_grammar(llm, schema_grammar(request.schema))
@@ -382,6 +412,7 @@ class LlamaCppProvider(Provider):
                 if cancel is not None and cancel.is_set():
                     reason = "cancelled"  # before any evaluation: the cache stays as it is
                 else:
+                    kept = _kept_prefix(llm, tokens)  # under the lock: what this call will not evaluate
                     stream = llm.create_completion(prompt=tokens, max_tokens=request.max_tokens,
                                                    temperature=request.temperature, stop=request.stop or [],
                                                    repeat_penalty=1.0 if grammar is not None else self.repeat_penalty,
@@ -427,7 +458,7 @@ class LlamaCppProvider(Provider):
                 if attached:
                     self._set_abort(llm, False)
                 guard.disarm()
-        yield Finish(reason, len(tokens), generated)
+        yield Finish(reason, len(tokens), generated, cached_tokens=kept)
 
     @staticmethod
     def _aborted(guard: _AbortGuard, timeout_s: float | None, prompt_tokens: int) -> str:

@@ -105,6 +105,10 @@ class OpenAICompatibleProvider(Provider):
         self.max_retries = max_retries
         self._chat_url = self.base_url + _CHAT
         self._schema_style = "json_schema"
+        # Set once a reply carries llama.cpp's ``timings``: that server keeps a prompt's
+        # evaluated start for the next request only when asked (``cache_prompt``; later
+        # versions ask by default), and other servers may refuse a field they do not know.
+        self.llama_server = False
         self._headers = bearer(api_key)
         self._client = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=timeout,
                                     transport=transport)
@@ -145,6 +149,8 @@ class OpenAICompatibleProvider(Provider):
             body["stream_options"] = {"include_usage": True}
         if request.stop:
             body["stop"] = request.stop
+        if self.llama_server:
+            body["cache_prompt"] = True
         if request.tools:
             body["tools"] = request.tools
         if request.schema is not None:
@@ -285,7 +291,7 @@ class OpenAICompatibleProvider(Provider):
                     response.read()
             finally:
                 response.close()
-            yield from _unstreamed_chunks(response, prompt_tokens)
+            yield from _unstreamed_chunks(response, prompt_tokens, self)
             return
         yield from state.close(self, request, prompt_tokens)
 
@@ -327,14 +333,27 @@ class OpenAICompatibleProvider(Provider):
                     await response.aread()
             finally:
                 await response.aclose()
-            for chunk in _unstreamed_chunks(response, prompt_tokens):
+            for chunk in _unstreamed_chunks(response, prompt_tokens, self):
                 yield chunk
             return
         for chunk in state.close(self, request, prompt_tokens):
             yield chunk
 
 
-def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int) -> list[Chunk]:
+def cached_tokens(usage: Any, timings: Any) -> int | None:
+    """Prompt tokens a server says it did not evaluate again: OpenAI's (and vLLM's)
+    ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's ``timings.cache_n``;
+    None when it says neither."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    for said in ((details or {}).get("cached_tokens") if isinstance(details, dict) else None,
+                 timings.get("cache_n") if isinstance(timings, dict) else None):
+        if isinstance(said, int) and not isinstance(said, bool) and said >= 0:
+            return said
+    return None
+
+
+def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,
+                       provider: OpenAICompatibleProvider | None = None) -> list[Chunk]:
     """The chunks of a whole (non-streamed) chat completion."""
     try:
         body = response.json()
@@ -350,9 +369,12 @@ def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int) -> list[Chu
         fn = call.get("function") or {}
         out.append(ToolCallChunk(call.get("id") or f"call_{index}", fn.get("name", ""), fn.get("arguments", "")))
     reported = usage.get("prompt_tokens")
+    if provider is not None and isinstance(body.get("timings"), dict):
+        provider.llama_server = True
     out.append(Finish(finish_reason(choice.get("finish_reason")),
                       reported if isinstance(reported, int) else prompt_tokens, usage.get("completion_tokens"),
-                      usage_estimated=not isinstance(reported, int)))
+                      usage_estimated=not isinstance(reported, int),
+                      cached_tokens=cached_tokens(usage, body.get("timings"))))
     return out
 
 
@@ -380,6 +402,7 @@ class _StreamState:
         self.done = False   # [DONE]: stop reading
         self.events = 0
         self.usage: dict[str, Any] = {}
+        self.timings: dict[str, Any] = {}
         self._text: list[str] = []
 
     def interrupted(self, cancel: Any, started: float, timeout_s: float | None) -> bool:
@@ -408,6 +431,8 @@ class _StreamState:
         if "error" in event:
             raise ServerResponseError(f"the server failed mid-stream: {event['error']}")
         self.usage = event.get("usage") or self.usage
+        if isinstance(event.get("timings"), dict):
+            self.timings = event["timings"]
         for choice in event.get("choices") or ():
             delta = choice.get("delta") or {}
             if delta.get("content"):
@@ -444,6 +469,9 @@ class _StreamState:
         reported = self.usage.get("prompt_tokens")
         if isinstance(reported, int) and isinstance(provider.counter, ByteEstimateCounter):
             provider.counter.observe(request.messages, reported, tools=request.tools)
+        if self.timings:
+            provider.llama_server = True
         out.append(Finish(self.reason, reported if isinstance(reported, int) else prompt_tokens,
-                          self.usage.get("completion_tokens"), usage_estimated=not isinstance(reported, int)))
+                          self.usage.get("completion_tokens"), usage_estimated=not isinstance(reported, int),
+                          cached_tokens=cached_tokens(self.usage, self.timings)))
         return out

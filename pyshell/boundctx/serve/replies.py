@@ -128,6 +128,9 @@ class GatedProvider(Provider):
     def count_prompt(self, messages, *, tools=None) -> int:
         return self.inner.count_prompt(messages, tools=tools)
 
+    def reusable_prefix(self, messages, *, tools=None) -> int | None:
+        return self.inner.reusable_prefix(messages, tools=tools)
+
     def stream(self, request, *, cancel=None, timeout_s=None) -> Iterator[Any]:
         # Every model call of the reply comes here (stream_chat builds the request and
         # calls this): the first waits for the reply's turn. A caller with a token of its

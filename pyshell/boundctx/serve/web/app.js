@@ -306,6 +306,12 @@ async function send(event) {
           progress.replaceChildren(progressLine(`${data.dropped.length} older messages left out; ` +
             `${data.analysed.length} inputs to read in sections` + (data.clipped ? `; ${data.clipped} clipped` : "")));
         }
+        if (data.reused_tokens !== null && data.prompt_tokens) {
+          // Why this turn starts at once or takes a while: what the model must read anew.
+          const fresh = data.prompt_tokens - data.reused_tokens;
+          progress.append(progressLine(`Reading ${fresh.toLocaleString()} new prompt tokens` +
+            (data.reused_tokens ? ` (${data.reused_tokens.toLocaleString()} kept from before)` : ""), "prompt"));
+        }
       } else if (name === "analysis_progress") {
         const line = progress.querySelector(".section") || progress.appendChild(progressLine("", "section"));
         line.textContent = `Reading section ${data.section} of ${data.sections} (worker ${data.worker + 1}, ` +
