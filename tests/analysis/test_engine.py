@@ -275,3 +275,35 @@ def test_a_real_agent_session_is_fitted_to_a_small_window_with_exact_counts(pi_s
     sent = provider.requests[-1].messages
     assert sent[-1] == question and smollm2.count_prompt(sent) <= 2048 - 256
     assert len(sent) < len(history) + 1
+
+
+def test_more_workers_than_the_window_holds_notes_for_get_one_workers_room_and_every_key_stays_readable():
+    # Eight workers at a 384-token notes budget need 3,072 tokens beside a prompt whose
+    # limit is 2,816: the notes get one worker's room instead, values past it go to the
+    # index, and a key not shown is read again by its name (decision 0028).
+    facts = "".join(f"Line {i}: the code of unit{i} is C{i:04d}.\n" + "filler words here. " * 30 for i in range(40))
+
+    def model(request):
+        if is_worker(request):
+            body = request.messages[-1]["content"]
+            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            k, start = int(m.group(1)), int(m.group(2))
+            return "\n".join(f"code of unit{f.group(1)}: C{int(f.group(1)):04d} [S{k} {start + f.start()}-"
+                             f"{start + f.end()}]" for f in re.finditer(r"the code of unit(\d+) is C\d+\.",
+                                                                       m.group(4))) or "nothing relevant"
+        if request.messages[-1]["role"] == "tool":
+            return "read: " + request.messages[-1]["content"]
+        system = request.messages[0]["content"]
+        oid = re.search(r"id (src-\S+),", system).group(1)
+        return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "code of unit3"}))]
+
+    p = ScriptedProvider(model, context_window=3072)
+    events = run(p, ASK, files=[("units.txt", facts)], chat__analysis_workers=8, analysis__notes_max_tokens=384,
+                 analysis__worker_n_ctx=3072)
+    assert isinstance(events[-1], Done), events[-1]
+    answering = [r for r in p.requests if not is_worker(r)]
+    notes = answering[0].messages[0]["content"].split("):\n", 1)[1]
+    assert p.counter.count_text(notes) <= 384  # one worker's room, not eight
+    assert "code of unit0" not in notes  # the oldest value went to make room
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "read: the code of unit3 is C0003."
+    assert all(p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= 3072 for r in p.requests)

@@ -83,9 +83,9 @@ def test_an_analysed_turn_keeps_the_history_that_fits_beside_its_notes():
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2**32), st.integers(0, 120), st.booleans(), st.floats(0.02, 0.9), st.integers(0, 200),
-       st.integers(0, 200))
+       st.integers(0, 200), st.one_of(st.none(), st.integers(0, 200)))
 def test_history_kept_beside_analysis_is_what_dropping_one_step_at_a_time_gives(seed, n, system, where,
-                                                                                notes_room, item_room):
+                                                                                notes_room, item_room, least):
     rng = random.Random(seed)
     msgs = conversation(rng, n, system=system)
     # The current turn holds something large: a tool result of the agent's own call.
@@ -95,11 +95,16 @@ def test_history_kept_beside_analysis_is_what_dropping_one_step_at_a_time_gives(
     count, _ = counter(rng)
     limit = max(1, int(count(msgs) * where))
     turn = current_turn_start(msgs)
+    # With a least room, the full one is tried first, and the least only if it fails.
     expected = fit_analysing(msgs, count, limit, turn, system, notes_room, item_room)
+    room = item_room
+    if expected is None and least is not None and least < item_room:
+        expected = fit_analysing(msgs, count, limit, turn, system, notes_room, least)
+        room = least
     whole_fits = count(msgs) <= limit
     try:
         fit = fit_conversation(msgs, count=count, limit=limit, analysis_on=True, notes_room=notes_room,
-                               item_room=item_room, clip_chars=10**9)
+                               item_room=item_room, item_room_least=least, clip_chars=10**9)
     except ContextOverflow:
         assert expected is None and not whole_fits
         return
@@ -108,7 +113,7 @@ def test_history_kept_beside_analysis_is_what_dropping_one_step_at_a_time_gives(
         return
     dropped, research, chosen = expected
     kept = [i for i in range(len(msgs)) if i not in set(fit.dropped_at)]
-    assert (fit.dropped_at, fit.dropped_research) == (dropped, research)
+    assert (fit.dropped_at, fit.dropped_research, fit.item_room) == (dropped, research, room)
     assert [kept[j] for j in fit.analysed_at] == chosen
     assert fit.messages == [msgs[i] for i in kept]  # sent whole; the engine reads what is analysed
 

@@ -303,9 +303,11 @@ class Engine:
             for k in range(len(files) + len(convo) - question_at):
                 probe.add("", str(k))
             reread_room = provider.count_prompt([], tools=callers + [probe.tool_schema()]) - count([])
-        notes_room, item_room = self._notes_rooms(workers, files, provider.supports_tools)
+        notes_room, item_room, framing = self._notes_rooms(workers, files, provider.supports_tools)
+        notes_max = int(s["analysis.notes_max_tokens"])
         fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
                                notes_room=notes_room + reread_room, item_room=item_room,
+                               item_room_least=framing + notes_max,
                                clip_chars=int(s["chat.tool_result_clip_chars"]), turn_start=turn_start,
                                low_water=float(s["chat.low_water"]), memo=DROPS,
                                salt=_count_salt(provider, base_tools))
@@ -366,7 +368,10 @@ class Engine:
             originals.set_keys(oid, [(e.key, e.start, e.end) for e in merged.entries()])
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
                                                f"note-taking workers; see the notes on {oid}]"}
-            blocks.append(self._notes_block(oid, label, len(text), notes))
+            # The notes get the room fitting left them: every worker's budget where that
+            # fit, else one worker's (the rest evicted to the index, each key still one
+            # reread away by its name).
+            blocks.append(self._notes_block(oid, label, len(text), notes, fit.item_room - framing))
         tools = base_tools
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "") + _NO_GUESS
@@ -385,15 +390,16 @@ class Engine:
                     return
         yield from self._coordinate(final, tools, callers, originals, limit, cancel, started)
 
-    def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int]:
+    def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
         once (the notes' instructions), and for each analysed item (its notes block: the
-        header and the merged notes at their bound, and the line the item becomes). The
+        header and the merged notes at their bound, and the line the item becomes), and
+        of that, what is not notes (the header and the line). The
         header is counted at its longest: the longest label an item can have, the largest
         numbers there can be (the sections read are said in a few numbers, see
         :func:`_sections_said`)."""
         if not workers:
-            return 0, 0
+            return 0, 0, 0
         s = self.settings
         text = self.provider.counter.count_text
         max_sections = int(s["analysis.max_sections"])
@@ -408,13 +414,13 @@ class Engine:
         placeholder = text(f"[{label}: {length} characters, read completely by note-taking workers; see the "
                            f"notes on {oid}]") + _JOIN_TOKENS
         per_item = block + placeholder + workers * int(s["analysis.notes_max_tokens"])
-        return instructions, per_item
+        return instructions, per_item, block + placeholder
 
-    def _notes_block(self, oid: str, label: str, length: int, notes: list[Notes]) -> str:
+    def _notes_block(self, oid: str, label: str, length: int, notes: list[Notes], room: int) -> str:
         """The notes on one input for the coordinator: every worker's merged (the value
-        from the later place in the text wins), within the room the workers' notes were
-        given (``workers × analysis.notes_max_tokens``, a bound ``_notes_rooms`` counts)."""
-        budget = int(self.settings["analysis.notes_max_tokens"]) * max(len(notes), 1)
+        from the later place in the text wins), within ``room`` tokens (what fitting left
+        them: at most every worker's budget, ``workers × analysis.notes_max_tokens``)."""
+        budget = min(room, int(self.settings["analysis.notes_max_tokens"]) * max(len(notes), 1))
         merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
         text = merged.render(budget, self.provider.counter.count_text)
         read = sorted(k for n in notes for k in n.sections)

@@ -74,6 +74,8 @@ class Fit(msgspec.Struct):
         Indexes, in the conversation given, of the messages dropped (ascending).
     dropped_research : int
         How many of them were earlier research (tool calls and their results).
+    item_room : int
+        The room left for each analysed item (0 when nothing is).
     """
 
     messages: list[dict[str, Any]]
@@ -82,6 +84,7 @@ class Fit(msgspec.Struct):
     clipped: list[int] = []
     dropped_at: list[int] = []
     dropped_research: int = 0
+    item_room: int = 0
 
 
 def current_turn_start(messages: Sequence[dict[str, Any]]) -> int:
@@ -396,7 +399,8 @@ def _first_true(lo: int, hi: int, test: Callable[[int], bool]) -> int | None:
 
 def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit: int, analysis_on: bool,
                      notes_room: int, clip_chars: int, turn_start: int | None = None, item_room: int = 0,
-                     low_water: float = 1.0, memo: DropMemo | None = None, salt: bytes = b"") -> Fit:
+                     item_room_least: int | None = None, low_water: float = 1.0, memo: DropMemo | None = None,
+                     salt: bytes = b"") -> Fit:
     """Decide what the coordinator gets (see the module docstring).
 
     Parameters
@@ -414,6 +418,9 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     item_room : int
         Tokens to leave for each analysed item (its notes, their headers, and what the
         item becomes in the prompt).
+    item_room_least : int, optional
+        The least of that an item can do with (its notes shown in less room): taken
+        only when the full room does not fit; :attr:`Fit.item_room` says which.
     clip_chars : int
         Characters kept of each tool result when analysis is off.
     turn_start : int, optional
@@ -464,25 +471,30 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
         at, fit = _history_back(msgs, steps, dropped, {j: remaining[j] for j in clipped}, count, limit)
         fit.clipped = at
         return fit
-    # Analyse the largest current-turn items until the rest fits beside the notes.
+    # Analyse the largest current-turn items until the rest fits beside the notes: at
+    # their full room if that fits, else at the least room notes can have (every key
+    # stays one reread away however little of the notes is shown).
     candidates = sorted((i for i in range(turn, len(remaining)) if _text(remaining[i])),
                         key=lambda i: len(_text(remaining[i])), reverse=True)
-    analyse: list[int] = []
-    trial = list(remaining)
-    for i in candidates:
-        analyse.append(i)
-        trial[i] = {**trial[i], "content": ""}
-        room = notes_room + item_room * len(analyse)
-        if count(trial) + room <= limit:
-            # What the engine is sent keeps each analysed item's content (it reads them);
-            # the search counts them emptied, with their room beside.
-            at, fit = _history_back(msgs, steps, dropped, {j: trial[j] for j in analyse}, count, limit - room)
-            originals = {j: remaining[j] for j in analyse}
-            for new_at, j in zip(at, analyse):
-                fit.messages[new_at] = dict(originals[j])
-            fit.analysed_at = at
-            return fit
-    used = count(trial) + notes_room + item_room * len(analyse)
+    rooms = [item_room] + ([item_room_least] if item_room_least is not None and item_room_least < item_room else [])
+    for each in rooms:
+        analyse: list[int] = []
+        trial = list(remaining)
+        for i in candidates:
+            analyse.append(i)
+            trial[i] = {**trial[i], "content": ""}
+            room = notes_room + each * len(analyse)
+            if count(trial) + room <= limit:
+                # What the engine is sent keeps each analysed item's content (it reads
+                # them); the search counts them emptied, with their room beside.
+                at, fit = _history_back(msgs, steps, dropped, {j: trial[j] for j in analyse}, count, limit - room)
+                originals = {j: remaining[j] for j in analyse}
+                for new_at, j in zip(at, analyse):
+                    fit.messages[new_at] = dict(originals[j])
+                fit.analysed_at = at
+                fit.item_room = each
+                return fit
+    used = count(trial) + notes_room + rooms[-1] * len(analyse)
     raise ContextOverflow(
         f"even with every current item analysed, the prompt needs {used} tokens (notes included), over the "
         f"{limit} available; raise chat.n_ctx or lower analysis.notes_max_tokens or chat.analysis_workers",
