@@ -307,3 +307,40 @@ def test_more_workers_than_the_window_holds_notes_for_get_one_workers_room_and_e
     assert "code of unit0" not in notes  # the oldest value went to make room
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "read: the code of unit3 is C0003."
     assert all(p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= 3072 for r in p.requests)
+
+
+def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_key():
+    # A model without tool calls asks for rereads in one constrained step. When the notes
+    # at their full room leave the step no room to write even one request, they are shown
+    # in less, and the step reads the key again (what the notes no longer show stays
+    # readable by name).
+    facts = "".join(f"Line {i}: the code of unit{i} is C{i:04d}.\n" + "filler words here. " * 30 for i in range(40))
+
+    def model(request):
+        if is_worker(request):
+            body = request.messages[-1]["content"]
+            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            k, start = int(m.group(1)), int(m.group(2))
+            return "\n".join(f"code of unit{f.group(1)}: C{int(f.group(1)):04d} [S{k} {start + f.start()}-"
+                             f"{start + f.end()}]" for f in re.finditer(r"the code of unit(\d+) is C\d+\.",
+                                                                       m.group(4))) or "nothing relevant"
+        if request.schema is not None:
+            oid = re.search(r"id (src-\S+),", request.messages[0]["content"]).group(1)
+            return json.dumps({"reread": [{"id": oid, "key": "code of unit3"}]})
+        return "answered"
+
+    p = ScriptedProvider(model, context_window=2200)
+    p.supports_tools = False
+    engine = Engine(p, settings=settings(chat__analysis_workers=3, analysis__notes_max_tokens=384,
+                                         analysis__worker_n_ctx=2200), max_reply_tokens=32)
+    events = list(engine.reply([{"role": "user", "content": "What is the code of unit3?"}],
+                               files=[("units.txt", facts)]))
+    assert isinstance(events[-1], Done)
+    (call,) = [e for e in events if isinstance(e, ToolCall)]
+    assert json.loads(call.arguments)["key"] == "code of unit3"
+    (step,) = [r for r in p.requests if r.schema is not None]
+    notes = step.messages[0]["content"].split("):\n", 1)[1]
+    assert 384 < p.counter.count_text(notes) < 3 * 384 - 100  # less than their room, more than one worker's
+    answer = p.requests[-1].messages[0]["content"]
+    assert "the code of unit3 is C0003." in answer  # the exact text read again reached the answer
+    assert all(p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= 2200 for r in p.requests)

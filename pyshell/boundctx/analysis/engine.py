@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from boundctx import config
+from boundctx._search import longest_fitting
 from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
@@ -368,22 +369,30 @@ class Engine:
             originals.set_keys(oid, [(e.key, e.start, e.end) for e in merged.entries()])
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
                                                f"note-taking workers; see the notes on {oid}]"}
-            # The notes get the room fitting left them: every worker's budget where that
-            # fit, else one worker's (the rest evicted to the index, each key still one
-            # reread away by its name).
-            blocks.append(self._notes_block(oid, label, len(text), notes, fit.item_room - framing))
+            blocks.append((oid, label, len(text), notes))
         tools = base_tools
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "") + _NO_GUESS
-            notes = instructions + "\n\n" + "\n\n".join(blocks)
-            if final and final[0].get("role") == "system" and isinstance(final[0].get("content"), str):
-                # One system message: many chat templates refuse a second one.
-                final[0] = {**final[0], "content": final[0]["content"] + "\n\n" + notes}
-            else:
-                final.insert(0, {"role": "system", "content": notes})
+
+            def with_notes(room: int) -> list[dict[str, Any]]:
+                """``final`` with every analysed item's notes rendered in ``room`` tokens."""
+                notes = instructions + "\n\n" + "\n\n".join(self._notes_block(*b, room) for b in blocks)
+                if final and final[0].get("role") == "system" and isinstance(final[0].get("content"), str):
+                    # One system message: many chat templates refuse a second one.
+                    return [{**final[0], "content": final[0]["content"] + "\n\n" + notes}, *final[1:]]
+                return [{"role": "system", "content": notes}, *final]
+
+            # The notes get the room fitting left them: every worker's budget where that
+            # fit, else one worker's (the rest evicted to the index, each key still one
+            # reread away by its name).
+            room = fit.item_room - framing
             if provider.supports_tools:
+                final = with_notes(room)
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
             elif s["analysis.constrained_rereads"]:
+                # The step must have room to ask for one reread at least: the notes give
+                # way to it (what they no longer show stays readable by key).
+                final = with_notes(self._room_for_one_reread(with_notes, room, originals))
                 final = yield from self._constrained_rereads(final, originals, limit, cancel, started)
                 if final is None:
                     yield Done("cancelled")
@@ -424,8 +433,26 @@ class Engine:
         merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
         text = merged.render(budget, self.provider.counter.count_text)
         read = sorted(k for n in notes for k in n.sections)
-        return (f"Notes on {label} (id {oid}, {length:,} characters; sections {_sections_said(read)} read):\n"
-                f"{text or '(nothing relevant)'}")
+        if not text:  # nothing noted, or no room to show what was
+            text = ("(nothing relevant)" if not len(merged) and not merged.unnoted else
+                    "(no room to show the notes here: read a key again by its name)")
+        return f"Notes on {label} (id {oid}, {length:,} characters; sections {_sections_said(read)} read):\n{text}"
+
+    def _room_for_one_reread(self, with_notes: Callable[[int], list[dict[str, Any]]], room: int,
+                             originals: Originals) -> int:
+        """``room``, or the most notes room below it that leaves the constrained step
+        room to ask for one reread (its largest answer for one item, counted as the step
+        counts it); 0 when none does (the step then says it had no room)."""
+        provider = self.provider
+        need = reread_output_room(list(originals), 1, originals.noted_keys())
+
+        def fits(r: int) -> bool:
+            ask = with_notes(r) + [{"role": "user", "content": REREAD_ASK.format(n=1)}]
+            return provider.count_prompt(ask) + need <= provider.context_window
+
+        if fits(room):
+            return room
+        return longest_fitting(room, fits)
 
     def _constrained_rereads(self, messages: list[dict[str, Any]], originals: Originals, limit: int,
                              cancel: Any, started: float):
