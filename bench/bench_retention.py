@@ -765,6 +765,7 @@ def run_matrix(args) -> int:
     jobs = [(w, n, k, families, documents, args.seed, counter_name, conditions)
             for w in args.windows for n in args.notes for k in args.workers]
     started = time.perf_counter()
+    facts_at_start = run_facts(("boundctx", "llama_cpp_python"))  # the commit the run loaded, not a later one
     with multiprocessing.Pool(min(len(jobs), os.cpu_count() or 1)) as pool:
         cells = []
         for cell in pool.imap(matrix_cell, jobs):
@@ -779,7 +780,7 @@ def run_matrix(args) -> int:
                        "clusters": CLUSTERS[:documents], "key_counts": KEY_COUNTS[:documents],
                        "keys_asked_per_document": KEYS_ASKED, "reply_tokens": REPLY_TOKENS, "seed": args.seed,
                        "conditions": conditions, "wall_s": time.perf_counter() - started,
-                       "versions": run_facts(("boundctx", "llama_cpp_python"))},
+                       "versions": facts_at_start},
               "met": met, "rows": rows}
     pathlib.Path(json_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(json_out).write_text(json.dumps(report, indent=1))
@@ -858,6 +859,7 @@ def main(argv=None) -> int:
         conditions = tuple(c for c in conditions if c in args.conditions)
     settings = condition_settings(window)
     started = time.perf_counter()
+    facts_at_start = run_facts(("boundctx", "llama_cpp_python"))  # the commit the run loaded, not a later one
     chars_per_token = _chars_per_token(counter, args.seed)
     documents_run, sizes_seen = [], []
     for family in families:
@@ -872,7 +874,7 @@ def main(argv=None) -> int:
                        "families": families, "sizes_x_window": sizes_seen, "documents_per_size": documents,
                        "seed": args.seed, "counter": type(counter).__name__, "quick": args.quick,
                        "wall_s": time.perf_counter() - started,
-                       "versions": run_facts(("boundctx", "llama_cpp_python"))},
+                       "versions": facts_at_start},
               "accuracy": {c: {b: {"right": r, "asked": n, "share": r / n} for b, (r, n) in results[c].items()}
                            for c in conditions},
               "stale_answers": stale, "decoy_answers": t["decoys"], "totals": totals, "goal": goal(t, conditions),

@@ -277,7 +277,7 @@ def test_a_real_agent_session_is_fitted_to_a_small_window_with_exact_counts(pi_s
     assert len(sent) < len(history) + 1
 
 
-def test_more_workers_than_the_window_holds_notes_for_get_one_workers_room_and_every_key_stays_readable():
+def test_notes_more_workers_write_than_the_window_holds_get_one_workers_room_and_every_key_stays_readable():
     # Eight workers at a 384-token notes budget need 3,072 tokens beside a prompt whose
     # limit is 2,816: the notes get one worker's room instead, values past it go to the
     # index, and a key not shown is read again by its name (decision 0028).
