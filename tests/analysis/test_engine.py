@@ -344,3 +344,29 @@ def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_
     answer = p.requests[-1].messages[0]["content"]
     assert "the code of unit3 is C0003." in answer  # the exact text read again reached the answer
     assert all(p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= 2200 for r in p.requests)
+
+
+def test_the_reread_step_offers_by_name_only_keys_a_servers_grammar_can_hold():
+    # llama-cpp-python's server makes a grammar of the schema's enum without escaping
+    # quotes or backslashes; a small model's notes can have such keys (`json.dump({"key"`).
+    # They are left out of the enum (still read again by their cited range), the rest kept.
+    log = 'config = json.dump({"key": 1})\nstatus ok\n' * 400
+
+    def model(request):
+        if is_worker(request):
+            body = request.messages[-1]["content"]
+            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            k, start = int(m.group(1)), int(m.group(2))
+            return (f'json.dump({{"key": 1 [S{k} {start}-{start + 20}]\n'
+                    f"status: ok [S{k} {start + 31}-{start + 40}]\ntab\there: x [S{k} {start}-{start + 3}]")
+        if request.schema is not None:
+            return json.dumps({"reread": []})
+        return "answered"
+
+    p = ScriptedProvider(model, context_window=4096)
+    p.supports_tools = False
+    events = run(p, ASK, files=[("app.log", log)])
+    assert isinstance(events[-1], Done)
+    (step,) = [r for r in p.requests if r.schema is not None]
+    offered = step.schema["properties"]["reread"]["items"]["properties"]["key"]["enum"]
+    assert offered == ["status"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -70,6 +71,18 @@ REREAD_MAX_RANGES = 4
 # schema's minimum is not enforced by llama.cpp's converter), and the one space it allows
 # after every token.
 _WIDEST_INT = "-" + "9" * 16
+
+
+#: A key the constrained step's enum may hold: no quote, backslash or control character.
+#: llama-cpp-python's server turns a schema's enum into a grammar without escaping these
+#: (a key such as ``json.dump({"key"`` made a grammar it could not parse, and the step
+#: ran unconstrained); such a key is still read again by the range the notes cite.
+_GRAMMAR_SAFE_KEY = re.compile(r'[^"\\\x00-\x1f\x7f]+')
+
+
+def grammar_safe_keys(keys: Sequence[str]) -> list[str]:
+    """The keys the constrained step offers by name (see :data:`_GRAMMAR_SAFE_KEY`)."""
+    return [k for k in keys if _GRAMMAR_SAFE_KEY.fullmatch(k)]
 
 
 def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = ()) -> int:
@@ -444,7 +457,7 @@ class Engine:
         room to ask for one reread (its largest answer for one item, counted as the step
         counts it); 0 when none does (the step then says it had no room)."""
         provider = self.provider
-        need = reread_output_room(list(originals), 1, originals.noted_keys())
+        need = reread_output_room(list(originals), 1, grammar_safe_keys(originals.noted_keys()))
 
         def fits(r: int) -> bool:
             ask = with_notes(r) + [{"role": "user", "content": REREAD_ASK.format(n=1)}]
@@ -464,7 +477,7 @@ class Engine:
         messages to answer from (the generator's value), or None when cancelled."""
         provider = self.provider
         ids = list(originals)
-        keys = originals.noted_keys()
+        keys = grammar_safe_keys(originals.noted_keys())
 
         def noted(failure: str) -> list[dict[str, Any]]:
             # Say it in the notes when it fits; the instructions say it in any case.
