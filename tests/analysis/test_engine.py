@@ -277,20 +277,26 @@ def test_a_real_agent_session_is_fitted_to_a_small_window_with_exact_counts(pi_s
     assert len(sent) < len(history) + 1
 
 
+#: Forty facts, each in its own stretch of filler: notes that outgrow a small room.
+UNIT_FACTS = "".join(f"Line {i}: the code of unit{i} is C{i:04d}.\n" + "filler words here. " * 30 for i in range(40))
+
+
+def note_units(request) -> str:
+    """A worker's answer on UNIT_FACTS: one line per whole fact in its section."""
+    body = request.messages[-1]["content"]
+    m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+    k, start = int(m.group(1)), int(m.group(2))
+    return "\n".join(f"code of unit{f.group(1)}: C{int(f.group(1)):04d} [S{k} {start + f.start()}-{start + f.end()}]"
+                     for f in re.finditer(r"the code of unit(\d+) is C\d+\.", m.group(4))) or "nothing relevant"
+
+
 def test_notes_more_workers_write_than_the_window_holds_get_one_workers_room_and_every_key_stays_readable():
     # Eight workers at a 384-token notes budget need 3,072 tokens beside a prompt whose
     # limit is 2,816: the notes get one worker's room instead, values past it go to the
     # index, and a key not shown is read again by its name (decision 0028).
-    facts = "".join(f"Line {i}: the code of unit{i} is C{i:04d}.\n" + "filler words here. " * 30 for i in range(40))
-
     def model(request):
         if is_worker(request):
-            body = request.messages[-1]["content"]
-            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
-            k, start = int(m.group(1)), int(m.group(2))
-            return "\n".join(f"code of unit{f.group(1)}: C{int(f.group(1)):04d} [S{k} {start + f.start()}-"
-                             f"{start + f.end()}]" for f in re.finditer(r"the code of unit(\d+) is C\d+\.",
-                                                                       m.group(4))) or "nothing relevant"
+            return note_units(request)
         if request.messages[-1]["role"] == "tool":
             return "read: " + request.messages[-1]["content"]
         system = request.messages[0]["content"]
@@ -298,7 +304,7 @@ def test_notes_more_workers_write_than_the_window_holds_get_one_workers_room_and
         return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "code of unit3"}))]
 
     p = ScriptedProvider(model, context_window=3072)
-    events = run(p, ASK, files=[("units.txt", facts)], chat__analysis_workers=8, analysis__notes_max_tokens=384,
+    events = run(p, ASK, files=[("units.txt", UNIT_FACTS)], chat__analysis_workers=8, analysis__notes_max_tokens=384,
                  analysis__worker_n_ctx=3072)
     assert isinstance(events[-1], Done), events[-1]
     answering = [r for r in p.requests if not is_worker(r)]
@@ -314,16 +320,9 @@ def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_
     # at their full room leave the step no room to write even one request, they are shown
     # in less, and the step reads the key again (what the notes no longer show stays
     # readable by name).
-    facts = "".join(f"Line {i}: the code of unit{i} is C{i:04d}.\n" + "filler words here. " * 30 for i in range(40))
-
     def model(request):
         if is_worker(request):
-            body = request.messages[-1]["content"]
-            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
-            k, start = int(m.group(1)), int(m.group(2))
-            return "\n".join(f"code of unit{f.group(1)}: C{int(f.group(1)):04d} [S{k} {start + f.start()}-"
-                             f"{start + f.end()}]" for f in re.finditer(r"the code of unit(\d+) is C\d+\.",
-                                                                       m.group(4))) or "nothing relevant"
+            return note_units(request)
         if request.schema is not None:
             oid = re.search(r"id (src-\S+),", request.messages[0]["content"]).group(1)
             return json.dumps({"reread": [{"id": oid, "key": "code of unit3"}]})
@@ -334,7 +333,7 @@ def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_
     engine = Engine(p, settings=settings(chat__analysis_workers=3, analysis__notes_max_tokens=384,
                                          analysis__worker_n_ctx=2200), max_reply_tokens=32)
     events = list(engine.reply([{"role": "user", "content": "What is the code of unit3?"}],
-                               files=[("units.txt", facts)]))
+                               files=[("units.txt", UNIT_FACTS)]))
     assert isinstance(events[-1], Done)
     (call,) = [e for e in events if isinstance(e, ToolCall)]
     assert json.loads(call.arguments)["key"] == "code of unit3"
