@@ -369,3 +369,16 @@ def test_the_reread_step_offers_by_name_only_keys_a_servers_grammar_can_hold():
     (step,) = [r for r in p.requests if r.schema is not None]
     offered = step.schema["properties"]["reread"]["items"]["properties"]["key"]["enum"]
     assert offered == ["status"]
+
+
+def test_a_model_without_tools_or_reread_step_answers_from_the_notes():
+    # No tool calls and the constrained step off: the notes alone, and they are there.
+    p = ScriptedProvider(Model(), context_window=4096)
+    p.supports_tools = False
+    events = run(p, ASK, files=[("build.log", LOG)], analysis__constrained_rereads=False)
+    assert isinstance(events[-1], Done)
+    answering = [r for r in p.requests if not is_worker(r)]
+    assert len(answering) == 1 and answering[0].schema is None
+    system = answering[0].messages[0]["content"]
+    assert "Notes on build.log" in system and "step failed [S" in system
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "answer: from notes"

@@ -399,13 +399,15 @@ class Engine:
             # fit, else one worker's (the rest evicted to the index, each key still one
             # reread away by its name).
             room = fit.item_room - framing
-            if provider.supports_tools:
-                final = with_notes(room)
-                tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
-            elif s["analysis.constrained_rereads"]:
+            stepping = not provider.supports_tools and s["analysis.constrained_rereads"]
+            if stepping:
                 # The step must have room to ask for one reread at least: the notes give
                 # way to it (what they no longer show stays readable by key).
-                final = with_notes(self._room_for_one_reread(with_notes, room, originals))
+                room = self._room_for_one_reread(with_notes, room, originals)
+            final = with_notes(room)
+            if provider.supports_tools:
+                tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
+            elif stepping:
                 final = yield from self._constrained_rereads(final, originals, limit, cancel, started)
                 if final is None:
                     yield Done("cancelled")
