@@ -291,14 +291,13 @@ def _more_drops(msgs: Sequence[dict[str, Any]], turn: int, keep_system: bool, dr
     rest_steps = [(r, False) for r, _ in drop_order(sub, bisect.bisect_left(keep, turn), keep_system)]
     if target >= limit:  # the fewest steps that fit; the search counts no more than it must
         k = _first_fitting_step(sub, rest_steps, count, limit)
-        return dropped | {keep[j] for r, _ in rest_steps[:k] for j in r}, k <= len(rest_steps)
-    if not known_over and count(sub) <= limit:  # what stays dropped is enough: one count
-        return dropped, True
-    k = _first_fitting_step(sub, rest_steps, count, target)
-    if k > len(rest_steps):
-        k = _first_fitting_step(sub, rest_steps, count, limit)
-    more = {keep[j] for r, _ in rest_steps[:k] for j in r}
-    return dropped | more, k <= len(rest_steps)
+    else:
+        if not known_over and count(sub) <= limit:  # what stays dropped is enough: one count
+            return dropped, True
+        k = _first_fitting_step(sub, rest_steps, count, target)
+        if k > len(rest_steps):
+            k = _first_fitting_step(sub, rest_steps, count, limit)
+    return dropped | {keep[j] for r, _ in rest_steps[:k] for j in r}, k <= len(rest_steps)
 
 
 def _encoded(message: dict[str, Any]) -> bytes:

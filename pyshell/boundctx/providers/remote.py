@@ -345,7 +345,7 @@ def cached_tokens(usage: Any, timings: Any) -> int | None:
     ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's ``timings.cache_n``;
     None when it says neither."""
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-    for said in ((details or {}).get("cached_tokens") if isinstance(details, dict) else None,
+    for said in (details.get("cached_tokens") if isinstance(details, dict) else None,
                  timings.get("cache_n") if isinstance(timings, dict) else None):
         if isinstance(said, int) and not isinstance(said, bool) and said >= 0:
             return said
@@ -353,7 +353,7 @@ def cached_tokens(usage: Any, timings: Any) -> int | None:
 
 
 def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,
-                       provider: OpenAICompatibleProvider | None = None) -> list[Chunk]:
+                       provider: OpenAICompatibleProvider) -> list[Chunk]:
     """The chunks of a whole (non-streamed) chat completion."""
     try:
         body = response.json()
@@ -369,7 +369,7 @@ def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,
         fn = call.get("function") or {}
         out.append(ToolCallChunk(call.get("id") or f"call_{index}", fn.get("name", ""), fn.get("arguments", "")))
     reported = usage.get("prompt_tokens")
-    if provider is not None and isinstance(body.get("timings"), dict):
+    if isinstance(body.get("timings"), dict):
         provider.llama_server = True
     out.append(Finish(finish_reason(choice.get("finish_reason")),
                       reported if isinstance(reported, int) else prompt_tokens, usage.get("completion_tokens"),
