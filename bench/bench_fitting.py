@@ -6,7 +6,9 @@ One run, same conversations, same tokenizer (the embedded model's, through
 
 * **boundctx** ``fit_conversation``, *cold* (the counter has remembered nothing) and
   *warm* (the conversation of the turn before was fitted; only the newest message is
-  new — what a front end that resends the whole history every turn costs);
+  new — what a front end that resends the whole history every turn costs), by the rule
+  of low water 1 (only what must go) and by the engine's *stable* rule (decision 0029:
+  cold replays every earlier turn, warm finds the turn before remembered);
 * **one at a time**: the reference twin (``tests/reference/fitting.py``): drop a step,
   count everything again (the old fitting), run where it finishes in reasonable time;
 * **LangChain** ``trim_messages`` (strategy ``last``, system kept, starting on a human
@@ -63,6 +65,13 @@ def median_s(fn, repeats: int) -> float:
 def fit(counter, msgs):
     return fit_conversation(msgs, count=counter.count_prompt, limit=LIMIT, analysis_on=True,
                             notes_room=0, clip_chars=10**9)
+
+
+def fit_stable(counter, msgs, memo):
+    """The engine's rule (decision 0029): a low water of half the limit, the turns
+    before remembered in ``memo`` (a fresh one: the conversation replayed from its start)."""
+    return fit_conversation(msgs, count=counter.count_prompt, limit=LIMIT, analysis_on=True, notes_room=0,
+                            clip_chars=10**9, low_water=0.5, memo=memo, salt=b"bench")
 
 
 def langchain_trim(counter, msgs):
@@ -134,9 +143,30 @@ def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers
         fit(counter, turn)
         warm_times.append(time.perf_counter() - started)
     warm_s = statistics.median(warm_times)
+    # The same turns under the stable rule: cold replays every earlier turn (a process
+    # that never saw the conversation); warm finds the turn before in the memo.
+    from boundctx.analysis.fitting import DropMemo
+
+    def stable_cold():
+        counter.clear_cache()
+        return fit_stable(counter, msgs, DropMemo())
+
+    stable_cold_s = median_s(stable_cold, repeats)
+    stable_warm = []
+    for r in range(repeats):
+        counter.clear_cache()
+        memo = DropMemo()
+        before = msgs[:-1] + [{"role": "user", "content": f"an earlier question {r}"}]
+        fit_stable(counter, before, memo)
+        turn = before + [{"role": "assistant", "content": f"an answer {r}"},
+                         msgs[-1] | {"content": f"{msgs[-1]['content']} ({r})"}]
+        started = time.perf_counter()
+        fit_stable(counter, turn, memo)
+        stable_warm.append(time.perf_counter() - started)
     row = {"case": name, "messages": len(msgs), "tokens": tokens, "window": WINDOW, "limit": LIMIT,
            "whole_count_s": whole, "kept": len(result.messages), "dropped": result.dropped,
-           "cold_s": cold_s, "cold_counts": cold_s / whole, "warm_s": warm_s, "warm_counts": warm_s / whole}
+           "cold_s": cold_s, "cold_counts": cold_s / whole, "warm_s": warm_s, "warm_counts": warm_s / whole,
+           "stable_cold_counts": stable_cold_s / whole, "stable_warm_counts": statistics.median(stable_warm) / whole}
     row |= engine_times(counter, msgs, repeats)
     if old:
         fit_by_dropping = from_tests("reference.fitting").fit_by_dropping
@@ -184,10 +214,11 @@ def main() -> int:
     report = {"rows": rows, "versions": run_facts(("boundctx", "llama_cpp_python", "langchain_core"))}
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
     print(markdown_table(
-        ("case", "messages", "tokens", "one count", "cold", "warm", "one at a time", "LangChain",
-         "engine reply cold / warm"),
+        ("case", "messages", "tokens", "one count", "cold", "warm", "stable cold / warm", "one at a time",
+         "LangChain", "engine reply cold / warm"),
         [(r["case"], f"{r['messages']:,}", f"{r['tokens']:,}", f"{r['whole_count_s'] * 1e3:.1f} ms",
           f"{r['cold_counts']:.3f}", f"{r['warm_counts']:.4f} ({r['warm_s'] * 1e3:.2f} ms)",
+          f"{r['stable_cold_counts']:.3f} / {r['stable_warm_counts']:.4f}",
           f"{r['one_at_a_time_counts']:.1f}" if "one_at_a_time_counts" in r else "not run",
           f"{r['langchain_counts']:.2f}" if "langchain_counts" in r else "not run",
           f"{r['engine_cold_s'] * 1e3:.0f} / {r['engine_warm_s'] * 1e3:.0f} ms") for r in rows]))
