@@ -243,6 +243,10 @@ KEYS: dict[str, Key] = _declare(
     Key("local.extra_buffers", "str", "auto", "llama.cpp's extra CPU buffer types (repacked and AMX "
         "kernels); auto = off on AMX hosts, where llama-cpp-python 0.3.36 crashes with SIGILL "
         "(decision 0013)", choices=("auto", "on", "off")),
+    # Decision 0030: evaluated prompt states copied out before a call throws them away.
+    Key("local.state_cache_mib", "int", 512, "MiB of evaluated prompt states a local model keeps, so "
+        "conversations taking turns on it, and a reply after section workers, evaluate only their "
+        "new tokens; 0 = none (the least recently used go first)", minimum=0, maximum=2**40),
     Key("transcript.window_messages", "int", 100, "messages in a renderer window "
         "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
         maximum=WINDOW_MESSAGES_MAX),

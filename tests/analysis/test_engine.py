@@ -146,6 +146,8 @@ def test_an_input_too_big_for_the_context_is_read_in_sections_and_answered_from_
     coordinator = [r for r in p.requests if not is_worker(r)]
     assert len(workers) > 3 and len(coordinator) == 1
     assert p.max_active == 1
+    # Workers are one-off work: a local model keeps the reply's state, not theirs.
+    assert not any(r.keep_state for r in workers) and coordinator[0].keep_state
     system = coordinator[0].messages[0]["content"]
     assert "step failed [S" in system  # the notes reached the coordinator
     assert p.count_prompt(coordinator[0].messages) < p.counter.count_text(LOG)  # smaller than the input

@@ -5,10 +5,12 @@ import json
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boundctx import config
 from boundctx.cli import main
-from boundctx.cli.ask import Asked, ask, read_transcript
+from boundctx.cli.ask import Asked, ask, history_start, read_transcript
 from boundctx.cli.plan import plan_message
 from boundctx.errors import GenerationTimeout
 from boundctx.events import Done, Failed, Fitted, ReplyDelta
@@ -167,3 +169,34 @@ def test_plan_message_refuses_a_click_on_an_unknown_operation_before_any_model_c
         plan_message("x", catalog=Catalog.from_dict(CATALOG, source="test"), provider=provider,
                      settings=settings(), click=Click("fly"))
     assert provider.requests == []
+
+
+def test_the_history_sent_from_a_transcript_keeps_its_start_for_half_the_history(tmp_path):
+    # A resent transcript's start moves in steps of half --history, never one message a
+    # turn, so the prompt's start stays the same between steps (a server's cache holds it).
+    path = str(tmp_path / "chat.jsonl")
+    provider = ScriptedProvider(lambda request: "ok")
+    history, starts = 10, []
+    for turn in range(14):
+        sent = read_transcript(path, history=history)
+        messages = sent.conversation.messages
+        assert len(messages) <= history and (turn < 5 or len(messages) > history // 2)
+        starts.append(messages[0]["content"] if messages else None)
+        assert ask(f"question {turn}", provider=provider, settings=settings(), transcript=sent).saved
+        assert provider.requests[-1].messages[-1]["content"] == f"question {turn}"
+    moves = [i for i, (a, b) in enumerate(zip(starts, starts[1:]), 1) if a != b and a is not None]
+    # Two messages a turn: the newest 10 alone would move the start on each of the last 8
+    # turns; in steps of 5 it moves on 4 of them.
+    assert moves == [6, 8, 11, 13]
+    texts = transcript_texts(path)
+    assert starts[-1] == texts[history_start(len(texts) - 2, history)] == texts[20]
+
+
+@given(st.integers(0, 500), st.integers(0, 60))
+def test_the_history_start_keeps_at_most_n_at_least_half_and_moves_in_steps(total, history):
+    start = history_start(total, history)
+    assert 0 <= start <= total and total - start <= history
+    if total > history:
+        assert total - start >= history - max(1, history // 2) + 1 or history <= 1
+        assert start % max(1, history // 2) == 0
+    assert history_start(total + 1, history) >= start

@@ -40,6 +40,7 @@ DESIGN_LIMITS = {
     "local.gpu_layers": (0, -2),
     "local.seed": (1234, -1),
     "local.extra_buffers": ("auto", "sometimes"),
+    "local.state_cache_mib": (512, -1),
     "transcript.window_messages": (100, 0),
     "transcript.window_content_bytes": (65536, 0),
     # boundctx serve (shared/research/serving.md §8.3): loopback, a bounded queue, a body cap.

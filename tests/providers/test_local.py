@@ -15,7 +15,9 @@ HI = [{"role": "user", "content": "Say hello."}]
 
 @pytest.fixture(scope="module")
 def local():
-    provider = LlamaCppProvider(n_ctx=1024, n_threads=1)
+    # No state cache: these tests are about what one loaded context holds
+    # (test_local_state.py covers the cache).
+    provider = LlamaCppProvider(n_ctx=1024, n_threads=1, state_cache_mib=0)
     yield provider
     provider.close()
 
@@ -138,12 +140,12 @@ def test_the_command_line_settings_reach_the_local_provider():
     from boundctx.cli._provider import flag_overrides, make_provider
 
     args = build_parser().parse_args(["ask", "--threads", "1", "--seed", "7", "--gpu-layers", "-1",
-                                      "--extra-buffers", "off", "--n-ctx", "1024", "q"])
+                                      "--extra-buffers", "off", "--n-ctx", "1024", "--state-cache-mib", "5", "q"])
     settings = config.load(overrides={**flag_overrides(args), "chat.repeat_penalty": 1.3})
     p = make_provider(args, settings)
     try:
         assert (p.n_threads, p.seed, p.n_gpu_layers, p.context_window, p.repeat_penalty) == (1, 7, -1, 1024, 1.3)
-        assert p.extra_buffers_decision.enabled is False
+        assert p.extra_buffers_decision.enabled is False and p.state_cache.limit_bytes == 5 << 20
     finally:
         p.close()
 

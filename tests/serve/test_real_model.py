@@ -1,7 +1,8 @@
 """``boundctx serve`` as a user starts it, on the embedded model (slow): the official
 client streams an answer about a build log with progress chunks before the answer, the
 count route is the model's own tokenizer, a session reply appends only a complete
-answer, and boundctx's own remote provider reads the server."""
+answer, boundctx's own remote provider reads the server, and two conversations taking
+turns each evaluate only their new tokens."""
 
 import json
 import os
@@ -91,3 +92,29 @@ def test_boundctx_remote_provider_reads_boundctx_serve(served):
                           env={**os.environ, "BOUNDCTX_API_KEY": "none"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
+
+
+def test_two_conversations_taking_turns_each_evaluate_only_their_new_messages(served):
+    # The server's local model keeps each conversation's evaluated prefix in its state
+    # cache: the usage of a conversation's next turn says the prefix was kept, although
+    # the other conversation was evaluated in between.
+    url, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    chats = {name: [{"role": "system", "content": f"You answer questions about the {name} project briefly."},
+                    *[m for i in range(6) for m in (
+                        {"role": "user", "content": f"What did release {i} of {name} change? Keep it short."},
+                        {"role": "assistant", "content": f"Release {i} of {name} fixed the parser and the build."})]]
+             for name in ("Alpha", "Beta")}
+    kept = {}
+    for turn in range(2):
+        for name, messages in chats.items():
+            messages.append({"role": "user", "content": f"And after that, in turn {turn}?"})
+            out = client.chat.completions.create(model=model, messages=messages, max_tokens=4, temperature=0)
+            kept[name, turn] = (out.usage.prompt_tokens, out.usage.prompt_tokens_details.cached_tokens)
+            messages.append({"role": "assistant", "content": out.choices[0].message.content or "Nothing."})
+    for name in chats:
+        prompt, cached = kept[name, 1]
+        assert prompt - cached < 40, (name, kept)  # the other conversation ran in between
+    cache = httpx.get(url + "/v1/models").json()["data"][0]["meta"]["state_cache"]
+    assert cache["restored"] >= 2 and 0 < cache["bytes"] <= cache["limit_bytes"] == 512 << 20

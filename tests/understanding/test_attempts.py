@@ -53,6 +53,7 @@ def test_a_repair_is_told_the_problem_and_every_attempt_is_logged_by_name():
     result, depth = tasks.run(ROUTE, 1)
     assert [op.name for op in result] == ["cancel_booking"] and depth == 2
     assert "That answer is not valid" in provider.requests[1].messages[-1]["content"]
+    assert not any(r.keep_state for r in provider.requests)  # one-off work: a local model keeps the reply's state
     first, repair = log.attempts
     assert (first.role, first.attempt, first.valid, first.depth) == ("call", 1, False, 1)
     assert (repair.role, repair.attempt, repair.valid, repair.depth) == ("repair", 2, True, 2)

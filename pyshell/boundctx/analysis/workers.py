@@ -226,8 +226,10 @@ def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: 
     pieces: list[str] = []
     guard = RepetitionGuard()
     cut = False
+    # One-off work: a local model keeps the reply's state, not this one (decision 0030).
     stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
-                                  timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel)
+                                  timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel,
+                                  keep_state=False)
     try:
         for chunk in stream:
             if isinstance(chunk, TextChunk):

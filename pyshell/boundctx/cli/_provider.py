@@ -30,6 +30,7 @@ _SETTING_OF = {
     "gpu_layers": "local.gpu_layers",
     "seed": "local.seed",
     "extra_buffers": "local.extra_buffers",
+    "state_cache_mib": "local.state_cache_mib",
     "host": "serve.host",
     "port": "serve.port",
     "api_key_file": "serve.api_key_file",
@@ -45,6 +46,7 @@ _ONLY_WITH = {
     "gpu_layers": "local",
     "seed": "local",
     "extra_buffers": "local",
+    "state_cache_mib": "local",
 }
 
 
@@ -66,6 +68,9 @@ def add_provider_arguments(p, *, upstream_key_flag: str = "--api-key") -> None:
     p.add_argument("--seed", type=int, metavar="N", help="local: sampling seed (local.seed)")
     p.add_argument("--extra-buffers", choices=["auto", "on", "off"],
                    help="local: llama.cpp's extra CPU buffer types; auto = off on AMX hosts (local.extra_buffers)")
+    p.add_argument("--state-cache-mib", type=int, metavar="MIB",
+                   help="local: MiB of evaluated prompt states kept for conversations taking turns, 0 = none "
+                        "(local.state_cache_mib)")
     p.set_defaults(flag_names={"upstream_api_key": upstream_key_flag})
 
 

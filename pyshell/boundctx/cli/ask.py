@@ -50,7 +50,8 @@ def add_parser(sub, summary: str) -> None:
                         "CLI): its newest messages come first, and the question and answer are appended "
                         "(a new file is started if T does not exist)")
     p.add_argument("--history", type=int, default=50, metavar="N",
-                   help="newest N messages of the transcript to start from (default 50)")
+                   help="send at most the newest N messages of the transcript (default 50); their start moves "
+                        "forward N/2 messages at a time, so a server's prompt cache keeps holding it")
     p.add_argument("--no-save", action="store_true", help="read the transcript but do not append to it")
     p.add_argument("--no-stdin", action="store_true",
                    help="do not attach standard input even when something is piped in")
@@ -110,8 +111,24 @@ class Asked(msgspec.Struct, frozen=True):
     saved: bool = False
 
 
+def history_start(total: int, history: int) -> int:
+    """Where the messages sent from a transcript of ``total`` messages start: at most
+    ``history`` of the newest, and at least half of them (rounded up).
+
+    The start moves forward in steps of half the history, not one message a turn: the
+    turns between two steps resend the same start, which a model server's prompt cache
+    still holds (decision 0029). Worked out from the count alone, so every run, and
+    every process, picks the same start.
+    """
+    if total <= history:
+        return 0
+    step = max(1, history // 2)
+    return -(-(total - history) // step) * step
+
+
 def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Continuation:
-    """The newest ``history`` messages of the transcript at ``path``, to continue.
+    """At most the newest ``history`` messages of the transcript at ``path``, to
+    continue; their start moves in steps of half of ``history`` (:func:`history_start`).
 
     The write style is settled here, before any model call, so a transcript boundctx
     will not write into is refused before minutes of generation, not after. A missing
@@ -136,7 +153,9 @@ def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Conti
             raise FileNotFoundError(f"no transcript at {path!r} (with --no-save it is only read)")
         return Continuation(path, Conversation([], []), "text")
     with Transcript.open(path) as transcript:
-        window = transcript.window(message_limit=history)
+        total = transcript.message_count
+        start = history_start(total, history)
+        window = transcript.window(message_before=total, message_limit=total - start)
         style = writable_style(window, transcript=transcript) if save else None
     return Continuation(path, chat_messages(window), style)
 

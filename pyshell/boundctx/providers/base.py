@@ -64,7 +64,12 @@ Chunk = TextChunk | ToolCallChunk | Finish
 
 
 class ChatRequest(msgspec.Struct, frozen=True):
-    """Everything one call asked for (what the scripted provider records)."""
+    """Everything one call asked for (what the scripted provider records).
+
+    ``keep_state`` False marks one-off work (a note-taking worker, an understanding
+    task): a later prompt is not expected to start the way this one does, so a local
+    model does not copy the state it leaves into its state cache.
+    """
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -72,18 +77,20 @@ class ChatRequest(msgspec.Struct, frozen=True):
     temperature: float = 0.2
     stop: list[str] | None = None
     schema: dict[str, Any] | None = None
+    keep_state: bool = True
 
 
 def make_request(messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None, max_tokens: int,
                  temperature: float, stop: Sequence[str] | None, schema: Mapping[str, Any] | None,
-                 timeout_s: float | None) -> ChatRequest:
+                 timeout_s: float | None, keep_state: bool = True) -> ChatRequest:
     """A checked :class:`ChatRequest` (shared by the sync and async entry points)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     return ChatRequest([dict(m) for m in messages], [dict(t) for t in tools] if tools else None,
-                       max_tokens, float(temperature), list(stop) if stop else None, dict(schema) if schema else None)
+                       max_tokens, float(temperature), list(stop) if stop else None, dict(schema) if schema else None,
+                       bool(keep_state))
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -130,7 +137,7 @@ class Provider(ABC):
                     tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
                     temperature: float = 0.2, stop: Sequence[str] | None = None,
                     schema: Mapping[str, Any] | None = None, cancel: Any = None,
-                    timeout_s: float | None = None) -> Iterator[Chunk]:
+                    timeout_s: float | None = None, keep_state: bool = True) -> Iterator[Chunk]:
         """Stream a completion: :class:`TextChunk` and :class:`ToolCallChunk`, then one
         :class:`Finish` (the request is built by :func:`make_request` and sent by
         :meth:`stream`).
@@ -152,6 +159,9 @@ class Provider(ABC):
         timeout_s : float, optional
             Wall-clock limit for the whole generation; past it the generator is closed
             and :class:`~boundctx.errors.GenerationTimeout` raised.
+        keep_state : bool
+            False: one-off work, whose state a local model need not keep for later
+            prompts (:class:`ChatRequest`).
 
         Raises
         ------
@@ -160,7 +170,7 @@ class Provider(ABC):
             any model call where counts are exact.
         """
         request = make_request(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                               schema=schema, timeout_s=timeout_s)
+                               schema=schema, timeout_s=timeout_s, keep_state=keep_state)
         return self.stream(request, cancel=cancel, timeout_s=timeout_s)
 
     def stream(self, request: ChatRequest, *, cancel: Any = None, timeout_s: float | None = None) -> Iterator[Chunk]:

@@ -31,6 +31,7 @@ from boundctx.errors import GenerationError, GenerationTimeout
 from boundctx.providers import cpu
 from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk
 from boundctx.providers.grammar import checked_grammar, schema_grammar
+from boundctx.providers.kept_state import StateCache
 
 __all__ = ["INFERENCE_LOCK", "LlamaCppProvider", "open_llama"]
 
@@ -159,6 +160,12 @@ class _AbortGuard:
             return self._fire("error")
 
 
+#: A held prefix is copied out to the state cache before a call would discard at least
+#: this many of its evaluated tokens, and a kept one restored when it spares at least as
+#: many: below that, evaluating the tokens again costs less than the copy (decision 0030).
+KEEP_AT_LEAST = 32
+
+
 #: Longest wait for another local generation to finish when a call has no time limit of
 #: its own: a stream that is neither read to its end nor closed keeps the lock, and a
 #: wait without end would hang every other local call.
@@ -252,6 +259,12 @@ class LlamaCppProvider(Provider):
         quotes and keys must repeat.
     chat_template : str, optional
         A Jinja chat template instead of the model's own.
+    state_cache_mib : int, optional
+        Most MiB of evaluated prompt states kept for later calls (``local.state_cache_mib``;
+        0: none). A long prefix the next call would throw away (another conversation's
+        turn, a section worker between two replies) is copied out first, and a prompt
+        that starts the same way later takes it back instead of evaluating it again
+        (:attr:`state_cache`; decision 0030).
     settings : mapping, optional
         Where the options left out come from: resolved settings or a partial mapping
         (default :func:`boundctx.config.load`: the config file and ``BOUNDCTX_*``
@@ -268,7 +281,9 @@ class LlamaCppProvider(Provider):
     is evaluated: each call takes the GIL, which per generated token (hundreds of
     graph nodes) would make generation wait on any busy Python thread. llama.cpp
     reuses the longest common token prefix with the previous prompt, so callers that
-    keep a stable prefix (system prompt, instructions) save its evaluation.
+    keep a stable prefix (system prompt, instructions) save its evaluation; the state
+    cache extends that to prefixes evaluated before the last call. A request made with
+    ``keep_state=False`` (one-off work) leaves no state worth copying out.
     """
 
     name = "local"
@@ -280,7 +295,8 @@ class LlamaCppProvider(Provider):
     def __init__(self, model_path: str | None = None, *, n_ctx: int | None = None, n_threads: int | None = None,
                  n_gpu_layers: int | None = None, seed: int | None = None,
                  extra_buffers: cpu.ExtraBuffersSetting | None = None, repeat_penalty: float | None = None,
-                 chat_template: str | None = None, settings: Mapping[str, Any] | None = None) -> None:
+                 chat_template: str | None = None, state_cache_mib: int | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
         from boundctx import config
         from boundctx.tokens.llama import LlamaCounter
 
@@ -291,6 +307,7 @@ class LlamaCppProvider(Provider):
         seed = int(s["local.seed"]) if seed is None else seed
         extra_buffers = s["local.extra_buffers"] if extra_buffers is None else extra_buffers
         repeat_penalty = float(s["chat.repeat_penalty"]) if repeat_penalty is None else repeat_penalty
+        state_cache_mib = int(s["local.state_cache_mib"]) if state_cache_mib is None else state_cache_mib
 
         if n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
@@ -298,6 +315,8 @@ class LlamaCppProvider(Provider):
             raise ValueError(f"n_threads must be >= 0 (0 = llama-cpp-python's choice), got {n_threads}")
         if n_gpu_layers < -1:
             raise ValueError(f"n_gpu_layers must be >= -1 (-1 = all), got {n_gpu_layers}")
+        if state_cache_mib < 0:
+            raise ValueError(f"state_cache_mib must be >= 0 (0 = no state cache), got {state_cache_mib}")
         #: The extra-buffer-types decision (:class:`~boundctx.providers.cpu.ExtraBuffers`).
         self.extra_buffers_decision = cpu.decide_extra_buffers(extra_buffers, cpu.cpu_flags())
         self.counter = LlamaCounter(model_path, chat_template=chat_template)
@@ -311,6 +330,9 @@ class LlamaCppProvider(Provider):
         self.n_gpu_layers = n_gpu_layers
         self.seed = seed
         self.repeat_penalty = float(repeat_penalty)
+        #: Evaluated prompt states kept for later calls (None: ``state_cache_mib`` is 0).
+        self.state_cache = StateCache(state_cache_mib << 20) if state_cache_mib else None
+        self._held_worth_keeping = False  # whether the last call asked for its state to be kept
         self._llm = None
         self._guard = _AbortGuard()
         self._abort_fn = None  # the ctypes callback of the loaded context (llama.cpp keeps only its address)
@@ -383,6 +405,8 @@ class LlamaCppProvider(Provider):
                 self._llm.close()
                 self._llm = None
                 self._abort_fn = None
+            if self.state_cache is not None:
+                self.state_cache.clear()
 
     def reusable_prefix(self, messages, *, tools=None) -> int:
         """Prompt tokens of ``messages`` this model's context holds evaluated now (0
@@ -391,7 +415,74 @@ class LlamaCppProvider(Provider):
         llm = self._llm
         if llm is None:
             return 0
-        return _kept_prefix(llm, self.counter.prompt_tokens(messages, tools=tools))
+        tokens = self.counter.prompt_tokens(messages, tools=tools)
+        kept = _kept_prefix(llm, tokens)
+        restorable = self._restorable(tokens, kept)[0]
+        return max(kept, restorable)
+
+    def _restorable(self, tokens, kept: int):
+        """How many prompt tokens a kept state would spare, and that state, when it spares
+        :data:`KEEP_AT_LEAST` more than the context holds (else ``kept`` and None)."""
+        if self.state_cache is None or not tokens:
+            return kept, None
+        shared, entry = self.state_cache.best(tokens)
+        usable = shared if shared < len(tokens) else shared - 1  # the last is evaluated for its logits
+        if entry is None or usable < kept + KEEP_AT_LEAST:
+            return kept, None
+        return usable, entry
+
+    def _keep_held(self, llm, kept: int) -> None:
+        """Copy the evaluated prefix the context holds into the state cache when this
+        call would discard :data:`KEEP_AT_LEAST` or more of its tokens. Under the model
+        lock. The state is llama.cpp's of sequence 0 (llama-cpp-python evaluates every
+        prompt there): its KV cells only, no logits, so a restored prefix is always
+        followed by at least one evaluated token."""
+        cache = self.state_cache
+        held = int(llm.n_tokens)
+        if cache is None or not self._held_worth_keeping or held - kept < KEEP_AT_LEAST:
+            return
+        tokens = llm.input_ids[:held]
+        if cache.holds(tokens):
+            return
+        import ctypes
+
+        llama_cpp = _llama_cpp()
+        size = int(llama_cpp.llama_state_seq_get_size(llm.ctx, 0))
+        if size == 0 or size + tokens.nbytes > cache.limit_bytes:
+            return
+        data = bytearray(size)
+        written = int(llama_cpp.llama_state_seq_get_data(llm.ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0))
+        if 0 < written <= size:
+            del data[written:]
+            cache.put(tokens, data)
+
+    def _restore(self, llm, tokens, kept: int) -> int:
+        """Take back the kept state that spares the most of ``tokens``, if any spares
+        more than the context holds; returns the prompt tokens now kept. A state the
+        model refuses is dropped, and the prompt evaluated whole: slower, never wrong."""
+        _, entry = self._restorable(tokens, kept)
+        if entry is None:
+            return kept
+        import ctypes
+
+        llama_cpp = _llama_cpp()
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        llama_cpp.llama_memory_clear(memory, True)
+        size = len(entry.data)
+        taken = int(llama_cpp.llama_state_seq_set_data(llm.ctx, (ctypes.c_uint8 * size).from_buffer(entry.data),
+                                                        size, 0))
+        if taken != size:
+            _log.warning("llama.cpp refused a kept state of %d tokens; the prompt is evaluated whole",
+                         len(entry.tokens))
+            self.state_cache.forget(entry)
+            self._forget_evaluation(llm)
+            return 0
+        held = len(entry.tokens)
+        llm.input_ids[:held] = entry.tokens
+        llm.n_tokens = held
+        llm._requires_eval = True  # no logits came back: the last prompt token is evaluated again
+        self.state_cache.used(entry)
+        return _kept_prefix(llm, tokens)
 
     def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
         tokens = self.counter.prompt_tokens(request.messages, tools=request.tools)
@@ -413,6 +504,9 @@ class LlamaCppProvider(Provider):
                     reason = "cancelled"  # before any evaluation: the cache stays as it is
                 else:
                     kept = _kept_prefix(llm, tokens)  # under the lock: what this call will not evaluate
+                    self._keep_held(llm, kept)
+                    kept = self._restore(llm, tokens, kept)
+                    self._held_worth_keeping = request.keep_state
                     stream = llm.create_completion(prompt=tokens, max_tokens=request.max_tokens,
                                                    temperature=request.temperature, stop=request.stop or [],
                                                    repeat_penalty=1.0 if grammar is not None else self.repeat_penalty,

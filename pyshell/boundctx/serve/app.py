@@ -338,7 +338,16 @@ class _Server:
     async def models(self, request):
         return _json(200, {"object": "list", "data": [
             {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "boundctx",
-             "meta": {"n_ctx": self.provider.context_window}}]})
+             "meta": self._model_meta()}]})
+
+    def _model_meta(self) -> dict[str, Any]:
+        """``/v1/models`` ``meta``: the window, and a local model's state cache (what it
+        holds, in bytes, and what it has done: decision 0030)."""
+        meta: dict[str, Any] = {"n_ctx": self.provider.context_window}
+        cache = getattr(self.provider, "state_cache", None)
+        if cache is not None:
+            meta["state_cache"] = cache.stats()
+        return meta
 
     # -- one reply ----------------------------------------------------------------------
 
@@ -482,7 +491,11 @@ def _wire_call(event: ToolCall) -> dict[str, Any]:
 def _usage(done: Done) -> dict[str, Any]:
     u = done.usage or {}
     prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion}
+    if u.get("cached_tokens") is not None:  # the model's kept prefix (decisions 0029, 0030), OpenAI's field
+        usage["prompt_tokens_details"] = {"cached_tokens": int(u["cached_tokens"])}
+    return usage
 
 
 def _done_extension(done: Done) -> dict[str, Any]:

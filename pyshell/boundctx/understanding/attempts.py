@@ -287,7 +287,7 @@ class TaskRunner:
             raise TurnCancelled(self.cancelled)
         max_tokens = cfg.max_tokens or call.max_tokens or MAX_TOKENS[call.kind]
         request = make_request(messages, tools=None, max_tokens=max_tokens, temperature=cfg.temperature, stop=None,
-                               schema=S.for_decoder(call.schema), timeout_s=None)
+                               schema=S.for_decoder(call.schema), timeout_s=None, keep_state=False)
         sampling = {"temperature": cfg.temperature, "max_tokens": max_tokens}
         counted = provider.count_prompt(messages)
         clock = self.budget.clock
