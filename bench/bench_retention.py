@@ -474,11 +474,18 @@ def _fact_in(text: str, attr: str, ent: str) -> str | None:
     return found[-1] if found else None
 
 
+def _notes_text(messages) -> str:
+    """The notes of a coordinator prompt: each sits in the message of the item it notes
+    (decision 0031); "" when nothing was analysed."""
+    mark = "read completely by note-taking workers"
+    return "\n\n".join(m["content"] for m in messages if isinstance(m.get("content"), str) and mark in m["content"])
+
+
 def _coordinator(request) -> list:
     messages = request.messages
     attr, ent = next(QUESTION.search(m["content"]) for m in reversed(messages)
                      if m["role"] == "user" and QUESTION.search(m["content"])).groups()
-    system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    system = _notes_text(messages)
     latest = _latest(system, attr, ent)
     wanted = _reread_wanted(system, attr, ent)
     if request.schema is not None:  # R: the constrained reread step
@@ -572,8 +579,7 @@ def ask(condition: str, document: str, q: dict, counter, settings, provider=None
                 for m in [SECTION_HEADER.search(r.messages[-1]["content"])] if m]
     worker_calls = set(map(id, workers))
     answering = [r for r in requests if id(r) not in worker_calls and r.schema is None]
-    system = answering[-1].messages[0]["content"] if answering and answering[-1].messages[0]["role"] == "system" \
-        else ""
+    system = _notes_text(answering[-1].messages) if answering else ""
     notes = read_notes(system)
     return answer, {"ok": isinstance(done, Done), "error": done.error if isinstance(done, Failed) else None,
                     "calls": len(requests),

@@ -30,3 +30,33 @@ def test_the_goals_are_the_issues_ratios():
     turns = [turn(t, 0, 100, 100, 1.0) for t in range(10)] + [turn(t, 4, 900, 100, 9.0) for t in range(10, 20)]
     g = bt.goals(turns)
     assert g["ttft_edge_over_below"] == 9.0 and not g["ttft_goal_met"] and not g["evaluation_goal_met"]
+
+
+def test_the_turn_after_a_paste_must_evaluate_only_its_new_tokens():
+    turns = [turn(t, 0, 100, 100, 1.0) for t in range(6)]
+    turns[2]["pasted"], turns[2]["counted"], turns[2]["error"] = True, 300, None
+    for t in turns:
+        t.setdefault("pasted", False), t.setdefault("counted", t["evaluated"]), t.setdefault("error", None)
+    g = bt.after_analysed(turns)
+    assert [a["turn"] for a in g["after"]] == [3] and g["after_met"]
+    turns[3]["evaluated"] = 200  # the history evaluated again after the workers
+    assert not bt.after_analysed(turns)["after_met"]
+
+
+def test_conversations_taking_turns_are_judged_from_their_second_turn():
+    turns = [{**turn(t, 0, 900 if t == 1 else 110, 100, 1.0), "conversation": c} for t in (1, 2, 3) for c in (0, 1)]
+    g = bt.taking_turns(turns)
+    assert g["share_evaluating_new_only"] == 1.0 and g["goal_met"]  # the first turns (whole prompts) not judged
+    turns[-1]["evaluated"] = 900
+    assert bt.taking_turns(turns)["share_evaluating_new_only"] == 0.75 and not bt.taking_turns(turns)["goal_met"]
+
+
+def test_the_paste_is_about_the_size_asked_and_holds_one_failing_step():
+    class Words:
+        @staticmethod
+        def count_text(text):
+            return len(text.split())
+
+    text = bt.paste(3, 5000, Words())
+    sizes = [len(line.split()) + 1 for line in text.splitlines()]
+    assert sum(sizes) >= 5000 > sum(sizes[:-1]) and text.count("FAILED") == 1

@@ -40,3 +40,15 @@ def special_input(tmp_path, special: str, name: str) -> tuple[str, str]:
         os.mkfifo(path)
         return path, "is a FIFO (named pipe), not a regular file"
     return special, "is a character device, not a regular file"
+
+
+#: What an analysed item becomes in the coordinator's prompt; its notes follow it in the
+#: same message (decision 0031).
+ANALYSED_MARK = "read completely by note-taking workers; see the notes on"
+
+
+def notes_text(request) -> str:
+    """The analysis notes a coordinator prompt carries, each in the place of the item it
+    notes, joined in order ("" when nothing was analysed)."""
+    return "\n\n".join(m["content"] for m in request.messages
+                       if isinstance(m.get("content"), str) and ANALYSED_MARK in m["content"])

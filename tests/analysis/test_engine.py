@@ -10,6 +10,8 @@ from boundctx.analysis.workers import WORKER_INSTRUCTIONS
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider, ToolCallChunk
 
+from support import notes_text
+
 LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
 
 
@@ -41,7 +43,7 @@ class Model:
                 line_start = start + hit
                 notes += f"step failed [S{k} {line_start}-{line_start + 18}]"
             return notes
-        system = request.messages[0]["content"] if request.messages[0]["role"] == "system" else ""
+        system = notes_text(request)
         if self.reread and request.messages[-1]["role"] != "tool" and "[S" in system:
             oid = re.search(r"id (src-\S+),", system).group(1)
             start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
@@ -148,7 +150,7 @@ def test_an_input_too_big_for_the_context_is_read_in_sections_and_answered_from_
     assert p.max_active == 1
     # Workers are one-off work: a local model keeps the reply's state, not theirs.
     assert not any(r.keep_state for r in workers) and coordinator[0].keep_state
-    system = coordinator[0].messages[0]["content"]
+    system = notes_text(coordinator[0])
     assert "step failed [S" in system  # the notes reached the coordinator
     assert p.count_prompt(coordinator[0].messages) < p.counter.count_text(LOG)  # smaller than the input
     progress = [e for e in events if isinstance(e, AnalysisProgress)]
@@ -301,7 +303,7 @@ def test_notes_more_workers_write_than_the_window_holds_get_one_workers_room_and
             return note_units(request)
         if request.messages[-1]["role"] == "tool":
             return "read: " + request.messages[-1]["content"]
-        system = request.messages[0]["content"]
+        system = notes_text(request)
         oid = re.search(r"id (src-\S+),", system).group(1)
         return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "code of unit3"}))]
 
@@ -310,7 +312,7 @@ def test_notes_more_workers_write_than_the_window_holds_get_one_workers_room_and
                  analysis__worker_n_ctx=3072)
     assert isinstance(events[-1], Done), events[-1]
     answering = [r for r in p.requests if not is_worker(r)]
-    notes = answering[0].messages[0]["content"].split("):\n", 1)[1]
+    notes = notes_text(answering[0]).split("):\n", 1)[1]
     assert p.counter.count_text(notes) <= 384  # one worker's room, not eight
     assert "code of unit0" not in notes  # the oldest value went to make room
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "read: the code of unit3 is C0003."
@@ -326,7 +328,7 @@ def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_
         if is_worker(request):
             return note_units(request)
         if request.schema is not None:
-            oid = re.search(r"id (src-\S+),", request.messages[0]["content"]).group(1)
+            oid = re.search(r"id (src-\S+),", notes_text(request)).group(1)
             return json.dumps({"reread": [{"id": oid, "key": "code of unit3"}]})
         return "answered"
 
@@ -340,9 +342,9 @@ def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_
     (call,) = [e for e in events if isinstance(e, ToolCall)]
     assert json.loads(call.arguments)["key"] == "code of unit3"
     (step,) = [r for r in p.requests if r.schema is not None]
-    notes = step.messages[0]["content"].split("):\n", 1)[1]
+    notes = notes_text(step).split("):\n", 1)[1]
     assert 384 < p.counter.count_text(notes) < 3 * 384 - 100  # less than their room, more than one worker's
-    answer = p.requests[-1].messages[0]["content"]
+    answer = notes_text(p.requests[-1])
     assert "the code of unit3 is C0003." in answer  # the exact text read again reached the answer
     assert all(p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= 2200 for r in p.requests)
 
@@ -381,6 +383,6 @@ def test_a_model_without_tools_or_reread_step_answers_from_the_notes():
     assert isinstance(events[-1], Done)
     answering = [r for r in p.requests if not is_worker(r)]
     assert len(answering) == 1 and answering[0].schema is None
-    system = answering[0].messages[0]["content"]
+    system = notes_text(answering[0])
     assert "Notes on build.log" in system and "step failed [S" in system
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "answer: from notes"

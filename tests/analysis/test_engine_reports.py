@@ -123,15 +123,25 @@ def test_the_answering_stage_comes_before_the_first_reply_text():
     assert stages == [1] and stages[0] < first_text
 
 
-def test_a_system_prompt_and_analysis_notes_share_one_system_message():
+def test_the_notes_take_the_place_of_what_they_note_and_the_prompt_before_it_is_the_conversations_own():
+    # Decision 0031: the system prompt and the history before the analysed item go as
+    # they are, byte for byte the start of the turn before's prompt (the start a model
+    # still holds); the notes follow in the item's own message.
     big = "".join(f"line {i}: ok\n" for i in range(3000))
     p = ScriptedProvider(lambda r: "noted" if "Section S" in str(r.messages[-1]["content"]) else "ok",
                          context_window=4096)
-    events = list(Engine(p, settings={"chat.system_prompt": "Be brief.", "analysis.notes_max_tokens": 128},
-                         max_reply_tokens=64).reply([ASK], files=[("big.log", big)]))
+    engine = Engine(p, settings={"chat.system_prompt": "Be brief.", "analysis.notes_max_tokens": 128},
+                    max_reply_tokens=64)
+    history = [ASK, {"role": "assistant", "content": "Step 3."}]
+    list(engine.reply(history[:1]))
+    before = p.requests[-1].messages
+    events = list(engine.reply([*history, {"role": "user", "content": "And in this log?"}], files=[("big.log", big)]))
     coordinator = p.requests[-1].messages
-    assert [m["role"] for m in coordinator].count("system") == 1 and coordinator[0]["role"] == "system"
-    assert coordinator[0]["content"].startswith("Be brief.\n\n") and "Notes on big.log" in coordinator[0]["content"]
+    assert [m["role"] for m in coordinator].count("system") == 1
+    assert coordinator[:len(before)] == before and coordinator[0] == {"role": "system", "content": "Be brief."}
+    (noted,) = [m for m in coordinator if "Notes on big.log" in str(m["content"])]
+    assert noted["content"].startswith("File big.log:") or "[big.log: " in noted["content"]
+    assert coordinator.index(noted) == len(before) + 1 and coordinator[-1]["content"] == "And in this log?"
     assert events[-1].finish_reason == "stop"
 
 

@@ -11,6 +11,8 @@ from boundctx.analysis.workers import WORKER_INSTRUCTIONS
 from boundctx.events import Done, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider
 
+from support import notes_text
+
 # Twelve facts with long values: the notes cannot keep every value, only every key.
 FACTS = [(f"code of unit{i}", f"{1000 + i}-XQ " + "padding " * 8) for i in range(12)]
 DOC = "".join(f"Filler line {n} about nothing in particular.\n" for n in range(400))
@@ -34,9 +36,9 @@ class Model:
         self.ask_for = ask_for  # what the reread step answers (None: the cited range)
 
     def __call__(self, request):
-        first = request.messages[0]["content"]
+        first = notes_text(request)
         body = request.messages[-1]["content"]
-        if first == WORKER_INSTRUCTIONS:
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
             m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
             k, start, section = int(m.group(1)), int(m.group(2)), m.group(4)
             lines = [f"{f.group(1)}: {f.group(2)} [S{k} {start + f.start()}-{start + f.end()}]"
@@ -65,7 +67,7 @@ def run(model, **over):
 def test_an_evicted_value_is_read_again_exactly_in_the_constrained_step():
     p, events = run(Model())
     (step,) = [r for r in p.requests if r.schema is not None]
-    assert INDEX_HEADER in step.messages[0]["content"]  # the value was evicted, its key kept
+    assert INDEX_HEADER in notes_text(step)  # the value was evicted, its key kept
     ids = step.schema["properties"]["reread"]["items"]["properties"]["id"]["enum"]
     assert len(ids) == 1 and ids[0].startswith("src-")
     calls = [e for e in events if isinstance(e, ToolCall)]
@@ -82,7 +84,7 @@ def test_a_range_the_engine_refuses_is_said_not_read_and_the_answer_does_not_gue
         {"reread": [{"id": re.search(r"id (src-\S+),", system).group(1), "start": 0, "end": 10**9}]})))
     (result,) = [e for e in events if isinstance(e, ToolResult)]
     assert result.content.startswith("error:") and "outside" in result.content
-    answer_prompt = p.requests[-1].messages[0]["content"]
+    answer_prompt = notes_text(p.requests[-1])
     assert "not read (" in answer_prompt
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "could not be confirmed"
 
@@ -91,7 +93,7 @@ def test_a_reread_request_that_is_not_valid_is_said_in_the_notes():
     p, events = run(Model(ask_for=lambda system: '{"reread": "everything"}'))
     assert not any(isinstance(e, ToolCall) for e in events)
     assert ("No exact text was read again (the request for rereads was not valid"
-            in p.requests[-1].messages[0]["content"])
+            in notes_text(p.requests[-1]))
 
 
 def test_the_step_is_off_when_the_setting_says_so_and_for_models_with_tools():
@@ -135,7 +137,7 @@ def test_refusals_are_counted_before_they_join_the_notes_so_the_answer_fits_its_
     messages = [{"role": "system", "content": "Notes on doc:\n" + "code of unit0: (indexed) [S1 0-40]\n" * 40},
                 {"role": "user", "content": ASK[0]["content"]}]
     limit = p.count_prompt(messages) + 12  # room for the notes as they are, and hardly a line more
-    step = Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(messages, originals, limit,
+    step = Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(messages, 0, originals, limit,
                                                                                      None, 0.0)
     events = []
     try:
@@ -168,7 +170,7 @@ def test_the_steps_output_room_holds_its_largest_answer_whole():
     (step,) = [r for r in p.requests if r.schema is not None]
     assert step.schema["properties"]["reread"]["maxItems"] == REREAD_MAX_RANGES
     assert len([e for e in events if isinstance(e, ToolCall)]) == REREAD_MAX_RANGES  # read, not refused as cut
-    assert "not valid" not in p.requests[-1].messages[0]["content"]
+    assert "not valid" not in notes_text(p.requests[-1])
 
 
 def test_the_step_asks_for_fewer_ranges_where_four_would_not_fit():
@@ -185,7 +187,8 @@ def test_the_step_asks_for_fewer_ranges_where_four_would_not_fit():
     p = ScriptedProvider(Model(), context_window=window)
     p.supports_tools = False
     notes = step.messages[:-1]
-    list(Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(notes, originals, window - 256,
+    at = next(i for i, m in enumerate(notes) if "Notes on doc" in m["content"])
+    list(Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(notes, at, originals, window - 256,
                                                                                     None, 0.0))
     (asked,) = [r for r in p.requests if r.schema is not None]
     assert asked.schema["properties"]["reread"]["maxItems"] == 2
@@ -221,14 +224,14 @@ def test_a_key_the_notes_had_no_room_to_list_is_read_again_by_its_name():
         if last["role"] == "tool":
             found = re.search(r"The code of unit0 is (\S+)\.", last["content"])
             return found.group(1) if found else "could not be confirmed"
-        oid = re.search(r"id (src-\S+),", request.messages[0]["content"]).group(1)
+        oid = re.search(r"id (src-\S+),", notes_text(request)).group(1)
         return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "Code of unit0"}))]
 
     p = ScriptedProvider(respond, context_window=8192)
     events = list(Engine(p, settings=settings(analysis__notes_max_tokens=200), max_reply_tokens=256)
                   .reply(ASK, files=[("doc", doc)]))
     coordinator = [r for r in p.requests if r.messages[0]["content"] != WORKER_INSTRUCTIONS]
-    assert "code of unit0 " not in coordinator[0].messages[0]["content"]  # not listed in the notes
+    assert "code of unit0 " not in notes_text(coordinator[0])  # not listed in the notes
     (result,) = [e for e in events if isinstance(e, ToolResult)]
     assert result.content.strip() == "The code of unit0 is 5000-ZK."
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "5000-ZK"
@@ -248,8 +251,8 @@ def test_a_model_without_tool_calls_rereads_a_key_the_notes_had_no_room_to_list(
     model = Model(ask_for=by_key)
 
     def respond(request):
-        first = request.messages[0]["content"]
-        if first == WORKER_INSTRUCTIONS or request.schema is not None:
+        first = notes_text(request)
+        if request.messages[0]["content"] == WORKER_INSTRUCTIONS or request.schema is not None:
             return model(request)
         exact = re.search(r"The code of unit0 is (\S+)\.", first.partition(REREAD_HEADER)[2])
         return exact.group(1) if exact else "could not be confirmed"
@@ -259,7 +262,7 @@ def test_a_model_without_tool_calls_rereads_a_key_the_notes_had_no_room_to_list(
     events = list(Engine(p, settings=settings(analysis__notes_max_tokens=200), max_reply_tokens=256)
                   .reply(ASK, files=[("doc", doc)]))
     (step,) = [r for r in p.requests if r.schema is not None]
-    assert "code of unit0 [" not in step.messages[0]["content"]  # not listed in the notes
+    assert "code of unit0 [" not in notes_text(step)  # not listed in the notes
     item = step.schema["properties"]["reread"]["items"]
     assert item["required"] == ["id"] and "code of unit0" in item["properties"]["key"]["enum"]
     (result,) = [e for e in events if isinstance(e, ToolResult)]

@@ -14,6 +14,8 @@ from boundctx.errors import ToolOfferError
 from boundctx.events import Done, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider, ToolCallChunk
 
+from support import notes_text
+
 LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
 ASK = [{"role": "user", "content": "Which step failed, and with what id?"}]
 
@@ -70,7 +72,7 @@ def worker_or(answer):
 
 def reread_args(request, widen=12):
     """A read_chat_section call for the range the notes cite."""
-    system = request.messages[0]["content"]
+    system = notes_text(request)
     oid = re.search(r"id (src-\S+),", system).group(1)
     start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
     return json.dumps({"section_id": oid, "start": start, "end": end + widen})
@@ -272,7 +274,7 @@ def test_current_tool_results_pass_whole_when_they_fit_and_are_read_in_sections_
     first = coordinator(p)[0]
     results = {m["tool_call_id"]: m["content"] for m in first.messages if m["role"] == "tool"}
     assert results["b"] == small and results["a"].startswith("[tool result 2: ") and "read completely" in results["a"]
-    assert first.messages[2] == turn[1] and names(first) == ["sh", READ_TOOL_NAME]
+    assert first.messages[1] == turn[1] and names(first) == ["sh", READ_TOOL_NAME]
     assert all(small not in r.messages[-1]["content"] and r.tools is None for r in p.requests if is_worker(r))
     # The analysed result is kept as an original: the exact failing line can be reread.
     assert "id=7f3a9c11" in "".join(e.text for e in events if isinstance(e, ReplyDelta))
@@ -348,4 +350,4 @@ def test_a_round_of_rereads_that_cannot_fit_is_left_out_and_the_reply_answers_wi
     last = coordinator(p)[-1]
     assert READ_TOOL_NAME not in names(last)  # the offer stopped
     assert not any(m.get("tool_calls") for m in last.messages)  # the round that could not fit is not there
-    assert "No more exact text can be read" in last.messages[0]["content"]
+    assert "No more exact text can be read" in notes_text(last)

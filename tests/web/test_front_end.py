@@ -317,7 +317,7 @@ def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(pag
             return kept if hit < 0 else kept + f"step failed [S{m.group(1)} {at}-{at + 20}]"
         if request.messages[-1]["role"] == "tool":  # the reread came back: answer from it
             return "id=" + re.search(r"id=(\w+)", request.messages[-1]["content"]).group(1)
-        system = request.messages[0]["content"]
+        system = "\n".join(str(m.get("content") or "") for m in request.messages)  # the notes are in the paste's place
         oid = re.search(r"id (src-\S+),", system).group(1)
         start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
         return [ToolCallChunk("r1", "read_chat_section", json.dumps({"section_id": oid, "start": start,

@@ -327,7 +327,7 @@ class Engine:
                                salt=_count_salt(provider, base_tools))
         final = list(fit.messages)
         originals = Originals()
-        blocks: list[str] = []
+        blocks: list[tuple[int, tuple[str, str, int, list]]] = []  # (index in final, _notes_block arguments)
         dropped = set(fit.dropped_at)
         kept = [i for i in range(len(convo)) if i not in dropped]  # final[j] is convo[kept[j]]
 
@@ -382,18 +382,22 @@ class Engine:
             originals.set_keys(oid, [(e.key, e.start, e.end) for e in merged.entries()])
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
                                                f"note-taking workers; see the notes on {oid}]"}
-            blocks.append((oid, label, len(text), notes))
+            blocks.append((index, (oid, label, len(text), notes)))
         tools = base_tools
+        notes_at = blocks[-1][0] if blocks else None
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "") + _NO_GUESS
 
             def with_notes(room: int) -> list[dict[str, Any]]:
-                """``final`` with every analysed item's notes rendered in ``room`` tokens."""
-                notes = instructions + "\n\n" + "\n\n".join(self._notes_block(*b, room) for b in blocks)
-                if final and final[0].get("role") == "system" and isinstance(final[0].get("content"), str):
-                    # One system message: many chat templates refuse a second one.
-                    return [{**final[0], "content": final[0]["content"] + "\n\n" + notes}, *final[1:]]
-                return [{"role": "system", "content": notes}, *final]
+                """``final`` with every analysed item's notes rendered in ``room`` tokens, each
+                in the item's own place (the instructions before the first): the prompt
+                up to the first analysed item is the conversation's own, the start a
+                model still holds from the turns before (decision 0031)."""
+                out = list(final)
+                for k, (index, block) in enumerate(blocks):
+                    said = (instructions + "\n\n" if k == 0 else "") + self._notes_block(*block, room)
+                    out[index] = {**out[index], "content": f"{out[index]['content']}\n\n{said}"}
+                return out
 
             # The notes get the room fitting left them: every worker's budget where that
             # fit, else one worker's (the rest evicted to the index, each key still one
@@ -408,11 +412,11 @@ class Engine:
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
             elif stepping:
-                final = yield from self._constrained_rereads(final, originals, limit, cancel, started)
+                final = yield from self._constrained_rereads(final, notes_at, originals, limit, cancel, started)
                 if final is None:
                     yield Done("cancelled")
                     return
-        yield from self._coordinate(final, tools, callers, originals, limit, cancel, started)
+        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started)
 
     def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
@@ -469,7 +473,7 @@ class Engine:
             return room
         return longest_fitting(room, fits)
 
-    def _constrained_rereads(self, messages: list[dict[str, Any]], originals: Originals, limit: int,
+    def _constrained_rereads(self, messages: list[dict[str, Any]], notes_at: int, originals: Originals, limit: int,
                              cancel: Any, started: float):
         """For a model without tool calls: one step, held by its decoder to a JSON schema,
         in which it names the ranges of this reply's originals it needs exactly; the
@@ -483,7 +487,7 @@ class Engine:
 
         def noted(failure: str) -> list[dict[str, Any]]:
             # Say it in the notes when it fits; the instructions say it in any case.
-            said = _added_to_notes(messages, f"No exact text was read again ({failure}): where a value the "
+            said = _added_to_notes(messages, notes_at, f"No exact text was read again ({failure}): where a value the "
                                              "answer needs is only indexed, say it could not be confirmed.")
             return said if provider.count_prompt(said) <= limit else messages
 
@@ -522,7 +526,7 @@ class Engine:
         def add(line: str) -> bool:
             # Every line, a refusal too, is counted before it joins the notes; a refusal
             # that does not fit is left to the instructions, which say it in any case.
-            if provider.count_prompt(_added_to_notes(messages, _reread_text(read_back + [line]))) > limit:
+            if provider.count_prompt(_added_to_notes(messages, notes_at, _reread_text(read_back + [line]))) > limit:
                 return False
             read_back.append(line)
             return True
@@ -546,9 +550,9 @@ class Engine:
                 add(f"{where}: not read (it does not fit)")
                 continue
             yield ToolResult(call_id, text)
-        return _added_to_notes(messages, _reread_text(read_back)) if read_back else messages
+        return _added_to_notes(messages, notes_at, _reread_text(read_back)) if read_back else messages
 
-    def _coordinate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+    def _coordinate(self, messages: list[dict[str, Any]], notes_at: int | None, tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
                     started: float) -> Iterator[Event]:
         provider = self.provider
@@ -633,9 +637,11 @@ class Engine:
                 messages = with_round
                 continue
             tools, names = callers or None, [_tool_name(t) for t in callers]
-            said = _added_to_notes(messages, "No more exact text can be read in this reply (the context window is "
-                                             "full): where a value the answer needs is only indexed, say it could "
-                                             "not be confirmed.")
+            if notes_at is None:  # no notes (a caller's tool was misnamed as the reread): nothing to add to
+                continue
+            said = _added_to_notes(messages, notes_at, "No more exact text can be read in this reply (the context "
+                                                       "window is full): where a value the answer needs is only "
+                                                       "indexed, say it could not be confirmed.")
             if provider.count_prompt(said, tools=tools) <= limit:
                 messages = said
         yield Done("tool_rounds_exhausted")
@@ -666,10 +672,12 @@ def _reread_text(lines: Sequence[str]) -> str:
     return REREAD_HEADER + "\n" + "\n".join(lines)
 
 
-def _added_to_notes(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    """``messages`` with ``text`` added to the notes (the system message they are in)."""
-    first = messages[0]
-    return [{**first, "content": f"{first['content']}\n\n{text}"}] + messages[1:]
+def _added_to_notes(messages: list[dict[str, Any]], at: int, text: str) -> list[dict[str, Any]]:
+    """``messages`` with ``text`` added to the notes (after the last notes, in message
+    ``at``: what comes before it stays as the model may hold it)."""
+    out = list(messages)
+    out[at] = {**out[at], "content": f"{out[at]['content']}\n\n{text}"}
+    return out
 
 
 @contextlib.contextmanager
