@@ -56,7 +56,6 @@ import os
 import pathlib
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,7 +65,7 @@ from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta
 
-from _harness import ROOT, markdown_table, run_facts
+from _harness import ROOT, from_tests, markdown_table, run_facts
 
 ROWS = ("today", "stable", "rolling")
 SCENARIOS = ("fitting", "analysed", "serve")
@@ -254,47 +253,21 @@ def prefix_cost(provider, convo: list[dict]) -> dict:
 # -- through boundctx serve -------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def served(window: int, cache_mib: int | None):
-    """``boundctx serve`` on the embedded model in a child process, until the block ends."""
-    import httpx
-
-    port = _free_port()
+    """``boundctx serve`` on the embedded model in a child process, until the block ends
+    (started and stopped as the serve tests do)."""
+    servers = from_tests("servers")
+    port = servers.free_port()
     folder = tempfile.mkdtemp(prefix="bench-turns-")
     argv = [sys.executable, "-m", "boundctx", "serve", "--n-ctx", str(window), "--port", str(port),
             "--sessions-dir", folder]
     if cache_mib is not None:
         argv += ["--state-cache-mib", str(cache_mib)]
-    log = open(os.path.join(folder, "serve.log"), "wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError("boundctx serve exited: " + open(log.name, errors="replace").read()[-2000:])
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("boundctx serve did not start in 180 s")
-            time.sleep(0.1)
+    with servers.running_process(argv, url + "/health", what="boundctx serve", timeout=180,
+                                 log_path=os.path.join(folder, "serve.log")) as proc:
         yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def _resident_mib(pid: int) -> float | None:
