@@ -34,11 +34,11 @@ def test_the_goals_are_the_issues_ratios():
 
 def test_the_turn_after_a_paste_must_evaluate_only_its_new_tokens():
     turns = [turn(t, 0, 100, 100, 1.0) for t in range(6)]
-    turns[2]["pasted"], turns[2]["counted"], turns[2]["error"] = True, 300, None
+    turns[2]["pasted"], turns[2]["decoded"], turns[2]["error"] = True, 3000, None
     for t in turns:
-        t.setdefault("pasted", False), t.setdefault("counted", t["evaluated"]), t.setdefault("error", None)
+        t.setdefault("pasted", False), t.setdefault("decoded", t["evaluated"]), t.setdefault("error", None)
     g = bt.after_analysed(turns)
-    assert [a["turn"] for a in g["after"]] == [3] and g["after_met"]
+    assert [a["turn"] for a in g["after"]] == [3] and g["after_met"] and g["pasted_decoded"] == [3000]
     turns[3]["evaluated"] = 200  # the history evaluated again after the workers
     assert not bt.after_analysed(turns)["after_met"]
 
