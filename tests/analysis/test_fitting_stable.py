@@ -7,9 +7,17 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boundctx.analysis.fitting import DropMemo, current_turn_start, drop_order, fit_conversation, stable_drops
+from boundctx.analysis.fitting import (
+    DropMemo,
+    current_turn_start,
+    drop_order,
+    fit_conversation,
+    previous_cut,
+    stable_drops,
+)
+from boundctx.errors import ContextOverflow
 
-from reference.fitting import drops_turn_by_turn
+from reference.fitting import drops_turn_by_turn, fit_analysing_stable
 from strategies import conversation, nonadditive_counter
 
 
@@ -112,3 +120,52 @@ def test_the_memo_keeps_only_its_most_recent_entries():
     memo.get(bytes([2]))  # used: kept over the older one
     memo.put(bytes([9]), frozenset())
     assert memo.get(bytes([2])) == {2} and memo.get(bytes([3])) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32), st.integers(2, 120), st.booleans(), st.floats(0.02, 0.9), st.floats(0.05, 1.0),
+       st.integers(0, 200), st.integers(0, 200), st.booleans())
+def test_history_beside_notes_comes_back_from_the_previous_requests_cut(seed, n, system, where, low_water,
+                                                                        notes_room, item_room, remembered):
+    # Decision 0031: an analysed turn keeps the start the turns around it have (the cut
+    # of the request before), dropping more one step at a time only where that is needed.
+    rng = random.Random(seed)
+    msgs = conversation(rng, n, system=system)
+    msgs += [{"role": "assistant", "content": "", "tool_calls": [{"id": "big", "type": "function",
+                                                                  "function": {"name": "read", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "big", "content": "z" * rng.randint(2000, 20000)}]
+    count, _ = nonadditive_counter(rng)
+    limit = max(1, int(count(msgs) * where))
+    turn = current_turn_start(msgs)
+    memo = DropMemo() if remembered else None
+    expected = fit_analysing_stable(msgs, count, limit, turn, system, notes_room, item_room, low_water)
+    try:
+        fit = fit_conversation(msgs, count=count, limit=limit, analysis_on=True, notes_room=notes_room,
+                               item_room=item_room, clip_chars=10**9, low_water=low_water, memo=memo)
+    except ContextOverflow:
+        assert expected is None and count(msgs) > limit
+        return
+    if count(msgs) <= limit or not fit.analysed_at:  # fits without analysis: the stable rule alone
+        return
+    assert expected is not None
+    assert (fit.dropped_at, fit.dropped_research) == tuple(expected[:2])
+    previous = previous_cut(msgs, turn, system, count, limit, low_water)
+    assert previous <= set(fit.dropped_at) or not previous  # never brings back what the turn before dropped
+
+
+def test_an_analysed_turn_keeps_the_cut_of_the_turn_before():
+    count = lambda ms: sum(len(str(m.get("content") or "")) // 4 + 4 for m in ms)  # noqa: E731
+    msgs = [m for i in range(12) for m in ({"role": "user", "content": f"question {i} " * 20},
+                                           {"role": "assistant", "content": f"answer {i} " * 20})]
+    memo = DropMemo()
+    before = fit_conversation(msgs[:-1], count=count, limit=1200, analysis_on=True, notes_room=0, item_room=0,
+                              low_water=0.5, memo=memo, clip_chars=10**9)  # the request before, up to question 11
+    assert before.dropped_at  # the window's edge: the stable cut dropped the oldest exchanges
+    # Answer 11, then a file attached to question 12 (the engine puts it before the question).
+    pasted = msgs + [{"role": "user", "content": "log line " * 2000}, {"role": "user", "content": "next " * 20}]
+    fit = fit_conversation(pasted, count=count, limit=1200, analysis_on=True, notes_room=20, item_room=60,
+                           low_water=0.5, memo=memo, turn_start=len(msgs), clip_chars=10**9)
+    assert fit.analysed_at and fit.dropped_at == before.dropped_at  # not one message more or fewer
+    fewest = fit_conversation(pasted, count=count, limit=1200, analysis_on=True, notes_room=20, item_room=60,
+                              low_water=1.0, turn_start=len(msgs), clip_chars=10**9)
+    assert len(fewest.dropped_at) < len(before.dropped_at)  # from nothing, more history would have come back

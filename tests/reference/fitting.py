@@ -98,3 +98,45 @@ def drops_turn_by_turn(messages, count, limit, turn, keep_system, low_water):
         fits = found is not None
         dropped = found if fits else dropped | {i for new, _ in steps for i in new}
     return dropped, fits
+
+
+def fit_analysing_stable(messages, count, limit, turn, keep_system, notes_room, item_room, low_water):
+    """:func:`fit_analysing` with decision 0031's start: the history comes back beside the
+    notes from the cut of the request before (:func:`drops_turn_by_turn` of the
+    conversation up to the last user message before ``turn``). The fewest leading steps
+    that drop all of that cut are dropped first, then one more step at a time, counting
+    everything after each; from no drop when ``low_water`` is 1, when there is no request
+    before, or when no steps cover its cut."""
+    from boundctx.analysis.fitting import _text
+
+    users = [u for u in range(turn) if messages[u].get("role") == "user"]
+    carried = set()
+    if users and max(1, min(limit, int(limit * low_water))) < limit:
+        last = users[-1]
+        carried = set(drops_turn_by_turn(messages[:last + 1], count, limit, last, keep_system, low_water)[0])
+    steps = drop_order(messages, turn, keep_system)
+    start, covered = 0, set()
+    for k, (new, _) in enumerate(steps, 1):
+        if not carried:
+            break
+        covered.update(new)
+        if carried <= covered:
+            start = k
+            break
+    every = {i for new, _ in steps for i in new}
+    rest = [i for i in range(len(messages)) if i not in every]
+    items = sorted((i for i in rest if i >= turn and _text(messages[i])), key=lambda i: len(_text(messages[i])),
+                   reverse=True)
+    blank = list(messages)
+    chosen = []
+    for i in items:
+        chosen.append(i)
+        blank[i] = {**blank[i], "content": ""}
+        room = notes_room + item_room * len(chosen)
+        if count([blank[j] for j in rest]) + room <= limit:
+            for k in range(start, len(steps) + 1):
+                gone = {j for new, _ in steps[:k] for j in new}
+                if count([m for j, m in enumerate(blank) if j not in gone]) <= limit - room:
+                    return sorted(gone), sum(len(new) for new, research in steps[:k] if research), chosen
+            return sorted(every), sum(len(new) for new, research in steps if research), chosen
+    return None

@@ -372,6 +372,20 @@ def stable_drops(msgs: Sequence[dict[str, Any]], turn: int, keep_system: bool, c
     return dropped, fits
 
 
+def previous_cut(msgs: Sequence[dict[str, Any]], turn: int, keep_system: bool, count: Count, limit: int,
+                 low_water: float, *, memo: DropMemo | None = None, salt: bytes = b"") -> frozenset[int]:
+    """What the request before this one dropped (:func:`stable_drops` of the conversation
+    up to the last user message before ``turn``): the start a model still holds. Empty
+    for a first request, and with ``low_water`` 1, which keeps nothing stable. Its turns
+    are found in ``memo`` when the requests before were fitted with it."""
+    target = max(1, min(limit, int(limit * low_water)))
+    users = [u for u in range(turn) if msgs[u].get("role") == "user"]
+    if target >= limit or not users:
+        return frozenset()
+    last = users[-1]
+    return stable_drops(msgs[:last + 1], last, keep_system, count, limit, low_water, memo=memo, salt=salt)[0]
+
+
 def _first_true(lo: int, hi: int, test: Callable[[int], bool]) -> int | None:
     """The smallest ``k`` in ``[lo, hi]`` with ``test(k)``, for a test false then true;
     None when it is false at ``hi``. Gallops from ``lo`` (a drop is most often soon
@@ -454,6 +468,7 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     if fits:
         return decided(kept())
     remaining = kept()
+    asked_turn = turn  # in ``msgs``; ``turn`` below is in ``remaining``
     turn -= sum(1 for i in dropped if i < turn)
     if not analysis_on:
         clipped = []
@@ -473,6 +488,9 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
     # Analyse the largest current-turn items until the rest fits beside the notes: at
     # their full room if that fits, else at the least room notes can have (every key
     # stays one reread away however little of the notes is shown).
+    # The history comes back beside the notes from the previous request's cut, not from
+    # nothing: the prompt then starts as the turns around it do (decision 0031).
+    carried = previous_cut(msgs, asked_turn, keep_system, count, limit, low_water, memo=memo, salt=salt)
     candidates = sorted((i for i in range(turn, len(remaining)) if _text(remaining[i])),
                         key=lambda i: len(_text(remaining[i])), reverse=True)
     rooms = [item_room] + ([item_room_least] if item_room_least is not None and item_room_least < item_room else [])
@@ -486,7 +504,8 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
             if count(trial) + room <= limit:
                 # What the engine is sent keeps each analysed item's content (it reads
                 # them); the search counts them emptied, with their room beside.
-                at, fit = _history_back(msgs, steps, dropped, {j: trial[j] for j in analyse}, count, limit - room)
+                at, fit = _history_back(msgs, steps, dropped, {j: trial[j] for j in analyse}, count, limit - room,
+                                        carried=carried)
                 originals = {j: remaining[j] for j in analyse}
                 for new_at, j in zip(at, analyse):
                     fit.messages[new_at] = dict(originals[j])
@@ -501,16 +520,25 @@ def fit_conversation(messages: Sequence[dict[str, Any]], *, count: Count, limit:
 
 
 def _history_back(msgs: list[dict[str, Any]], steps: list[tuple[list[int], bool]], dropped: set[int],
-                  changed: dict[int, dict[str, Any]], count: Count, limit: int) -> tuple[list[int], Fit]:
+                  changed: dict[int, dict[str, Any]], count: Count, limit: int,
+                  carried: frozenset[int] = frozenset()) -> tuple[list[int], Fit]:
     """The end of step 3: with the current turn's items changed (``changed``: position
     among the messages left after every step in ``dropped`` -> what it becomes), the
-    first drop step that fits ``limit``. It drops no more than every step did, as that
-    one is known to fit. Returns the new position of each changed item (in the order of
-    ``changed``) and the fit, its messages with the changed items in their new form."""
+    first drop step that fits ``limit``, from the first step that drops all of
+    ``carried`` on (the previous request's cut; from none when no steps cover it). It
+    drops no more than every step did, as that one is known to fit. Returns the new
+    position of each changed item (in the order of ``changed``) and the fit, its
+    messages with the changed items in their new form."""
     kept_all = [i for i in range(len(msgs)) if i not in dropped]  # dropped: a set
     new_form = {kept_all[j]: m for j, m in changed.items()}
     trial = [new_form.get(i, m) for i, m in enumerate(msgs)]
-    k = _first_fitting_step(trial, steps, count, limit)
+    start = _covering_steps(steps, carried)
+    if start:
+        # Steps before ``start`` as one: the search begins with them all dropped.
+        merged = [([i for new, _ in steps[:start] for i in new], False), *steps[start:]]
+        k = start - 1 + max(1, _first_fitting_step(trial, merged, count, limit))
+    else:
+        k = _first_fitting_step(trial, steps, count, limit)
     taken = steps[:k]
     gone = {i for new, _ in taken for i in new}
     kept = [i for i in range(len(msgs)) if i not in gone]
@@ -518,3 +546,16 @@ def _history_back(msgs: list[dict[str, Any]], steps: list[tuple[list[int], bool]
     fit = Fit([dict(trial[i]) for i in kept], dropped=len(gone), dropped_at=sorted(gone),
               dropped_research=sum(len(new) for new, is_research in taken if is_research))
     return [where[kept_all[j]] for j in changed], fit
+
+
+def _covering_steps(steps: list[tuple[list[int], bool]], cut: frozenset[int]) -> int:
+    """The fewest leading steps that drop every index of ``cut`` (0 when ``cut`` is
+    empty or no number of steps does)."""
+    if not cut:
+        return 0
+    left = set(cut)
+    for k, (new, _) in enumerate(steps, 1):
+        left.difference_update(new)
+        if not left:
+            return k
+    return 0
