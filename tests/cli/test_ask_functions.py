@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from boundctx import config
 from boundctx.cli import main
-from boundctx.cli.ask import Asked, ask, history_start, read_transcript
+from boundctx.cli.ask import Asked, ask, read_transcript
 from boundctx.cli.plan import plan_message
 from boundctx.errors import GenerationTimeout
 from boundctx.events import Done, Failed, Fitted, ReplyDelta
 from boundctx.providers import ScriptedProvider, ScriptedReply
+from boundctx.transcript.chat import history_start
 
 
 def settings():

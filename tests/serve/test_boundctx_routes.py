@@ -112,6 +112,25 @@ def test_history_bounds_what_a_session_reply_starts_from(serve):
     assert [c for c in seen[-1] if c.startswith("m")] == ["m6", "m7", "m8", "m9"]
 
 
+def test_the_history_a_session_reply_starts_from_keeps_its_start_for_half_the_history(serve):
+    # Each reply adds two messages; the newest 8 alone would start one exchange later on
+    # every reply. The start moves 4 messages at a time, so it stays for two replies.
+    seen = []
+
+    def respond(request):
+        seen.append([m["content"] for m in request.messages])
+        return "ok"
+
+    server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL)
+    new_session(server, "k", [message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(10)])
+    sent = []
+    for turn in range(6):
+        events = reply(server, "k", content=f"q{turn}", history=8)
+        sent.append(events[0][1]["history_messages"])
+    starts = [request[0] for request in seen]
+    assert starts == ["m4", "m4", "m8", "m8", "q1", "q1"] and all(4 < n <= 8 for n in sent)
+
+
 def test_a_cancelled_session_reply_saves_nothing_and_the_cancel_route_names_it(serve, tmp_path):
     slow = Slow(pieces=500, gap=0.01)
     server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL)

@@ -111,24 +111,10 @@ class Asked(msgspec.Struct, frozen=True):
     saved: bool = False
 
 
-def history_start(total: int, history: int) -> int:
-    """Where the messages sent from a transcript of ``total`` messages start: at most
-    ``history`` of the newest, and at least half of them (rounded up).
-
-    The start moves forward in steps of half the history, not one message a turn: the
-    turns between two steps resend the same start, which a model server's prompt cache
-    still holds (decision 0029). Worked out from the count alone, so every run, and
-    every process, picks the same start.
-    """
-    if total <= history:
-        return 0
-    step = max(1, history // 2)
-    return -(-(total - history) // step) * step
-
-
 def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Continuation:
     """At most the newest ``history`` messages of the transcript at ``path``, to
-    continue; their start moves in steps of half of ``history`` (:func:`history_start`).
+    continue; their start moves in steps of half of ``history``
+    (:func:`boundctx.transcript.chat.history_start`).
 
     The write style is settled here, before any model call, so a transcript boundctx
     will not write into is refused before minutes of generation, not after. A missing
@@ -144,7 +130,7 @@ def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Conti
         No file at ``path`` and ``save`` is false.
     """
     from boundctx.transcript import Transcript
-    from boundctx.transcript.chat import Conversation, chat_messages, writable_style
+    from boundctx.transcript.chat import Conversation, chat_messages, history_start, writable_style
 
     if history < 0:
         raise ValueError(f"--history must be >= 0, got {history}")

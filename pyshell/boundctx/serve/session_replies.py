@@ -6,8 +6,10 @@ Route::
     POST /boundctx/v1/sessions/{id}/replies   {"content": "...", "history": 50,
                                                "max_tokens": N, "temperature": T, "save": true}
 
-The reply starts from the session's newest ``history`` messages (read whole, newest
-first, up to a byte bound: ``sessions.history_bytes``; what the bound leaves out is
+The reply starts from at most the session's newest ``history`` messages, their start
+moving forward half of ``history`` at a time so the turns between keep the prompt's
+start (``transcript.chat.history_start``), read whole, newest first, up to a byte
+bound (``sessions.history_bytes``; what the bound leaves out is
 named in the ``reply`` event's notices), then fitted and analysed as any reply is,
 with ``content`` as the new user message. The answer is a
 ``text/event-stream`` of named events, each one's ``data`` the event as the library

@@ -69,7 +69,7 @@ from boundctx.serve.http import error as _error
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.http import read_body as _read_body
 from boundctx.serve.requests import BadRequest, SessionCreateRequest, decode
-from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, writable_style
+from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
 
@@ -332,7 +332,9 @@ class Sessions:
             window, notices = None, []
             if history:
                 total = t.message_count
-                sizes = t.message_bytes(max(0, total - history), total)
+                # The start moves in steps of half the history, so the turns between keep
+                # the prompt's start (and a model's kept state of it).
+                sizes = t.message_bytes(history_start(total, history), total)
                 keep, used = 0, 0
                 for size in reversed(sizes):  # the newest messages that fit the byte bound together
                     if used + size > budget:

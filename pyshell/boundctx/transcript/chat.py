@@ -41,7 +41,22 @@ import msgspec
 
 from boundctx.transcript.entries import Entry, Window
 
-__all__ = ["Conversation", "append_exchange", "chat_messages", "writable_style"]
+__all__ = ["Conversation", "append_exchange", "chat_messages", "history_start", "writable_style"]
+
+
+def history_start(total: int, history: int) -> int:
+    """Where the messages sent from a transcript of ``total`` messages start: at most
+    ``history`` of the newest, and at least half of them (rounded up).
+
+    The start moves forward in steps of half the history, not one message a turn: the
+    turns between two steps resend the same start, which a model (its kept state, a
+    server's prompt cache) still holds (decision 0029). Worked out from the count alone,
+    so every run, and every process behind a load balancer, picks the same start.
+    """
+    if total <= history:
+        return 0
+    step = max(1, history // 2)
+    return -(-(total - history) // step) * step
 
 
 class Conversation(msgspec.Struct):
