@@ -33,6 +33,18 @@ def fit_analysing(messages, count, limit, turn, keep_system, notes_room, item_ro
     again one at a time, counting everything after each, over the conversation with
     those items emptied. ``(dropped indexes, research dropped, analysed indexes)`` in the
     caller's indexes, or None when even every item analysed does not fit."""
+    found = _items_to_analyse(messages, count, limit, turn, keep_system, notes_room, item_room)
+    if found is None:
+        return None
+    blank, chosen, room = found
+    _, dropped, research = fit_by_dropping(blank, count, limit - room, turn, keep_system)
+    return dropped, research, chosen
+
+
+def _items_to_analyse(messages, count, limit, turn, keep_system, notes_room, item_room):
+    """Every old step dropped, the current turn's largest items emptied one by one until
+    the rest fits beside their notes' room: ``(the messages with them emptied, their
+    indexes, the room)``, or None when even all of them do not make it fit."""
     from boundctx.analysis.fitting import _text
 
     steps = drop_order(messages, turn, keep_system)
@@ -47,8 +59,7 @@ def fit_analysing(messages, count, limit, turn, keep_system, notes_room, item_ro
         blank[i] = {**blank[i], "content": ""}
         room = notes_room + item_room * len(chosen)
         if count([blank[j] for j in rest]) + room <= limit:
-            _, dropped, research = fit_by_dropping(blank, count, limit - room, turn, keep_system)
-            return dropped, research, chosen
+            return blank, chosen, room
     return None
 
 
@@ -107,7 +118,6 @@ def fit_analysing_stable(messages, count, limit, turn, keep_system, notes_room, 
     that drop all of that cut are dropped first, then one more step at a time, counting
     everything after each; from no drop when ``low_water`` is 1, when there is no request
     before, or when no steps cover its cut."""
-    from boundctx.analysis.fitting import _text
 
     users = [u for u in range(turn) if messages[u].get("role") == "user"]
     carried = set()
@@ -123,20 +133,12 @@ def fit_analysing_stable(messages, count, limit, turn, keep_system, notes_room, 
         if carried <= covered:
             start = k
             break
-    every = {i for new, _ in steps for i in new}
-    rest = [i for i in range(len(messages)) if i not in every]
-    items = sorted((i for i in rest if i >= turn and _text(messages[i])), key=lambda i: len(_text(messages[i])),
-                   reverse=True)
-    blank = list(messages)
-    chosen = []
-    for i in items:
-        chosen.append(i)
-        blank[i] = {**blank[i], "content": ""}
-        room = notes_room + item_room * len(chosen)
-        if count([blank[j] for j in rest]) + room <= limit:
-            for k in range(start, len(steps) + 1):
-                gone = {j for new, _ in steps[:k] for j in new}
-                if count([m for j, m in enumerate(blank) if j not in gone]) <= limit - room:
-                    return sorted(gone), sum(len(new) for new, research in steps[:k] if research), chosen
-            return sorted(every), sum(len(new) for new, research in steps if research), chosen
-    return None
+    found = _items_to_analyse(messages, count, limit, turn, keep_system, notes_room, item_room)
+    if found is None:
+        return None
+    blank, chosen, room = found
+    for k in range(start, len(steps) + 1):
+        gone = {j for new, _ in steps[:k] for j in new}
+        if count([m for j, m in enumerate(blank) if j not in gone]) <= limit - room:
+            return sorted(gone), sum(len(new) for new, research in steps[:k] if research), chosen
+    return sorted({j for new, _ in steps for j in new}), sum(len(new) for new, research in steps if research), chosen
