@@ -416,9 +416,7 @@ class LlamaCppProvider(Provider):
         if llm is None:
             return 0
         tokens = self.counter.prompt_tokens(messages, tools=tools)
-        kept = _kept_prefix(llm, tokens)
-        restorable = self._restorable(tokens, kept)[0]
-        return max(kept, restorable)
+        return self._restorable(tokens, _kept_prefix(llm, tokens))[0]  # never less than what is held
 
     def _restorable(self, tokens, kept: int):
         """How many prompt tokens a kept state would spare, and that state, when it spares
