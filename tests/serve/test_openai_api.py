@@ -139,6 +139,22 @@ def test_a_body_over_the_cap_is_413_before_it_is_parsed(serve):
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
 
 
+def test_every_route_that_reads_a_body_refuses_one_over_the_cap_in_the_same_words(serve):
+    server = serve(ScriptedProvider(answer), settings=settings(**{"serve.max_body_bytes": 4096}), model_id=MODEL)
+    assert httpx.post(server.url + "/boundctx/v1/sessions", json={"id": "s1"}).status_code == 201
+    big = json.dumps({"content": "x" * 10_000})
+    errors = {}
+    for method, path in [("POST", "/v1/chat/completions"), ("POST", "/boundctx/v1/count"),
+                         ("POST", "/boundctx/v1/understand"), ("POST", "/boundctx/v1/sessions"),
+                         ("POST", "/boundctx/v1/sessions/s1/messages"), ("POST", "/boundctx/v1/sessions/s1/replies"),
+                         ("PATCH", "/boundctx/v1/sessions/s1/messages/0"), ("PATCH", "/boundctx/v1/settings")]:
+        r = httpx.request(method, server.url + path, content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413, (path, r.text)
+        errors[path] = r.json()["error"]
+    assert len({json.dumps(e, sort_keys=True) for e in errors.values()}) == 1, errors
+    assert "4,096 bytes (serve.max_body_bytes)" in errors["/v1/chat/completions"]["message"]
+
+
 def test_a_host_header_that_is_not_loopback_is_refused(serve):
     server = serve(ScriptedProvider(answer), settings=settings(), model_id=MODEL)
     r = httpx.get(server.url + "/v1/models", headers={"host": "evil.example:8765"})

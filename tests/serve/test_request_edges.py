@@ -15,6 +15,7 @@ import pytest
 
 from boundctx.providers import ScriptedProvider
 from boundctx.serve import sessions as sessions_module
+from boundctx.serve.http import ApiError
 from boundctx.serve.sessions import CONTENT_LIMIT_MAX, MESSAGE_LIMIT_MAX
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
@@ -220,12 +221,15 @@ def test_a_plain_window_is_bounded_whatever_the_settings_say(server, tmp_path):
 
 
 def test_window_defaults_past_the_routes_caps_are_held_to_them(tmp_path):
-    """The route's own guard, met with settings read before any check (a library user
-    handing Sessions a mapping)."""
+    """The route's own guard, met with settings no check has seen (a library user
+    handing Sessions values of their own)."""
+    from boundctx.config import Settings
+    from boundctx.serve.settings import LiveSettings
+
     path = seeded(tmp_path / "sessions", "s1", MESSAGE_LIMIT_MAX + 5)
-    s = sessions_module.Sessions(str(path.parent), {"serve.max_body_bytes": 1 << 20,
-                                                    "transcript.window_messages": MESSAGE_LIMIT_MAX * 3,
-                                                    "transcript.window_content_bytes": CONTENT_LIMIT_MAX * 3})
+    values = {"serve.max_body_bytes": 1 << 20, "transcript.window_messages": MESSAGE_LIMIT_MAX * 3,
+              "transcript.window_content_bytes": CONTENT_LIMIT_MAX * 3}
+    s = sessions_module.Sessions(str(path.parent), LiveSettings(Settings(values, dict.fromkeys(values, "test"))))
     w = s.window("s1", {})
     assert len(w["messages"]) == MESSAGE_LIMIT_MAX and w["content_limit"] == CONTENT_LIMIT_MAX
 
@@ -426,8 +430,7 @@ def test_an_edit_that_happened_is_answered_200_though_another_rewrite_follows_at
     path = seeded(tmp_path / "sessions", "s1", 4)
 
     def refused(self, sid):
-        raise sessions_module.Refused(409, "the session keeps being rewritten under the read; try again",
-                                      "session_changed")
+        raise ApiError(409, "the session keeps being rewritten under the read; try again", "session_changed")
 
     monkeypatch.setattr(sessions_module.Sessions, "get", refused)
     r = httpx.patch(f"{server.url}{API}/s1/messages/1", json=message("new m1"))

@@ -10,9 +10,8 @@ import httpx
 import msgspec
 import pytest
 
+from boundctx.serve import create_app
 from boundctx.serve import sessions as sessions_module
-from boundctx.serve.app import Guard
-from boundctx.serve.sessions import session_routes
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.sample import write_sample
 from boundctx.transcript.store import Transcript
@@ -29,12 +28,11 @@ def folder(tmp_path):
 
 @pytest.fixture
 def server(folder):
-    from starlette.applications import Starlette
-
+    from boundctx.providers import ScriptedProvider
     from serve.running import Running
 
-    app = Guard(Starlette(routes=session_routes(str(folder), {"serve.max_body_bytes": 1 << 20})),
-                keys=frozenset(), allowed_hosts=None)
+    app = create_app(ScriptedProvider(lambda request: "unused"), settings={"serve.max_body_bytes": 1 << 20},
+                     host="127.0.0.1", sessions_dir=str(folder))
     running = Running(app)
     running.http = httpx.Client(base_url=running.url, timeout=10)
     yield running

@@ -48,8 +48,12 @@ class SlowModel:
         return stream()
 
 
-def slots(server):
-    return server.app.app.state.boundctx.slots
+def in_use(server) -> tuple[int, int]:
+    """The server's replies (generating, waiting), as ``/v1/models`` says them."""
+    import httpx
+
+    replies = httpx.get(server.url + "/v1/models", timeout=10).json()["data"][0]["meta"]["replies"]
+    return replies["generating"], replies["waiting"]
 
 
 def test_a_client_that_leaves_stops_the_turn_at_the_call_in_flight_and_frees_its_slot(serve):
@@ -62,14 +66,14 @@ def test_a_client_that_leaves_stops_the_turn_at_the_call_in_flight_and_frees_its
     sock.sendall(b"POST /boundctx/v1/understand HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     assert model.started.wait(30)  # the first call is streaming
-    assert slots(server).in_use == (1, 0)
+    assert in_use(server) == (1, 0)
     sock.close()
     # The slot comes back before the call in flight would have ended on its own (the
     # turn's thread frees it as its last act, so the turn is over by then).
     deadline = time.monotonic() + CALL_S
-    while slots(server).in_use != (0, 0) and time.monotonic() < deadline:
+    while in_use(server) != (0, 0) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert slots(server).in_use == (0, 0), "the turn still holds its slot"
+    assert in_use(server) == (0, 0), "the turn still holds its slot"
     produced = len(model.produced_at)
     assert produced < model.pieces, "the call in flight ran to its end"
     time.sleep(0.5)
@@ -80,7 +84,7 @@ def test_a_client_that_leaves_stops_the_turn_at_the_call_in_flight_and_frees_its
     r = httpx.post(server.url + "/boundctx/v1/understand", content=body,
                    headers={"Content-Type": "application/json"}, timeout=120)
     assert r.status_code == 200 and r.json()["status"] == "ready", r.text
-    assert slots(server).in_use == (0, 0)
+    assert in_use(server) == (0, 0)
 
 
 def test_a_call_that_ends_cancelled_ends_the_turn_with_no_repair_and_a_notice():

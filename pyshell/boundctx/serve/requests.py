@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from boundctx.serve.http import ApiError
+
 __all__ = ["BadRequest", "ChatCompletionRequest", "CountRequest", "SessionCreateRequest", "SessionReplyRequest",
            "UnderstandRequest", "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
            "parse_session_reply"]
@@ -21,13 +23,11 @@ __all__ = ["BadRequest", "ChatCompletionRequest", "CountRequest", "SessionCreate
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-class BadRequest(ValueError):
-    """A request boundctx will not run; ``param`` names the field."""
+class BadRequest(ApiError, ValueError):
+    """A request boundctx will not run (400); ``param`` names the field."""
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        self.code = code
+        super().__init__(400, message, code, param)
 
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=False):

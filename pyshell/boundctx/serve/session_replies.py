@@ -37,19 +37,23 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 
 from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta
-from boundctx.serve.http import parsed_or_refusal
+from boundctx.serve.http import ApiError, read_json
 from boundctx.serve.requests import parse_session_reply
-from boundctx.serve.sessions import PREFIX, Refused, Sessions
+from boundctx.serve.service import ReplyService
+from boundctx.serve.sessions import Sessions
 from boundctx.serve.streaming import EventStream, ProgressGate
 
 __all__ = ["named_event", "session_reply_routes"]
 
 _encode = msgspec.json.Encoder().encode
+#: What the end of a reply does with a complete answer: the fields it adds to ``done``.
+Finish = Callable[[Done, str], Awaitable[dict[str, Any]]]
 
 
 def named_event(name: str, data: Any, seq: int) -> bytes:
@@ -63,15 +67,15 @@ def _name(event: Any) -> str:
 
 
 class _SessionFrames:
-    """What each engine event becomes, and the save once the answer is complete."""
+    """What each engine event becomes as a named event. The answer's text is gathered
+    for ``finish``, which the route gives (it saves the exchange), and whose fields
+    ``done`` carries."""
 
-    def __init__(self, server: Any, sessions: Sessions, sid: str, question: str, style: str | None,
-                 parent_id: str | None) -> None:
-        self.server, self.sessions, self.sid = server, sessions, sid
-        self.question, self.style, self.parent_id = question, style, parent_id
+    def __init__(self, progress_max_hz: float, finish: Finish) -> None:
+        self.finish = finish
         self.answer: list[str] = []
         self.seq = 0  # the reply event is 0
-        self.progress = ProgressGate(float(server.settings["serve.progress_max_hz"]))
+        self.progress = ProgressGate(progress_max_hz)
 
     def _named(self, name: str, data: Any) -> bytes:
         self.seq += 1
@@ -87,54 +91,46 @@ class _SessionFrames:
             return b"", False
         data = msgspec.to_builtins(event)
         if isinstance(event, Done):
-            data.update(await self._save(event))
+            data.update(await self.finish(event, "".join(self.answer)))
             return self._named("done", data), True
         if isinstance(event, Failed):
             data["saved"] = False
             return self._named("failed", data), True
         return self._named(_name(event), data), False
 
-    async def _save(self, done: Done) -> dict[str, Any]:
-        if self.style is None:
-            return {"saved": False, "not_saved": "the request asked not to save (save: false)"}
-        if done.finish_reason != "stop":
-            return {"saved": False, "not_saved": f"the answer is not complete (finish reason "
-                                                 f"{done.finish_reason!r}); the session is as it was"}
-        try:
-            where = await asyncio.to_thread(self.sessions.save_exchange, self.sid, self.question,
-                                            "".join(self.answer), self.style, self.parent_id)
-        except Refused as refused:
-            return {"saved": False, "not_saved": f"the exchange could not be appended: {refused}"}
-        return {"saved": True, **where}
 
-
-def session_reply_routes(server: Any, sessions: Sessions) -> list:
-    """The replies route over ``sessions``, run by ``server`` (the app's shared state)."""
+def session_reply_routes(service: ReplyService, sessions: Sessions) -> list:
+    """The replies route over ``sessions``, run by ``service``."""
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
     async def reply(request):
         sid = request.path_params["id"]
-        req, refusal = await parsed_or_refusal(request, int(server.settings["serve.max_body_bytes"]),
-                                               parse_session_reply, code="invalid_request")
-        if refusal is not None:
-            return refusal
-        try:
-            path, conversation, style = await run_in_threadpool(sessions.conversation, sid, req.history, req.save)
-        except Refused as refused:
-            return refused.response()
+        req = await read_json(request, service.max_body, parse_session_reply, code="invalid_request")
+        path, conversation, style = await run_in_threadpool(sessions.conversation, sid, req.history, req.save)
         messages = conversation.messages + [{"role": "user", "content": req.content}]
         reply_id = f"reply-{secrets.token_hex(12)}"
-        started = await server.begin(messages, reply_id=reply_id, max_tokens=req.max_tokens,
-                                     temperature=req.temperature)
-        if not isinstance(started, tuple):
-            return started
-        run, first = started
-        frames = _SessionFrames(server, sessions, sid, req.content, style, conversation.last_id)
+        run, first = await service.begin(messages, reply_id=reply_id, max_tokens=req.max_tokens,
+                                         temperature=req.temperature)
+
+        async def save(done: Done, answer: str) -> dict[str, Any]:
+            if style is None:
+                return {"saved": False, "not_saved": "the request asked not to save (save: false)"}
+            if done.finish_reason != "stop":
+                return {"saved": False, "not_saved": f"the answer is not complete (finish reason "
+                                                     f"{done.finish_reason!r}); the session is as it was"}
+            try:
+                where = await asyncio.to_thread(sessions.save_exchange, sid, req.content, answer, style,
+                                                conversation.last_id)
+            except ApiError as refused:
+                return {"saved": False, "not_saved": f"the exchange could not be appended: {refused}"}
+            return {"saved": True, **where}
+
+        frames = _SessionFrames(float(service.settings["serve.progress_max_hz"]), save)
         opening = named_event("reply", {"type": "reply", "id": reply_id, "session": sid,
                                         "notices": conversation.notices,
                                         "history_messages": len(conversation.messages)}, 0)
-        return EventStream(run, first, frames=frames, opening=opening, on_close=lambda: server.end(reply_id),
-                           **server.stream_settings())
+        return EventStream(run, first, frames=frames, opening=opening, on_close=lambda: service.end(reply_id),
+                           **service.stream_settings())
 
-    return [Route(PREFIX + "/{id}/replies", reply, methods=["POST"])]
+    return [Route("/sessions/{id}/replies", reply, methods=["POST"])]

@@ -50,7 +50,7 @@ import re
 import secrets
 import stat
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -63,21 +63,19 @@ from boundctx.errors import (
     TranscriptNotFound,
     TranscriptPermission,
 )
-from boundctx.serve.http import ClientGone
-from boundctx.serve.http import TooLarge as _TooLarge
-from boundctx.serve.http import error as _error
+from boundctx.serve.http import ApiError, read_body, read_json
 from boundctx.serve.http import json_response as _json
-from boundctx.serve.http import read_body as _read_body
 from boundctx.serve.requests import BadRequest, SessionCreateRequest, decode
+from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
 
-__all__ = ["SESSION_ID", "Refused", "Sessions", "session_routes"]
+__all__ = ["SESSION_ID", "Sessions", "layout_version", "session_routes"]
 
+T = TypeVar("T")
 #: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-PREFIX = "/boundctx/v1/sessions"
 SUFFIX = ".jsonl"
 LIST_DEFAULT, LIST_MAX = 50, 1000
 MESSAGE_LIMIT_MAX = 1000
@@ -90,32 +88,17 @@ LOCK_WAIT_S = 1.0
 RETRY_AFTER = "1"
 
 
-class Refused(Exception):
-    """A request answered with an error before (or instead of) touching the file."""
-
-    def __init__(self, status: int, message: str, code: str, param: str | None = None,
-                 type: str = "invalid_request_error", headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.param, self.type, self.headers = status, code, param, type, headers
-
-    def response(self, public: Callable[[str], str] = str):
-        """The error response; ``public`` takes the server's own paths out of the message."""
-        return _error(self.status, public(str(self)), self.type, self.code, self.param, headers=self.headers)
-
-
-def _stale(param: str = "layout_version") -> Refused:
-    return Refused(409, "the session was rewritten (a message edited or deleted) since this cursor was "
+def _stale(param: str = "layout_version") -> ApiError:
+    return ApiError(409, "the session was rewritten (a message edited or deleted) since this cursor was "
                          "issued, so message indexes have moved; read the window again from the end",
                     "stale_cursor", param)
 
 
-class _Versions:
-    """The layout version of each session file (see the module docstring): the same in
-    every server process, so a client paging through several behind a balancer is not
-    refused for switching between them."""
-
-    def of(self, t: Transcript) -> str:
-        return hashlib.blake2b(t.identity().encode(), digest_size=8).hexdigest()
+def layout_version(t: Transcript) -> str:
+    """The layout version of a session file (see the module docstring): the same in every
+    server process, so a client paging through several behind a balancer is not refused
+    for switching between them."""
+    return hashlib.blake2b(t.identity().encode(), digest_size=8).hexdigest()
 
 
 class Sessions:
@@ -125,27 +108,27 @@ class Sessions:
     Parameters
     ----------
     sessions_dir : path
-    settings : Settings or LiveSettings
+    settings : LiveSettings
         Where the window defaults (``transcript.window_*``) are read at each request,
         so a settings change applies to the next window.
     """
 
-    def __init__(self, sessions_dir: str | os.PathLike, settings: Any) -> None:
+    def __init__(self, sessions_dir: str | os.PathLike, settings: LiveSettings) -> None:
         self.dir = os.fspath(sessions_dir)
         self.real_dir = os.path.realpath(self.dir)
-        self._settings = settings
-        self.max_body = int(self.settings["serve.max_body_bytes"])
-        self.versions = _Versions()
+        self._live = settings
+        #: ``serve.max_body_bytes``: fixed while serving, so read once.
+        self.max_body = int(settings.started["serve.max_body_bytes"])
 
     @property
     def settings(self) -> config.Settings:
-        return getattr(self._settings, "current", self._settings)
+        return self._live.current
 
     # -- names --------------------------------------------------------------------
 
     def _id(self, value: Any) -> str:
         if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
-            raise Refused(400, f"{value!r} is not a session id: ids are 1 to 128 letters, digits, '_' or '-' "
+            raise ApiError(400, f"{value!r} is not a session id: ids are 1 to 128 letters, digits, '_' or '-' "
                                 "(never a path)", "invalid_session_id", "id")
         return value
 
@@ -167,6 +150,16 @@ class Sessions:
             message = message.replace(folder + os.sep, "").replace(folder, "the sessions folder")
         return message
 
+    async def run(self, work: Callable[[], T]) -> T:
+        """``work()`` (blocking) in the thread pool; an error it raises is said without
+        the server's own paths."""
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            return await run_in_threadpool(work)
+        except ApiError as exc:
+            raise exc.with_message(self.public(exc.message)) from None
+
     # -- the parts of a reply --------------------------------------------------------
 
     def _read(self, path: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, os.stat_result]:
@@ -175,17 +168,17 @@ class Sessions:
         for _ in range(3):
             try:
                 with self._opened(path) as t:
-                    version = self.versions.of(t)
+                    version = layout_version(t)
                     out = read(t, version)
                     # a read that followed the path to a rewrite's new file shows here
-                    after, version_after = t.stat(), self.versions.of(t)
+                    after, version_after = t.stat(), layout_version(t)
             except TranscriptChanged:
                 continue
             except (TranscriptNotFound, TranscriptNotAFile):  # the name now leads out of the folder
-                raise Refused(404, "the session is gone", "session_not_found", "id") from None
+                raise ApiError(404, "the session is gone", "session_not_found", "id") from None
             if version_after == version:
                 return out, version, after
-        raise Refused(409, "the session keeps being rewritten under the read; try again", "session_changed",
+        raise ApiError(409, "the session keeps being rewritten under the read; try again", "session_changed",
                        headers={"Retry-After": RETRY_AFTER})
 
     # -- handlers (blocking: run in the thread pool) ----------------------------------
@@ -214,7 +207,7 @@ class Sessions:
         if after is not None:
             ids = [f[1] for f in found]
             if after not in ids:
-                raise Refused(400, f"after={after!r} is not a listed session; page from the start again",
+                raise ApiError(400, f"after={after!r} is not a listed session; page from the start again",
                                "invalid_cursor", "after")
             start = ids.index(after) + 1
         page = found[start : start + limit]
@@ -236,13 +229,13 @@ class Sessions:
     def create(self, sid: str) -> dict[str, Any]:
         path = self._path(sid)
         if not os.path.isdir(self.real_dir):
-            raise Refused(500, "the sessions folder does not exist (serve.sessions_dir)", "sessions_folder_missing",
+            raise ApiError(500, "the sessions folder does not exist (serve.sessions_dir)", "sessions_folder_missing",
                            type="server_error")
         try:
             # O_EXCL refuses anything already at the name, a dangling symlink included.
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644))
         except FileExistsError:
-            raise Refused(409, f"session {sid!r} exists", "session_exists", "id") from None
+            raise ApiError(409, f"session {sid!r} exists", "session_exists", "id") from None
         return self.get(sid)
 
     def get(self, sid: str) -> dict[str, Any]:
@@ -266,7 +259,7 @@ class Sessions:
             if wanted is not None and wanted != version:
                 raise _stale()
             if before is not None and before > t.message_count:
-                raise Refused(400, f"message_before={before} is past the last message; the session has "
+                raise ApiError(400, f"message_before={before} is past the last message; the session has "
                                     f"{t.message_count}", "invalid_value", "message_before")
             return t.window(message_before=before, message_limit=limit, content_limit=content)
 
@@ -307,7 +300,7 @@ class Sessions:
         def check(history) -> None:
             # Under the write lock, against the file the history was read from and is
             # rewritten: nothing can move the messages between this and the rename.
-            if wanted is not None and wanted != self.versions.of(history.source):
+            if wanted is not None and wanted != layout_version(history.source):
                 raise _stale()
             _check_index(index, history.message_count)
 
@@ -318,7 +311,7 @@ class Sessions:
                 _writing(lambda: t.delete(index, lock_wait=LOCK_WAIT_S, check=check))
             # The answer is the file this rewrite made, as it is held open: a fresh read
             # could meet another process's rewrite and answer 409 for an edit that happened.
-            return _metadata(sid, (t.message_count, t.compaction_count), self.versions.of(t), t.stat())
+            return _metadata(sid, (t.message_count, t.compaction_count), layout_version(t), t.stat())
 
     def conversation(self, sid: str, history: int, save: bool) -> tuple[str, Conversation, str | None]:
         """What a reply on session ``sid`` starts from: its path, the chat messages of its
@@ -350,7 +343,7 @@ class Sessions:
                 try:
                     style = writable_style(window, transcript=t) if window is not None else "text"
                 except ValueError as exc:
-                    raise Refused(400, f"{exc} (send \"save\": false to reply without writing)",
+                    raise ApiError(400, f"{exc} (send \"save\": false to reply without writing)",
                                    "session_read_only", "save") from None
             conversation = chat_messages(window) if window is not None else Conversation([], [])
             conversation.notices[:0] = notices
@@ -365,7 +358,7 @@ class Sessions:
         with self._opened(path) as t:
             lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id,
                                                      lock_wait=LOCK_WAIT_S))
-            count, version = t.message_count, self.versions.of(t)
+            count, version = t.message_count, layout_version(t)
         return {"lines": lines, "message_count": count, "layout_version": version}
 
 
@@ -398,12 +391,12 @@ class _OpenSession:
         try:
             self.t = Transcript.open(self.path, within=self.folder)
         except (TranscriptNotFound, TranscriptNotAFile):
-            raise Refused(404, f"no session {sid!r}", "session_not_found", "id") from None
+            raise ApiError(404, f"no session {sid!r}", "session_not_found", "id") from None
         except TranscriptChanged:
-            raise Refused(409, "the session was replaced while it was being opened; try again", "session_changed",
+            raise ApiError(409, "the session was replaced while it was being opened; try again", "session_changed",
                            headers={"Retry-After": RETRY_AFTER}) from None
         except TranscriptPermission as exc:
-            raise Refused(403, str(exc), "permission_denied", type="permission_error") from None
+            raise ApiError(403, str(exc), "permission_denied", type="permission_error") from None
         return self.t
 
     def __exit__(self, *exc) -> None:
@@ -414,20 +407,20 @@ def _writing(write: Callable[[], Any]) -> Any:
     try:
         return write()
     except EntryInvalid as exc:
-        raise Refused(400, str(exc), "invalid_record", "record") from None
+        raise ApiError(400, str(exc), "invalid_record", "record") from None
     except TranscriptLocked:
-        raise Refused(409, "another writer holds this session; retry shortly", "session_locked",
+        raise ApiError(409, "another writer holds this session; retry shortly", "session_locked",
                        headers={"Retry-After": RETRY_AFTER}) from None
     except TranscriptChanged as exc:
-        raise Refused(409, str(exc), "session_changed", headers={"Retry-After": RETRY_AFTER}) from None
+        raise ApiError(409, str(exc), "session_changed", headers={"Retry-After": RETRY_AFTER}) from None
     except TranscriptPermission as exc:
-        raise Refused(403, str(exc), "permission_denied", type="permission_error") from None
+        raise ApiError(403, str(exc), "permission_denied", type="permission_error") from None
     except (TranscriptNotFound, TranscriptNotAFile):
         # The name no longer leads to a file in the folder (removed, or replaced by
         # something that is not one): nothing more was written.
-        raise Refused(404, "the session is gone", "session_not_found", "id") from None
+        raise ApiError(404, "the session is gone", "session_not_found", "id") from None
     except IndexError as exc:  # the message went between the check and the rewrite
-        raise Refused(404, str(exc), "message_not_found", "index") from None
+        raise ApiError(404, str(exc), "message_not_found", "index") from None
 
 
 def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum: int,
@@ -437,11 +430,11 @@ def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum
         return default
     # int() alone would take " 5", "+5", "5_0" and "٥"; a cursor is plain ASCII digits.
     if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise Refused(400, f"{name} must be a non-negative integer, got {text!r}", "invalid_value", name)
+        raise ApiError(400, f"{name} must be a non-negative integer, got {text!r}", "invalid_value", name)
     value = int(text)
     if value < minimum or (maximum is not None and value > maximum):
         top = f" and at most {maximum:,}" if maximum is not None else ""
-        raise Refused(400, f"{name} must be at least {minimum}{top}, got {value}", "invalid_value", name)
+        raise ApiError(400, f"{name} must be at least {minimum}{top}, got {value}", "invalid_value", name)
     return value
 
 
@@ -451,7 +444,7 @@ def _index(text: str) -> int:
 
 def _check_index(index: int, count: int) -> None:
     if index >= count:
-        raise Refused(404, f"no message {index}: the session has {count} (indexes 0 to {count - 1})",
+        raise ApiError(404, f"no message {index}: the session has {count} (indexes 0 to {count - 1})",
                        "message_not_found", "index")
 
 
@@ -461,9 +454,9 @@ def _record(body: bytes) -> dict[str, Any]:
     try:
         value = decode_record(body)
     except LineUnreadable as exc:
-        raise Refused(400, f"the body is not JSON the store can keep: {exc}", "invalid_json", "record") from None
+        raise ApiError(400, f"the body is not JSON the store can keep: {exc}", "invalid_json", "record") from None
     if not isinstance(value, dict):
-        raise Refused(400, f"the body must be a JSON object (a record), got {type(value).__name__}",
+        raise ApiError(400, f"the body must be a JSON object (a record), got {type(value).__name__}",
                        "invalid_record", "record")
     return value
 
@@ -471,66 +464,31 @@ def _record(body: bytes) -> dict[str, Any]:
 # -- routes --------------------------------------------------------------------------------
 
 
-def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str, Any] | None = None, *,
-                   extra: list | None = None) -> list:
-    """The sessions API's routes.
-
-    Parameters
-    ----------
-    sessions : Sessions or path
-        The sessions, or the folder holding ``<id>.jsonl`` transcripts.
-    settings : mapping, optional
-        With a folder: resolved settings or a partial mapping over
-        :func:`boundctx.config.load` (``transcript.window_*`` give the window defaults,
-        ``serve.max_body_bytes`` bounds bodies).
-    extra : list of Route, optional
-        More routes under the sessions prefix (a session's replies), matched before the
-        catch-all that answers unknown paths in the API's error shape.
-
-    Returns
-    -------
-    list of starlette.routing.Route
-    """
-    from starlette.concurrency import run_in_threadpool
+def session_routes(sessions: Sessions) -> list:
+    """The sessions API's routes, relative to :data:`~boundctx.serve.http.API`."""
     from starlette.routing import Route
 
-    s = sessions if isinstance(sessions, Sessions) else Sessions(sessions, config.resolve(settings))
+    s = sessions
 
     async def answer(status: int, work: Callable[[], Any]):
-        try:
-            return _json(status, await run_in_threadpool(work))
-        except Refused as refused:
-            return refused.response(s.public)
+        return _json(status, await s.run(work))
 
-    async def body_of(request) -> bytes:
+    def create_request(body: bytes) -> SessionCreateRequest:
         try:
-            return await _read_body(request, s.max_body)
-        except _TooLarge:
-            raise Refused(413, f"the request body is over {s.max_body:,} bytes (serve.max_body_bytes)",
-                           "request_too_large") from None
-        except ClientGone:
-            raise Refused(499, "the client closed the connection before the request body was whole",
-                           "client_closed") from None
+            return decode(body, SessionCreateRequest) if body.strip() else SessionCreateRequest()
+        except BadRequest as exc:
+            raise BadRequest(str(exc), exc.param, "invalid_json") from None
 
     # Each handler names the methods it writes with: Starlette answers HEAD on every
     # route that takes GET, and a HEAD must read, never create, append or edit.
 
-    async def sessions(request):
+    async def sessions_(request):
         if request.method in ("GET", "HEAD"):
-            try:
-                limit = _int_param(request.query_params, "limit", LIST_DEFAULT, 1, LIST_MAX)
-            except Refused as refused:
-                return refused.response()
+            limit = _int_param(request.query_params, "limit", LIST_DEFAULT, 1, LIST_MAX)
             return await answer(200, lambda: s.list(limit, request.query_params.get("after")))
         assert request.method == "POST"
-        try:
-            body = await body_of(request)
-            given = decode(body, SessionCreateRequest) if body.strip() else SessionCreateRequest()
-            sid = s._id(given.id) if given.id is not None else secrets.token_hex(12)
-        except Refused as refused:
-            return refused.response()
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error", "invalid_json", exc.param)
+        given = await read_json(request, s.max_body, create_request)
+        sid = s._id(given.id) if given.id is not None else secrets.token_hex(12)
         return await answer(201, lambda: s.create(sid))
 
     async def session(request):
@@ -541,10 +499,7 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
         if request.method in ("GET", "HEAD"):
             return await answer(200, lambda: s.window(sid, request.query_params))
         assert request.method == "POST"
-        try:
-            body = await body_of(request)
-        except Refused as refused:
-            return refused.response()
+        body = await read_body(request, s.max_body)
         return await answer(201, lambda: s.append(sid, body))
 
     async def message(request):
@@ -554,30 +509,12 @@ def session_routes(sessions: Sessions | str | os.PathLike, settings: Mapping[str
         if request.method == "DELETE":
             return await answer(200, lambda: s.rewrite(sid, index, request.query_params, None))
         assert request.method == "PATCH"
-        try:
-            body = await body_of(request)
-        except Refused as refused:
-            return refused.response()
+        body = await read_body(request, s.max_body)
         return await answer(200, lambda: s.rewrite(sid, index, request.query_params, body))
 
-    async def nowhere(request):
-        # Anything else under the sessions prefix (an id holding a "/", a path past a
-        # known route, a method a route does not take) is answered in the API's error
-        # shape, not Starlette's plain text.
-        path = request.url.path
-        for route in routes[:-1]:
-            if route.path_regex.match(path):
-                allowed = ", ".join(sorted(route.methods - {"HEAD"}))
-                return _error(405, f"{request.method} is not a method of {route.path} (use {allowed})",
-                              "invalid_request_error", "method_not_allowed", headers={"Allow": allowed})
-        return _error(404, f"no such sessions route: {path}", "invalid_request_error", "not_found")
-
-    routes = [
-        Route(PREFIX, sessions, methods=["GET", "POST"]),
-        Route(PREFIX + "/{id}", session, methods=["GET"]),
-        Route(PREFIX + "/{id}/messages", messages, methods=["GET", "POST"]),
-        Route(PREFIX + "/{id}/messages/{index}", message, methods=["GET", "PATCH", "DELETE"]),
-        *(extra or ()),
+    return [
+        Route("/sessions", sessions_, methods=["GET", "POST"]),
+        Route("/sessions/{id}", session, methods=["GET"]),
+        Route("/sessions/{id}/messages", messages, methods=["GET", "POST"]),
+        Route("/sessions/{id}/messages/{index}", message, methods=["GET", "PATCH", "DELETE"]),
     ]
-    routes.append(Route(PREFIX + "/{rest:path}", nowhere, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]))
-    return routes

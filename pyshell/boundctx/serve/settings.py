@@ -27,14 +27,12 @@ from typing import Any
 
 from boundctx import config
 from boundctx.errors import ConfigError
-from boundctx.serve.http import body_or_refusal
-from boundctx.serve.http import error as _error
+from boundctx.serve.http import API, ApiError, read_json
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import BadRequest, decode
 
 __all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
 
-PREFIX = "/boundctx/v1/settings"
 SOURCE = "PATCH /boundctx/v1/settings"
 _FIXED_KEYS = frozenset({"chat.n_ctx"})
 _FIXED_GROUPS = ("serve.", "local.")
@@ -85,7 +83,7 @@ class LiveSettings:
         checked: dict[str, Any] = {}
         for name, value in changes.items():
             if name not in config.KEYS:
-                raise SettingRefused(name, f"{name!r} is not a setting; GET {PREFIX}/schema lists them")
+                raise SettingRefused(name, f"{name!r} is not a setting; GET {API}/settings/schema lists them")
             if fixed_while_serving(name):
                 raise SettingRefused(name, f"{name} is read when boundctx serve starts and cannot change while "
                                            "it runs; set it in the config file, the environment or a flag, and "
@@ -120,7 +118,18 @@ class LiveSettings:
 
 
 def settings_routes(live: LiveSettings, max_body: int) -> list:
+    """The settings routes, relative to :data:`~boundctx.serve.http.API`."""
     from starlette.routing import Route
+
+    def changes_of(body: bytes) -> dict[str, Any]:
+        try:
+            changes = decode(body, dict[str, Any])
+        except BadRequest as exc:
+            raise BadRequest(f"{exc}; send a JSON object of settings to change", code="invalid_json") from None
+        if not changes:
+            raise BadRequest('the body must be a JSON object of settings to change, e.g. '
+                             '{"chat.analysis_workers": 0}', code="invalid_settings")
+        return changes
 
     async def schema(request):
         return _json(200, {"object": "boundctx.settings_schema", "data": config.schema()})
@@ -128,24 +137,14 @@ def settings_routes(live: LiveSettings, max_body: int) -> list:
     async def settings(request):
         if request.method == "GET":
             return _json(200, live.view())
-        body = await body_or_refusal(request, max_body)
-        if not isinstance(body, bytes):
-            return body
-        try:
-            changes = decode(body, dict[str, Any])
-        except BadRequest as exc:
-            return _error(400, f"{exc}; send a JSON object of settings to change", "invalid_request_error",
-                          "invalid_json")
-        if not changes:
-            return _error(400, 'the body must be a JSON object of settings to change, e.g. '
-                               '{"chat.analysis_workers": 0}', "invalid_request_error", "invalid_settings")
+        changes = await read_json(request, max_body, changes_of)
         try:
             live.patch(changes)
         except SettingRefused as exc:
-            return _error(400, str(exc), "invalid_request_error", "invalid_setting", exc.name)
+            raise ApiError(400, str(exc), "invalid_setting", exc.name) from None
         return _json(200, live.view())
 
     return [
-        Route(PREFIX + "/schema", schema, methods=["GET"]),
-        Route(PREFIX, settings, methods=["GET", "PATCH"]),
+        Route("/settings/schema", schema, methods=["GET"]),
+        Route("/settings", settings, methods=["GET", "PATCH"]),
     ]

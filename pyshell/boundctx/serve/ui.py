@@ -26,11 +26,11 @@ HEADERS = {"content-security-policy": POLICY, "x-content-type-options": "nosniff
 def _file(name: str):
     from starlette.responses import Response
 
-    from boundctx.serve.http import error
+    from boundctx.serve.http import ApiError
 
     kind = FILES.get(name)
     if kind is None:
-        return error(404, f"no such front-end file: {name!r}", "invalid_request_error", "not_found")
+        raise ApiError(404, f"no such front-end file: {name!r}", "not_found")
     return Response((WEB / name).read_bytes(), media_type=kind, headers=HEADERS)
 
 
