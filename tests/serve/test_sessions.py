@@ -12,6 +12,7 @@ import pytest
 
 from boundctx.serve import create_app
 from boundctx.serve import sessions as sessions_module
+from boundctx.transcript.dialects import display
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.sample import write_sample
 from boundctx.transcript.store import Transcript
@@ -49,8 +50,15 @@ def sample(folder, sid="s1", **kw):
 
 
 def library_window(path, **kw):
+    """The library's window as the API sends it: each entry with how it reads for a
+    person (``role``, ``text``) beside it."""
     with Transcript.open(path) as t:
-        return json.loads(msgspec.json.encode(t.window(**kw)))
+        w = t.window(**kw)
+    out = json.loads(msgspec.json.encode(w))
+    for key in ("messages", "compactions"):
+        for entry, data in zip(getattr(w, key), out[key]):
+            data["role"], data["text"] = display(entry)
+    return out
 
 
 def snapshot(*folders):

@@ -102,15 +102,15 @@ def test_the_issues_examples_are_notices(tmp_path, name):
 def test_a_record_of_a_shape_no_check_foresaw_is_a_notice_naming_its_line(tmp_path, monkeypatch):
     """The guard behind the checks: any TypeError, KeyError, AttributeError or
     ValueError of one record's conversion is a notice with its message, line and error."""
-    from boundctx.transcript import chat
+    from boundctx.transcript.dialects import boundctx as boundctx_dialect
 
     def unforeseen(m, where, notes):
         if m.get("content") == "boom":
             return [{}["missing"]]
         return real(m, where, notes)
 
-    real = chat._pi_message
-    monkeypatch.setattr(chat, "_pi_message", unforeseen)
+    real = boundctx_dialect._pi_message
+    monkeypatch.setattr(boundctx_dialect, "_pi_message", unforeseen)
     path = write(tmp_path / "t.jsonl", [{"type": "message", "message": {"role": "user", "content": c}}
                                         for c in ("before", "boom", "after")])
     _, conversation = read(path)
@@ -120,9 +120,9 @@ def test_a_record_of_a_shape_no_check_foresaw_is_a_notice_naming_its_line(tmp_pa
 
 
 def test_a_message_a_converter_builds_wrong_is_never_returned(tmp_path, monkeypatch):
-    from boundctx.transcript import chat
+    from boundctx.transcript.dialects import boundctx as boundctx_dialect
 
-    monkeypatch.setattr(chat, "_bash", lambda m, where, notes: [{"role": "user", "content": 7}])
+    monkeypatch.setattr(boundctx_dialect, "_bash", lambda m, where, notes: [{"role": "user", "content": 7}])
     path = write(tmp_path / "t.jsonl", [{"type": "message", "message": {"role": "bashExecution", "command": "ls"}},
                                         {"type": "message", "message": {"role": "user", "content": "ok"}}])
     _, conversation = read(path)

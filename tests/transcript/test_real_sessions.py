@@ -230,9 +230,14 @@ def test_a_codex_cli_session_keeps_every_user_turn_once_and_every_tool_exchange(
 def codex_events_dialect(monkeypatch):
     """The codex table with every event_msg line a message, not only user_message events:
     the other events (agent messages, token counts, ...) must be skipped by chat_messages."""
-    name = "codex-with-events"
-    monkeypatch.setitem(dialects.DIALECTS, name, {**dialects.DIALECTS["codex"], "event_msg": dialects.MESSAGE})
-    return name
+    from boundctx.transcript.dialects.codex import CodexDialect
+
+    class WithEvents(CodexDialect):
+        name = "codex-with-events"
+        kinds = {**CodexDialect.kinds, "event_msg": dialects.MESSAGE}
+
+    monkeypatch.setitem(dialects.DIALECTS, WithEvents.name, WithEvents())
+    return WithEvents.name
 
 
 @pytest.mark.parametrize("name", sorted(n for n in REAL_FILES if n.startswith(CODEX)))

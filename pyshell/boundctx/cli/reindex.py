@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from boundctx.cli._dialect import AUTO, add_dialect_argument
 from boundctx.cli._progress import byte_progress
 
 if TYPE_CHECKING:
@@ -26,8 +27,7 @@ def add_parser(sub, summary: str) -> None:
         description="Rescan JSONL transcripts and rewrite their layout sidecars. "
                     "Folders are searched recursively for *.jsonl files.")
     p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--dialect", default="auto",
-                   help="auto (default), boundctx, pi, claude-code or codex")
+    add_dialect_argument(p, "the transcripts'")
     p.add_argument("--json", action="store_true", help="print one JSON report per file")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="force the progress bar on or off (default: on a terminal, for big jobs)")
@@ -65,7 +65,7 @@ def reindex_paths(paths: list[str], *, dialect: str = "auto",
 
 
 def run(args) -> int:
-    reports = reindex_paths(args.paths, dialect=args.dialect, progress=args.progress)
+    reports = reindex_paths(args.paths, dialect=args.dialect or AUTO, progress=args.progress)
     if args.json:
         import json
     for r in reports:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from boundctx import config
+from boundctx.cli._dialect import AUTO, add_dialect_argument
 from boundctx.cli._progress import byte_progress
 from boundctx.errors import TranscriptError
 
-if TYPE_CHECKING:
-    from boundctx.transcript import Entry
-
-__all__ = ["add_parser", "entry_text"]
+__all__ = ["add_parser"]
 
 
 def add_parser(sub, summary: str) -> None:
@@ -38,39 +34,9 @@ def add_parser(sub, summary: str) -> None:
                    help="display budget per message in bytes of text; 0 shows none (default: the "
                         "setting transcript.window_content_bytes, "
                         f"{config.KEYS['transcript.window_content_bytes'].default} unless set)")
-    g.add_argument("--dialect", default="auto")
+    add_dialect_argument(g, "the transcript's")
     g.add_argument("--json", action="store_true", help="print the window as JSON")
     g.set_defaults(run=run_get)
-
-
-def entry_text(entry: Entry) -> tuple[str, str]:
-    """(role, text) for a human: the text blocks of a message, whatever the dialect."""
-    if entry.record is None:
-        return "corrupt", f"({entry.corrupt}) {entry.raw}"
-    rec = entry.record
-    msg = rec.get("message") if isinstance(rec.get("message"), dict) else rec.get("payload")
-    if not isinstance(msg, dict):
-        msg = rec
-    role = msg.get("role") or rec.get("type") or "?"
-    content = msg.get("content", msg.get("summary"))
-    if isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict):
-                for key in ("text", "thinking", "output", "content"):
-                    if isinstance(block.get(key), str):
-                        parts.append(block[key])
-                        break
-                else:
-                    parts.append(json.dumps(block, ensure_ascii=False))
-            else:
-                parts.append(str(block))
-        text = "\n".join(parts)
-    else:
-        text = json.dumps(msg, ensure_ascii=False)
-    return str(role), text
 
 
 #: The API's words in error messages, and the command line's.
@@ -90,6 +56,7 @@ def in_cli_words(exc: BaseException) -> str:
 
 def run_get(args) -> int:
     from boundctx.transcript import Transcript
+    from boundctx.transcript.dialects import display
 
     try:
         # Settings first: a bad one is refused before a big transcript is scanned.
@@ -97,7 +64,7 @@ def run_get(args) -> int:
         size = os.path.getsize(args.path) if os.path.isfile(args.path) else 0
         # A first open of a big transcript scans it: show that, not a frozen terminal.
         with byte_progress(size, "indexing") as report:
-            t = Transcript.open(args.path, dialect=args.dialect, progress=report)
+            t = Transcript.open(args.path, dialect=args.dialect or AUTO, progress=report)
         with t:
             # An option not given is the preset's (the renderer settings), not uncapped.
             given = {k: v for k, v in (("message_limit", args.limit),
@@ -115,7 +82,7 @@ def run_get(args) -> int:
           f"{' (older messages before; use --before ' + str(w.message_start) + ')' if w.has_more_before else ''}")
     # File order: the compaction in force first, later ones where they happened.
     for e in sorted([*w.compactions, *w.messages], key=lambda e: e.line):
-        role, text = entry_text(e)
+        role, text = display(e)
         head = f"compaction (line {e.line})" if e.index is None else f"[{e.index}] {role}"
         print(f"\n## {head}\n{text}")
     return 0

@@ -11,6 +11,10 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
     PATCH  /boundctx/v1/sessions/{id}/messages/{index}          edit (full-history rewrite)
     DELETE /boundctx/v1/sessions/{id}/messages/{index}          delete (full-history rewrite)
 
+Every entry a window or the one-message route returns carries ``role`` and ``text``
+beside its record: how it reads for a person, by its format's rule
+(:func:`boundctx.transcript.dialects.display`), so no client derives them again.
+
 A session id is a name, never a path: ``[A-Za-z0-9_-]{1,128}``, stored as
 ``<sessions_dir>/<id>.jsonl``, and refused unless that resolves (symlinks followed) to a
 regular file directly inside the real sessions folder. The check is made on what was
@@ -68,6 +72,8 @@ from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import BadRequest, SessionCreateRequest, decode
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
+from boundctx.transcript.dialects import display
+from boundctx.transcript.entries import Entry
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
 
@@ -264,7 +270,10 @@ class Sessions:
             return t.window(message_before=before, message_limit=limit, content_limit=content)
 
         w, version, _ = self._read(path, read)
-        return {**msgspec.to_builtins(w), "layout_version": version}
+        out = msgspec.to_builtins(w)
+        for key in ("messages", "compactions"):
+            out[key] = [_shown(entry, data) for entry, data in zip(getattr(w, key), out[key])]
+        return {**out, "layout_version": version}
 
     def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
         path = self._existing(sid)
@@ -278,7 +287,7 @@ class Sessions:
             return t.window(message_before=index + 1, message_limit=1, content_limit=None).messages[0]
 
         entry, version, _ = self._read(path, read)
-        return {**msgspec.to_builtins(entry), "layout_version": version}
+        return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
 
     def append(self, sid: str, body: bytes) -> dict[str, Any]:
         path = self._existing(sid)
@@ -363,6 +372,13 @@ class Sessions:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
+    """An entry as the API sends it: with ``role`` and ``text``, how it reads for a
+    person by its format's rule, so no client derives them again."""
+    data["role"], data["text"] = display(entry)
+    return data
 
 
 def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result) -> dict[str, Any]:

@@ -33,12 +33,13 @@ the transcript's own style (text or content parts), so a conversation continued 
 from __future__ import annotations
 
 import datetime
-import json
 import secrets
 from typing import Any, Callable
 
 import msgspec
 
+from boundctx.transcript.dialects import FORMATS, dialect_of
+from boundctx.transcript.dialects.base import SUMMARY, Notes, said
 from boundctx.transcript.entries import Entry, Window
 
 __all__ = ["Conversation", "append_exchange", "chat_messages", "history_start", "writable_style"]
@@ -82,285 +83,17 @@ _ROLES = ("system", "user", "assistant", "tool")
 #: What a record's conversion may raise on a shape no check foresaw: the final guard
 #: makes any of them a notice about that record, never an error of the whole read.
 _SHAPE_ERRORS = (TypeError, KeyError, AttributeError, ValueError, RecursionError)
-#: Content parts that carry text, and parts that are not sent as text on purpose (tool
-#: calls and results are read by the caller; reasoning is private). Tuples, not sets: a
-#: part's type may be any JSON value, and a list or an object cannot be hashed.
-_TEXT_PARTS = ("text", "input_text", "output_text")
-_NOT_TEXT = ("thinking", "redacted_thinking", "reasoning", "toolCall", "tool_use", "tool_result")
-_CODEX_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
-_CODEX_OUTPUTS = ("function_call_output", "custom_tool_call_output")
-_SUMMARY = "Summary of the earlier conversation (compacted):\n"
-#: Characters of a string a notice quotes, and of an error it repeats.
-_QUOTED, _WHY = 40, 200
+#: Characters of an error a notice repeats.
+_WHY = 200
 
 
-class _Notes:
-    """What one record's conversion could not send: its notices, and the ids of the tool
-    calls it left out (a set the whole window shares, so a result of such a call is named
-    for what it is, not as a result whose call is older than the window)."""
-
-    __slots__ = ("notices", "unsent_calls")
-
-    def __init__(self, unsent_calls: set[str]) -> None:
-        self.notices: list[str] = []
-        self.unsent_calls = unsent_calls
-
-    def add(self, text: str) -> None:
-        self.notices.append(text)
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _QUOTED else text[:_QUOTED] + "…"
-
-
-def _said(value: Any) -> str:
-    """A field's value as a notice names it: a string quoted (cut short), anything else by
-    its JSON type, never whole (it may be megabytes)."""
-    if isinstance(value, str):
-        return repr(_short(value))
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
-def _parts_text(content: Any, where: str, notes: _Notes, *, text_types: tuple[str, ...] = _TEXT_PARTS) -> str | None:
-    """The text of a content value: a string, or the text parts of a list, joined by
-    blank lines; ``""`` for none. Images and other parts a text model cannot take become
-    notices; content that is neither text nor a list of parts is None, with a notice."""
-    if isinstance(content, str):
-        return content
-    if content is None:
-        return ""
-    if not isinstance(content, list):
-        notes.add(f"{where}: content that is {_said(content)}, not text or content parts; not sent")
-        return None
-    texts = []
-    for part in content:
-        if not isinstance(part, dict):
-            notes.add(f"{where}: a content part that is {_said(part)}, not an object; not sent")
-            continue
-        kind = part.get("type")
-        if kind in text_types:
-            text = part.get("text")
-            if isinstance(text, str):
-                texts.append(text)
-            else:
-                notes.add(f"{where}: a {kind} part whose text is {_said(text)}; not sent")
-        elif kind in _NOT_TEXT:
-            continue
-        elif isinstance(kind, str):
-            notes.add(f"{where}: a {_short(kind)} part is not sent to a text model")
-        else:
-            notes.add(f"{where}: a content part whose type is {_said(kind)}; not sent")
-    return "\n\n".join(texts)
-
-
-def _arguments(value: Any) -> str:
-    """A call's arguments as the JSON text a chat message carries (a string is taken as
-    it is: Codex's custom tools take free text)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps({} if value is None else value, ensure_ascii=False)
-
-
-def _call(call_id: Any, name: Any, arguments: Any, where: str, notes: _Notes) -> dict[str, Any] | None:
-    """A tool call, or None (with a notice) when its id or name is not a string: a call
-    cannot be answered without its id, nor run without its name."""
-    for field, value in (("id", call_id), ("name", name)):
-        if not isinstance(value, str):
-            if isinstance(call_id, str):
-                notes.unsent_calls.add(call_id)
-            notes.add(f"{where}: a tool call whose {field} is {_said(value)}; not sent")
-            return None
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": _arguments(arguments)}}
-
-
-def _openai_calls(value: Any, where: str, notes: _Notes) -> list[dict[str, Any] | None]:
-    """The calls of a message written with OpenAI-style ``tool_calls``."""
-    if value is None:
+def _record_messages(record: dict[str, Any], where: str, notes: Notes) -> list[dict[str, Any]]:
+    """The chat messages of one message line, by the format its type belongs to."""
+    dialect = dialect_of(record)
+    if dialect is None:
+        notes.add(f"{where}: line type {said(record.get('type'))} is not a message; not sent")
         return []
-    if not isinstance(value, list):
-        notes.add(f"{where}: tool_calls that is {_said(value)}, not a list; not sent")
-        return []
-    out: list[dict[str, Any] | None] = []
-    for call in value:
-        if not isinstance(call, dict):
-            notes.add(f"{where}: a tool call that is {_said(call)}, not an object; not sent")
-            continue
-        kind, fn = call.get("type", "function"), call.get("function")
-        if kind != "function" or not isinstance(fn, dict):
-            if isinstance(call.get("id"), str):
-                notes.unsent_calls.add(call["id"])
-            what = f"of type {_said(kind)}" if kind != "function" else f"whose function is {_said(fn)}"
-            notes.add(f"{where}: a tool call {what}; not sent")
-            continue
-        out.append(_call(call.get("id"), fn.get("name"), fn.get("arguments"), where, notes))
-    return out
-
-
-def _assistant(text: str | None, calls: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    sent = [c for c in calls if c is not None]
-    if not text and not sent:
-        return []  # an aborted turn that produced nothing, or nothing of it could be sent
-    out: dict[str, Any] = {"role": "assistant", "content": text or ""}
-    if sent:
-        out["tool_calls"] = sent
-    return [out]
-
-
-def _result(call_id: Any, text: Callable[[], str | None], where: str, notes: _Notes) -> list[dict[str, Any]]:
-    """A tool result; its content is read only once its call id is known to be one. A
-    result whose content cannot be sent is sent empty, so its call stays answered."""
-    if not isinstance(call_id, str):
-        notes.add(f"{where}: a tool result whose call id is {_said(call_id)}; not sent")
-        return []
-    return [{"role": "tool", "tool_call_id": call_id, "content": text() or ""}]
-
-
-def _pi_message(m: dict[str, Any], where: str, notes: _Notes) -> list[dict[str, Any]]:
-    role = m.get("role")
-    content = m.get("content")
-    if role in ("user", "system", "developer"):
-        text = _parts_text(content, where, notes)
-        return [] if text is None else [{"role": "system" if role == "developer" else role, "content": text}]
-    if role == "assistant":
-        text = _parts_text(content, where, notes)
-        calls = [_call(p.get("id"), p.get("name"), p.get("arguments"), where, notes)
-                 for p in (content if isinstance(content, list) else []) if isinstance(p, dict)
-                 and p.get("type") == "toolCall"]
-        calls += _openai_calls(m.get("tool_calls"), where, notes)  # OpenAI-style records
-        return _assistant(text, calls)
-    if role in ("toolResult", "tool"):
-        call_id = m["toolCallId"] if "toolCallId" in m else m.get("tool_call_id")
-        return _result(call_id, lambda: _parts_text(content, where, notes), where, notes)
-    if role == "bashExecution":  # a command the user ran in the agent; the model saw its output
-        return _bash(m, where, notes)
-    notes.add(f"{where}: role {_said(role)} is not a chat role; not sent")
-    return []
-
-
-def _bash(m: dict[str, Any], where: str, notes: _Notes) -> list[dict[str, Any]]:
-    command, output, code = m.get("command"), m.get("output"), m.get("exitCode")
-    for field, value in (("command", command), ("output", output)):
-        if value is not None and not isinstance(value, str):
-            notes.add(f"{where}: a bashExecution message whose {field} is {_said(value)}; not sent")
-            return []
-    exit_code = f" (exit code {code})" if isinstance(code, int) and not isinstance(code, bool) else ""
-    return [{"role": "user", "content": f"I ran `{command or ''}`{exit_code}:\n{output or ''}"}]
-
-
-def _claude_message(record: dict[str, Any], where: str, notes: _Notes) -> list[dict[str, Any]]:
-    """A ``user`` or ``assistant`` line: the line's type says whose turn it is."""
-    m = record.get("message")
-    if not isinstance(m, dict):
-        notes.add(f"{where}: a {record.get('type')} line whose message is {_said(m)}; not sent")
-        return []
-    content = m.get("content")
-    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-    if record.get("type") == "assistant":
-        text = _parts_text(content, where, notes)
-        calls = [_call(b.get("id"), b.get("name"), b.get("input"), where, notes) for b in blocks
-                 if b.get("type") == "tool_use"]
-        return _assistant(text, calls)
-    results = [b for b in blocks if b.get("type") == "tool_result"]
-    out: list[dict[str, Any]] = []
-    for b in results:
-        out += _result(b.get("tool_use_id"), lambda b=b: _parts_text(b.get("content"), where, notes), where, notes)
-    text = _parts_text(content, where, notes)
-    if text or (text is not None and not results):
-        out.append({"role": "user", "content": text})
-    return out
-
-
-def _codex_output(output: Any, where: str, notes: _Notes) -> str:
-    """A Codex call's output: a string, content items, or an object holding either."""
-    if isinstance(output, dict) and "content" in output:
-        output = output["content"]
-    if isinstance(output, list):
-        return _parts_text(output, where, notes) or ""
-    if output is None:
-        return ""
-    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-
-
-def _codex_item(p: Any, where: str, notes: _Notes) -> list[dict[str, Any]]:
-    """A ``response_item`` line's payload (or an item of a compaction's history)."""
-    if not isinstance(p, dict):
-        notes.add(f"{where}: a response item that is {_said(p)}, not an object; not sent")
-        return []
-    kind = p.get("type")
-    if kind == "message":
-        role = p.get("role")
-        role = "system" if role == "developer" else role
-        if role not in ("user", "assistant", "system"):
-            notes.add(f"{where}: role {_said(role)} is not a chat role; not sent")
-            return []
-        content = p.get("content")
-        if not isinstance(content, list):  # Codex writes content items, never bare text
-            notes.add(f"{where}: a message item whose content is {_said(content)}, not content items; not sent")
-            return []
-        return [{"role": role, "content": _parts_text(content, where, notes) or ""}]
-    if kind in _CODEX_CALLS:
-        name = p["name"] if "name" in p else kind
-        arguments = p["arguments"] if "arguments" in p else p["input"] if "input" in p else p.get("action")
-        return _assistant("", [_call(p.get("call_id"), name, arguments, where, notes)])
-    if kind in _CODEX_OUTPUTS:
-        return _result(p.get("call_id"), lambda: _codex_output(p.get("output"), where, notes), where, notes)
-    if kind == "reasoning":
-        return []
-    if isinstance(kind, str):
-        notes.add(f"{where}: a {_short(kind)} item is not a chat message; not sent")
-    else:
-        notes.add(f"{where}: an item whose type is {_said(kind)} is not a chat message; not sent")
-    return []
-
-
-def _codex_event(p: Any, where: str, notes: _Notes) -> list[dict[str, Any]]:
-    """An ``event_msg`` line's payload: a ``user_message`` is a user turn; other events
-    (agent messages, token counts, command ends, ...) echo response items for the display."""
-    if not isinstance(p, dict) or p.get("type") != "user_message":
-        return []
-    images = 0
-    for key in ("images", "local_images"):
-        value = p.get(key)
-        if isinstance(value, list):
-            images += len(value)
-        elif value is not None:
-            notes.add(f"{where}: the user message's {key} is {_said(value)}, not a list; ignored")
-    if images:
-        notes.add(f"{where}: {images} image(s) of a user message are not sent to a text model")
-    text = p.get("message")
-    if not isinstance(text, str):
-        notes.add(f"{where}: a user_message event whose message is {_said(text)}, not text; not sent")
-        return []
-    return [{"role": "user", "content": text}]
-
-
-def _record_messages(record: dict[str, Any], where: str, notes: _Notes) -> list[dict[str, Any]]:
-    """The chat messages of one message line, by its dialect."""
-    kind = record.get("type")
-    if kind == "message":
-        m = record.get("message")
-        if not isinstance(m, dict):
-            notes.add(f"{where}: a message line whose message is {_said(m)}, not an object; not sent")
-            return []
-        return _pi_message(m, where, notes)
-    if kind in ("user", "assistant"):
-        return _claude_message(record, where, notes)
-    if kind == "response_item":
-        return _codex_item(record.get("payload"), where, notes)
-    if kind == "event_msg":
-        return _codex_event(record.get("payload"), where, notes)
-    notes.add(f"{where}: line type {_said(kind)} is not a message; not sent")
-    return []
+    return dialect.messages(record, where, notes)
 
 
 def _check_message(m: dict[str, Any]) -> None:
@@ -369,7 +102,7 @@ def _check_message(m: dict[str, Any]) -> None:
     of strings, and a tool result's call id a string."""
     role = m.get("role")
     if role not in _ROLES or not isinstance(m.get("content"), str):
-        raise ValueError(f"a message of role {_said(role)} without text content")
+        raise ValueError(f"a message of role {said(role)} without text content")
     if role == "tool" and not isinstance(m.get("tool_call_id"), str):
         raise ValueError("a tool result without a call id")
     calls = m.get("tool_calls", [])
@@ -383,7 +116,7 @@ def _check_message(m: dict[str, Any]) -> None:
             raise ValueError("a tool call not of the form {id, type: function, function: {name, arguments}}")
 
 
-def _guarded(convert: Callable[[], list[dict[str, Any]]], where: str, notes: _Notes) -> list[dict[str, Any]]:
+def _guarded(convert: Callable[[], list[dict[str, Any]]], where: str, notes: Notes) -> list[dict[str, Any]]:
     """``convert()``'s messages, each checked to be well-formed. The checks of each field
     are in the converters; this is the guard behind them: a record of a shape none of
     them foresaw is a notice saying what was odd, and no other record is lost with it."""
@@ -401,73 +134,13 @@ def _guarded(convert: Callable[[], list[dict[str, Any]]], where: str, notes: _No
         return []
 
 
-def _echoed_user_events(entries: list[Entry], converted: list[list[dict[str, Any]]]) -> set[int]:
-    """Positions of ``user_message`` events whose turn also holds a ``response_item`` that
-    was sent as a user message: Codex writes the question twice there, and the item is
-    what the model got. An event whose item could not be sent, or was sent without text,
-    is the question's only copy and is sent."""
-    echoed: set[int] = set()
-    run: list[int] = []
-
-    def close() -> None:
-        items = [m for i in run if entries[i].type == "response_item" for m in converted[i] if m["role"] == "user"]
-        if items:
-            said = any(m["content"] for m in items)
-            echoed.update(i for i in run if entries[i].type == "event_msg"
-                          and (said or not any(m["content"] for m in converted[i])))
-        run.clear()
-
-    for i, e in enumerate(entries):
-        if _is_turn_input(e.record):
-            run.append(i)
-        else:
-            close()
-    close()
-    return echoed
-
-
-def _is_turn_input(record: dict[str, Any] | None) -> bool:
-    """A line that opens a Codex turn: a user or developer message item, or an event."""
-    r = record if isinstance(record, dict) else {}
-    p = r.get("payload")
-    return r.get("type") == "event_msg" or (
-        r.get("type") == "response_item" and isinstance(p, dict) and p.get("type") == "message"
-        and p.get("role") in ("user", "developer", "system"))
-
-
-def _is_claude_compact_summary(entry: Entry) -> bool:
-    r = entry.record if isinstance(entry.record, dict) else {}
-    return r.get("type") == "user" and r.get("isCompactSummary") is True
-
-
 def _replaces_history(entry: Entry) -> bool:
-    """Whether ``entry`` is a compaction (Claude Code's "summary" lines title a session;
-    they replace nothing, and its compact_boundary lines only mark the summary after them)."""
+    """Whether ``entry`` is a compaction in force (Claude Code's "summary" lines title a
+    session and replace nothing; its compact_boundary lines only mark the summary after
+    them, a message line that is the compaction)."""
     r = entry.record if isinstance(entry.record, dict) else {}
-    return r.get("type") in ("compaction", "compacted") or _is_claude_compact_summary(entry)
-
-
-def _summary(entry: Entry, where: str, notes: _Notes) -> str | None:
-    """The summary text of a compaction; None (with a notice) when it is not text."""
-    r = entry.record if isinstance(entry.record, dict) else {}
-    if r.get("type") == "compaction":
-        summary, field = r.get("summary"), "summary"
-    elif r.get("type") == "compacted":
-        p = r.get("payload")
-        if p is not None and not isinstance(p, dict):
-            notes.add(f"{where}: its payload is {_said(p)}, not an object; no summary is sent")
-            return None
-        summary, field = (p or {}).get("message"), "message"
-    else:
-        m = r.get("message")
-        if not isinstance(m, dict):
-            notes.add(f"{where}: its message is {_said(m)}, not an object; no summary is sent")
-            return None
-        return _parts_text(m.get("content"), where, notes)
-    if summary is None or isinstance(summary, str):
-        return summary or ""
-    notes.add(f"{where}: its {field} is {_said(summary)}, not text; no summary is sent")
-    return None
+    dialect = dialect_of(r)
+    return dialect is not None and dialect.replaces_history(r)
 
 
 def _compaction_where(compaction: Entry) -> str:
@@ -478,7 +151,7 @@ def _compaction_where(compaction: Entry) -> str:
     return f"compaction at line {compaction.line}"
 
 
-def _kept_from(compaction: Entry, entries: list[Entry], window: Window, notes: _Notes) -> int:
+def _kept_from(compaction: Entry, entries: list[Entry], window: Window, notes: Notes) -> int:
     """Where the messages sent after ``compaction``'s summary begin: after its line, or
     (pi) at the first message it kept. When that message cannot be found in the window,
     every message of the window is sent: a summary sent beside what it summarised loses
@@ -493,7 +166,7 @@ def _kept_from(compaction: Entry, entries: list[Entry], window: Window, notes: _
         if kept is not None:
             return min(after, kept)
         if not window.has_more_before:
-            notes.add(f"{where}: the first message it kept ({_said(first_id)}) is no message of the transcript; "
+            notes.add(f"{where}: the first message it kept ({said(first_id)}) is no message of the transcript; "
                       "the messages before it are sent as well")
         return 0  # older than the window: every message of the window before the compaction is kept
     if isinstance(first_line, int) and not isinstance(first_line, bool):  # older pi sessions: its line number
@@ -502,34 +175,31 @@ def _kept_from(compaction: Entry, entries: list[Entry], window: Window, notes: _
     for key, value in (("firstKeptEntryId", first_id), ("firstKeptEntryIndex", first_line)):
         if key in record:  # there, but neither an id nor a line number: where it kept from is unknown
             what = "an id" if key == "firstKeptEntryId" else "a line number"
-            notes.add(f"{where}: its {key} is {_said(value)}, not {what}; the messages before it are sent as well")
+            notes.add(f"{where}: its {key} is {said(value)}, not {what}; the messages before it are sent as well")
             return 0
     return after
 
 
-def _compaction_messages(compaction: Entry, notes: _Notes) -> list[dict[str, Any]]:
+def _compaction_messages(compaction: Entry, notes: Notes) -> list[dict[str, Any]]:
     """What a compaction puts in place of the history before it: its summary, said to be
     one, and (Codex) the history the agent's model continued from."""
     where = _compaction_where(compaction)
     record = compaction.record if isinstance(compaction.record, dict) else {}
-    summary = _summary(compaction, where, notes)
-    payload = record.get("payload") if record.get("type") == "compacted" else None
-    history = payload.get("replacement_history") if isinstance(payload, dict) else None
+    dialect = dialect_of(record)
+    if dialect is None:
+        return []
+    summary = dialect.summary(record, where, notes)
+    history = dialect.replacement(record, where, notes)
     out: list[dict[str, Any]] = []
-    if not isinstance(history, list):
-        if history is not None:
-            notes.add(f"{where}: its replacement_history is {_said(history)}, not a list; not sent")
+    if history is None:
         if summary is not None:
-            out.append({"role": "user", "content": _SUMMARY + summary})
+            out.append({"role": "user", "content": SUMMARY + summary})
         return out
     if summary:  # Codex: the history the model continued from
-        out.append({"role": "user", "content": _SUMMARY + summary})
+        out.append({"role": "user", "content": SUMMARY + summary})
     for n, item in enumerate(history):
-        if isinstance(item, dict) and item.get("type") == "compaction":
-            notes.add(f"{where}: the agent's encrypted compaction summary cannot be sent to another model; "
-                      "the turns it kept are sent")
-        else:
-            out += _guarded(lambda: _codex_item(item, where, notes), f"{where}, replacement_history[{n}]", notes)
+        out += _guarded(lambda: dialect.history_item(item, where, notes), f"{where}, replacement_history[{n}]",
+                        notes)
     return out
 
 
@@ -591,14 +261,14 @@ def chat_messages(window: Window) -> Conversation:
     every provider takes (see ``_check_message``).
     """
     unsent_calls: set[str] = set()
-    top = _Notes(unsent_calls)
+    top = Notes(unsent_calls)
     entries = list(window.messages)
     compaction = None
     for c in window.compactions:
         if _replaces_history(c):
             compaction = c
     for e in entries:  # Claude Code's summaries are message lines, not compaction lines
-        if _is_claude_compact_summary(e) and (compaction is None or e.line > compaction.line):
+        if _replaces_history(e) and (compaction is None or e.line > compaction.line):
             compaction = e
     messages: list[dict[str, Any]] = []
     keep_from = 0
@@ -611,7 +281,7 @@ def chat_messages(window: Window) -> Conversation:
     last_id = None
     for entry in kept_entries:
         where = f"message {entry.index}"
-        notes = _Notes(unsent_calls)
+        notes = Notes(unsent_calls)
         record = entry.record
         got: list[dict[str, Any]] = []
         if record is None:
@@ -620,18 +290,19 @@ def chat_messages(window: Window) -> Conversation:
             raise ValueError("chat_messages needs an uncapped window (content_limit=None): a model must get "
                              "whole messages, not display projections")
         elif not isinstance(record, dict):
-            notes.add(f"{where} (line {entry.line}) is {_said(record)}, not a record; not sent")
+            notes.add(f"{where} (line {entry.line}) is {said(record)}, not a record; not sent")
         else:
             if isinstance(record.get("id"), str):
                 last_id = record["id"]
             got = _guarded(lambda: _record_messages(record, where, notes), f"{where} (line {entry.line})", notes)
         converted.append(got)
         notices_of.append(notes.notices)
-    for pos in _echoed_user_events(kept_entries, converted):
-        converted[pos], notices_of[pos] = [], []
-    for sent, said in zip(converted, notices_of):
+    for dialect in FORMATS:
+        for pos in dialect.echoed(kept_entries, converted):
+            converted[pos], notices_of[pos] = [], []
+    for sent, noted in zip(converted, notices_of):
         messages += sent
-        top.notices += said
+        top.notices += noted
     notices = top.notices
     return Conversation(_drop_orphans(_merge_tool_calls(messages), notices, unsent_calls), notices, last_id)
 
@@ -698,9 +369,10 @@ def writable_style(window: Window, *, transcript=None) -> str:
         record = entry.record
         if not isinstance(record, dict):
             continue  # a corrupt line says nothing of the style
-        if record.get("type") != "message":
+        dialect = dialect_of(record)
+        if dialect is None or not dialect.writable:
             raise ValueError(f"this transcript is in another agent's format (its lines have type "
-                             f"{_said(record.get('type'))}); boundctx reads it but does not write into it. "
+                             f"{said(record.get('type'))}); boundctx reads it but does not write into it. "
                              "Continue in a new transcript, or pass --no-save")
         message = record.get("message")
         return "parts" if isinstance(message, dict) and isinstance(message.get("content"), list) else "text"
@@ -737,11 +409,11 @@ def append_exchange(transcript, question: str, answer: str, *, style: str, paren
         ``style`` is neither ``"text"`` nor ``"parts"``.
     """
     if parent_id is not None and not isinstance(parent_id, str):
-        raise TypeError(f"parent_id must be a message id (a string) or None, not {_said(parent_id)}")
+        raise TypeError(f"parent_id must be a message id (a string) or None, not {said(parent_id)}")
     if not (isinstance(question, str) and isinstance(answer, str)):
         raise TypeError("the question and the answer must be strings")
     if style not in ("text", "parts"):
-        raise ValueError(f"style must be 'text' or 'parts', not {_said(style)}")
+        raise ValueError(f"style must be 'text' or 'parts', not {said(style)}")
     text = question
     if attachments:
         text += "\n\n" + "\n".join(f"[attached: {name} ({chars:,} characters)]" for name, chars in attachments)
