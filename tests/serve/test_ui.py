@@ -1,7 +1,8 @@
 """The files of the reference front end as boundctx serve answers them (serve/ui.py):
 exactly the listed ones, each with its type, the content security policy and the same
 caching, without the API key; any other name is a 404, never a path. The page's ES
-modules import only listed files, and app.js reaches every one of them."""
+modules import only listed files, app.js reaches every one of them, and the page
+preloads each."""
 
 import re
 
@@ -57,3 +58,6 @@ def test_the_page_loads_app_js_as_a_module_that_reaches_every_module_and_no_othe
             reached.add(name)
             todo.extend(imports[name])
     assert reached == set(imports), imports  # no module is served that the page never loads
+    # The page asks for them all at once: one round trip, not one per level of imports.
+    preloaded = re.findall(r'<link rel="modulepreload" href="/ui/([^"]+)">', html)
+    assert sorted(preloaded) == sorted(reached - {"app.js"})
