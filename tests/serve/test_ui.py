@@ -1,8 +1,8 @@
 """The files of the reference front end as boundctx serve answers them (serve/ui.py):
 exactly the listed ones, each with its type, the content security policy and the same
 caching, without the API key; any other name is a 404, never a path. The page's ES
-modules import only listed files, app.js reaches every one of them, and the page
-preloads each."""
+modules import only listed files, app.js reaches every one of them, the page preloads
+each, and none writes markup."""
 
 import re
 
@@ -61,3 +61,12 @@ def test_the_page_loads_app_js_as_a_module_that_reaches_every_module_and_no_othe
     # The page asks for them all at once: one round trip, not one per level of imports.
     preloaded = re.findall(r'<link rel="modulepreload" href="/ui/([^"]+)">', html)
     assert sorted(preloaded) == sorted(reached - {"app.js"})
+
+
+def test_no_module_makes_markup_from_text():
+    # Text from a model or a transcript is never markup: every node's text is set with
+    # textContent, so no module writes HTML.
+    for path in WEB.glob("*.js"):
+        source = path.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment"):
+            assert sink not in source, (path.name, sink)
