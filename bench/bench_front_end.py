@@ -67,7 +67,7 @@ SEED = 1234
 BIG_EVERY = 6000
 BIG_BYTES = (1 << 20, 5 << 20)
 COMPACTION_EVERY = 5000
-#: What the front end asks for when it opens a session (app.js: PAGE, DISPLAY_BYTES).
+#: What the front end asks for when it opens a session (serve/web/session.js: PAGE, DISPLAY_BYTES).
 PAGE = 100
 DISPLAY_BYTES = 64 * 1024
 API = "/boundctx/v1/sessions"

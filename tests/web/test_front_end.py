@@ -227,10 +227,26 @@ def test_an_api_key_is_asked_for_and_then_used(page, serve, folder):
 
 
 def test_every_control_has_a_label_and_the_page_runs_no_inline_code(page, serve, folder):
+    from boundctx.serve.ui import FILES
+
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    modules = {}
+
+    def loaded(response):
+        if "/ui/" in response.url and response.url.endswith(".js"):
+            modules[response.url.rsplit("/", 1)[1]] = response
+
+    page.on("response", loaded)
     response = page.goto(server.url + "/")
     policy = response.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    # Every module the page imports came from this server, under the same policy, as
+    # JavaScript: the page loaded every one listed and no other.
+    assert sorted(modules) == sorted(n for n in FILES if n.endswith(".js"))
+    for name, module in modules.items():
+        assert module.status == 200, name
+        assert module.headers["content-type"].startswith("text/javascript"), name
+        assert module.headers["content-security-policy"] == policy, name
     html = page.content()
     assert "<script>" not in html and " style=" not in html and "onclick" not in html
     for view in ("#/", "#/settings"):

@@ -1,10 +1,11 @@
 """The reference web front end, served at ``/`` (its files under ``/ui/``).
 
-Plain files from the package's ``web`` folder: no build step, nothing from another
-origin. Every answer carries a content security policy that forbids inline script and
-style and any origin but this server's, so the page runs only the code shipped here.
-The page itself holds no data: it is served without the API key, which the page asks
-for and sends with every API call.
+Plain files from the package's ``web`` folder: the page, its style sheet and its ES
+modules, one concern each (``app.js`` names them), loaded by the browser as they are:
+no build step, nothing from another origin. Every answer carries a content security
+policy that forbids inline script and style and any origin but this server's, so the
+page runs only the code shipped here. The page itself holds no data: it is served
+without the API key, which the page asks for and sends with every API call.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import pathlib
 __all__ = ["ui_routes"]
 
 WEB = pathlib.Path(__file__).with_name("web")
+_JS = "text/javascript; charset=utf-8"
 #: The only files served, and their types: a name not listed is a 404, never a path.
-FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-         "app.css": "text/css; charset=utf-8"}
+#: The page's ES modules (app.js imports the others) are served alike.
+FILES = {"index.html": "text/html; charset=utf-8", "app.css": "text/css; charset=utf-8",
+         **{name: _JS for name in ("app.js", "api.js", "page.js", "display.js", "session.js", "chat.js",
+                                   "settings.js")}}
 POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
           "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"content-security-policy": POLICY, "x-content-type-options": "nosniff", "cache-control": "no-cache",

@@ -1,0 +1,185 @@
+// Sessions: the list of them, and one session's view, which opens at its newest window
+// and pages older messages in as the reader scrolls up, keeping what they look at in
+// place. Only a bounded window is ever asked for (decision 0022).
+
+import { API, ApiError, api } from "./api.js";
+import { entryText } from "./display.js";
+import { $, failed, notice } from "./page.js";
+
+const PAGE = 100;                 // messages per window
+const DISPLAY_BYTES = 64 * 1024;  // the display budget of each message in a window
+const NEAR_TOP_PX = 200;          // how close to the top a scroll fetches the page before
+
+// The open session: where its window starts, how many messages it has, the layout
+// version paging relies on, and the compactions already shown.
+export const view = { sid: null, start: 0, count: 0, version: null, more: false, loading: false,
+                      compactions: new Set() };
+
+// One window of a session's messages: the newest, or those `before` asks for.
+function windowOf(sid, before = {}) {
+  const query = new URLSearchParams({ ...before, message_limit: PAGE, content_limit: DISPLAY_BYTES });
+  return api(`${API}/sessions/${encodeURIComponent(sid)}/messages?${query}`);
+}
+
+// -- the list -------------------------------------------------------------------------------
+
+export async function listSessions() {
+  const list = $("session-list");
+  list.replaceChildren();
+  const page = await api(`${API}/sessions?limit=1000`);
+  for (const s of page.data) {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    a.href = `#/s/${encodeURIComponent(s.id)}`;
+    a.textContent = s.id;
+    const small = document.createElement("small");
+    small.textContent = s.error ? ` cannot be read: ${s.error}`
+      : ` ${s.message_count.toLocaleString()} messages, ${new Date(s.modified * 1000).toLocaleString()}`;
+    li.append(a, small);
+    list.append(li);
+  }
+  if (!page.data.length) {
+    const li = document.createElement("li");
+    li.textContent = "No sessions yet.";
+    list.append(li);
+  }
+}
+
+export async function newSession(event) {
+  event.preventDefault();
+  const id = $("new-session-id").value.trim();
+  try {
+    const s = await api(`${API}/sessions`, { method: "POST", body: id ? { id } : {} });
+    location.hash = `#/s/${encodeURIComponent(s.id)}`;
+  } catch (err) {
+    failed(err);
+  }
+}
+
+// -- messages -------------------------------------------------------------------------------
+
+function messageCard(kind, label, text, { line, index } = {}) {
+  const node = document.createElement("article");
+  node.className = `message ${kind}`;
+  if (line !== undefined) node.dataset.line = line;
+  if (index !== null && index !== undefined) node.dataset.index = index;
+  const role = document.createElement("span");
+  role.className = "role";
+  role.textContent = label;
+  const body = document.createElement("span");
+  body.className = "text";
+  body.textContent = text;
+  node.append(role, body);
+  return node;
+}
+
+// A message of this session that is not in its file yet (the turn being sent): its
+// index is known, its line is not.
+export function unsavedMessage(role, index, text) {
+  return messageCard(role, `${role} · message ${index}`, text, { index });
+}
+
+function messageNode(entry, { compaction = false } = {}) {
+  const [role, text] = entryText(entry);
+  const label = compaction ? `compaction (line ${entry.line})` : role === "corrupt"
+    ? `corrupt entry at line ${entry.line}` : `${role} · message ${entry.index}`;
+  const node = messageCard(compaction ? "compaction" : role, label, text, { line: entry.line, index: entry.index });
+  if (entry.cut_bytes > 0) {
+    const cut = document.createElement("span");
+    cut.className = "cut";
+    cut.textContent = `… ${entry.cut_bytes.toLocaleString()} more bytes not shown`;
+    const whole = document.createElement("button");
+    whole.type = "button";
+    whole.className = "whole";
+    whole.textContent = "Show whole message";
+    whole.addEventListener("click", () => showWhole(node, entry.index).catch(failed));
+    node.append(cut, whole);
+  }
+  return node;
+}
+
+async function showWhole(node, index) {
+  const entry = await api(`${API}/sessions/${encodeURIComponent(view.sid)}/messages/${index}`);
+  node.replaceWith(messageNode(entry));
+}
+
+function nodesOf(win) {
+  // Messages and the compactions among them, in file order; each compaction once. A
+  // window also names the compaction in force before its first message: that one sits
+  // among an older page's lines and is shown with that page (or here, at the top, when
+  // there is no older page).
+  const items = win.messages.map((e) => ({ line: e.line, node: () => messageNode(e) }));
+  const from = win.messages.length ? win.messages[0].line : -1;
+  for (const c of win.compactions) {
+    if (view.compactions.has(c.line) || (c.line < from && win.has_more_before)) continue;
+    view.compactions.add(c.line);
+    items.push({ line: c.line, node: () => messageNode(c, { compaction: true }) });
+  }
+  items.sort((a, b) => a.line - b.line);
+  return items.map((i) => i.node());
+}
+
+// -- the view -------------------------------------------------------------------------------
+
+export async function openSession(sid) {
+  view.sid = sid;
+  view.compactions = new Set();
+  $("session-title").textContent = sid;
+  $("progress").replaceChildren();
+  $("reply-error").hidden = true;
+  const box = $("messages");
+  box.replaceChildren();
+  const win = await windowOf(sid);
+  remember(win);
+  box.append(...nodesOf(win));
+  box.scrollTop = box.scrollHeight;
+  meta();
+  // A first page shorter than the view cannot be scrolled: fetch older ones until it can.
+  while (view.more && box.scrollHeight <= box.clientHeight && view.sid === sid) await olderPage();
+}
+
+function remember(win) {
+  view.start = win.message_start;
+  view.count = win.message_count;
+  view.more = win.has_more_before;
+  view.version = win.layout_version;
+}
+
+function meta() {
+  $("session-meta").textContent = `${view.count.toLocaleString()} messages; showing from message ${view.start}` +
+    (view.more ? " (scroll up for older ones)" : "");
+}
+
+// The session now has `count` messages (a reply was saved).
+export function counted(count) {
+  view.count = count;
+  meta();
+}
+
+async function olderPage() {
+  if (view.loading || !view.more || !view.sid) return;
+  view.loading = true;
+  const box = $("messages");
+  try {
+    const win = await windowOf(view.sid, { message_before: view.start, layout_version: view.version });
+    // Keep what the reader looks at in place: the distance from the bottom stays.
+    const fromBottom = box.scrollHeight - box.scrollTop;
+    box.prepend(...nodesOf(win));
+    box.scrollTop = box.scrollHeight - fromBottom;
+    remember(win);
+    meta();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 409) {
+      notice("The session was rewritten (a message edited or deleted) since it was opened; it was read again from the end.");
+      await openSession(view.sid);
+    } else {
+      failed(err);
+    }
+  } finally {
+    view.loading = false;
+  }
+}
+
+export function scrolled() {
+  if ($("messages").scrollTop < NEAR_TOP_PX) olderPage();
+}
