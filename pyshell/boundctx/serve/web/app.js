@@ -8,7 +8,6 @@
 //
 //   api.js       the HTTP edge: requests with the key, ApiError, the event-stream reader
 //   page.js      what every view shares: finding an element, the notice line
-//   display.js   how a transcript entry reads to a person, whatever its dialect
 //   session.js   the sessions list and one session's view, paged
 //   chat.js      sending a message and showing its reply as it streams; Stop
 //   settings.js  the settings form

@@ -3,7 +3,6 @@
 // place. Only a bounded window is ever asked for (decision 0022).
 
 import { API, ApiError, api } from "./api.js";
-import { entryText } from "./display.js";
 import { $, failed, notice } from "./page.js";
 
 const PAGE = 100;                 // messages per window
@@ -80,7 +79,8 @@ export function unsavedMessage(role, index, text) {
 }
 
 function messageNode(entry, { compaction = false } = {}) {
-  const [role, text] = entryText(entry);
+  // The server says how each entry reads for a person (its format's rule): role, text.
+  const { role, text } = entry;
   const label = compaction ? `compaction (line ${entry.line})` : role === "corrupt"
     ? `corrupt entry at line ${entry.line}` : `${role} · message ${entry.index}`;
   const node = messageCard(compaction ? "compaction" : role, label, text, { line: entry.line, index: entry.index });
