@@ -46,6 +46,7 @@ import time
 
 import numpy as np
 
+from boundctx._native import filescan as _fs
 from boundctx._native import lineindex as _li
 from boundctx.transcript import Transcript, reindex
 from boundctx.transcript.dialects import dialect_kinds, native_table
@@ -105,6 +106,7 @@ def versions() -> dict:
     return {**run_facts(("msgspec", "orjson", "cython", "boundctx")),
             "numpy": np.__version__,
             "boundctx_native": getattr(_li, "__file__", None),
+            "boundctx_native_filescan": getattr(_fs, "__file__", None),
             "wc": (command_output("wc", "--version") or "").splitlines()[0:1],
             "openblas_env": {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_", "MKL_"))}}
 
@@ -316,7 +318,7 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
                 bytes_=size, key="reindex_native", naive_key="naive_json", goal=f"<= {GOAL_REINDEX_VS_WC:.1f}x wc -l")
 
         table = native_table("auto")
-        s, _, _ = timed(lambda: _li.scan_fd(fd, table), args.repeats,
+        s, _, _ = timed(lambda: _fs.scan_fd(fd, table), args.repeats,
                      check=lambda r: _expect(len(r.starts) // 8 == lines, "scan_fd line count"))
         res.add("reindex", "  of which: native `scan_fd` alone (no numpy post-processing)", s,
                 bytes_=size, key="scan_fd", naive_key="naive_json")

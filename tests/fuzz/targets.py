@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from boundctx._native import lineindex, projection, sections, tokenmap
+from boundctx._native import filescan, lineindex, projection, sections, tokenmap
 
 from reference import graphemes
 from reference import lineindex as ref_lineindex
@@ -200,9 +200,9 @@ def fuzz_scan_fd(src: Source) -> None:
     seen: list[int] = []
     fd = _file_holding(data)
     try:
-        got = lineindex.scan_fd(fd, _TABLES[i], start=start, end=end, block_size=block,
-                                classify_window=window, threads=threads, min_part=min_part,
-                                progress=seen.append)
+        got = filescan.scan_fd(fd, _TABLES[i], start=start, end=end, block_size=block,
+                               classify_window=window, threads=threads, min_part=min_part,
+                               progress=seen.append)
     except ValueError:
         if block >= 4096 and (end == -1 or end >= start):
             raise Mismatch(f"scan_fd refused start={start} end={end} block={block}") from None
@@ -486,8 +486,8 @@ def fuzz_token_spans(src: Source) -> None:
 
 #: Every target, by the native entry point it calls.
 TARGETS = {
+    "filescan.scan_fd": fuzz_scan_fd,
     "lineindex.scan_bytes": fuzz_scan_bytes,
-    "lineindex.scan_fd": fuzz_scan_fd,
     "lineindex.sequence_lines": fuzz_sequence_lines,
     "lineindex.DialectTable": fuzz_dialect_table,
     "lineindex.QualifiedKind": fuzz_qualified_kind,
@@ -504,7 +504,7 @@ TARGETS = {
 }
 #: Names in the stubs that are not called directly: results, checked through the calls
 #: that return them.
-CHECKED_THROUGH = {"lineindex.ScanResult": ("lineindex.scan_bytes", "lineindex.scan_fd")}
+CHECKED_THROUGH = {"lineindex.ScanResult": ("lineindex.scan_bytes", "filescan.scan_fd")}
 _ORDER = sorted(TARGETS)
 
 

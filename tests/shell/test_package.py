@@ -42,7 +42,7 @@ def test_the_version_is_the_one_pyproject_declares():
     assert boundctx.__version__ == tomllib.loads(pyproject.read_text())["project"]["version"]
 
 
-@pytest.mark.parametrize("name", ["lineindex", "sections", "tokenmap"])
+@pytest.mark.parametrize("name", ["filescan", "lineindex", "sections", "tokenmap"])
 def test_a_missing_compiled_module_is_an_import_error_that_says_what_to_do(name):
     # As if the extension had not been built: the import finds no module of that name.
     code = ("import sys\n"

@@ -25,7 +25,7 @@ def ids(t, **kw):
 def test_line_appended_right_after_a_scan_is_not_recorded_as_seen(tmp_path, monkeypatch):
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"".join(msg(i) for i in range(3)))
-    real = layout_mod.lineindex.scan_fd
+    real = layout_mod.filescan.scan_fd
 
     def scan_then_someone_appends(*a, **k):
         res = real(*a, **k)
@@ -33,9 +33,9 @@ def test_line_appended_right_after_a_scan_is_not_recorded_as_seen(tmp_path, monk
             f.write(msg(3))
         return res
 
-    monkeypatch.setattr(layout_mod.lineindex, "scan_fd", scan_then_someone_appends)
+    monkeypatch.setattr(layout_mod.filescan, "scan_fd", scan_then_someone_appends)
     t = Transcript.open(path)
-    monkeypatch.setattr(layout_mod.lineindex, "scan_fd", real)
+    monkeypatch.setattr(layout_mod.filescan, "scan_fd", real)
     with t:
         assert ids(t) == ["m0", "m1", "m2", "m3"]  # the next read noticed the growth
     with Transcript.open(path) as t:

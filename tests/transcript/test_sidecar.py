@@ -211,8 +211,8 @@ def test_a_valid_open_costs_no_scan(tmp_path, monkeypatch):
     path = make(tmp_path / "t.jsonl", 100)
     Transcript.open(path).close()
     calls = []
-    real = layout_mod.lineindex.scan_fd
-    monkeypatch.setattr(layout_mod.lineindex, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = layout_mod.filescan.scan_fd
+    monkeypatch.setattr(layout_mod.filescan, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
     with Transcript.open(path) as t:
         t.window(preset="renderer")
     assert calls == []
@@ -230,8 +230,8 @@ def test_reindex_scans_once_even_without_a_sidecar(tmp_path, monkeypatch):
 
     path = make(tmp_path / "t.jsonl", 30)
     calls = []
-    real = layout_mod.lineindex.scan_fd
-    monkeypatch.setattr(layout_mod.lineindex, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = layout_mod.filescan.scan_fd
+    monkeypatch.setattr(layout_mod.filescan, "scan_fd", lambda *a, **k: calls.append(1) or real(*a, **k))
     report = reindex(path)
     assert report.ok and report.messages == 30 and calls == [1]
     with Transcript.open(path) as t:

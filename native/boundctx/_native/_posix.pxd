@@ -1,4 +1,4 @@
-# The POSIX calls behind lineindex's file scan, in one place. Declarations only: no
+# The POSIX calls behind filescan's file scan, in one place. Declarations only: no
 # code, so cimporting this adds nothing to a module but the prototypes. Where Cython
 # ships a declaration it is re-exported (pread takes an off_t there, the C type), and
 # only what Cython lacks is declared here.
@@ -9,7 +9,7 @@ from posix.unistd cimport pread
 
 # pread: the bytes read, 0 at end of file, or -1 with errno set (EINTR: retry).
 # posix_memalign: 0, or an errno value (errno itself is left alone).
-# madvise: 0, or -1 with errno set; lineindex only hints, and ignores it.
+# madvise: 0, or -1 with errno set; filescan only hints, and ignores it.
 
 cdef extern from "<pthread.h>" nogil:
     # Every pthread_* call returns 0 or an errno value; none sets errno.

@@ -1,4 +1,5 @@
-# Declarations other native modules may cimport from boundctx._native.lineindex.
+# Declarations other native modules may cimport from boundctx._native.lineindex:
+# the line kinds, the dialect table, and the block scanner filescan drives over a file.
 
 from libc.stdint cimport int64_t, uint8_t
 
@@ -51,5 +52,20 @@ cdef struct ScanState:
     int64_t line_len        # bytes of that line seen so far
     int last_sig            # last byte of it that is not JSON whitespace, or -1
 
+
+cdef class DialectTable:
+    cdef Dialect c_dialect  # what the classifier reads; filled once, by __init__
+
+
 cdef uint8_t li_classify(const unsigned char *p, Py_ssize_t n, bint whole, int last_sig,
                          bint at_file_start, const Dialect *d) noexcept nogil
+
+# The block scanner. A scanner is a ScanState and a LineBuf: _state_init makes one,
+# _scan_block feeds it the blocks of a range in file order (from any thread, without
+# the GIL; the result is the same wherever the blocks are cut), _result copies its lines
+# out as a ScanResult under the GIL, and _release frees it.
+cdef int _state_init(ScanState *st, LineBuf *out, Py_ssize_t window) noexcept nogil
+cdef int _scan_block(ScanState *st, LineBuf *out, const unsigned char *buf, Py_ssize_t n,
+                     int64_t off, const Dialect *d) noexcept nogil
+cdef object _result(LineBuf *out, ScanState *st, int64_t scanned_end)
+cdef void _release(ScanState *st, LineBuf *out) noexcept nogil

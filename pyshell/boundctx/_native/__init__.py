@@ -9,11 +9,12 @@ fallback.
 
 import importlib
 
-__all__ = ["lineindex", "projection", "sections", "tokenmap"]
+__all__ = ["filescan", "lineindex", "projection", "sections", "tokenmap"]
 
-#: Compiled modules: lineindex (framing and classification of JSONL), projection (the
-#: display projection of one line, and the line-separator escape), sections (the cut
-#: rule of the section planner), tokenmap (token offsets in text).
+#: Compiled modules: filescan (reading a file into the line index, on threads),
+#: lineindex (framing and classification of JSONL), projection (the display projection
+#: of one line, and the line-separator escape), sections (the cut rule of the section
+#: planner), tokenmap (token offsets in text).
 MODULES = frozenset(__all__)
 
 

@@ -1,4 +1,3 @@
-from collections.abc import Callable
 from typing import Final
 
 from typing_extensions import Buffer
@@ -10,9 +9,6 @@ CORRUPT: Final[int]
 BLANK: Final[int]
 UNDECIDED: Final[int]
 DEFAULT_CLASSIFY_WINDOW: Final[int]
-DEFAULT_BLOCK_SIZE: Final[int]
-MAX_SCAN_THREADS: Final[int]
-MIN_PART_BYTES: Final[int]
 BUILT_WITH_CHECKS: Final[bool]
 
 class QualifiedKind(int):
@@ -35,17 +31,5 @@ class ScanResult:
 
 def scan_bytes(
     data: Buffer, dialect: DialectTable, *, base_offset: int = 0, classify_window: int = ...
-) -> ScanResult: ...
-def scan_fd(
-    fd: int,
-    dialect: DialectTable,
-    *,
-    start: int = 0,
-    end: int = -1,
-    classify_window: int = ...,
-    block_size: int = ...,
-    threads: int = 0,
-    min_part: int = ...,
-    progress: Callable[[int], object] | None = None,
 ) -> ScanResult: ...
 def sequence_lines(kinds: Buffer, line0: int = 0) -> tuple[bytes, bytes]: ...

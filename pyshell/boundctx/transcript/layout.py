@@ -21,7 +21,7 @@ from typing import Literal, NamedTuple
 import msgspec
 import numpy as np
 
-from boundctx._native import lineindex
+from boundctx._native import filescan, lineindex
 from boundctx.transcript.arrays import (
     Chunked,
     FileArray,
@@ -240,11 +240,11 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
     st = os.fstat(fd)
     if written is not None and st.st_size == layout.indexed_end + len(written):
         res = lineindex.scan_bytes(written, native_table(layout.dialect), base_offset=layout.indexed_end,
-                             classify_window=layout.classify_window)
+                                   classify_window=layout.classify_window)
     else:
-        res = lineindex.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
-                          end=max(st.st_size, layout.indexed_end),
-                          classify_window=layout.classify_window, progress=progress)
+        res = filescan.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
+                               end=max(st.st_size, layout.indexed_end),
+                               classify_window=layout.classify_window, progress=progress)
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judge again

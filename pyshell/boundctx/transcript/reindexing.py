@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from boundctx._native import lineindex
+from boundctx._native import filescan, lineindex
 from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
 from boundctx.transcript.kinds import DEFAULT_CLASSIFY_WINDOW, LineKind
 from boundctx.transcript.opening import open_transcript_fd, resolved_path
@@ -75,7 +75,7 @@ def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> t
     # open's build does: bytes appended meanwhile are past the recorded size, and the
     # next open sees the file grew.
     st = os.fstat(fd)
-    res = lineindex.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress)
+    res = filescan.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress)
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judged again
