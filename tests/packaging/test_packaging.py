@@ -41,8 +41,13 @@ def test_wheel_from_the_sdist_holds_only_the_package(built):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
     assert all(n.startswith(("boundctx/", "boundctx-")) for n in names), names
-    assert any(n.startswith("boundctx/_native/lineindex.") and n.endswith(".so") for n in names)
-    assert "boundctx/_native/lineindex.pyi" in names and "boundctx/py.typed" in names
+    # Every extension of the native core, each with its stub.
+    modules = sorted(p.stem for p in (ROOT / "native" / "boundctx" / "_native").glob("*.pyx"))
+    assert "filescan" in modules and "lineindex" in modules
+    for module in modules:
+        assert any(n.startswith(f"boundctx/_native/{module}.") and n.endswith(".so") for n in names), module
+        assert f"boundctx/_native/{module}.pyi" in names, module
+    assert "boundctx/py.typed" in names
     assert not any(n.endswith((".pyx", ".pxd", ".c")) for n in names)
     from boundctx.serve.ui import FILES  # the front end boundctx serve answers at /
 
