@@ -25,7 +25,7 @@ records acknowledged, records lost, wrong data, crashes, hangs. Categories:
 - **fuzz**: the coverage-guided native fuzzer (``tests/fuzz/atheris_native.py``) for
   ``--fuzz-seconds``; its "faults" are inputs run (skipped without atheris)
 
-Run: ``python bench/bench_reliability.py`` (15-20 minutes on 2 cores; ``--scale``
+Run: ``python -m bench.bench_reliability`` (15-20 minutes on 2 cores; ``--scale``
 multiplies every campaign's size, ``--quick`` is a seconds-long smoke run). Writes
 ``bench/results/reliability.json`` (``reliability-quick.json`` with ``--quick``).
 """
@@ -43,11 +43,10 @@ import sys
 import tempfile
 import time
 
-from _harness import ROOT, from_tests, markdown_table, run_facts, run_header
-
-harness = from_tests("faults.harness")  # the campaigns, shared with tests/faults
-odd = from_tests("faults.odd_records")
-edges = from_tests("faults.server_edges")
+from bench._harness import ROOT, markdown_table, run_facts, run_header
+from tests.faults import harness  # the campaigns, shared with tests/faults
+from tests.faults import odd_records as odd
+from tests.faults import server_edges as edges
 
 #: Each category's campaign at scale 1 (15-20 minutes in all on 2 cores, with the fuzzer;
 #: the five of the server's edges take about 10).
@@ -150,9 +149,9 @@ def run_fuzz(seconds: int, workdir: pathlib.Path) -> harness.Tally:
     art = workdir / "fuzz-artifacts"
     art.mkdir(exist_ok=True)
     try:
-        out = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz" / "atheris_native.py"),
+        out = subprocess.run([sys.executable, "-m", "tests.fuzz.atheris_native",
                               f"-max_total_time={seconds}", "-max_len=2048", f"-artifact_prefix={art}/",
-                              "-timeout=30"], capture_output=True, text=True, timeout=seconds + 300)
+                              "-timeout=30"], cwd=ROOT, capture_output=True, text=True, timeout=seconds + 300)
     except subprocess.TimeoutExpired:
         tally.hangs += 1
         tally.problem(f"the fuzzer did not finish within {seconds + 300} s")

@@ -9,7 +9,7 @@ import pytest
 
 from . import harness as h
 from .test_kill_writer import assert_clean
-from support import running_as_root
+from tests._support import running_as_root
 
 
 @pytest.fixture

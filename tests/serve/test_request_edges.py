@@ -18,7 +18,8 @@ from boundctx.serve import sessions as sessions_module
 from boundctx.serve.sessions import CONTENT_LIMIT_MAX, MESSAGE_LIMIT_MAX
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
-from serve.scripted import MODEL, settings
+
+from tests._support.scripted import MODEL, settings
 
 API = "/boundctx/v1/sessions"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -31,7 +31,7 @@ def folder(tmp_path):
 def server(folder):
     from starlette.applications import Starlette
 
-    from serve.running import Running
+    from tests._support.running import Running
 
     app = Guard(Starlette(routes=session_routes(str(folder), {"serve.max_body_bytes": 1 << 20})),
                 keys=frozenset(), allowed_hosts=None)
