@@ -19,7 +19,7 @@ array, object). :func:`judge` says what must hold of a transcript holding it:
 :func:`odd_records` runs the campaign: every odd record of every template (or a seeded
 sample) through real files and ``chat_messages``, and a sample of them through
 ``boundctx ask --transcript`` in real processes against a scripted model server, counted
-in a :class:`~tests.faults.harness.Tally`. The tests (``tests/transcript/test_chat_odd_records.py``,
+in a :class:`~tests.faults.core.Tally`. The tests (``tests/transcript/test_chat_odd_records.py``,
 ``tests/faults/test_odd_records.py``) and the reliability benchmark share it.
 """
 
@@ -40,7 +40,7 @@ from typing import Any, Iterator
 from boundctx import Transcript
 from boundctx.transcript.chat import chat_messages
 
-from .harness import CHILD_TIMEOUT, Tally
+from .core import CHILD_TIMEOUT, Tally
 
 Path_ = tuple  # keys and indexes from a record's root to one field
 

@@ -10,7 +10,7 @@ clients are threads of the campaign (each with its own HTTP connections) and pro
 of their own (rewriters, appenders, a swapper, hostile clients), started the same way
 with another role.
 
-Five campaigns, each returning a :class:`~tests.faults.harness.Tally`:
+Five campaigns, each returning a :class:`~tests.faults.core.Tally`:
 
 - :func:`cross_origin`: requests from other web pages (every route and method, every
   content type a page can send without asking first, origins that look like the
@@ -51,7 +51,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -60,7 +59,7 @@ from typing import Any, Callable
 
 import httpx
 
-from .harness import CHILD_TIMEOUT, Child, ChildDied, ChildHung, Tally, pump
+from .core import CHILD_TIMEOUT, Child, ChildDied, ChildHung, Tally, pump
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root: where ``-m tests...`` imports from
 MODEL = "boundctx-test"
@@ -227,16 +226,10 @@ def client(server: Server, **kw) -> httpx.Client:
 
 class Racer(Child):
     """A role of this module in its own process (``python -m tests.faults.server_edges ROLE``),
-    read line by line with deadlines as the harness's children are."""
+    read line by line with deadlines as the other campaigns' children are."""
 
-    def __init__(self, role: str, *args) -> None:  # noqa: D107 - Child's own setup, for another module
-        self.role = role
-        self._err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.faults.server_edges", role, *map(str, args)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, bufsize=0,
-                                     cwd=ROOT)
-        self._buf = b""
-        self.eof = False
+    def __init__(self, role: str, *args) -> None:
+        super().__init__(role, *args, module=__name__)
 
 
 class Threads:
