@@ -1,6 +1,6 @@
-"""``python -m tests.web.screenshots`` (from the repository root): the README's pictures of the front end
-(docs/screens/*.png), taken in headless Chromium from a scripted server with a sample
-session. Run it after changing what a screen shows."""
+"""``python -m tests.web.screenshots`` (from the repository root): the README's pictures
+of the front end (docs/screens/*.png), taken in headless Chromium from a scripted server
+with a sample session. Run it after changing what a screen shows."""
 
 import pathlib
 import tempfile
