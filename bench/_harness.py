@@ -1,16 +1,16 @@
 """What every benchmark shares: timing, the summary of samples, markdown tables, the
-facts of the run (interpreter, packages, commit, machine), sizes, and the modules it
-borrows from the test tree (the reference twins, the fault harness, the test doubles).
+facts of the run (interpreter, packages, commit, machine) and sizes.
 
-The scripts import it by name (``from _harness import timed``): run as
-``python bench/<script>.py``, a script's own folder is first on ``sys.path``.
+The scripts run as modules from the repository root (``python -m bench.<script>``), so
+the root is on ``sys.path``: they import this as ``bench._harness`` and borrow from the
+test tree as packages (the reference twins ``tests.reference``, the fault campaigns
+``tests.faults``, the test doubles ``tests._support``).
 """
 
 from __future__ import annotations
 
 import datetime
 import gc
-import importlib
 import importlib.metadata
 import math
 import os
@@ -21,13 +21,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import ModuleType
 from typing import Any, NamedTuple
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
 
-__all__ = ["ROOT", "Timed", "command_output", "from_tests", "human_size", "markdown_table", "parse_size",
+__all__ = ["ROOT", "Timed", "command_line", "command_output", "human_size", "markdown_table", "parse_size",
            "read_through", "run_facts", "run_header", "summary", "timed"]
 
 
@@ -195,25 +193,20 @@ def run_facts(packages: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
+def command_line() -> str:
+    """How this run was invoked, as one would type it again: ``python -m bench.<script>
+    ARGS`` for a script run as a module."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    head = ["-m", spec.name] if spec is not None else sys.argv[:1]
+    return " ".join([os.path.basename(sys.executable), *head, *sys.argv[1:]])
+
+
 def run_header(args, versions: dict[str, Any]) -> dict[str, Any]:
     """The first keys of every benchmark's JSON: when, how it was invoked, with what."""
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "command": command_line(),
         "args": vars(args),
         "versions": versions,
         "loadavg_start": os.getloadavg(),
     }
-
-
-# -- the test tree ----------------------------------------------------------------------
-
-
-def from_tests(name: str) -> ModuleType:
-    """A module of ``tests/`` by its dotted name there (``"reference.sections"``,
-    ``"faults.harness"``, ``"serve.running"``): the slow twins and test doubles the
-    benchmarks run beside the package. ``tests/`` is not an installed package, so it is
-    put on ``sys.path`` the first time one is asked for."""
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
-    return importlib.import_module(name)

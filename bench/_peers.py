@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from _harness import from_tests
-
 __all__ = ["BASELINE_OF", "ENCODING", "MAX_TOKENS", "OVERLAP_CHARS", "OVERLAP_TOKENS", "ROWS", "Chunks", "Row",
            "load_encoding", "smollm2_tokenize", "without_specials"]
 
@@ -146,7 +144,8 @@ def boundctx_native(text, enc):
 def boundctx_twin(text, enc):
     from boundctx.tokens import TiktokenCounter
 
-    split = from_tests("reference.sections").split
+    from tests.reference.sections import split
+
     return _boundctx_row(text, split, lambda: TiktokenCounter("cl100k_base"),
                          {"module": "tests/reference/sections.py"})
 

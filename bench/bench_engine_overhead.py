@@ -5,7 +5,7 @@ workers): the time spent inside the provider's generations (prompt evaluation an
 decoding) against the whole reply. The rest is boundctx: fitting, planning, exact
 counts, notes, events.
 
-Run: ``python bench/bench_engine_overhead.py`` (writes bench/results/engine_overhead.json;
+Run: ``python -m bench.bench_engine_overhead`` (writes bench/results/engine_overhead.json;
 ``--json-out`` elsewhere).
 """
 
@@ -21,7 +21,7 @@ from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.events import Done
 
-from _harness import ROOT, run_facts
+from bench._harness import ROOT, run_facts
 
 
 def main(argv=None) -> int:

@@ -20,8 +20,8 @@ the warm cost flat from 100 to 10,000 messages. Rows are medians.
 
 Usage::
 
-    python bench/bench_fitting.py            # the full run (a few minutes)
-    python bench/bench_fitting.py --quick    # 100 and 1,000 messages only
+    python -m bench.bench_fitting            # the full run (a few minutes)
+    python -m bench.bench_fitting --quick    # 100 and 1,000 messages only
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import time
 
 from boundctx.analysis.fitting import current_turn_start, fit_conversation
 
-from _harness import ROOT, from_tests, markdown_table, run_facts, timed
-from _textgen import chat
+from bench._harness import ROOT, markdown_table, run_facts, timed
+from bench._textgen import chat
 
 WINDOW = 8192
 REPLY_TOKENS = 512
@@ -169,7 +169,7 @@ def case(counter, name: str, msgs: list[dict], *, repeats: int, old: bool, peers
            "stable_cold_counts": stable_cold_s / whole, "stable_warm_counts": statistics.median(stable_warm) / whole}
     row |= engine_times(counter, msgs, repeats)
     if old:
-        fit_by_dropping = from_tests("reference.fitting").fit_by_dropping
+        from tests.reference.fitting import fit_by_dropping
         started = time.perf_counter()
         ref = fit_by_dropping(msgs, lambda m: uncached_count(counter, m), LIMIT, current_turn_start(msgs),
                               msgs[0]["role"] == "system")

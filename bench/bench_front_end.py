@@ -45,9 +45,9 @@ says. Generating 1 GiB takes one to two minutes, once.
 
 Usage::
 
-    python bench/bench_front_end.py                  # a few minutes the first time, ~1 min after
-    python bench/bench_front_end.py --size 64M --repeats 5
-    python bench/bench_front_end.py --dir /var/tmp/fe --json-out /tmp/front-end.json
+    python -m bench.bench_front_end                  # a few minutes the first time, ~1 min after
+    python -m bench.bench_front_end --size 64M --repeats 5
+    python -m bench.bench_front_end --dir /var/tmp/fe --json-out /tmp/front-end.json
 """
 
 from __future__ import annotations
@@ -58,10 +58,9 @@ import json
 import os
 import pathlib
 import statistics
-import sys
 import time
 
-from _harness import ROOT, from_tests, human_size, markdown_table, parse_size, read_through, run_facts
+from bench._harness import ROOT, command_line, human_size, markdown_table, parse_size, read_through, run_facts
 
 SEED = 1234
 BIG_EVERY = 6000
@@ -235,7 +234,9 @@ def browser_open(browser, base: str, sample: dict, timeout_ms: int) -> dict:
 def launch_browser():
     from playwright.sync_api import sync_playwright
 
-    executable = from_tests("web.conftest").chromium_path()
+    from tests._support.chromium import chromium_path
+
+    executable = chromium_path()
     if executable is None:
         raise SystemExit("no chromium found (/usr/lib/chromium/chromium or on PATH): apt-get install chromium")
     playwright = sync_playwright().start()
@@ -276,8 +277,9 @@ def main() -> int:
 
     from boundctx.providers import ScriptedProvider
     from boundctx.serve import create_app
-    Running = from_tests("serve.running").Running
-    scripted = from_tests("serve.scripted")
+
+    from tests._support import scripted
+    from tests._support.running import Running
     MODEL, settings = scripted.MODEL, scripted.settings
 
     samples = {"small": ensure_sample(folder, "small", parse_size(args.small_size)),
@@ -348,7 +350,7 @@ def main() -> int:
     ratios = {name: results["big"][a][b] / results["small"][a][b] for name, (a, b) in warm_keys.items()}
     report = {
         "date": date,
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "command": command_line(),
         "args": vars(args),
         "loadavg_before": loadavg_before,
         "loadavg_after": loadavg_after,

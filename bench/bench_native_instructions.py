@@ -18,7 +18,7 @@ the read buffers is never in it; ``PYTHONHASHSEED=0`` keeps the two children's o
 work the same (their difference, without the call, is a few ten thousand instructions
 in about 300 million)::
 
-    python bench/bench_native_instructions.py --label after
+    python -m bench.bench_native_instructions --label after
 
 Each run records its label's counts in ``--json-out``, keeping the other labels there;
 with both ``before`` and ``after`` present it adds their ratios.
@@ -35,7 +35,8 @@ import subprocess
 import sys
 import tempfile
 
-from _harness import ROOT, command_output, run_facts
+from bench._harness import ROOT, command_output, run_facts
+from tests._support import importable_env
 
 MB = 1_000_000
 SEED = 1234
@@ -102,9 +103,9 @@ def counted(case: str, path: pathlib.Path, mode: str) -> tuple[int, list[str], s
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "callgrind.out"
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                   sys.executable, __file__, "--child", case, str(path), mode]
+                   sys.executable, "-m", "bench.bench_native_instructions", "--child", case, str(path), mode]
         run = subprocess.run(command, capture_output=True, text=True, check=True,
-                             env={**os.environ, "PYTHONHASHSEED": "0"})
+                             cwd=ROOT, env=importable_env({**os.environ, "PYTHONHASHSEED": "0"}))
         (totals,) = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
     return int(totals.split()[1]), command, run.stdout
 
@@ -149,7 +150,7 @@ def main() -> None:
         doc["ratio_after_to_before"] = {case: round(after[case]["instructions"] / before[case]["instructions"], 6)
                                         for case in before.keys() & after.keys()}
     doc["how"] = ("callgrind instruction counts (Ir, user space, every thread): a child making the call "
-                  "minus the same child without it; python bench/bench_native_instructions.py --label <build>")
+                  "minus the same child without it; python -m bench.bench_native_instructions --label <build>")
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

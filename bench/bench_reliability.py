@@ -1,6 +1,6 @@
 """Reliability: the fault campaign at size, tabulated by category.
 
-Runs the campaigns of ``tests/faults/harness.py`` (the same code the fault tests run
+Runs the campaigns of ``tests/faults/`` (one module each, the same code the fault tests run
 small) with real processes and real files, and counts per category: faults injected,
 records acknowledged, records lost, wrong data, crashes, hangs. Categories:
 
@@ -25,7 +25,7 @@ records acknowledged, records lost, wrong data, crashes, hangs. Categories:
 - **fuzz**: the coverage-guided native fuzzer (``tests/fuzz/atheris_native.py``) for
   ``--fuzz-seconds``; its "faults" are inputs run (skipped without atheris)
 
-Run: ``python bench/bench_reliability.py`` (15-20 minutes on 2 cores; ``--scale``
+Run: ``python -m bench.bench_reliability`` (15-20 minutes on 2 cores; ``--scale``
 multiplies every campaign's size, ``--quick`` is a seconds-long smoke run). Writes
 ``bench/results/reliability.json`` (``reliability-quick.json`` with ``--quick``).
 """
@@ -43,11 +43,18 @@ import sys
 import tempfile
 import time
 
-from _harness import ROOT, from_tests, markdown_table, run_facts, run_header
-
-harness = from_tests("faults.harness")  # the campaigns, shared with tests/faults
-odd = from_tests("faults.odd_records")
-edges = from_tests("faults.server_edges")
+from bench._harness import ROOT, markdown_table, run_facts, run_header
+from tests.faults import (  # the campaigns, shared with tests/faults
+    concurrent_appenders,
+    disk_full,
+    kill_writer,
+    paging,
+    path_replacement,
+    rewrite_kill,
+)
+from tests.faults import odd_records as odd
+from tests.faults import server_edges as edges
+from tests.faults.core import Tally
 
 #: Each category's campaign at scale 1 (15-20 minutes in all on 2 cores, with the fuzzer;
 #: the five of the server's edges take about 10).
@@ -89,14 +96,14 @@ def _scaled(size: dict, scale: float) -> dict:
     return {k: v if k in fixed or v is None else max(1, round(v * scale)) for k, v in size.items()}
 
 
-def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> harness.Tally:
+def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> Tally:
     """One category's campaign (several rounds where the campaign is one run)."""
     if name == "kill":
-        return harness.kill_writers(workdir, kills=size["kills"], seed=seed)
+        return kill_writer.kill_writers(workdir, kills=size["kills"], seed=seed)
     if name == "rewrite":
-        return harness.kill_rewriters(workdir, kills=size["kills"], seed=seed)
+        return rewrite_kill.kill_rewriters(workdir, kills=size["kills"], seed=seed)
     if name == "replace":
-        return harness.path_replacement(workdir, rounds=size["rounds"], seed=seed)
+        return path_replacement.path_replacement(workdir, rounds=size["rounds"], seed=seed)
     if name == "odd-records":
         return odd.odd_records(workdir, per_dialect=size["per_dialect"], asks=size["asks"], seed=seed)
     if name == "cross-origin":
@@ -114,22 +121,22 @@ def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> har
     if name == "disk-full":
         mount = workdir / "small"
         mount.mkdir(exist_ok=True)
-        why = harness.mount_small_tmpfs(mount)
+        why = disk_full.mount_small_tmpfs(mount)
         if why:
-            tally = harness.Tally("disk full (2 MiB tmpfs)")
+            tally = Tally("disk full (2 MiB tmpfs)")
             tally.notes["skipped"] = why
             return tally
         try:
-            return harness.disk_full(mount, rounds=size["rounds"], seed=seed)
+            return disk_full.disk_full(mount, rounds=size["rounds"], seed=seed)
         finally:
-            harness.unmount(mount)
+            disk_full.unmount(mount)
     total = None
     for r in range(size["rounds"]):
         if name == "concurrent":
-            t = harness.concurrent_appenders(workdir, writers=size["writers"], records=size["records"],
+            t = concurrent_appenders.concurrent_appenders(workdir, writers=size["writers"], records=size["records"],
                                              kills=size["kills"], seed=seed + r)
         else:
-            t = harness.reader_under_rewrites(workdir, appenders=size["appenders"], records=size["records"],
+            t = paging.reader_under_rewrites(workdir, appenders=size["appenders"], records=size["records"],
                                               rewrites=size["rewrites"], seed=seed + r)
         if total is None:
             total = t
@@ -138,9 +145,9 @@ def run_category(name: str, size: dict, workdir: pathlib.Path, seed: int) -> har
     return total
 
 
-def run_fuzz(seconds: int, workdir: pathlib.Path) -> harness.Tally:
+def run_fuzz(seconds: int, workdir: pathlib.Path) -> Tally:
     """The atheris harness for ``seconds``; a finding is a crash, a stall a hang."""
-    tally = harness.Tally("native entry points, arbitrary inputs (atheris)")
+    tally = Tally("native entry points, arbitrary inputs (atheris)")
     try:
         import atheris  # noqa: F401
     except ImportError:
@@ -150,9 +157,9 @@ def run_fuzz(seconds: int, workdir: pathlib.Path) -> harness.Tally:
     art = workdir / "fuzz-artifacts"
     art.mkdir(exist_ok=True)
     try:
-        out = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz" / "atheris_native.py"),
+        out = subprocess.run([sys.executable, "-m", "tests.fuzz.atheris_native",
                               f"-max_total_time={seconds}", "-max_len=2048", f"-artifact_prefix={art}/",
-                              "-timeout=30"], capture_output=True, text=True, timeout=seconds + 300)
+                              "-timeout=30"], cwd=ROOT, capture_output=True, text=True, timeout=seconds + 300)
     except subprocess.TimeoutExpired:
         tally.hangs += 1
         tally.problem(f"the fuzzer did not finish within {seconds + 300} s")

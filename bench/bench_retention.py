@@ -51,7 +51,7 @@ Families (each document also has the regular buckets):
 
 A stale answer is an answer equal to a value a later sentence corrected.
 
-Run: ``python bench/bench_retention.py`` (writes ``bench/results/retention.json``);
+Run: ``python -m bench.bench_retention`` (writes ``bench/results/retention.json``);
 ``--quick`` is a seconds-long run of one document per family with the byte-estimate
 counter (``retention-quick.json``); ``--model embedded`` runs SmolLM2 (A, B, R, O, Z).
 """
@@ -74,7 +74,7 @@ from boundctx.events import Done, Failed, ReplyDelta, ToolCall
 from boundctx.providers import ScriptedProvider, ToolCallChunk
 from boundctx.sections import plan as plan_sections
 
-from _harness import ROOT, markdown_table, run_facts
+from bench._harness import ROOT, markdown_table, run_facts
 
 WINDOW = 2048
 #: The byte estimate counts a token per byte, ~3.5x SmolLM2's count of this prose, and

@@ -36,9 +36,9 @@ This file holds the metrics and the run; the rows (each splitter's adapter) are 
 
 Usage::
 
-    python bench/bench_sections.py                 # full run: 1M chars, 5 runs per row
-    python bench/bench_sections.py --quick         # 100K chars, 1 run, no warm-up
-    python bench/bench_sections.py --only semchunk --only baseline
+    python -m bench.bench_sections                 # full run: 1M chars, 5 runs per row
+    python -m bench.bench_sections --quick         # 100K chars, 1 run, no warm-up
+    python -m bench.bench_sections --only semchunk --only baseline
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ from typing import Any
 
 import regex  # a tiktoken dependency; its \X is the extended grapheme cluster
 
-from _harness import ROOT, markdown_table, run_facts, run_header, timed
-from _peers import (
+from bench._harness import ROOT, markdown_table, run_facts, run_header, timed
+from bench._peers import (
     BASELINE_OF,
     ENCODING,
     MAX_TOKENS,
@@ -68,7 +68,7 @@ from _peers import (
     load_encoding,
     smollm2_tokenize,
 )
-from _textgen import SEED, SHAPES, TEXT_CHARS, generate_text, shape_text
+from bench._textgen import SEED, SHAPES, TEXT_CHARS, generate_text, shape_text
 
 QUICK_CHARS = 100_000
 #: The packages whose versions the JSON records.

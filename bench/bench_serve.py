@@ -24,8 +24,8 @@ Goals (issue 13): p99 first chunk ≤ 50 ms at 64 streams; overhead ≤ 2% of mo
 
 Usage::
 
-    python bench/bench_serve.py               # about a minute
-    python bench/bench_serve.py --streams 16 --requests 100
+    python -m bench.bench_serve               # about a minute
+    python -m bench.bench_serve --streams 16 --requests 100
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.parse
 
-from _harness import ROOT, from_tests, percentile, run_facts
+from bench._harness import ROOT, percentile, run_facts
 
 MODEL = "bench"
 MESSAGES = [{"role": "user", "content": "Tell me about the build."}]
@@ -129,9 +129,9 @@ async def load(url: str, streams: int, requests: int, messages: list[dict] | Non
 
 
 def clients(url: str, streams: int, requests: int, messages: list[dict] | None = None) -> list[dict]:
-    child = subprocess.run([sys.executable, __file__, "--clients-only", url, str(streams), str(requests)],
-                           input=json.dumps(messages or MESSAGES), capture_output=True, text=True, check=True,
-                           timeout=1800)
+    child = subprocess.run([sys.executable, "-m", "bench.bench_serve", "--clients-only", url, str(streams),
+                            str(requests)], cwd=ROOT, input=json.dumps(messages or MESSAGES), capture_output=True,
+                           text=True, check=True, timeout=1800)
     return json.loads(child.stdout)
 
 
@@ -147,9 +147,8 @@ def long_history(messages: int, turns: int) -> dict:
     from boundctx.serve import create_app
     from boundctx.tokens.llama import LlamaCounter
 
-    from _textgen import chat
-
-    Running = from_tests("serve.running").Running
+    from bench._textgen import chat
+    from tests._support.running import Running
     settings = config.load(env={}, overrides={"chat.n_ctx": 8192})
     base = chat(messages, seed=messages)
 
@@ -235,7 +234,7 @@ def main() -> int:
     from boundctx import config
     from boundctx.serve import create_app
 
-    Running = from_tests("serve.running").Running
+    from tests._support.running import Running
     gap = args.gap_ms / 1000
     base = direct(args.tokens, gap, 10)
     settings = config.load(env={}, overrides={"serve.active_replies": args.streams, "serve.queue_depth": args.streams})

@@ -23,9 +23,9 @@ Goal (issue 13): throughput ≥ 0.95× llama-cpp-python's server.
 
 Usage::
 
-    python bench/bench_serve_model.py              # a few minutes on two cores
-    python bench/bench_serve_model.py --reps 10
-    python bench/bench_serve_model.py --model other.gguf --max-tokens 400
+    python -m bench.bench_serve_model              # a few minutes on two cores
+    python -m bench.bench_serve_model --reps 10
+    python -m bench.bench_serve_model --model other.gguf --max-tokens 400
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import time
 import urllib.error
 import urllib.request
 
-from _harness import ROOT, markdown_table, run_facts, run_header
+from bench._harness import ROOT, markdown_table, run_facts, run_header
 
 PROMPT = "Write a long story about a lighthouse keeper."
 SERVERS = ("boundctx", "llama_cpp")

@@ -12,8 +12,8 @@ Goals (issue 12): ``boundctx --help`` ≤ 60 ms; the ``reindex`` process ≤ 1.0
 
 Usage::
 
-    python bench/bench_startup.py               # 1 GiB (first run generates it: ~2 min)
-    python bench/bench_startup.py --size 64M    # quicker
+    python -m bench.bench_startup               # 1 GiB (first run generates it: ~2 min)
+    python -m bench.bench_startup --size 64M    # quicker
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from _harness import ROOT, markdown_table, run_facts
+from bench._harness import ROOT, markdown_table, run_facts
 
 
 def boundctx_command() -> list[str]:

@@ -23,9 +23,9 @@ markdown table with the goals.
 
 Usage::
 
-    python bench/bench_transcript.py                # full run, 1 GiB, several minutes
-    python bench/bench_transcript.py --quick        # ~64 MiB smoke run, under a minute
-    python bench/bench_transcript.py --profile open # cProfile one case, print hot functions
+    python -m bench.bench_transcript                # full run, 1 GiB, several minutes
+    python -m bench.bench_transcript --quick        # ~64 MiB smoke run, under a minute
+    python -m bench.bench_transcript --profile open # cProfile one case, print hot functions
 """
 
 from __future__ import annotations
@@ -53,10 +53,9 @@ from boundctx.transcript.dialects import dialect_kinds, native_table
 from boundctx.transcript.layout import build_layout, sidecar_paths
 from boundctx.transcript.sample import write_sample
 
-from _harness import (
+from bench._harness import (
     ROOT,
     command_output,
-    from_tests,
     human_size,
     markdown_table,
     parse_size,
@@ -73,7 +72,7 @@ except ImportError:
     orjson = None
 
 try:
-    ref_lineindex = from_tests("reference.lineindex")
+    from tests.reference import lineindex as ref_lineindex
 except ImportError as _exc:  # a checkout without the twin: its row says so
     ref_lineindex = None
     REF_MISSING = f"tests/reference/lineindex.py not importable ({_exc})"

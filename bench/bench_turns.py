@@ -43,7 +43,7 @@ at least 90% of the turns; the turn after an analysed one evaluates at most 1.2x
 tokens; conversations taking turns on serve likewise on 90% of their turns. The state
 cache's memory is reported.
 
-Run: ``python bench/bench_turns.py`` (writes bench/results/turns.json); ``--quick`` for a
+Run: ``python -m bench.bench_turns`` (writes bench/results/turns.json); ``--quick`` for a
 short run of every scenario. Each row starts with a reset model.
 """
 
@@ -65,7 +65,7 @@ from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta
 
-from _harness import ROOT, from_tests, markdown_table, run_facts
+from bench._harness import ROOT, markdown_table, run_facts
 
 ROWS = ("today", "stable", "rolling")
 SCENARIOS = ("fitting", "analysed", "serve")
@@ -257,7 +257,7 @@ def prefix_cost(provider, convo: list[dict]) -> dict:
 def served(window: int, cache_mib: int | None):
     """``boundctx serve`` on the embedded model in a child process, until the block ends
     (started and stopped as the serve tests do)."""
-    servers = from_tests("servers")
+    from tests._support import servers
     port = servers.free_port()
     folder = tempfile.mkdtemp(prefix="bench-turns-")
     argv = [sys.executable, "-m", "boundctx", "serve", "--n-ctx", str(window), "--port", str(port),

@@ -22,7 +22,7 @@ construction: it proves the harness and measures the pipeline's cost structure; 
 cannot run BFCL, which has no gold units); ``--model embedded`` runs SmolLM2-135M
 through llama-cpp-python with grammar-constrained decoding (reported, not gated).
 
-Run: ``python bench/bench_understanding.py --model embedded`` (writes
+Run: ``python -m bench.bench_understanding --model embedded`` (writes
 ``bench/results/understanding-<model>.json``).
 """
 
@@ -44,7 +44,7 @@ from boundctx.understanding import Catalog, Record, ReplayLog, Understander
 from boundctx.understanding import tasks as T
 from boundctx.understanding.normalise import normalise
 
-from _harness import ROOT, from_tests, markdown_table, percentile, run_facts
+from bench._harness import ROOT, markdown_table, percentile, run_facts
 
 BOOKING = ROOT / "bench" / "data" / "booking_turns.json"
 BFCL = ROOT.parent / "shared" / "data" / "bfcl"
@@ -193,7 +193,8 @@ def make_provider(model: str, gold_of=None, records=()):
         from boundctx.providers.local import LlamaCppProvider
         return LlamaCppProvider(n_ctx=4096)
     from boundctx.providers import ScriptedProvider
-    Oracle = from_tests("understanding.oracle").Oracle  # the scripted model of tests/understanding
+
+    from tests._support.oracle import Oracle  # the scripted model of tests/understanding
     return ScriptedProvider(Oracle(gold_of, records))
 
 

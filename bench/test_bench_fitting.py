@@ -4,9 +4,9 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="the benchmark counts with the embedded model's tokenizer")
 
-import bench_fitting  # noqa: E402 - after the skip: it needs llama-cpp-python
-
 from boundctx.tokens.llama import LlamaCounter  # noqa: E402
+
+from bench import bench_fitting  # noqa: E402 - after the skip: it needs llama-cpp-python
 
 
 def test_a_small_case_runs_and_the_search_chooses_what_the_walk_does():

@@ -7,8 +7,9 @@ bench/test_bench_native_instructions.py -q``.
 
 from __future__ import annotations
 
-import bench_native_instructions as bni
 import pytest
+
+from bench import bench_native_instructions as bni
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-import bench_reliability as br
+from bench import bench_reliability as br
 
 
 def test_a_quick_run_writes_one_clean_row_per_category(tmp_path, monkeypatch):

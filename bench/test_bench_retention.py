@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import random
 
-import bench_retention as br
 import pytest
 
 from boundctx.tokens import ByteEstimateCounter
+
+from bench import bench_retention as br
 
 
 def test_conditions_keep_what_they_should_on_a_small_document():

@@ -17,10 +17,9 @@ import pytest
 
 pytest.importorskip("tiktoken")
 
-import bench_sections as bs  # noqa: E402
-
-import _peers as peers  # noqa: E402 - after the skip: the rows need tiktoken
-import _textgen as textgen  # noqa: E402
+from bench import _peers as peers  # noqa: E402 - after the skip: the rows need tiktoken
+from bench import _textgen as textgen  # noqa: E402
+from bench import bench_sections as bs  # noqa: E402
 
 
 def words(s: str) -> int:

@@ -8,8 +8,9 @@ Not part of the default suite (``testpaths = ["tests"]``); run by name::
 
 from __future__ import annotations
 
-import bench_serve_model as bm
 import pytest
+
+from bench import bench_serve_model as bm
 
 
 def sample(first, total, chunks, usage=None, reason="length", text="x"):

@@ -22,10 +22,8 @@ from boundctx.transcript import Transcript, encode_record
 from boundctx.transcript.dialects import dialect_kinds, native_table
 from boundctx.transcript.sample import write_sample
 
-from _harness import from_tests
-
 try:
-    ref = from_tests("reference.lineindex")
+    from tests.reference import lineindex as ref
 except ImportError:  # a checkout without the twin: its cases skip
     ref = None
 

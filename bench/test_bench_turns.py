@@ -3,7 +3,7 @@ every row, and the goals are read off the turns as the issue states them."""
 
 from __future__ import annotations
 
-import bench_turns as bt
+from bench import bench_turns as bt
 
 
 def test_every_row_gets_the_same_conversation_of_whole_exchanges():

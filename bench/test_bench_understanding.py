@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 
-import bench_understanding as bu
 import msgspec
 import pytest
 
 from boundctx import config
+
+from bench import bench_understanding as bu
 
 
 def test_every_gold_quote_is_in_its_message():
@@ -70,7 +71,7 @@ def test_a_recorded_run_replays_with_no_model_to_the_same_plans(model):
     results = bu.ROOT / "bench" / "results" / f"understanding-{model}.json"
     log = results.with_suffix(".replay.jsonl")
     if not results.exists() or not log.exists():
-        pytest.skip(f"no recorded run at {results} (python bench/bench_understanding.py --model {model})")
+        pytest.skip(f"no recorded run at {results} (python -m bench.bench_understanding --model {model})")
     report = json.loads(results.read_text())
     catalog, _, turns = bu.booking_corpus()
     replayed = 0

@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _harness import percentile, summary
+from bench._harness import percentile, summary
 
 _values = st.lists(st.floats(min_value=-1e9, max_value=1e9), min_size=1, max_size=50)
 _q = st.floats(min_value=0.01, max_value=1.0)

@@ -4,8 +4,7 @@ import shutil
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+from tests._support import SHARED_DATA
 
 
 @pytest.fixture(autouse=True)
@@ -48,9 +47,9 @@ def pi_session(shared_file):
 
 @pytest.fixture
 def scripted_server():
-    """Start scripted HTTP servers (``tests/servers.py``) that answer from a list; all
+    """Start scripted HTTP servers (``tests/_support/servers.py``) that answer from a list; all
     stopped after the test."""
-    from servers import Scripted
+    from tests._support.servers import Scripted
     started = []
 
     def start(*answers):
@@ -70,9 +69,9 @@ def serve(tmp_path):
     tmp_path unless given."""
     pytest.importorskip("starlette", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
     pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
-    from serve.running import Running
-
     from boundctx.serve import create_app
+
+    from tests._support.running import Running
 
     started = []
 

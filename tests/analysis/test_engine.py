@@ -10,7 +10,7 @@ from boundctx.analysis.workers import WORKER_INSTRUCTIONS
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider, ToolCallChunk
 
-from support import notes_text
+from tests._support import notes_text
 
 LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
 

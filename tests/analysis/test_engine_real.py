@@ -9,7 +9,7 @@ from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.events import AnalysisProgress, Done
 
-from servers import llama_cpp_server, missing_server_extra
+from tests._support.servers import llama_cpp_server, missing_server_extra
 
 EXAMPLE = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "build.log").read_text()
 ASK = [{"role": "user", "content": "Which step failed, and what is its job id?"}]

@@ -11,7 +11,7 @@ from boundctx.analysis.workers import WORKER_INSTRUCTIONS
 from boundctx.events import Done, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider
 
-from support import notes_text
+from tests._support import notes_text
 
 # Twelve facts with long values: the notes cannot keep every value, only every key.
 FACTS = [(f"code of unit{i}", f"{1000 + i}-XQ " + "padding " * 8) for i in range(12)]

@@ -14,7 +14,7 @@ from boundctx.errors import ToolOfferError
 from boundctx.events import Done, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers import ScriptedProvider, ToolCallChunk
 
-from support import notes_text
+from tests._support import notes_text
 
 LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(1500))
 ASK = [{"role": "user", "content": "Which step failed, and with what id?"}]

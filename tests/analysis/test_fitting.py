@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from boundctx.analysis.fitting import current_turn_start, drop_order, fit_conversation
 from boundctx.errors import ContextOverflow
 
-from reference.fitting import fit_analysing, fit_by_dropping
-from strategies import conversation
-from strategies import nonadditive_counter as counter
+from tests._support.strategies import conversation
+from tests._support.strategies import nonadditive_counter as counter
+from tests.reference.fitting import fit_analysing, fit_by_dropping
 
 
 @settings(max_examples=300, deadline=None)

@@ -17,8 +17,8 @@ from boundctx.analysis.fitting import (
 )
 from boundctx.errors import ContextOverflow
 
-from reference.fitting import drops_turn_by_turn, fit_analysing_stable
-from strategies import conversation, nonadditive_counter
+from tests._support.strategies import conversation, nonadditive_counter
+from tests.reference.fitting import drops_turn_by_turn, fit_analysing_stable
 
 
 @settings(max_examples=300, deadline=None)

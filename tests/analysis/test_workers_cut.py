@@ -7,13 +7,14 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_workers import read_completely, section_of
 
 from boundctx import config
 from boundctx.analysis import Originals
 from boundctx.analysis.notes import UNNOTED_HEADER, NoteLedger
 from boundctx.analysis.workers import MAX_CONTINUATIONS
 from boundctx.providers import ScriptedProvider
+
+from .test_workers import read_completely, section_of
 
 FACT = re.compile(r"The (\w+ of item\d+) is (\S+)\.\n")
 

@@ -45,13 +45,13 @@ def test_ask_refuses_bad_input_clearly(tmp_path, capsys):
 
 
 def test_ask_against_a_server_that_is_not_there_fails_with_the_reason(capsys):
-    from servers import free_port
+    from tests._support.servers import free_port
     code = main(["ask", "--provider", "remote", "--base-url", f"http://127.0.0.1:{free_port()}", "hello"])
     assert code == 1 and "cannot connect" in capsys.readouterr().err
 
 
 def _sse(text):
-    from servers import delta
+    from tests._support.servers import delta
     return 200, [delta(text), delta(finish="stop")]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from boundctx.cli import main
 
-from servers import delta
+from tests._support.servers import delta
 
 
 def _sse(*pieces, finish="stop"):

@@ -120,7 +120,7 @@ def test_a_cancelled_reply_says_so():
 
 
 def test_the_command_with_json_appends_the_answer_it_streamed(tmp_path, scripted_server, capsys):
-    from servers import delta
+    from tests._support.servers import delta
 
     server = scripted_server((200, [delta("Step 3 "), delta("failed."), delta(finish="stop")]))
     path = tmp_path / "chat.jsonl"

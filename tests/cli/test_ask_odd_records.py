@@ -7,9 +7,9 @@ import pytest
 from boundctx.cli import main
 from boundctx.transcript import Transcript
 
-from faults.odd_records import ISSUE_EXAMPLES, write
-from servers import delta
-from support import assert_well_formed
+from tests._support import assert_well_formed
+from tests._support.servers import delta
+from tests.faults.odd_records import ISSUE_EXAMPLES, write
 
 
 @pytest.mark.parametrize("name", sorted(ISSUE_EXAMPLES))

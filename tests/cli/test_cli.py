@@ -295,7 +295,7 @@ _CATALOG = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "exam
 @pytest.mark.parametrize("entry", ["ask --file", "split", "plan --catalog", "plan --bfcl", "plan --records"])
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
 def test_a_fifo_or_a_device_given_as_an_input_file_is_refused_in_words_without_blocking(tmp_path, entry, special):
-    from support import special_input
+    from tests._support import special_input
 
     path, said = special_input(tmp_path, special, "input.json")
     argv = {"ask --file": ["ask", "--file", path, *_NO_SERVER, "q"],
@@ -310,7 +310,7 @@ def test_a_fifo_or_a_device_given_as_an_input_file_is_refused_in_words_without_b
 
 def test_ask_refuses_to_write_into_a_file_that_is_not_a_transcript_before_any_model_call(tmp_path, scripted_server,
                                                                                           capsys):
-    from servers import delta
+    from tests._support.servers import delta
 
     server = scripted_server((200, [delta("answer"), delta(finish="stop")]))
     png = tmp_path / "picture.png"

@@ -18,7 +18,7 @@ import pytest
 
 from boundctx.cli import main
 
-from servers import delta, free_port, running_process
+from tests._support.servers import delta, free_port, running_process
 
 pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
 

@@ -220,7 +220,7 @@ def test_a_config_file_that_is_a_fifo_or_a_device_is_refused_without_blocking(tm
     import subprocess
     import sys
 
-    from support import special_input
+    from tests._support import special_input
 
     path, said = special_input(tmp_path, special, "config.toml")
     code = ("import sys\nfrom boundctx import config\nfrom boundctx.errors import ConfigError\n"

@@ -130,10 +130,10 @@ def test_the_extremes_are_accepted_and_a_reply_at_them_ends_as_a_reply_or_failed
 
 @pytest.mark.parametrize("name,end", [e for e in EXTREMES if e[0].startswith("understanding.")])
 def test_an_understanding_turn_at_the_extremes_ends_with_a_plan(name, end):
-    from understanding.booking import CATALOG, GOLD, MESSAGE, RECORDS
-    from understanding.oracle import Oracle
-
     from boundctx.understanding import Catalog, Understander
+
+    from tests._support.booking import CATALOG, GOLD, MESSAGE, RECORDS
+    from tests._support.oracle import Oracle
 
     settings = config.load(env={}, overrides=with_partners(name, extreme(name, end)))
     u = Understander(ScriptedProvider(Oracle(GOLD, RECORDS)), Catalog.from_dict(CATALOG), settings=settings)

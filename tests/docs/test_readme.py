@@ -54,7 +54,7 @@ NOT_RUN = [
      "run in a fresh venv by test_development_install_works_in_a_fresh_venv"),
     (r"\bpython -m pytest\b",
      "the test suite itself: CI runs it (.ci/run); run from a test it would recurse"),
-    (r"^python bench/",
+    (r"^python -m bench\.",
      "a benchmark: minutes of work on up to 1 GiB in /tmp; its numbers are bench/RESULTS.md"),
     (r"^boundctx serve\b",
      "a server that runs until stopped: the examples that talk to it run against the same command "
@@ -402,7 +402,7 @@ def cli(*args, cwd) -> subprocess.CompletedProcess:
 
 
 def _interrupted_sample(tmp_path):
-    from cli.test_sample import start_sample
+    from tests.cli.test_sample import start_sample
 
     proc = start_sample(tmp_path / "s.jsonl")
     proc.send_signal(signal.SIGINT)
@@ -411,7 +411,7 @@ def _interrupted_sample(tmp_path):
 
 
 def _failed_reply(tmp_path):
-    from servers import free_port
+    from tests._support.servers import free_port
 
     return cli("ask", "--provider", "remote", "--base-url", f"http://127.0.0.1:{free_port()}", "hello", cwd=tmp_path)
 

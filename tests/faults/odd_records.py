@@ -19,7 +19,7 @@ array, object). :func:`judge` says what must hold of a transcript holding it:
 :func:`odd_records` runs the campaign: every odd record of every template (or a seeded
 sample) through real files and ``chat_messages``, and a sample of them through
 ``boundctx ask --transcript`` in real processes against a scripted model server, counted
-in a :class:`~faults.harness.Tally`. The tests (``tests/transcript/test_chat_odd_records.py``,
+in a :class:`~tests.faults.core.Tally`. The tests (``tests/transcript/test_chat_odd_records.py``,
 ``tests/faults/test_odd_records.py``) and the reliability benchmark share it.
 """
 
@@ -40,7 +40,7 @@ from typing import Any, Iterator
 from boundctx import Transcript
 from boundctx.transcript.chat import chat_messages
 
-from .harness import CHILD_TIMEOUT, Tally
+from .core import CHILD_TIMEOUT, Tally
 
 Path_ = tuple  # keys and indexes from a record's root to one field
 
@@ -307,7 +307,7 @@ def atoms(messages: list[dict]) -> collections.Counter:
 
 def well_formed_problems(messages: list[dict]) -> list[str]:
     """What keeps ``messages`` from being sent to every provider (empty: nothing)."""
-    from support import assert_well_formed  # tests/ is on sys.path in the tests and the benchmark
+    from tests._support import assert_well_formed
 
     try:
         assert_well_formed(messages, json_arguments=False)  # Codex's custom tools take free text
@@ -407,7 +407,7 @@ def odd_records(workdir: Path, *, per_dialect: int | None = None, asks: int = 0,
     must stay as acknowledged, those missing as lost, malformed messages, lines gone
     without a notice and wrong answers as wrong, exceptions and tracebacks as crashes.
     """
-    from servers import Scripted, delta  # tests/ is on sys.path in the tests and the benchmark
+    from tests._support.servers import Scripted, delta
 
     tally = Tally("odd-but-valid records of every dialect")
     started = time.monotonic()

@@ -2,15 +2,15 @@
 loopback, met by real clients and real racing processes.
 
 Every campaign here starts the server as a child process of its own (``python -m
-faults.server_edges serve ...``, run from ``tests/``): the app of ``create_app`` on the
-scripted model of ``tests/serve/scripted.py``, over a real sessions folder, served by
+tests.faults.server_edges serve ...``, run from the repository root): the app of ``create_app`` on the
+scripted model of ``tests/_support/scripted.py``, over a real sessions folder, served by
 ``boundctx.serve.connections.run_server``, the path ``boundctx serve`` takes, so the
 bounds on request heads, their time and open connections are the ones a user gets. The
 clients are threads of the campaign (each with its own HTTP connections) and processes
 of their own (rewriters, appenders, a swapper, hostile clients), started the same way
 with another role.
 
-Five campaigns, each returning a :class:`~faults.harness.Tally`:
+Five campaigns, each returning a :class:`~tests.faults.core.Tally`:
 
 - :func:`cross_origin`: requests from other web pages (every route and method, every
   content type a page can send without asking first, origins that look like the
@@ -51,7 +51,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -60,9 +59,9 @@ from typing import Any, Callable
 
 import httpx
 
-from faults.harness import CHILD_TIMEOUT, Child, ChildDied, ChildHung, Tally, pump
+from .core import CHILD_TIMEOUT, Child, ChildDied, ChildHung, Tally, pump
 
-TESTS = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository root: where ``-m tests...`` imports from
 MODEL = "boundctx-test"
 API = "/boundctx/v1/sessions"
 SETTINGS = "/boundctx/v1/settings"
@@ -122,7 +121,7 @@ class Server:
     """
 
     def __init__(self, workdir: Path, overrides: dict | None = None) -> None:
-        from servers import free_port  # tests/ is on sys.path in the tests and the benchmark
+        from tests._support.servers import free_port
 
         self.workdir = Path(workdir)
         self.folder = self.workdir / "sessions"
@@ -138,8 +137,8 @@ class Server:
             self.url = f"http://127.0.0.1:{self.port}"
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "faults.server_edges", "serve", str(self.folder), str(self.port),
-                     json.dumps(overrides or {})], cwd=TESTS, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    [sys.executable, "-m", "tests.faults.server_edges", "serve", str(self.folder), str(self.port),
+                     json.dumps(overrides or {})], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT)
             if self._ready():
                 return
@@ -226,17 +225,11 @@ def client(server: Server, **kw) -> httpx.Client:
 
 
 class Racer(Child):
-    """A role of this module in its own process (``python -m faults.server_edges ROLE``),
-    read line by line with deadlines as the harness's children are."""
+    """A role of this module in its own process (``python -m tests.faults.server_edges ROLE``),
+    read line by line with deadlines as the other campaigns' children are."""
 
-    def __init__(self, role: str, *args) -> None:  # noqa: D107 - Child's own setup, for another module
-        self.role = role
-        self._err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "faults.server_edges", role, *map(str, args)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, bufsize=0,
-                                     cwd=TESTS)
-        self._buf = b""
-        self.eof = False
+    def __init__(self, role: str, *args) -> None:
+        super().__init__(role, *args, module=__name__)
 
 
 class Threads:
@@ -1119,7 +1112,8 @@ def _session_reply(http: httpx.Client, tally: Tally, ledger: Ledger, where: str,
 
 def _understand(http: httpx.Client, tally: Tally, where: str) -> str:
     import msgspec
-    from understanding.booking import CATALOG, MESSAGE, RECORDS
+
+    from tests._support.booking import CATALOG, MESSAGE, RECORDS
 
     resp = _request(http, tally, "POST", "/boundctx/v1/understand", judged=True,
                     json={"message": MESSAGE, "catalog": CATALOG, "records": msgspec.to_builtins(RECORDS)})
@@ -1204,7 +1198,7 @@ def _at_ends(http: httpx.Client, tally: Tally, server: Server, values: dict, sta
              n: int, *, group: bool = False) -> None:
     """PATCH ``values`` (moving the partners of a relation if refused for one), run the
     replies at them, put the settings back."""
-    from serve.scripted import LOG, WITH_LOG
+    from tests._support.scripted import LOG, WITH_LOG
 
     shown = ", ".join(f"{k} = {v!r}"[:60] for k, v in values.items())
     over = dict(values)
@@ -1428,12 +1422,12 @@ def _stopped() -> bool:
 
 def role_serve(folder: str, port: str, overrides: str) -> None:
     """The server under test: ``create_app`` on the scripted model, ``run_server``."""
-    from serve.scripted import answer
-
     from boundctx import config
     from boundctx.providers import ScriptedProvider
     from boundctx.serve import create_app
     from boundctx.serve.connections import run_server
+
+    from tests._support.scripted import answer
 
     settings = config.load(path=os.devnull, env={}, overrides={**BASE_SETTINGS, **json.loads(overrides)})
     app = create_app(ScriptedProvider(answer), settings=settings, model_id=MODEL, host="127.0.0.1",

@@ -8,23 +8,23 @@ is missing from (or is refused with TranscriptChanged); a reader sees each windo
 a run of records exactly as written, or gets a clear error.
 """
 
-from . import harness as h
-from .test_kill_writer import assert_clean
+from . import concurrent_appenders, core, paging
+from .core import assert_clean
 
 
 def test_concurrent_appenders_lose_and_interleave_nothing_even_when_some_are_killed(tmp_path):
-    tally = h.concurrent_appenders(tmp_path, writers=3, records=h.scaled(12), kills=h.scaled(3),
-                                   seed=4242)
+    tally = concurrent_appenders.concurrent_appenders(tmp_path, writers=3, records=core.scaled(12),
+                                                      kills=core.scaled(3), seed=4242)
     assert_clean(tally)
-    assert tally.faults == h.scaled(3)
+    assert tally.faults == core.scaled(3)
     assert tally.acknowledged > 0
 
 
 def test_a_reader_paging_backwards_sees_consistent_pages_while_others_append_and_rewrite(tmp_path):
-    tally = h.reader_under_rewrites(tmp_path, appenders=2, records=h.scaled(15), rewrites=h.scaled(8),
-                                    seed=777)
+    tally = paging.reader_under_rewrites(tmp_path, appenders=2, records=core.scaled(15), rewrites=core.scaled(8),
+                                         seed=777)
     assert_clean(tally)
     # Both kinds of change happened under the reader, and it read all the while.
-    assert tally.notes["rewrites committed under the reader"] == h.scaled(8)
-    assert tally.acknowledged == 2 * h.scaled(15) + h.scaled(8)
+    assert tally.notes["rewrites committed under the reader"] == core.scaled(8)
+    assert tally.acknowledged == 2 * core.scaled(15) + core.scaled(8)
     assert tally.notes["reader pages"] > 0 and tally.notes["reader passes"] > 0

@@ -7,9 +7,9 @@ only where the container allows mounts); elsewhere the test skips and says why.
 
 import pytest
 
-from . import harness as h
-from .test_kill_writer import assert_clean
-from support import running_as_root
+from . import core, disk_full
+from .core import assert_clean
+from tests._support import running_as_root
 
 
 @pytest.fixture
@@ -18,20 +18,20 @@ def small_disk(tmp_path):
         pytest.skip("disk-full needs a 2 MiB tmpfs, and mounting one needs root: run the suite as root")
     mount = tmp_path / "small"
     mount.mkdir()
-    why = h.mount_small_tmpfs(mount)
+    why = disk_full.mount_small_tmpfs(mount)
     if why:
         pytest.skip(f"disk-full needs a 2 MiB tmpfs: {why}")
     try:
         yield mount
     finally:
-        h.unmount(mount)
+        disk_full.unmount(mount)
 
 
 def test_appends_on_a_full_disk_fail_clearly_lose_nothing_and_resume_once_space_is_freed(small_disk):
-    tally = h.disk_full(small_disk, rounds=h.scaled(5), seed=2048)
+    tally = disk_full.disk_full(small_disk, rounds=core.scaled(5), seed=2048)
     assert_clean(tally)
-    assert tally.faults == 2 * h.scaled(5)  # per round: appends on a full disk, a rewrite on one
+    assert tally.faults == 2 * core.scaled(5)  # per round: appends on a full disk, a rewrite on one
     # Every failed append was an OSError that says the disk is full (checked per round),
     # and so was every rewrite that did not fit.
-    assert sum(v for k, v in tally.notes.items() if k.startswith("full-disk errors")) == 2 * h.scaled(5)
+    assert sum(v for k, v in tally.notes.items() if k.startswith("full-disk errors")) == 2 * core.scaled(5)
     assert tally.notes.get("full-disk rewrites refused: OSError errno=28", 0) > 0

@@ -3,13 +3,13 @@ chat_messages on real files and through ``boundctx ask --transcript`` in real pr
 Nothing raises, every message is well-formed, no other record's message is lost, and a
 line whose messages are gone is named in a notice."""
 
-from . import harness as h
+from . import core
+from .core import assert_clean
 from .odd_records import DIALECTS, odd_records
-from .test_kill_writer import assert_clean
 
 
 def test_odd_records_of_every_dialect_are_notices_and_lose_no_other_message(tmp_path):
-    per_dialect = h.scaled(80)
+    per_dialect = core.scaled(80)
     tally = odd_records(tmp_path, per_dialect=per_dialect, asks=1, seed=20261201)
     assert_clean(tally)
     for dialect in DIALECTS:

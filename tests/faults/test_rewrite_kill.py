@@ -6,18 +6,18 @@ import signal
 
 from boundctx import Transcript
 
-from . import harness as h
-from .test_kill_writer import assert_clean
+from . import core, rewrite_kill
+from .core import assert_clean
 
 
 def test_a_rewrite_killed_at_random_points_leaves_the_old_or_the_new_file(tmp_path):
-    tally = h.kill_rewriters(tmp_path, kills=h.scaled(8), seed=31337)
+    tally = rewrite_kill.kill_rewriters(tmp_path, kills=core.scaled(8), seed=31337)
     assert_clean(tally)
-    assert tally.faults == h.scaled(8) and tally.acknowledged > 0
+    assert tally.faults == core.scaled(8) and tally.acknowledged > 0
 
 
 def die_before_rename(path):
-    with h.Child("die-mid-rewrite", path) as child:
+    with core.Child("die-mid-rewrite", path, module=rewrite_kill.__name__) as child:
         child.expect("ready")
         assert child.drain() == []
         assert child.wait() == -signal.SIGKILL
@@ -25,10 +25,10 @@ def die_before_rename(path):
 
 def seeded(tmp_path):
     path = tmp_path / "t.jsonl"
-    keys = [(f"r.{i}", 0, 4 * h.KiB) for i in range(5)]
+    keys = [(f"r.{i}", 0, 4 * core.KiB) for i in range(5)]
     with Transcript.open(path, create=True) as t:
         for key in keys:
-            t.append(h.make_record(key[0], key[2]))
+            t.append(core.make_record(key[0], key[2]))
     return path, keys
 
 
@@ -37,9 +37,9 @@ def test_a_rewrite_killed_before_its_rename_leaves_the_transcript_as_it_was(tmp_
     before = path.read_bytes()
     die_before_rename(path)  # it was deleting message 0
     assert path.read_bytes() == before
-    problems, _ = h.check_reads(path, keys, torn=0)
+    problems, _ = core.check_reads(path, keys, torn=0)
     assert problems == []
-    assert h.follow_up_append(path, ("after.0", 0, h.KiB)) == []
+    assert core.follow_up_append(path, ("after.0", 0, core.KiB)) == []
 
 
 def test_the_temporary_copy_of_a_killed_rewrite_is_removed_by_the_next_writer(tmp_path):
@@ -48,8 +48,8 @@ def test_the_temporary_copy_of_a_killed_rewrite_is_removed_by_the_next_writer(tm
     path, keys = seeded(tmp_path)
     known = set(os.listdir(tmp_path))
     die_before_rename(path)
-    assert len(h.temp_copies(tmp_path)) == 1  # a whole copy of the transcript
+    assert len(core.temp_copies(tmp_path)) == 1  # a whole copy of the transcript
     with Transcript.open(path) as t:
-        t.append(h.make_record("after.0", h.KiB))
+        t.append(core.make_record("after.0", core.KiB))
     assert set(os.listdir(tmp_path)) - known == set()
-    assert h.scan_file(path).keys == keys + [("after.0", 0, h.KiB)]
+    assert core.scan_file(path).keys == keys + [("after.0", 0, core.KiB)]

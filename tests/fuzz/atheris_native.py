@@ -7,12 +7,12 @@ crash kills the process (libFuzzer keeps the input); a disagreement or an unexpe
 exception is an uncaught exception (the same). Both exit non-zero and write the input
 to ``<artifact_prefix>crash-<sha1>``.
 
-Usage (libFuzzer flags pass through)::
+Usage, from the repository root (libFuzzer flags pass through)::
 
-    python tests/fuzz/atheris_native.py -atheris_runs=20000              # N inputs (CI: seconds)
-    python tests/fuzz/atheris_native.py -max_total_time=3600 CORPUS_DIR   # a time budget, keeping a corpus
-    python tests/fuzz/atheris_native.py crash-0123abcd                   # replay one input
-    python tests/fuzz/atheris_native.py --target sections.next_cut -atheris_runs=5000
+    python -m tests.fuzz.atheris_native -atheris_runs=20000              # N inputs (CI: seconds)
+    python -m tests.fuzz.atheris_native -max_total_time=3600 CORPUS_DIR   # a time budget, keeping a corpus
+    python -m tests.fuzz.atheris_native crash-0123abcd                   # replay one input
+    python -m tests.fuzz.atheris_native --target sections.next_cut -atheris_runs=5000
 
 ``--target NAME`` fuzzes one entry point (names: ``targets.TARGETS``). ``--plant``
 adds a planted finding, to check that a finding fails the run (the test suite does).
@@ -29,11 +29,7 @@ platform without a wheel still runs the Hypothesis side (``test_fuzz_native.py``
 
 from __future__ import annotations
 
-import pathlib
 import sys
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # targets/twins, and tests/ (reference, strategies)
 
 try:
     import atheris
@@ -43,12 +39,12 @@ except ImportError:
           "The Hypothesis fuzz tests in tests/fuzz/ still run.", file=sys.stderr)
     sys.exit(0)
 
-from reference import graphemes  # noqa: E402
+from tests.reference import graphemes  # noqa: E402
 
 graphemes.property_values()  # cached: built once, uninstrumented
 
-with atheris.instrument_imports(include=["reference", "twins", "targets"]):
-    import targets  # noqa: E402
+with atheris.instrument_imports(include=["tests.reference", "tests.fuzz.twins", "tests.fuzz.targets"]):
+    from tests.fuzz import targets  # noqa: E402
 
 
 def main(argv: list[str]) -> None:

@@ -22,16 +22,12 @@ import numpy as np
 
 from boundctx._native import filescan, lineindex, projection, sections, tokenmap
 
-from reference import graphemes
-from reference import lineindex as ref_lineindex
-from reference import sections as ref_sections
-from reference import tokenmap as ref_tokenmap
-from strategies import BOM, HARD_PIECES, PI_DIALECT
-
-try:  # a relative import under pytest, a plain one when run as a script
-    from . import twins
-except ImportError:
-    import twins  # type: ignore[no-redef]
+from . import twins
+from tests._support.strategies import BOM, HARD_PIECES, PI_DIALECT
+from tests.reference import graphemes
+from tests.reference import lineindex as ref_lineindex
+from tests.reference import sections as ref_sections
+from tests.reference import tokenmap as ref_tokenmap
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 

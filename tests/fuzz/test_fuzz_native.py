@@ -25,14 +25,14 @@ from hypothesis import strategies as st
 from boundctx._native import lineindex, sections
 
 from . import targets, twins
-from reference import graphemes
-from reference import lineindex as ref_lineindex
-from reference import tokenmap as ref_tokenmap
-from strategies import hard_texts, jsonl_documents
+from tests._support import importable_env
+from tests._support.strategies import hard_texts, jsonl_documents
+from tests.reference import graphemes
+from tests.reference import lineindex as ref_lineindex
+from tests.reference import tokenmap as ref_tokenmap
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUBS = ROOT / "pyshell" / "boundctx" / "_native"
-ATHERIS = pathlib.Path(__file__).with_name("atheris_native.py")
 
 
 def stub_entry_points() -> set[str]:
@@ -144,8 +144,8 @@ needs_atheris = pytest.mark.skipif(
 
 
 def run_atheris(*args, cwd):
-    return subprocess.run([sys.executable, str(ATHERIS), *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "tests.fuzz.atheris_native", *map(str, args)], cwd=cwd,
+                          env=importable_env(), capture_output=True, text=True, timeout=300)
 
 
 @needs_atheris

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from boundctx._native import filescan as native
 from boundctx._native import lineindex
 
-from reference import lineindex as ref
-from strategies import PI_DIALECT, classify_windows, jsonl_documents, large_documents
+from tests._support.strategies import PI_DIALECT, classify_windows, jsonl_documents, large_documents
+from tests.reference import lineindex as ref
 
 MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED = 1, 2, 3, 4, 5, 6  # sidecar format
 PI = lineindex.DialectTable(PI_DIALECT)

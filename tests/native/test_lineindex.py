@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 from boundctx._native import lineindex as native
 from boundctx._native import projection
 
-from reference import lineindex as ref
-from strategies import (
+from tests._support.strategies import (
     BOM,
     PI_DIALECT,
     _Renderer,
@@ -35,6 +34,7 @@ from strategies import (
     jsonl_lines,
     noisy_bytes,
 )
+from tests.reference import lineindex as ref
 
 MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED = 1, 2, 3, 4, 5, 6  # sidecar format
 PI = native.DialectTable(PI_DIALECT)

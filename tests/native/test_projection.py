@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from boundctx._native import projection as native
 
-from reference import lineindex as ref
-from strategies import display_inputs, noisy_bytes
+from tests._support.strategies import display_inputs, noisy_bytes
+from tests.reference import lineindex as ref
 
 # ---------------------------------------------------------------------------
 # helpers

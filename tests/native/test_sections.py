@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from boundctx._native import sections as native
 
-from reference import graphemes
-from reference import sections as ref
-from reference import tokenmap as ref_tokenmap
-from strategies import hard_texts
+from tests._support.strategies import hard_texts
+from tests.reference import graphemes
+from tests.reference import sections as ref
+from tests.reference import tokenmap as ref_tokenmap
 
 regex = pytest.importorskip("regex", reason="the grapheme oracle needs the regex module (pip install regex)")
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from boundctx._native import tokenmap as native
 
-from reference import tokenmap as ref
+from tests.reference import tokenmap as ref
 
 # Code points of every UTF-8 width, combining marks, ZWJ, emoji, CJK, lone surrogates.
 chars = st.one_of(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from boundctx.providers.kept_state import StateCache, common_prefix
 
-from reference.kept_state import ListStateCache, shared_start
+from tests.reference.kept_state import ListStateCache, shared_start
 
 TOKEN = np.dtype(np.intc).itemsize
 

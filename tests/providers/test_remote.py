@@ -12,7 +12,7 @@ from boundctx.providers import TextChunk
 from boundctx.providers.remote import OpenAICompatibleProvider
 from boundctx.tokens import ByteEstimateCounter
 
-from servers import delta, free_port, llama_cpp_server, missing_server_extra
+from tests._support.servers import delta, free_port, llama_cpp_server, missing_server_extra
 
 HI = [{"role": "user", "content": "Say hello."}]
 

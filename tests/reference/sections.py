@@ -8,7 +8,7 @@ the cut, moved back (at most ``MAX_SNAP``) to a cluster boundary.
 
 from __future__ import annotations
 
-from reference import graphemes, tokenmap
+from tests.reference import graphemes, tokenmap
 
 MAX_SNAP = graphemes.MAX_SNAP
 END, NEWLINE, WHITESPACE, GRAPHEME, HARD = range(5)

@@ -1,11 +1,12 @@
 """Planning sections by the whole worker prompt they will be sent in."""
 
 import pytest
-from conftest import SHARED_DATA
 
 from boundctx.errors import SectionBudgetTooSmall, SourceTooLarge, TooManySections
 from boundctx.sections import JOIN_ALLOWANCE, plan, split
 from boundctx.tokens import ByteEstimateCounter
+
+from tests._support import SHARED_DATA
 
 QUESTION = "What failed in this log, and why?"
 

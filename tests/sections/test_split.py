@@ -9,9 +9,9 @@ from boundctx.errors import SectionBudgetTooSmall
 from boundctx.sections import split
 from boundctx.tokens import ByteEstimateCounter
 
-from reference import graphemes
-from reference import sections as ref
-from strategies import hard_texts
+from tests._support.strategies import hard_texts
+from tests.reference import graphemes
+from tests.reference import sections as ref
 
 regex = pytest.importorskip("regex", reason="the grapheme oracle needs the regex module (pip install regex)")
 

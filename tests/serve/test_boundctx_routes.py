@@ -14,7 +14,8 @@ from boundctx.analysis.workers import WORKER_INSTRUCTIONS
 from boundctx.providers import ScriptedProvider
 from boundctx.serve import ServeError, create_app
 from boundctx.transcript.store import Transcript
-from serve.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings
+
+from tests._support.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings
 
 API = "/boundctx/v1"
 
@@ -296,8 +297,9 @@ def test_count_on_the_embedded_models_tokenizer(serve):
 
 def test_understand_returns_the_checked_plan_with_its_budget(serve):
     import msgspec
-    from understanding.booking import CATALOG, GOLD, MESSAGE, RECORDS
-    from understanding.oracle import Oracle
+
+    from tests._support.booking import CATALOG, GOLD, MESSAGE, RECORDS
+    from tests._support.oracle import Oracle
 
     server = serve(ScriptedProvider(Oracle(GOLD, RECORDS)), settings=settings(), model_id=MODEL)
     records = msgspec.to_builtins(RECORDS)

@@ -24,9 +24,9 @@ from boundctx.providers import ScriptedProvider
 from boundctx.serve import connections as connections_module
 from boundctx.serve import create_app
 from boundctx.serve.connections import Limits, protocol_class
-from serve.running import Running
 
-from servers import delta, free_port, running_process
+from tests._support.running import Running
+from tests._support.servers import delta, free_port, running_process
 
 
 def _env(tmp_path, settings):

@@ -15,7 +15,8 @@ from boundctx.analysis import Engine  # noqa: E402
 from boundctx.events import ReplyDelta  # noqa: E402
 from boundctx.providers import ScriptedProvider  # noqa: E402
 from boundctx.serve import ServeError, create_app  # noqa: E402
-from serve.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings  # noqa: E402
+
+from tests._support.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings  # noqa: E402
 
 
 def test_a_plain_completion_and_the_models_list(serve):

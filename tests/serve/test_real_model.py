@@ -16,7 +16,7 @@ import pytest
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
 pytest.importorskip("llama_cpp", reason="the embedded model needs the local extra (pip install 'boundctx[local]')")
 
-from servers import free_port, running_process  # noqa: E402
+from tests._support.servers import free_port, running_process  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

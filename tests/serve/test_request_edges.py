@@ -19,7 +19,8 @@ from boundctx.serve.http import ApiError
 from boundctx.serve.sessions import CONTENT_LIMIT_MAX, MESSAGE_LIMIT_MAX
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
-from serve.scripted import MODEL, settings
+
+from tests._support.scripted import MODEL, settings
 
 API = "/boundctx/v1/sessions"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

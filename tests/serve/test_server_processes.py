@@ -2,8 +2,6 @@
 machine: many servers behind a balancer): appends through the API from both, at once,
 are all kept, whole and unmixed, and both servers page the result alike."""
 
-import os
-import pathlib
 import subprocess
 import sys
 import threading
@@ -16,7 +14,8 @@ pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip
 from boundctx.transcript.lineformat import decode_record  # noqa: E402
 from boundctx.transcript.store import Transcript  # noqa: E402
 
-HERE = pathlib.Path(__file__).parent
+from tests._support import importable_env  # noqa: E402
+
 API = "/boundctx/v1/sessions"
 
 
@@ -25,10 +24,9 @@ def two_servers(tmp_path):
     folder = tmp_path / "sessions"
     folder.mkdir()
     procs, urls = [], []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     for _ in range(2):
-        p = subprocess.Popen([sys.executable, str(HERE / "scripted_server.py"), str(folder)],
-                             stdout=subprocess.PIPE, text=True, env=env)
+        p = subprocess.Popen([sys.executable, "-m", "tests._support.scripted_server", str(folder)],
+                             stdout=subprocess.PIPE, text=True, env=importable_env())
         procs.append(p)
         urls.append(f"http://127.0.0.1:{int(p.stdout.readline())}")
     for url in urls:  # the socket is bound before it is printed; wait for the app itself

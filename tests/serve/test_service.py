@@ -13,7 +13,8 @@ from boundctx.providers import ScriptedProvider
 from boundctx.serve.guard import BearerKeys, HostCheck, Origins
 from boundctx.serve.http import ApiError
 from boundctx.serve.service import ReplyService
-from serve.scripted import settings
+
+from tests._support.scripted import settings
 
 ASK = [{"role": "user", "content": "Say hello."}]
 

@@ -6,11 +6,11 @@ import httpx
 import pytest
 
 from boundctx.providers import ScriptedProvider
-from serve.scripted import MODEL, settings
 
 from .test_boundctx_routes import API, events_of
-from faults.odd_records import ISSUE_EXAMPLES, write
-from support import assert_well_formed
+from tests._support import assert_well_formed
+from tests._support.scripted import MODEL, settings
+from tests.faults.odd_records import ISSUE_EXAMPLES, write
 
 
 @pytest.mark.parametrize("name", sorted(ISSUE_EXAMPLES))

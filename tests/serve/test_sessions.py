@@ -30,7 +30,8 @@ def folder(tmp_path):
 @pytest.fixture
 def server(folder):
     from boundctx.providers import ScriptedProvider
-    from serve.running import Running
+
+    from tests._support.running import Running
 
     app = create_app(ScriptedProvider(lambda request: "unused"), settings={"serve.max_body_bytes": 1 << 20},
                      host="127.0.0.1", sessions_dir=str(folder))

@@ -11,7 +11,8 @@ import pytest
 
 from boundctx.providers import ScriptedProvider
 from boundctx.serve.ui import FILES, HEADERS, WEB
-from serve.scripted import MODEL, settings
+
+from tests._support.scripted import MODEL, settings
 
 JS = "text/javascript; charset=utf-8"
 

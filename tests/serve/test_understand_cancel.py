@@ -8,11 +8,12 @@ import threading
 import time
 
 import msgspec
-from understanding.booking import CATALOG, GOLD, MESSAGE, RECORDS
-from understanding.oracle import Oracle
 
 from boundctx.providers import Finish, ScriptedProvider, ScriptedReply
 from boundctx.understanding import Catalog, Understander
+
+from tests._support.booking import CATALOG, GOLD, MESSAGE, RECORDS
+from tests._support.oracle import Oracle
 
 #: A call of the slow model takes at least this long (its answer comes a piece at a time):
 #: far longer than a cancelled turn needs to end, so the order of events, not a clock,

@@ -12,7 +12,7 @@ import pytest
 from boundctx._http import bearer, error_detail, map_httpx_exceptions, retry_delay, server_root
 from boundctx.errors import ConfigError, ServerTimeout, ServerUnreachable
 
-from servers import free_port
+from tests._support.servers import free_port
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from boundctx._native import tokenmap
 
-from strategies import hard_texts
+from tests._support.strategies import hard_texts
 
 
 def assert_tiles(counter, text):

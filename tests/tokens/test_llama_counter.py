@@ -215,7 +215,7 @@ def test_a_conversation_grown_by_one_message_tokenizes_only_what_is_new(counter,
     assert seen == ["user\nthe new question"]
 
 
-from strategies import hard_texts  # noqa: E402
+from tests._support.strategies import hard_texts  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)

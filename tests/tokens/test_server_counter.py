@@ -27,8 +27,8 @@ from boundctx.tokens.estimate import ByteEstimateCounter  # noqa: E402
 from boundctx.tokens.llama import default_model_path  # noqa: E402
 from boundctx.tokens.server import LlamaServerCounter  # noqa: E402
 
-from llama_server_double import LlamaServerDouble  # noqa: E402
-from servers import free_port, llama_cpp_server, missing_server_extra  # noqa: E402
+from tests._support.llama_server_double import LlamaServerDouble  # noqa: E402
+from tests._support.servers import free_port, llama_cpp_server, missing_server_extra  # noqa: E402
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],

@@ -10,7 +10,7 @@ from boundctx.errors import TranscriptNotAFile, TranscriptPermission
 from boundctx.transcript import encode_record
 from boundctx.transcript import store as store_mod
 
-from support import running_as_root
+from tests._support import running_as_root
 
 
 def rec(i, **kw):

@@ -8,7 +8,7 @@ import pytest
 from boundctx.transcript import Transcript
 from boundctx.transcript.chat import append_exchange, chat_messages, writable_style
 
-from support import assert_well_formed
+from tests._support import assert_well_formed
 
 
 def write_lines(path, records):

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from boundctx.transcript import Transcript
 from boundctx.transcript.chat import append_exchange, chat_messages, writable_style
 
-from faults.odd_records import (
+from tests._support import assert_well_formed
+from tests.faults.odd_records import (
     DIALECTS,
     ISSUE_EXAMPLES,
     TEMPLATES,
@@ -30,7 +31,6 @@ from faults.odd_records import (
     read,
     write,
 )
-from support import assert_well_formed
 
 # Words the converters look for, so drawn values reach their branches, not only defaults.
 _WORDS = st.sampled_from(["type", "text", "id", "name", "content", "role", "message", "payload", "function",

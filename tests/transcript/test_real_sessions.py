@@ -14,7 +14,7 @@ from boundctx._native import lineindex as li
 from boundctx.transcript import Transcript, dialects, layout
 from boundctx.transcript.chat import chat_messages
 
-from support import assert_well_formed  # Codex call arguments are not always JSON
+from tests._support import assert_well_formed  # Codex call arguments are not always JSON
 
 CLAUDE = "claude-code-sessions"
 CODEX = "codex-sessions"

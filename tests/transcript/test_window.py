@@ -10,7 +10,7 @@ from boundctx import Transcript
 from boundctx._native import lineindex as li
 from boundctx.transcript import RENDERER_PRESET, encode_record
 
-from support import write_lines
+from tests._support import write_lines
 
 
 def plain_parse(path):

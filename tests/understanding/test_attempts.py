@@ -16,8 +16,8 @@ from boundctx.understanding.budget import Budget
 from boundctx.understanding.replay import prompt_hash
 from boundctx.understanding.tasks import route_call
 
-from booking import GOLD, MESSAGE, RECORDS, catalog
-from oracle import Oracle, task_kind
+from tests._support.booking import GOLD, MESSAGE, RECORDS, catalog
+from tests._support.oracle import Oracle, task_kind
 
 UNIT = Unit("u1", "cancel the Luigi's booking", 0, 26)
 ROUTE = route_call("cancel the Luigi's booking", UNIT, catalog().operations)

@@ -3,12 +3,12 @@
 import json
 
 import pytest
-from conftest import SHARED_DATA
 
 from boundctx.errors import CatalogError
 from boundctx.understanding import Catalog, Record, check_records
 
-from booking import CATALOG
+from tests._support import SHARED_DATA
+from tests._support.booking import CATALOG
 
 TOML = '''
 name = "bookings"
@@ -125,7 +125,7 @@ def test_records_are_checked_against_the_catalog():
 
 
 def test_the_shipped_example_catalog_and_records_load():
-    from conftest import ROOT
+    from tests._support import ROOT
     catalog = Catalog.load(ROOT / "examples" / "bookings.toml")
     records = json.loads((ROOT / "examples" / "on-screen.json").read_text())
     assert len(check_records(records, catalog)) == 4

@@ -15,8 +15,8 @@ from boundctx.providers import ScriptedProvider
 from boundctx.understanding import Bounds, Catalog, Click, Param, Record, TaskConfig, Understander
 from boundctx.understanding.normalise import ungrounded
 
-from oracle import Oracle, task_kind
-from random_model import RandomModel
+from .random_model import RandomModel
+from tests._support.oracle import Oracle, task_kind
 
 TRACKER = {
     "name": "tracker",

@@ -83,8 +83,8 @@ def test_an_id_quoted_for_a_number_is_never_confirmed_and_is_asked_for():
     from boundctx.providers import ScriptedProvider
     from boundctx.understanding import TaskConfig, Understander
 
-    from booking import RECORDS, catalog
-    from oracle import Oracle, task_kind
+    from tests._support.booking import RECORDS, catalog
+    from tests._support.oracle import Oracle, task_kind
 
     text = "book Sakura at 7pm for T-4"
     gold = {"units": [text], "route": {text: ["book_table"]}, "locate": {(text, "book_table"): "sakura"},

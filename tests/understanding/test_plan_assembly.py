@@ -24,8 +24,8 @@ from boundctx.understanding import (
 from boundctx.understanding.budget import Budget
 from boundctx.understanding.plan import HOLD_ALL, HOLD_OPERATION, assemble, failed_closed
 
-from booking import GOLD, MESSAGE, RECORDS, catalog
-from oracle import Oracle
+from tests._support.booking import GOLD, MESSAGE, RECORDS, catalog
+from tests._support.oracle import Oracle
 
 BOOK_2 = "book a table for 2"
 WEATHER = "What's the weather in Paris?"

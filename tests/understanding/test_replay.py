@@ -14,8 +14,8 @@ from boundctx.transcript import Transcript
 from boundctx.understanding import Catalog, ReplayLog, Understander, read_attempts, replay_turn
 from boundctx.understanding.replay import plan_hash
 
-from booking import CATALOG, GOLD, MESSAGE, RECORDS, catalog
-from oracle import Oracle
+from tests._support.booking import CATALOG, GOLD, MESSAGE, RECORDS, catalog
+from tests._support.oracle import Oracle
 
 
 def run(respond, log, *, system="pipeline", message=MESSAGE, clock=None, **over):

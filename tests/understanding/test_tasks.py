@@ -57,7 +57,7 @@ def test_the_task_kinds_are_one_closed_set_with_a_prompt_and_a_budget_each():
 def test_the_whole_plan_call_is_the_single_call_baseline():
     from boundctx.understanding.tasks import whole_plan_call
 
-    from booking import RECORDS, catalog
+    from tests._support.booking import RECORDS, catalog
 
     call = whole_plan_call("cancel the Luigi's booking", catalog().operations, RECORDS, max_acts=4)
     assert (call.kind, call.unit, call.key) == ("single_call", None, "")

@@ -12,8 +12,8 @@ from boundctx.errors import UsageUnavailable
 from boundctx.providers import ScriptedProvider, ScriptedReply
 from boundctx.understanding import Click, TaskConfig, Understander
 
-from booking import GOLD, MESSAGE, RECORDS, catalog
-from oracle import Oracle, cut, task_kind
+from tests._support.booking import CATALOG, GOLD, MESSAGE, RECORDS, catalog
+from tests._support.oracle import Oracle, cut, task_kind
 
 
 def settings(**over):
@@ -450,7 +450,7 @@ def test_a_failure_on_a_record_holds_every_act_on_that_record_and_only_those():
     gold = {"units": units, "route": {units[0]: ["change_time"], units[1]: ["add_note"], units[2]: ["list_bookings"]},
             "locate": {(units[0], "change_time"): "b1", (units[1], "add_note"): "b1"},
             "extract": {(units[1], "add_note"): {"note": ("a note", "a note")}}}
-    catalog_data = json.loads(json.dumps(__import__("booking").CATALOG))
+    catalog_data = json.loads(json.dumps(CATALOG))
     catalog_data["operations"].append({"name": "add_note", "description": "Add a note to a booking",
                                        "record_kind": "booking",
                                        "params": [{"name": "note", "type": "string", "description": "the note"}]})

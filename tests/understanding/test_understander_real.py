@@ -7,7 +7,7 @@ import pytest
 from boundctx import config
 from boundctx.understanding import Catalog, Understander
 
-from booking import MESSAGE, RECORDS, catalog
+from tests._support.booking import MESSAGE, RECORDS, catalog
 
 pytestmark = pytest.mark.slow
 

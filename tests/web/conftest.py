@@ -3,23 +3,9 @@ through ``executable_path`` (no browser download; ``playwright install`` is neve
 and a real boundctx serve on loopback for each test (the ``serve`` fixture of
 tests/conftest.py)."""
 
-import os
-import shutil
-
 import pytest
 
-# The Debian /usr/bin/chromium wrapper prints a shell error on some machines; the binary
-# behind it does not.
-CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium",)
-
-
-def chromium_path():
-    """The first chromium executable found: Debian's binary, then ``chromium`` or
-    ``chromium-browser`` on PATH; None when there is none."""
-    for path in (*CHROMIUM_CANDIDATES, shutil.which("chromium"), shutil.which("chromium-browser")):
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
+from tests._support.chromium import chromium_path
 
 
 @pytest.fixture(scope="session")

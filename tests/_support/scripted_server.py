@@ -1,4 +1,4 @@
-"""``python scripted_server.py SESSIONS_DIR [slow]``: boundctx serve with the scripted
+"""``python -m tests._support.scripted_server SESSIONS_DIR [slow]``: boundctx serve with the scripted
 model in a process of its own, on a free loopback port it prints first (for tests that
 need several server processes sharing one sessions folder, or a server to kill
 mid-reply: ``slow`` answers a word every 20 ms for a minute)."""

@@ -1,8 +1,39 @@
-"""Small helpers shared by the tests."""
+"""What the tests share across folders, and what the benchmarks borrow from them.
+
+The repository root is on ``sys.path`` by declaration (pytest's ``pythonpath``; the
+benchmarks run as ``python -m bench.<script>`` from the root), so this is the package
+``tests._support``:
+
+- here: small checks and file helpers (``write_lines``, ``assert_well_formed``,
+  ``notes_text``, ...) and :func:`importable_env` for child processes;
+- ``servers``: a scripted OpenAI-compatible HTTP server and llama-cpp-python's real one;
+- ``llama_server_double``: a stand-in for llama.cpp's llama-server (tokenize, templates);
+- ``scripted``: the scripted model, settings and client the serve and web tests share;
+- ``running``: a real boundctx serve on loopback in a thread;
+- ``scripted_server``: the same serve in a process of its own (``python -m``);
+- ``booking``, ``oracle``: the understanding tests' catalog and scripted model;
+- ``strategies``: the hypothesis strategies;
+- ``chromium``: where the browser tests find a Chromium.
+
+The slow twins stay in ``tests/reference/`` (``tests.reference.<module>``).
+"""
 
 import json
 import os
 import pathlib
+
+#: The repository root: what must be on ``sys.path`` for ``tests.*`` to import.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: The read-only data shared beside the clone (real sessions): the tests skip without it.
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def importable_env(env=None) -> dict:
+    """``env`` (default: this process's environment) with the repository root first on
+    ``PYTHONPATH``: for a child Python process that imports ``tests.*``."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 def write_lines(path, lines, *, newline=b"\n", trailing=True) -> pathlib.Path:

@@ -1,4 +1,10 @@
-"""Regression tests for problems a review found, each reproduced before the fix."""
+"""What a transcript shows and writes stays true to the file: a line appended while it
+is scanned, a change in place that keeps the size (and even the mtime), a sidecar whose
+arrays do not match, lines the display projection must bound or cannot show, an edit by
+entry once its message moved, and rewrites that keep every other byte and follow a
+symlink to the file; and it gets there without needless work (appends in few chunks, no
+rebuild on every open for a line with a duplicate "type" key). Each case was reproduced
+before its fix."""
 
 import json
 import os
