@@ -154,7 +154,7 @@ def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
     if not isinstance(value, want) or (want is int and isinstance(value, bool)):
         raise ConfigError(f"{key.name} = {value!r} (from {source}) is not {_a(key.type)}: "
                           f"accepted {key.accepted()}")
-    if want is float and not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key.name} = {value!r} (from {source}) is not a finite number")
     return value
 

@@ -266,15 +266,15 @@ class Engine:
     def _events(self, messages: Sequence[Mapping[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
                 callers: list[dict[str, Any]]) -> Iterator[Event]:
         started = time.monotonic()
-        messages = list(map(dict, messages))
+        conversation = [dict(m) for m in messages]
         system = str(self.settings["chat.system_prompt"])
-        if system and not (messages and messages[0].get("role") == "system"):
-            messages.insert(0, {"role": "system", "content": system})
+        if system and not (conversation and conversation[0].get("role") == "system"):
+            conversation.insert(0, {"role": "system", "content": system})
             shift = 1  # Fitted.dropped names indexes of the caller's messages
         else:
             shift = 0
         try:
-            yield from self._reply(messages, files, cancel, started, shift, callers)
+            yield from self._reply(conversation, files, cancel, started, shift, callers)
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
 
@@ -412,7 +412,7 @@ class Engine:
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
             elif stepping:
-                final = yield from self._constrained_rereads(final, notes_at, originals, limit, cancel, started)
+                final = yield from self._constrained_rereads(final, blocks[-1][0], originals, limit, cancel, started)
                 if final is None:
                     yield Done("cancelled")
                     return

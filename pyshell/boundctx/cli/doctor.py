@@ -17,8 +17,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from boundctx.providers.cpu import ExtraBuffersSetting
 
 __all__ = ["ChildResult", "GenerationCheck", "ModelCheck", "Report", "add_parser", "child_main", "diagnose",
            "diagnose_signal", "exit_status", "generation_command", "render", "run_child"]
@@ -141,7 +145,7 @@ def _setting(settings, name: str, default):
 
 
 def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s: float = 180.0,
-             extra_buffers: str | None = None, flags: Iterable[str] | None = None,
+             extra_buffers: ExtraBuffersSetting | None = None, flags: Iterable[str] | None = None,
              child_command: Sequence[str] | None = None) -> Report:
     """Check this machine (see the module docstring).
 
@@ -170,7 +174,7 @@ def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s:
     except (OSError, ValueError) as exc:
         settings_error = str(exc)
         problems.append(f"settings: {exc} (the defaults are used)")
-    setting = extra_buffers or _setting(settings, "local.extra_buffers", "auto")
+    setting: ExtraBuffersSetting = extra_buffers or _setting(settings, "local.extra_buffers", "auto")
     threads = int(_setting(settings, "local.threads", 0))
     gpu_layers = int(_setting(settings, "local.gpu_layers", 0))
     flags = cpu.cpu_flags() if flags is None else frozenset(flags)
@@ -185,8 +189,12 @@ def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s:
 
     generation = GenerationCheck()
     if generate and (model.opens or child_command is not None):
-        command = list(child_command) if child_command is not None else generation_command(
-            model.path, extra_buffers=decision.enabled, threads=threads, gpu_layers=gpu_layers)
+        if child_command is not None:
+            command = list(child_command)
+        else:
+            assert model.path is not None, "a model that opens was found at a path"
+            command = generation_command(model.path, extra_buffers=decision.enabled, threads=threads,
+                                         gpu_layers=gpu_layers)
         generation = _generation(run_child(command, timeout_s=timeout_s), amx=decision.amx,
                                  extra_buffers=decision.enabled)
         if not generation.ok:

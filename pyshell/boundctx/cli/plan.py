@@ -120,8 +120,9 @@ def _catalog(path: str | None, bfcl: str | None) -> Catalog:
     """The catalog file at ``path``, or the BFCL-style list of function specs at ``bfcl``."""
     from boundctx.understanding import Catalog
 
-    if path:
+    if path is not None:  # an empty --catalog is the catalog loader's error, not a missing --bfcl
         return Catalog.load(path)
+    assert bfcl is not None, "argparse requires --catalog or --bfcl"
     functions = json.loads(read_bytes(bfcl, what="BFCL JSON file").decode("utf-8"))
     return Catalog.from_bfcl(functions, source=bfcl)
 

@@ -139,8 +139,9 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     return guarded
 
 
-async def _render(request, exc: ApiError):
+async def _render(request, exc: Exception):
     """Every refusal of every route, in the API's one error shape."""
+    assert isinstance(exc, ApiError), "registered for ApiError only"
     return exc.response()
 
 

@@ -33,8 +33,10 @@ the transcript's own style (text or content parts), so a conversation continued 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import secrets
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import msgspec
@@ -273,7 +275,8 @@ def _claude_message(record: dict[str, Any], where: str, notes: _Notes) -> list[d
     results = [b for b in blocks if b.get("type") == "tool_result"]
     out: list[dict[str, Any]] = []
     for b in results:
-        out += _result(b.get("tool_use_id"), lambda b=b: _parts_text(b.get("content"), where, notes), where, notes)
+        text_of = functools.partial(_parts_text, b.get("content"), where, notes)
+        out += _result(b.get("tool_use_id"), text_of, where, notes)
     text = _parts_text(content, where, notes)
     if text or (text is not None and not results):
         out.append({"role": "user", "content": text})
@@ -721,7 +724,7 @@ def _record(role: str, text: str, *, style: str, parent_id: str | None, extra: d
 
 
 def append_exchange(transcript, question: str, answer: str, *, style: str, parent_id: str | None,
-                    attachments: list[tuple[str, int]] = (), lock_wait: float = 0.0) -> list[int]:
+                    attachments: Sequence[tuple[str, int]] = (), lock_wait: float = 0.0) -> list[int]:
     """Append the question and the answer as two message lines (each written whole and
     synced); attached files are named, with their size, in the question's line.
     ``lock_wait``: seconds to wait for another writer's lock (held across both lines).

@@ -536,7 +536,7 @@ class Transcript:
         self._refresh()  # may follow the path to a replaced file (and drop the old fd)
         wfd = self._acquire_writer()
         if self._layout.torn_bytes:
-            self._quarantine_tail()
+            self._quarantine_tail(wfd)
         n, error = write_line(wfd, line, sync=sync)
         if n != len(line):
             if not n and error is not None:
@@ -556,10 +556,10 @@ class Transcript:
         extend_layout(self._layout, self._fd, written=line)
         return before
 
-    def _quarantine_tail(self) -> str:
+    def _quarantine_tail(self, wfd: int) -> str:
         """Move the bytes after the last ``\\n`` into a side file, then cut them off."""
         layout = self._layout
-        side = move_tail_aside(self._fd, self._wfd, self._real, layout.indexed_end, layout.scanned_end)
+        side = move_tail_aside(self._fd, wfd, self._real, layout.indexed_end, layout.scanned_end)
         self.torn_files.append(side)
         extend_layout(layout, self._fd)
         return side
@@ -579,8 +579,7 @@ class Transcript:
                 raise TranscriptChanged(
                     f"{self.path!r} ends with {layout.torn_bytes} bytes of a write still in progress "
                     "in another process; take the history once it has finished")
-            self._acquire_writer()
-            self._quarantine_tail()
+            self._quarantine_tail(self._acquire_writer())
             layout = self._layout
         lines = self._reader().history_lines()
         starts = layout.starts.all().tolist()

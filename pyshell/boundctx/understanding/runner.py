@@ -62,6 +62,7 @@ from boundctx.understanding.plan import (
     Act,
     Click,
     Notice,
+    NoticeKind,
     Plan,
     Question,
     UnitResult,
@@ -157,7 +158,7 @@ class _Turn:
             try:
                 units, depth = self.segment()
             except NotUnderstood as exc:
-                kind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
+                kind: NoticeKind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
                 return failed_closed(self.turn, Notice(kind, None, exc.reason, exc.bound), budget.report(),
                                      self.shortcuts)
         pool_size = min(self.context.max_parallel, len(units))
