@@ -372,9 +372,10 @@ def test_a_session_reply_reads_its_history_within_a_byte_bound_and_says_what_it_
         return "ok"
 
     folder = tmp_path / "sessions"
+    resolved = settings(**{"analysis.max_source_chars": 1000})
     server = serve(ScriptedProvider(respond, context_window=1 << 16), model_id=MODEL, sessions_dir=str(folder),
-                   settings=settings(**{"analysis.max_source_chars": 1000}))
-    budget = sessions_module.history_bytes({"analysis.max_source_chars": 1000})
+                   settings=resolved)
+    budget = sessions_module.history_bytes(resolved)
     folder.mkdir(exist_ok=True)
     lines = [encode_record(message(f"{i:02d} " + "x" * 997)) for i in range(20)]
     (folder / "s1.jsonl").write_bytes(b"".join(lines))

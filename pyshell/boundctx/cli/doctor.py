@@ -138,12 +138,6 @@ def exit_status(report: Report) -> int:
     return 0 if report.ok else 1
 
 
-def _setting(settings, name: str, default):
-    from boundctx import config
-
-    return settings[name] if settings is not None and name in config.KEYS else default
-
-
 def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s: float = 180.0,
              extra_buffers: ExtraBuffersSetting | None = None, flags: Iterable[str] | None = None,
              child_command: Sequence[str] | None = None) -> Report:
@@ -174,9 +168,10 @@ def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s:
     except (OSError, ValueError) as exc:
         settings_error = str(exc)
         problems.append(f"settings: {exc} (the defaults are used)")
-    setting: ExtraBuffersSetting = extra_buffers or _setting(settings, "local.extra_buffers", "auto")
-    threads = int(_setting(settings, "local.threads", 0))
-    gpu_layers = int(_setting(settings, "local.gpu_layers", 0))
+    local = (settings or config.Settings({name: key.default for name, key in config.KEYS.items()},
+                                        dict.fromkeys(config.KEYS, "default"))).local
+    setting = extra_buffers or local.extra_buffers
+    threads, gpu_layers = local.threads, local.gpu_layers
     flags = cpu.cpu_flags() if flags is None else frozenset(flags)
     decision = cpu.decide_extra_buffers(setting, flags)
 

@@ -165,7 +165,7 @@ def run(args) -> int:
         status.set("understanding")
         plan = plan_message(args.message, catalog=catalog, provider=provider, settings=settings, records=records,
                             click=click, single_call=args.single_call, log=log,
-                            progress=_call_progress(status, int(settings["understanding.max_model_calls"])))
+                            progress=_call_progress(status, settings.understanding.max_model_calls))
     except (OSError, ValueError, KeyError, ImportError, BoundctxError, RecursionError) as exc:
         if status is not None:
             status.close()

@@ -313,13 +313,13 @@ class LlamaCppProvider(Provider):
         from boundctx.tokens.llama import LlamaCounter
 
         s = config.resolve(settings)
-        n_ctx = int(s["chat.n_ctx"]) if n_ctx is None else n_ctx
-        n_threads = int(s["local.threads"]) if n_threads is None else n_threads
-        n_gpu_layers = int(s["local.gpu_layers"]) if n_gpu_layers is None else n_gpu_layers
-        seed = int(s["local.seed"]) if seed is None else seed
-        extra_buffers = s["local.extra_buffers"] if extra_buffers is None else extra_buffers
-        repeat_penalty = float(s["chat.repeat_penalty"]) if repeat_penalty is None else repeat_penalty
-        state_cache_mib = int(s["local.state_cache_mib"]) if state_cache_mib is None else state_cache_mib
+        n_ctx = s.chat.n_ctx if n_ctx is None else n_ctx
+        n_threads = s.local.threads if n_threads is None else n_threads
+        n_gpu_layers = s.local.gpu_layers if n_gpu_layers is None else n_gpu_layers
+        seed = s.local.seed if seed is None else seed
+        extra_buffers = s.local.extra_buffers if extra_buffers is None else extra_buffers
+        repeat_penalty = s.chat.repeat_penalty if repeat_penalty is None else repeat_penalty
+        state_cache_mib = s.local.state_cache_mib if state_cache_mib is None else state_cache_mib
 
         if n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")

@@ -40,11 +40,12 @@ import asyncio
 import collections
 import os
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from boundctx import config
 from boundctx.serve.wire import error_body
 
 __all__ = ["Limits", "connection_limit", "protocol_class", "run_server"]
@@ -71,9 +72,10 @@ class Limits(msgspec.Struct, frozen=True):
     max_connections: int
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any], *, max_connections: int | None = None) -> Limits:
-        return cls(int(settings["serve.max_head_bytes"]), float(settings["serve.head_timeout_seconds"]),
-                   max_connections if max_connections is not None else int(settings["serve.max_connections"]))
+    def from_settings(cls, settings: config.Settings, *, max_connections: int | None = None) -> Limits:
+        serve = settings.serve
+        return cls(serve.max_head_bytes, serve.head_timeout_seconds,
+                   max_connections if max_connections is not None else serve.max_connections)
 
 
 def connection_limit(setting: int) -> int:
@@ -425,7 +427,7 @@ def _bind(cls: type, limits: Limits) -> type:
     return type(cls.__name__, (cls,), {"limits": limits, "open": _Open(limits.max_connections)})
 
 
-def run_server(app, host: str, port: int, *, settings: Mapping[str, Any],
+def run_server(app, host: str, port: int, *, settings: config.Settings,
                say: Callable[[str], None] | None = None, banner: str | None = None) -> bool:
     """Serve ``app`` on ``host``:``port`` with uvicorn and the connection bounds of
     ``settings`` until stopped (Ctrl-C, SIGTERM).
@@ -450,7 +452,7 @@ def run_server(app, host: str, port: int, *, settings: Mapping[str, Any],
     """
     import uvicorn
 
-    setting = int(settings["serve.max_connections"])
+    setting = settings.serve.max_connections
     limit = connection_limit(setting)
     if limit < setting and say is not None:
         say(f"serve.max_connections = {setting} lowered to {limit}: the open-file limit (ulimit -n) leaves no more "

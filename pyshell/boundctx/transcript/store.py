@@ -64,12 +64,9 @@ __all__ = ["RENDERER_PRESET", "UNSET", "Transcript"]
 UNSET = msgspec.UNSET
 
 #: The ``renderer`` preset's defaults: the newest 100 messages, 64 KiB of text each.
-#: They are the defaults of the settings the preset reads (``_RENDERER_SETTINGS``).
+#: They are the defaults of the settings the preset reads (``transcript.window_*``).
 RENDERER_PRESET = {"message_limit": _config.KEYS["transcript.window_messages"].default,
                    "content_limit": _config.KEYS["transcript.window_content_bytes"].default}
-# The setting behind each of the renderer preset's limits.
-_RENDERER_SETTINGS = {"message_limit": "transcript.window_messages",
-                      "content_limit": "transcript.window_content_bytes"}
 
 # edit/delete/truncate wait this long for another writer's append to finish: an
 # append holds the lock for one write (and fsync), a writer that keeps it open for
@@ -102,8 +99,8 @@ def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int
     ConfigError
         A setting of the wrong type or out of range, naming its source.
     """
-    resolved = _config.resolve(settings)
-    return {limit: resolved[name] for limit, name in _RENDERER_SETTINGS.items()}
+    window = _config.resolve(settings).transcript
+    return {"message_limit": window.window_messages, "content_limit": window.window_content_bytes}
 
 
 class Transcript:

@@ -464,9 +464,9 @@ class Understander:
                     "understanding.max_prompt_tokens = 0 to run without a token bound")
         tasks = TaskRunner(turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock),
                            provider=self.provider, configs=MappingProxyType(dict(self.tasks)),
-                           votes=int(self.settings["understanding.votes"]),
-                           repairs=int(self.settings["understanding.repairs"]), log=self.log, progress=self.progress)
-        context = _Context(self.catalog, max_units=int(self.settings["understanding.max_units"]),
+                           votes=self.settings.understanding.votes,
+                           repairs=self.settings.understanding.repairs, log=self.log, progress=self.progress)
+        context = _Context(self.catalog, max_units=self.settings.understanding.max_units,
                            max_parallel=self.bounds.max_parallel)
         t = _Turn(context, tasks, message, checked)
         if system is not None:
