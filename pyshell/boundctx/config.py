@@ -27,8 +27,8 @@ import pathlib
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -41,8 +41,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["ENVIRONMENT", "KEYS", "RELATIONS", "Key", "Settings", "check_relations", "config_path", "load", "resolve",
-           "schema", "write_value"]
+__all__ = ["ENVIRONMENT", "KEYS", "RELATIONS", "VIEWS", "AnalysisSettings", "ChatSettings", "Key", "LocalSettings",
+           "ServeSettings", "Settings", "TranscriptSettings", "UnderstandingSettings", "check_relations", "config_path",
+           "load", "resolve", "schema", "write_value"]
 
 #: The value types a setting can have, by name.
 KeyType = Literal["int", "float", "bool", "str"]
@@ -154,7 +155,7 @@ def _convert(key: Key, value: Any, source: str, parse: bool) -> Any:
     if not isinstance(value, want) or (want is int and isinstance(value, bool)):
         raise ConfigError(f"{key.name} = {value!r} (from {source}) is not {_a(key.type)}: "
                           f"accepted {key.accepted()}")
-    if want is float and not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key.name} = {value!r} (from {source}) is not a finite number")
     return value
 
@@ -291,6 +292,112 @@ KEYS: dict[str, Key] = _declare(
 )
 
 
+# -- typed views of the groups -----------------------------------------------------------
+#
+# One frozen struct per group of KEYS, written out so that a type checker sees the type
+# of each field: ``settings.chat.analysis_workers`` is an int, and a misspelt name is a
+# type error where ``settings["chat.analysis_workrs"]`` was a KeyError mid-reply. KEYS
+# stays the one declaration: the fields carry no defaults (a view is only ever built from
+# resolved settings), and tests/config/test_setting_views.py holds the structs to KEYS,
+# name for name, type for type and in order (decision 0032).
+
+
+class _View(msgspec.Struct, frozen=True, kw_only=True):
+    group: ClassVar[str]
+
+
+class ChatSettings(_View, frozen=True, kw_only=True):
+    """``chat.*``: the reply and the chat model."""
+
+    group: ClassVar[str] = "chat"
+    analysis_workers: int
+    n_ctx: int
+    tool_result_clip_chars: int
+    low_water: float
+    temperature: float
+    system_prompt: str
+    repeat_penalty: float
+
+
+class AnalysisSettings(_View, frozen=True, kw_only=True):
+    """``analysis.*``: the note-taking workers that read inputs too large for the context."""
+
+    group: ClassVar[str] = "analysis"
+    worker_n_ctx: int
+    worker_timeout_s: float
+    notes_max_tokens: int
+    max_source_chars: int
+    max_sections: int
+    overlap_chars: int
+    constrained_rereads: bool
+
+
+class UnderstandingSettings(_View, frozen=True, kw_only=True):
+    """``understanding.*``: the bounds of one turn of understanding."""
+
+    group: ClassVar[str] = "understanding"
+    max_model_calls: int
+    max_chain_depth: int
+    max_parallel: int
+    max_prompt_tokens: int
+    wall_clock_s: float
+    repairs: int
+    votes: int
+    max_units: int
+
+
+class LocalSettings(_View, frozen=True, kw_only=True):
+    """``local.*``: a local (llama.cpp) model."""
+
+    group: ClassVar[str] = "local"
+    threads: int
+    gpu_layers: int
+    seed: int
+    extra_buffers: Literal["auto", "on", "off"]
+    state_cache_mib: int
+
+
+class TranscriptSettings(_View, frozen=True, kw_only=True):
+    """``transcript.*``: a renderer's window."""
+
+    group: ClassVar[str] = "transcript"
+    window_messages: int
+    window_content_bytes: int
+
+
+class ServeSettings(_View, frozen=True, kw_only=True):
+    """``serve.*``: ``boundctx serve``."""
+
+    group: ClassVar[str] = "serve"
+    host: str
+    port: int
+    api_key_file: str
+    max_body_bytes: int
+    active_replies: int
+    queue_depth: int
+    sse_ping_seconds: float
+    send_timeout_seconds: float
+    progress_max_hz: float
+    progress_openwebui: bool
+    sessions_dir: str
+    cors_origins: str
+    max_head_bytes: int
+    head_timeout_seconds: float
+    max_connections: int
+
+
+#: Every group's view, in the order of KEYS.
+VIEWS: tuple[type[_View], ...] = (ChatSettings, AnalysisSettings, UnderstandingSettings, LocalSettings,
+                                  TranscriptSettings, ServeSettings)
+
+_V = TypeVar("_V", bound=_View)
+
+
+def _view(cls: type[_V], values: Mapping[str, Any]) -> _V:
+    """``cls`` filled from resolved ``values`` (checked already: no second check here)."""
+    return cls(**{name: values[f"{cls.group}.{name}"] for name in cls.__struct_fields__})
+
+
 #: The BOUNDCTX_* variables that are not settings, and what each is for.
 ENVIRONMENT: dict[str, str] = {
     "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
@@ -361,18 +468,27 @@ def _read_file(path: pathlib.Path) -> dict[str, Any]:
 
 class Settings(Mapping[str, Any]):
     """Resolved settings: a read-only mapping of key name to value, plus where each
-    value came from (:meth:`source`)."""
+    value came from (:meth:`source`), and a typed view of each group, built once here:
+    ``settings.chat.analysis_workers`` is ``settings["chat.analysis_workers"]`` as an
+    int (:class:`ChatSettings`, :class:`AnalysisSettings`, :class:`UnderstandingSettings`,
+    :class:`LocalSettings`, :class:`TranscriptSettings`, :class:`ServeSettings`)."""
 
     def __init__(self, values: dict[str, Any], sources: dict[str, str]) -> None:
         self._values = values
         self._sources = sources
+        self.chat = _view(ChatSettings, values)
+        self.analysis = _view(AnalysisSettings, values)
+        self.understanding = _view(UnderstandingSettings, values)
+        self.local = _view(LocalSettings, values)
+        self.transcript = _view(TranscriptSettings, values)
+        self.serve = _view(ServeSettings, values)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._values:
             raise _unknown(name, "a lookup")
         return self._values[name]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __len__(self) -> int:

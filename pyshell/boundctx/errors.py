@@ -91,6 +91,10 @@ class BoundctxError(Exception):
 class ConfigError(BoundctxError, ValueError):
     """A setting has a value outside its accepted range."""
 
+    #: The two keys whose values do not go together, when that is the problem
+    #: (``config.RELATIONS``); else empty.
+    keys: tuple[str, ...] = ()
+
 
 class PromptTemplateError(BoundctxError, ValueError):
     """A model's chat template did not compile, refused the messages, or failed on them."""

@@ -224,11 +224,13 @@ def test_a_plain_window_is_bounded_whatever_the_settings_say(server, tmp_path):
 def test_window_defaults_past_the_routes_caps_are_held_to_them(tmp_path):
     """The route's own guard, met with settings no check has seen (a library user
     handing Sessions values of their own)."""
-    from boundctx.config import Settings
+    from boundctx.config import Settings, load
     from boundctx.serve.settings import LiveSettings
 
     path = seeded(tmp_path / "sessions", "s1", MESSAGE_LIMIT_MAX + 5)
-    values = {"serve.max_body_bytes": 1 << 20, "transcript.window_messages": MESSAGE_LIMIT_MAX * 3,
+    # Over the defaults (Settings hold every key: their typed views are built from them),
+    # by hand, so no check sees these.
+    values = {**load(env={}), "serve.max_body_bytes": 1 << 20, "transcript.window_messages": MESSAGE_LIMIT_MAX * 3,
               "transcript.window_content_bytes": CONTENT_LIMIT_MAX * 3}
     s = sessions_module.Sessions(str(path.parent), LiveSettings(Settings(values, dict.fromkeys(values, "test"))))
     w = s.window("s1", {})
@@ -373,9 +375,10 @@ def test_a_session_reply_reads_its_history_within_a_byte_bound_and_says_what_it_
         return "ok"
 
     folder = tmp_path / "sessions"
+    resolved = settings(**{"analysis.max_source_chars": 1000})
     server = serve(ScriptedProvider(respond, context_window=1 << 16), model_id=MODEL, sessions_dir=str(folder),
-                   settings=settings(**{"analysis.max_source_chars": 1000}))
-    budget = sessions_module.history_bytes({"analysis.max_source_chars": 1000})
+                   settings=resolved)
+    budget = sessions_module.history_bytes(resolved)
     folder.mkdir(exist_ok=True)
     lines = [encode_record(message(f"{i:02d} " + "x" * 997)) for i in range(20)]
     (folder / "s1.jsonl").write_bytes(b"".join(lines))

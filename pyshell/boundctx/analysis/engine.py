@@ -266,15 +266,15 @@ class Engine:
     def _events(self, messages: Sequence[Mapping[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
                 callers: list[dict[str, Any]]) -> Iterator[Event]:
         started = time.monotonic()
-        messages = list(map(dict, messages))
-        system = str(self.settings["chat.system_prompt"])
-        if system and not (messages and messages[0].get("role") == "system"):
-            messages.insert(0, {"role": "system", "content": system})
+        conversation = [dict(m) for m in messages]
+        system = self.settings.chat.system_prompt
+        if system and not (conversation and conversation[0].get("role") == "system"):
+            conversation.insert(0, {"role": "system", "content": system})
             shift = 1  # Fitted.dropped names indexes of the caller's messages
         else:
             shift = 0
         try:
-            yield from self._reply(messages, files, cancel, started, shift, callers)
+            yield from self._reply(conversation, files, cancel, started, shift, callers)
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
 
@@ -282,7 +282,7 @@ class Engine:
                started: float, shift: int, callers: list[dict[str, Any]]) -> Iterator[Event]:
         s = self.settings
         provider = self.provider
-        workers = int(s["chat.analysis_workers"])
+        workers = s.chat.analysis_workers
         limit = provider.context_window - self.max_reply_tokens
         if limit < 1:
             raise ContextOverflow(f"max_reply_tokens ({self.max_reply_tokens}) leaves no room in the "
@@ -318,12 +318,12 @@ class Engine:
                 probe.add("", str(k))
             reread_room = provider.count_prompt([], tools=callers + [probe.tool_schema()]) - count([])
         notes_room, item_room, framing = self._notes_rooms(workers, files, provider.supports_tools)
-        notes_max = int(s["analysis.notes_max_tokens"])
+        notes_max = s.analysis.notes_max_tokens
         fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
                                notes_room=notes_room + reread_room, item_room=item_room,
                                item_room_least=framing + notes_max,
-                               clip_chars=int(s["chat.tool_result_clip_chars"]), turn_start=turn_start,
-                               low_water=float(s["chat.low_water"]), memo=DROPS,
+                               clip_chars=s.chat.tool_result_clip_chars, turn_start=turn_start,
+                               low_water=s.chat.low_water, memo=DROPS,
                                salt=_count_salt(provider, base_tools))
         final = list(fit.messages)
         originals = Originals()
@@ -403,7 +403,7 @@ class Engine:
             # fit, else one worker's (the rest evicted to the index, each key still one
             # reread away by its name).
             room = fit.item_room - framing
-            stepping = not provider.supports_tools and s["analysis.constrained_rereads"]
+            stepping = not provider.supports_tools and s.analysis.constrained_rereads
             if stepping:
                 # The step must have room to ask for one reread at least: the notes give
                 # way to it (what they no longer show stays readable by key).
@@ -412,7 +412,7 @@ class Engine:
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
             elif stepping:
-                final = yield from self._constrained_rereads(final, notes_at, originals, limit, cancel, started)
+                final = yield from self._constrained_rereads(final, blocks[-1][0], originals, limit, cancel, started)
                 if final is None:
                     yield Done("cancelled")
                     return
@@ -430,9 +430,9 @@ class Engine:
             return 0, 0, 0
         s = self.settings
         text = self.provider.counter.count_text
-        max_sections = int(s["analysis.max_sections"])
+        max_sections = s.analysis.max_sections
         label = "x" * max([len("assistant message 999999999"), *(len(name) for name, _ in files)])
-        oid, length = "src-ffffffff-9999", f"{int(s['analysis.max_source_chars']):,}"
+        oid, length = "src-ffffffff-9999", f"{s.analysis.max_source_chars:,}"
         instructions = text(COORDINATOR_NOTES + (_REREAD if rereads else "") + _NO_GUESS + "\n\n") + _JOIN_TOKENS
         top = str(max_sections)
         block = max(text(f"\n\nNotes on {label} (id {oid}, {length} characters; sections {top}, {top}, … {top} "
@@ -441,14 +441,14 @@ class Engine:
                          "read):\n")) + _JOIN_TOKENS
         placeholder = text(f"[{label}: {length} characters, read completely by note-taking workers; see the "
                            f"notes on {oid}]") + _JOIN_TOKENS
-        per_item = block + placeholder + workers * int(s["analysis.notes_max_tokens"])
+        per_item = block + placeholder + workers * s.analysis.notes_max_tokens
         return instructions, per_item, block + placeholder
 
     def _notes_block(self, oid: str, label: str, length: int, notes: list[Notes], room: int) -> str:
         """The notes on one input for the coordinator: every worker's merged (the value
         from the later place in the text wins), within ``room`` tokens (what fitting left
         them: at most every worker's budget, ``workers × analysis.notes_max_tokens``)."""
-        budget = min(room, int(self.settings["analysis.notes_max_tokens"]) * max(len(notes), 1))
+        budget = min(room, self.settings.analysis.notes_max_tokens * max(len(notes), 1))
         merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
         text = merged.render(budget, self.provider.counter.count_text)
         read = sorted(k for n in notes for k in n.sections)
@@ -556,7 +556,7 @@ class Engine:
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
                     started: float) -> Iterator[Event]:
         provider = self.provider
-        temperature = float(self.settings["chat.temperature"])
+        temperature = self.settings.chat.temperature
         theirs = {_tool_name(t) for t in callers}
         names = [_tool_name(t) for t in tools or ()]
         for round_ in range(self.max_tool_rounds + 1):

@@ -335,7 +335,7 @@ def stable_drops(msgs: Sequence[dict[str, Any]], turn: int, keep_system: bool, c
             h.update(b"\x1e")
         at = end
         keys.append(h.copy().digest())
-    first, dropped = 0, frozenset()
+    first, dropped = 0, frozenset[int]()
     for j in range(len(keys) - 1, -1, -1):
         found = memo.get(keys[j]) if memo is not None else None
         if found is not None:

@@ -152,9 +152,15 @@ class Originals:
         if "key" in arguments:
             if "start" in arguments or "end" in arguments:
                 raise SectionReadError(f"{READ_TOOL_NAME} takes a key or a range (start and end), not both")
-            return self.read_key(arguments.get("section_id"), arguments.get("key"))
-        return self.read(arguments.get("section_id"), arguments.get("start"), arguments.get("end"))
+            return self.read_key(_argument(arguments, "section_id"), _argument(arguments, "key"))
+        return self.read(_argument(arguments, "section_id"), _argument(arguments, "start"), _argument(arguments, "end"))
 
 
 def _norm(key: str) -> str:
     return " ".join(key.casefold().split())
+
+
+def _argument(arguments: Mapping[str, Any], name: str) -> Any:
+    """A model's argument as it came (None when missing): untyped until :meth:`Originals.read`
+    or :meth:`Originals.read_key` checks it, with an error the model can act on."""
+    return arguments.get(name)

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.notes import NoteLedger, cited_end
 from boundctx.analysis.originals import Originals
@@ -109,7 +110,7 @@ def worker_messages(question: str, notes: str, section: str, *, number: int, tot
 
 
 def iter_read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
-                          settings: Mapping[str, Any], cancel: Any = None, started: float | None = None):
+                          settings: config.Settings, cancel: Any = None, started: float | None = None):
     """Read ``text`` completely with sequential note-taking workers, yielding an
     :class:`AnalysisProgress` before and after each section; the generator's return
     value is the notes (``notes = yield from iter_read_in_sections(...)``).
@@ -143,27 +144,27 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
     IncompleteCoverage
         A worker failed or timed out; names every section left unread.
     """
-    workers = int(settings["chat.analysis_workers"])
+    workers = settings.chat.analysis_workers
     if workers < 1:
         raise ValueError("section analysis is off (chat.analysis_workers = 0)")
     question = worker_question(question)
-    context = min(int(settings["analysis.worker_n_ctx"]), provider.context_window)
-    notes_max = int(settings["analysis.notes_max_tokens"])
+    analysis = settings.analysis
+    context = min(analysis.worker_n_ctx, provider.context_window)
+    notes_max = analysis.notes_max_tokens
     started = time.monotonic() if started is None else started
     source_id = f"src-planning-{'9' * 8}"  # as wide as any real id, for planning
 
     def planning_prompt(section: str) -> list[dict[str, Any]]:
         # The widest header any section can get: numbers at their largest.
         widest = len(text)
-        return worker_messages(question, "", section, number=int(settings["analysis.max_sections"]),
-                               total=int(settings["analysis.max_sections"]), source_id=source_id,
+        return worker_messages(question, "", section, number=analysis.max_sections,
+                               total=analysis.max_sections, source_id=source_id,
                                start=widest, end=widest)
 
     planned = plan_sections(text, counter=provider.counter, prompt=planning_prompt, context=context,
                             output_tokens=notes_max, notes_tokens=notes_max,
-                            overlap=int(settings["analysis.overlap_chars"]),
-                            max_source_chars=int(settings["analysis.max_source_chars"]),
-                            max_sections=int(settings["analysis.max_sections"]))
+                            overlap=analysis.overlap_chars, max_source_chars=analysis.max_source_chars,
+                            max_sections=analysis.max_sections)
     oid = originals.add(text, label)
     total = len(planned.sections)
     notes = [""] * workers
@@ -218,7 +219,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
     return [Notes(w, notes[w], read[w], ledgers[w]) for w in range(workers) if read[w]]
 
 
-def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: int, settings: Mapping[str, Any],
+def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: int, settings: config.Settings,
                  cancel: Any) -> tuple[str | None, bool]:
     """One worker call: ``(its answer, whether it was cut at its budget)``; ``(None,
     False)`` when cancelled. Notes that loop (a small model's habit) are stopped there:
@@ -228,7 +229,7 @@ def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: 
     cut = False
     # One-off work: a local model keeps the reply's state, not this one (decision 0030).
     stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
-                                  timeout_s=float(settings["analysis.worker_timeout_s"]), cancel=cancel,
+                                  timeout_s=settings.analysis.worker_timeout_s, cancel=cancel,
                                   keep_state=False)
     try:
         for chunk in stream:

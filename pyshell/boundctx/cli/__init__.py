@@ -125,7 +125,8 @@ def _command_named(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser([_command_named(argv)] if _command_named(argv) in COMMANDS else [])
+    named = _command_named(argv)
+    parser = build_parser([named] if named is not None and named in COMMANDS else [])
     args = parser.parse_args(argv)
     args.verbosity = _verbosity(args)
     command = COMMANDS.get(args.command)

@@ -13,7 +13,13 @@ key clients must send to boundctx's own server, as it is for llama.cpp's server 
 
 from __future__ import annotations
 
+import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from boundctx import config
+    from boundctx.providers.base import Provider
 
 __all__ = ["add_provider_arguments", "check_provider_flags", "flag_overrides", "make_provider"]
 
@@ -95,7 +101,7 @@ def check_provider_flags(args) -> None:
                      f"out, or use --provider {other}")
 
 
-def make_provider(args, settings):
+def make_provider(args: argparse.Namespace, settings: config.Settings) -> Provider:
     """The provider the options and ``settings`` ask for (ValueError / ImportError /
     BoundctxError when they cannot be met, or when a flag is one the provider would
     not use)."""
@@ -111,7 +117,7 @@ def make_provider(args, settings):
     api_key = args.upstream_api_key or os.environ.get("BOUNDCTX_API_KEY") or None
     model = args.model or served_model(args.base_url, api_key) or "default"
     return OpenAICompatibleProvider(args.base_url, model=model, api_key=api_key,
-                                    context_window=int(settings["chat.n_ctx"]))
+                                    context_window=settings.chat.n_ctx)
 
 
 def served_model(base_url: str, api_key: str | None) -> str | None:

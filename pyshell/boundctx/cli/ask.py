@@ -146,12 +146,12 @@ def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Conti
     return Continuation(path, chat_messages(window), style)
 
 
-def _append(to: Continuation, question: str, answer: str, files: Sequence[tuple[str, str]]) -> None:
+def _append(to: Continuation, style: str, question: str, answer: str, files: Sequence[tuple[str, str]]) -> None:
     from boundctx.transcript import Transcript
     from boundctx.transcript.chat import append_exchange
 
     with Transcript.open(to.path, create=True) as transcript:
-        append_exchange(transcript, question, answer, style=to.style, parent_id=to.conversation.last_id,
+        append_exchange(transcript, question, answer, style=style, parent_id=to.conversation.last_id,
                         attachments=[(path, len(text)) for path, text in files])
 
 
@@ -205,7 +205,7 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
             finish = event.finish_reason
             withheld = int(event.usage.get("withheld_chars") or 0)
             if finish == "stop" and transcript is not None and transcript.style is not None:
-                _append(transcript, question, "".join(pieces), files)
+                _append(transcript, transcript.style, question, "".join(pieces), files)
                 saved = True
         elif isinstance(event, Failed):
             error = event.error
@@ -297,7 +297,7 @@ class _Progress:
                     self.first_section_at = event.elapsed_s
                 done = event.section - 1
                 eta = None
-                if done:
+                if done and self.first_section_at is not None:
                     pace = (event.elapsed_s - self.first_section_at) / done
                     eta = pace * (event.sections - done)
                 self.status.set(f"reading section {event.section}/{event.sections} (worker {event.worker + 1})",

@@ -17,8 +17,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from boundctx.providers.cpu import ExtraBuffersSetting
 
 __all__ = ["ChildResult", "GenerationCheck", "ModelCheck", "Report", "add_parser", "child_main", "diagnose",
            "diagnose_signal", "exit_status", "generation_command", "render", "run_child"]
@@ -134,14 +138,8 @@ def exit_status(report: Report) -> int:
     return 0 if report.ok else 1
 
 
-def _setting(settings, name: str, default):
-    from boundctx import config
-
-    return settings[name] if settings is not None and name in config.KEYS else default
-
-
 def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s: float = 180.0,
-             extra_buffers: str | None = None, flags: Iterable[str] | None = None,
+             extra_buffers: ExtraBuffersSetting | None = None, flags: Iterable[str] | None = None,
              child_command: Sequence[str] | None = None) -> Report:
     """Check this machine (see the module docstring).
 
@@ -170,9 +168,10 @@ def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s:
     except (OSError, ValueError) as exc:
         settings_error = str(exc)
         problems.append(f"settings: {exc} (the defaults are used)")
-    setting = extra_buffers or _setting(settings, "local.extra_buffers", "auto")
-    threads = int(_setting(settings, "local.threads", 0))
-    gpu_layers = int(_setting(settings, "local.gpu_layers", 0))
+    local = (settings or config.Settings({name: key.default for name, key in config.KEYS.items()},
+                                        dict.fromkeys(config.KEYS, "default"))).local
+    setting = extra_buffers or local.extra_buffers
+    threads, gpu_layers = local.threads, local.gpu_layers
     flags = cpu.cpu_flags() if flags is None else frozenset(flags)
     decision = cpu.decide_extra_buffers(setting, flags)
 
@@ -185,8 +184,12 @@ def diagnose(*, model_path: str | None = None, generate: bool = True, timeout_s:
 
     generation = GenerationCheck()
     if generate and (model.opens or child_command is not None):
-        command = list(child_command) if child_command is not None else generation_command(
-            model.path, extra_buffers=decision.enabled, threads=threads, gpu_layers=gpu_layers)
+        if child_command is not None:
+            command = list(child_command)
+        else:
+            assert model.path is not None, "a model that opens was found at a path"
+            command = generation_command(model.path, extra_buffers=decision.enabled, threads=threads,
+                                         gpu_layers=gpu_layers)
         generation = _generation(run_child(command, timeout_s=timeout_s), amx=decision.amx,
                                  extra_buffers=decision.enabled)
         if not generation.ok:

@@ -120,8 +120,9 @@ def _catalog(path: str | None, bfcl: str | None) -> Catalog:
     """The catalog file at ``path``, or the BFCL-style list of function specs at ``bfcl``."""
     from boundctx.understanding import Catalog
 
-    if path:
+    if path is not None:  # an empty --catalog is the catalog loader's error, not a missing --bfcl
         return Catalog.load(path)
+    assert bfcl is not None, "argparse requires --catalog or --bfcl"
     functions = json.loads(read_bytes(bfcl, what="BFCL JSON file").decode("utf-8"))
     return Catalog.from_bfcl(functions, source=bfcl)
 
@@ -164,7 +165,7 @@ def run(args) -> int:
         status.set("understanding")
         plan = plan_message(args.message, catalog=catalog, provider=provider, settings=settings, records=records,
                             click=click, single_call=args.single_call, log=log,
-                            progress=_call_progress(status, int(settings["understanding.max_model_calls"])))
+                            progress=_call_progress(status, settings.understanding.max_model_calls))
     except (OSError, ValueError, KeyError, ImportError, BoundctxError, RecursionError) as exc:
         if status is not None:
             status.close()

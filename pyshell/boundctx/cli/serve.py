@@ -13,6 +13,7 @@ import os
 import re
 import sys
 
+from boundctx import config
 from boundctx.cli._provider import add_provider_arguments, check_provider_flags, flag_overrides, make_provider
 
 __all__ = ["add_parser", "api_keys"]
@@ -47,7 +48,7 @@ def add_parser(sub, summary: str) -> None:
 _KEY = re.compile(r"[\x21-\x7e]+")
 
 
-def api_keys(settings, env=os.environ, given=()) -> frozenset[str]:
+def api_keys(settings: config.Settings, env=os.environ, given=()) -> frozenset[str]:
     """The keys clients may send: ``given`` (``--api-key``), those of
     ``serve.api_key_file`` and ``$BOUNDCTX_SERVE_API_KEY``.
 
@@ -62,7 +63,7 @@ def api_keys(settings, env=os.environ, given=()) -> frozenset[str]:
     keys = set()
     for key in given:
         keys.add(_checked(key.strip(), "--api-key"))
-    path = str(settings["serve.api_key_file"])
+    path = settings.serve.api_key_file
     if path:
         text = read_bytes(path).decode("utf-8", errors="surrogateescape")
         in_file = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1)
@@ -98,7 +99,7 @@ def run(args) -> int:
 
         provider = make_provider(args, settings)
         model_id = args.model_id or _model_id(args)
-        host, port = str(settings["serve.host"]), int(settings["serve.port"])
+        host, port = settings.serve.host, settings.serve.port
         app = create_app(provider, settings=settings, model_id=model_id, api_keys=keys, host=host)
     except ImportError as exc:
         print(f"boundctx serve: {exc}. The server needs the serve extra: pip install 'boundctx[serve]'",

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from boundctx.errors import ContextOverflow
 from boundctx.tokens.base import Message, TokenCounter
 
-__all__ = ["ChatRequest", "Finish", "FinishReason", "Provider", "Reply", "TextChunk", "ToolCallChunk", "make_request"]
+__all__ = ["ChatRequest", "ChunkStream", "Finish", "FinishReason", "Provider", "Reply", "TextChunk", "ToolCallChunk",
+           "finish_reason", "make_request"]
 
 #: Why a stream ended: the OpenAI set (a remote server's own reason is passed on), and
 #: ``"cancelled"`` when the caller's cancel event stopped it.
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "cancelled"]
+_REASONS: dict[str, FinishReason] = {reason: reason for reason in get_args(FinishReason)}
+
+
+def finish_reason(value: object) -> FinishReason:
+    """A server's (or a recording's) ``finish_reason`` as one of boundctx's: the old
+    ``"function_call"`` is ``"tool_calls"``; a value outside the set (a server's own word)
+    or none is ``"stop"``: the server ended the reply without saying it was cut."""
+    if value == "function_call":
+        return "tool_calls"
+    return _REASONS.get(value, "stop") if isinstance(value, str) else "stop"
 
 
 class TextChunk(msgspec.Struct, frozen=True):
@@ -61,6 +72,8 @@ class Finish(msgspec.Struct, frozen=True):
 
 
 Chunk = TextChunk | ToolCallChunk | Finish
+#: What a provider's stream is: a generator, so its reader can close it and end the generation.
+ChunkStream = Generator[Chunk, None, None]
 
 
 class ChatRequest(msgspec.Struct, frozen=True):
@@ -137,7 +150,7 @@ class Provider(ABC):
                     tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
                     temperature: float = 0.2, stop: Sequence[str] | None = None,
                     schema: Mapping[str, Any] | None = None, cancel: Any = None,
-                    timeout_s: float | None = None, keep_state: bool = True) -> Iterator[Chunk]:
+                    timeout_s: float | None = None, keep_state: bool = True) -> ChunkStream:
         """Stream a completion: :class:`TextChunk` and :class:`ToolCallChunk`, then one
         :class:`Finish` (the request is built by :func:`make_request` and sent by
         :meth:`stream`).
@@ -173,7 +186,7 @@ class Provider(ABC):
                                schema=schema, timeout_s=timeout_s, keep_state=keep_state)
         return self.stream(request, cancel=cancel, timeout_s=timeout_s)
 
-    def stream(self, request: ChatRequest, *, cancel: Any = None, timeout_s: float | None = None) -> Iterator[Chunk]:
+    def stream(self, request: ChatRequest, *, cancel: Any = None, timeout_s: float | None = None) -> ChunkStream:
         """Stream the completion of a request built by :func:`make_request`, as it is:
         a caller that keeps the request (to hash or log it) sends that very request.
 
@@ -186,7 +199,7 @@ class Provider(ABC):
         return self._stream(request, cancel=cancel, timeout_s=timeout_s)
 
     @abstractmethod
-    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> ChunkStream:
         """The provider's stream for one checked request (a generator: nothing runs
         until the first chunk is asked for; the time limit counts from then)."""
 

@@ -22,16 +22,27 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from boundctx._llama_log import expect_abort
 from boundctx.errors import GenerationError, GenerationTimeout
 from boundctx.providers import cpu
-from boundctx.providers.base import ChatRequest, Chunk, Finish, Provider, TextChunk
+from boundctx.providers.base import (
+    ChatRequest,
+    ChunkStream,
+    Finish,
+    FinishReason,
+    Provider,
+    TextChunk,
+    finish_reason,
+)
 from boundctx.providers.grammar import checked_grammar, schema_grammar
 from boundctx.providers.kept_state import StateCache
+
+if TYPE_CHECKING:
+    from boundctx.tokens.llama import LlamaCounter
 
 __all__ = ["INFERENCE_LOCK", "LlamaCppProvider", "open_llama"]
 
@@ -287,6 +298,7 @@ class LlamaCppProvider(Provider):
     """
 
     name = "local"
+    counter: LlamaCounter
     #: Generations take turns on :data:`INFERENCE_LOCK`: callers that run tasks in
     #: parallel can wait for their turn first (:meth:`turn`) and count the wait against
     #: their clock.
@@ -301,13 +313,13 @@ class LlamaCppProvider(Provider):
         from boundctx.tokens.llama import LlamaCounter
 
         s = config.resolve(settings)
-        n_ctx = int(s["chat.n_ctx"]) if n_ctx is None else n_ctx
-        n_threads = int(s["local.threads"]) if n_threads is None else n_threads
-        n_gpu_layers = int(s["local.gpu_layers"]) if n_gpu_layers is None else n_gpu_layers
-        seed = int(s["local.seed"]) if seed is None else seed
-        extra_buffers = s["local.extra_buffers"] if extra_buffers is None else extra_buffers
-        repeat_penalty = float(s["chat.repeat_penalty"]) if repeat_penalty is None else repeat_penalty
-        state_cache_mib = int(s["local.state_cache_mib"]) if state_cache_mib is None else state_cache_mib
+        n_ctx = s.chat.n_ctx if n_ctx is None else n_ctx
+        n_threads = s.local.threads if n_threads is None else n_threads
+        n_gpu_layers = s.local.gpu_layers if n_gpu_layers is None else n_gpu_layers
+        seed = s.local.seed if seed is None else seed
+        extra_buffers = s.local.extra_buffers if extra_buffers is None else extra_buffers
+        repeat_penalty = s.chat.repeat_penalty if repeat_penalty is None else repeat_penalty
+        state_cache_mib = s.local.state_cache_mib if state_cache_mib is None else state_cache_mib
 
         if n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
@@ -459,7 +471,8 @@ class LlamaCppProvider(Provider):
         more than the context holds; returns the prompt tokens now kept. A state the
         model refuses is dropped, and the prompt evaluated whole: slower, never wrong."""
         _, entry = self._restorable(tokens, kept)
-        if entry is None:
+        cache = self.state_cache
+        if entry is None or cache is None:
             return kept
         import ctypes
 
@@ -472,17 +485,17 @@ class LlamaCppProvider(Provider):
         if taken != size:
             _log.warning("llama.cpp refused a kept state of %d tokens; the prompt is evaluated whole",
                          len(entry.tokens))
-            self.state_cache.forget(entry)
+            cache.forget(entry)
             self._forget_evaluation(llm)
             return 0
         held = len(entry.tokens)
         llm.input_ids[:held] = entry.tokens
         llm.n_tokens = held
         llm._requires_eval = True  # no logits came back: the last prompt token is evaluated again
-        self.state_cache.used(entry)
+        cache.used(entry)
         return _kept_prefix(llm, tokens)
 
-    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> ChunkStream:
         tokens = self.counter.prompt_tokens(request.messages, tools=request.tools)
         self._check_fits(len(tokens), request.max_tokens)
         llm = self._model()
@@ -491,7 +504,7 @@ class LlamaCppProvider(Provider):
         if request.schema is not None:
             grammar = checked_grammar(llm, schema_grammar(request.schema))
         generated = 0
-        reason = "stop"
+        reason: FinishReason = "stop"
         with _inference_turn(timeout_s) as started:  # the limit counts the wait for the turn
             guard = self._guard
             guard.arm(cancel, None if timeout_s is None else started + timeout_s)
@@ -534,7 +547,7 @@ class LlamaCppProvider(Provider):
                                 generated += 1
                                 yield TextChunk(choice["text"])
                             if choice.get("finish_reason"):
-                                reason = choice["finish_reason"]
+                                reason = finish_reason(choice["finish_reason"])
                             if cancel is not None and cancel.is_set():
                                 reason = "cancelled"
                                 break
@@ -553,7 +566,7 @@ class LlamaCppProvider(Provider):
         yield Finish(reason, len(tokens), generated, cached_tokens=kept)
 
     @staticmethod
-    def _aborted(guard: _AbortGuard, timeout_s: float | None, prompt_tokens: int) -> str:
+    def _aborted(guard: _AbortGuard, timeout_s: float | None, prompt_tokens: int) -> FinishReason:
         """The stream's finish reason after the abort callback stopped the prompt's
         evaluation, or the exception that ends the stream."""
         if guard.fired == "cancel":

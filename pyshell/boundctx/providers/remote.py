@@ -16,8 +16,7 @@ import asyncio
 import json
 import re
 import time
-import typing
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -34,11 +33,13 @@ from boundctx.errors import (
 from boundctx.providers.base import (
     ChatRequest,
     Chunk,
+    ChunkStream,
     Finish,
     FinishReason,
     Provider,
     TextChunk,
     ToolCallChunk,
+    finish_reason,
     make_request,
 )
 from boundctx.tokens.base import Message, TokenCounter
@@ -259,7 +260,7 @@ class OpenAICompatibleProvider(Provider):
 
     # -- the stream ---------------------------------------------------------------------
 
-    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> ChunkStream:
         prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
         self._check_fits(prompt_tokens, request.max_tokens)
         started = time.monotonic()
@@ -378,18 +379,6 @@ def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,
     return out
 
 
-_REASONS = frozenset(typing.get_args(FinishReason))
-
-
-def finish_reason(value: object) -> FinishReason:
-    """A server's ``finish_reason`` as one of boundctx's: the old ``"function_call"`` is
-    ``"tool_calls"``; a value outside the set (a server's own word) or none is ``"stop"``:
-    the server ended the reply without saying it was cut."""
-    if value == "function_call":
-        return "tool_calls"
-    return value if value in _REASONS else "stop"
-
-
 class _StreamState:
     """What one SSE stream has said so far: text to pass on, tool calls being assembled,
     the finish reason and the usage. Shared by the sync and async streams."""
@@ -397,7 +386,7 @@ class _StreamState:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
         self.calls: dict[int, dict[str, str]] = {}
-        self.reason = "stop"
+        self.reason: FinishReason = "stop"
         self.ended = False  # [DONE] or a finish_reason: the reply is complete
         self.done = False   # [DONE]: stop reading
         self.events = 0
@@ -449,8 +438,8 @@ class _StreamState:
                 self.ended = True
         return bool(self._text)
 
-    def pending(self) -> list[TextChunk]:
-        out = [TextChunk(t) for t in self._text]
+    def pending(self) -> list[Chunk]:
+        out: list[Chunk] = [TextChunk(t) for t in self._text]
         self._text.clear()
         return out
 

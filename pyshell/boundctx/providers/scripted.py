@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 import msgspec
 
 from boundctx._search import longest_fitting
 from boundctx.errors import GenerationTimeout
-from boundctx.providers.base import ChatRequest, Chunk, Finish, FinishReason, Provider, TextChunk, ToolCallChunk
+from boundctx.providers.base import (
+    ChatRequest,
+    ChunkStream,
+    Finish,
+    FinishReason,
+    Provider,
+    TextChunk,
+    ToolCallChunk,
+)
 from boundctx.tokens.base import TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
@@ -73,7 +81,7 @@ class ScriptedProvider(Provider):
         self._count_lock = threading.Lock()  # callers may run in threads
         self.closed_early = 0
 
-    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> Iterator[Chunk]:
+    def _stream(self, request: ChatRequest, *, cancel: Any, timeout_s: float | None) -> ChunkStream:
         self.requests.append(request)
         prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
         self._check_fits(prompt_tokens, request.max_tokens)

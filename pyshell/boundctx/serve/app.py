@@ -54,9 +54,9 @@ def open_path(path: str) -> bool:
     return path in ("/health", "/v1/health", "/", "/favicon.ico") or path.startswith("/ui/")
 
 
-def sessions_folder(settings: Mapping[str, Any]) -> str:
+def sessions_folder(settings: config.Settings) -> str:
     """``serve.sessions_dir``, or the default under the user's data folder."""
-    configured = str(settings["serve.sessions_dir"])
+    configured = settings.serve.sessions_dir
     if configured:
         return os.path.expanduser(configured)
     data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -109,13 +109,13 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         # An empty key would match the empty token of a request that sends none.
         raise ServeError("an API key is empty, or has spaces or control characters at its ends or inside: give "
                          "each key as printable text without surrounding whitespace")
-    host = host if host is not None else str(resolved["serve.host"])
+    host = host if host is not None else resolved.serve.host
     if not is_loopback(host) and not keys:
         raise ServeError(f"refusing to serve on {host!r} without an API key: anyone who can reach it could use "
                          "the model and read the sessions. Give a key (--api-key, serve.api_key_file or "
                          "BOUNDCTX_SERVE_API_KEY), or bind 127.0.0.1")
     try:
-        origins = cors_origins(str(resolved["serve.cors_origins"]))
+        origins = cors_origins(resolved.serve.cors_origins)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     service = ReplyService(provider, resolved, model_id or provider.name)
@@ -139,8 +139,9 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     return guarded
 
 
-async def _render(request, exc: ApiError):
+async def _render(request, exc: Exception):
     """Every refusal of every route, in the API's one error shape."""
+    assert isinstance(exc, ApiError), "registered for ApiError only"
     return exc.response()
 
 

@@ -39,11 +39,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from boundctx import config
 from boundctx.serve.wire import error_body
 
 __all__ = ["Limits", "connection_limit", "protocol_class", "run_server"]
@@ -70,9 +72,10 @@ class Limits(msgspec.Struct, frozen=True):
     max_connections: int
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any], *, max_connections: int | None = None) -> Limits:
-        return cls(int(settings["serve.max_head_bytes"]), float(settings["serve.head_timeout_seconds"]),
-                   max_connections if max_connections is not None else int(settings["serve.max_connections"]))
+    def from_settings(cls, settings: config.Settings, *, max_connections: int | None = None) -> Limits:
+        serve = settings.serve
+        return cls(serve.max_head_bytes, serve.head_timeout_seconds,
+                   max_connections if max_connections is not None else serve.max_connections)
 
 
 def connection_limit(setting: int) -> int:
@@ -120,7 +123,22 @@ class _Open:
         victim._drop()
 
 
-class _Bounded:
+if TYPE_CHECKING:
+    class _UvicornHttp(asyncio.Protocol):
+        """What :func:`_fits` checks a uvicorn HTTP protocol has, as a type checker sees
+        it (at run time the real protocol comes after :class:`_Bounded` in the bases)."""
+
+        transport: asyncio.Transport
+        loop: asyncio.AbstractEventLoop
+        cycle: Any
+        server_state: Any
+
+        def on_response_complete(self) -> None: ...
+else:
+    _UvicornHttp = object
+
+
+class _Bounded(_UvicornHttp):
     """The bounds, mixed into a uvicorn HTTP protocol. The subclass says when a head is
     complete (:meth:`_head_complete`) and whether part of one has arrived
     (:meth:`_head_started`)."""
@@ -167,12 +185,12 @@ class _Bounded:
     def _head_complete(self) -> None:
         self._cancel_head_timer()
         self._body_started_at, self._body_bytes = self.loop.time(), 0
-        self._arm_body_timer()
+        self._arm_body_timer(0)
 
     def _body_received(self, n: int) -> None:
         if self._body_bytes is not None:
             self._body_bytes += n
-            self._arm_body_timer()
+            self._arm_body_timer(self._body_bytes)
 
     def _body_ended(self) -> None:
         self._body_bytes = None
@@ -180,10 +198,10 @@ class _Bounded:
             self._body_timer.cancel()
             self._body_timer = None
 
-    def _arm_body_timer(self) -> None:
+    def _arm_body_timer(self, received: int) -> None:
         if self._body_timer is not None:
             self._body_timer.cancel()
-        deadline = self._body_started_at + self.limits.head_timeout + self._body_bytes / MIN_BODY_RATE
+        deadline = self._body_started_at + self.limits.head_timeout + received / MIN_BODY_RATE
         self._body_timer = self.loop.call_at(deadline, self._body_timed_out)
 
     def _body_timed_out(self) -> None:
@@ -358,7 +376,7 @@ def _fits(base: type, module) -> bool:
     ``server_state`` its constructor sets, and a cycle that says when its response is
     complete."""
     cycle = getattr(module, "RequestResponseCycle", None)
-    init = getattr(base.__init__, "__code__", None)
+    init = getattr(getattr(base, "__init__", None), "__code__", None)
     return (all(callable(getattr(base, name, None)) for name in (
                 "connection_made", "connection_lost", "data_received", "on_response_complete"))
             and init is not None and {"cycle", "loop", "server_state", "transport"} <= set(init.co_names)
@@ -377,11 +395,7 @@ def protocol_class(limits: Limits, *, say: Callable[[str], None] | None = None) 
     """
     import uvicorn
 
-    try:
-        import httptools  # noqa: F401
-        from uvicorn.protocols.http import httptools_impl
-    except ImportError:
-        httptools_impl = None
+    httptools_impl = _httptools_impl()
     if httptools_impl is not None:
         if _fits(httptools_impl.HttpToolsProtocol, httptools_impl) and all(
                 callable(getattr(httptools_impl.HttpToolsProtocol, name, None))
@@ -398,12 +412,22 @@ def protocol_class(limits: Limits, *, say: Callable[[str], None] | None = None) 
                        f"head size and time, open connections); install a uvicorn boundctx supports")
 
 
+def _httptools_impl() -> types.ModuleType | None:
+    """uvicorn's httptools protocol module, when httptools is installed."""
+    try:
+        import httptools  # noqa: F401
+        from uvicorn.protocols.http import httptools_impl
+    except ImportError:
+        return None
+    return httptools_impl
+
+
 def _bind(cls: type, limits: Limits) -> type:
     """``cls`` with this server's limits and its own table of open connections."""
     return type(cls.__name__, (cls,), {"limits": limits, "open": _Open(limits.max_connections)})
 
 
-def run_server(app, host: str, port: int, *, settings: Mapping[str, Any],
+def run_server(app, host: str, port: int, *, settings: config.Settings,
                say: Callable[[str], None] | None = None, banner: str | None = None) -> bool:
     """Serve ``app`` on ``host``:``port`` with uvicorn and the connection bounds of
     ``settings`` until stopped (Ctrl-C, SIGTERM).
@@ -428,7 +452,7 @@ def run_server(app, host: str, port: int, *, settings: Mapping[str, Any],
     """
     import uvicorn
 
-    setting = int(settings["serve.max_connections"])
+    setting = settings.serve.max_connections
     limit = connection_limit(setting)
     if limit < setting and say is not None:
         say(f"serve.max_connections = {setting} lowered to {limit}: the open-file limit (ulimit -n) leaves no more "

@@ -161,8 +161,8 @@ class _ChatFrames:
     def __init__(self, chunks: Chunks, req: ChatCompletionRequest, settings: config.Settings) -> None:
         self.chunks = chunks
         self.include_usage = req.stream_options is not None and req.stream_options.include_usage
-        self.progress = ProgressGate(float(settings["serve.progress_max_hz"]))
-        self.openwebui = bool(settings["serve.progress_openwebui"])
+        self.progress = ProgressGate(settings.serve.progress_max_hz)
+        self.openwebui = settings.serve.progress_openwebui
         self._calls = 0  # the caller's tool calls sent so far
 
     async def __call__(self, event: Any) -> tuple[bytes, bool]:

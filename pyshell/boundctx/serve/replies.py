@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from boundctx.providers.base import Finish, Provider
+from boundctx.providers.base import ChunkStream, Finish, Provider
 
 __all__ = ["Busy", "GatedProvider", "ReplyRun", "Slots"]
 
@@ -65,7 +65,7 @@ class Ticket:
         self.held = False
         self.released = False
 
-    def wait(self, cancel: threading.Event) -> bool:
+    def wait(self, cancel: threading.Event | _Either) -> bool:
         """Block until it is this reply's turn (True) or it is cancelled (False)."""
         s = self._slots
         with s._cond:
@@ -131,14 +131,14 @@ class GatedProvider(Provider):
     def reusable_prefix(self, messages, *, tools=None) -> int | None:
         return self.inner.reusable_prefix(messages, tools=tools)
 
-    def stream(self, request, *, cancel=None, timeout_s=None) -> Iterator[Any]:
+    def stream(self, request, *, cancel=None, timeout_s=None) -> ChunkStream:
         # Every model call of the reply comes here (stream_chat builds the request and
         # calls this): the first waits for the reply's turn. A caller with a token of its
         # own (understanding's calls carry none, or their own) is still stopped by the
         # reply's, so a reply whose client left does not hold its turn to its bounds.
         either = self._cancel if cancel is None or cancel is self._cancel else _Either(self._cancel, cancel)
         if either.is_set() or (not self._ticket.held and not self._ticket.wait(either)):
-            return iter([Finish("cancelled")])
+            return _cancelled()  # a generator as every stream is: its reader may close it
         return self.inner.stream(request, cancel=either, timeout_s=timeout_s)
 
     @contextlib.contextmanager
@@ -152,6 +152,10 @@ class GatedProvider(Provider):
 
     def _stream(self, request, *, cancel, timeout_s):  # pragma: no cover - stream() is the entry
         raise NotImplementedError
+
+
+def _cancelled() -> ChunkStream:
+    yield Finish("cancelled")
 
 
 _END = object()

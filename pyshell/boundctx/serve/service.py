@@ -59,10 +59,10 @@ class ReplyService:
         self.live = LiveSettings(settings)
         self.model_id = model_id
         #: ``serve.max_body_bytes``: fixed while serving, so read once.
-        self.max_body = int(settings["serve.max_body_bytes"])
+        self.max_body = settings.serve.max_body_bytes
         # A local model generates one reply at a time whatever the setting says.
-        active = 1 if provider.serialises else int(settings["serve.active_replies"])
-        self.slots = Slots(active, int(settings["serve.queue_depth"]))
+        active = 1 if provider.serialises else settings.serve.active_replies
+        self.slots = Slots(active, settings.serve.queue_depth)
         self.created = int(time.time())
         self._replies: dict[str, ReplyRun] = {}
 
@@ -146,9 +146,8 @@ class ReplyService:
     def stream_settings(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~boundctx.serve.streaming.EventStream` from
         the current settings."""
-        s = self.settings
-        return {"ping_s": float(s["serve.sse_ping_seconds"]) or None,
-                "send_timeout_s": float(s["serve.send_timeout_seconds"])}
+        serve = self.settings.serve
+        return {"ping_s": serve.sse_ping_seconds or None, "send_timeout_s": serve.send_timeout_seconds}
 
     def model_meta(self) -> dict[str, Any]:
         """``/v1/models`` ``meta``: the window, the replies generating and waiting now,

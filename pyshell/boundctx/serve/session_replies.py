@@ -126,7 +126,7 @@ def session_reply_routes(service: ReplyService, sessions: Sessions) -> list:
                 return {"saved": False, "not_saved": f"the exchange could not be appended: {refused}"}
             return {"saved": True, **where}
 
-        frames = _SessionFrames(float(service.settings["serve.progress_max_hz"]), save)
+        frames = _SessionFrames(service.settings.serve.progress_max_hz, save)
         opening = named_event("reply", {"type": "reply", "id": reply_id, "session": sid,
                                         "notices": conversation.notices,
                                         "history_messages": len(conversation.messages)}, 0)

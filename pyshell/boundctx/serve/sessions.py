@@ -124,7 +124,7 @@ class Sessions:
         self.real_dir = os.path.realpath(self.dir)
         self._live = settings
         #: ``serve.max_body_bytes``: fixed while serving, so read once.
-        self.max_body = int(settings.started["serve.max_body_bytes"])
+        self.max_body = settings.started.serve.max_body_bytes
 
     @property
     def settings(self) -> config.Settings:
@@ -252,13 +252,13 @@ class Sessions:
     def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
         path = self._existing(sid)
         before = _int_param(query, "message_before", None, 0)
-        settings = self.settings
+        window = self.settings.transcript
         # The defaults come from settings a PATCH can change: they are held to the same
         # caps as the query, so a plain window is as bounded as any asked for.
-        limit = _int_param(query, "message_limit", min(int(settings["transcript.window_messages"]),
-                                                       MESSAGE_LIMIT_MAX), 0, MESSAGE_LIMIT_MAX)
-        content = _int_param(query, "content_limit", min(int(settings["transcript.window_content_bytes"]),
-                                                         CONTENT_LIMIT_MAX), 0, CONTENT_LIMIT_MAX)
+        limit = _int_param(query, "message_limit", min(window.window_messages, MESSAGE_LIMIT_MAX), 0,
+                           MESSAGE_LIMIT_MAX)
+        content = _int_param(query, "content_limit", min(window.window_content_bytes, CONTENT_LIMIT_MAX), 0,
+                             CONTENT_LIMIT_MAX)
         wanted = query.get("layout_version")
 
         def read(t: Transcript, version: str):
@@ -386,12 +386,12 @@ def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_resul
             "bytes": st.st_size, "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
 
 
-def history_bytes(settings: Mapping[str, Any]) -> int:
+def history_bytes(settings: config.Settings) -> int:
     """The most bytes of a session's lines one reply reads before fitting: what the
     engine could take of one input (``analysis.max_source_chars``) at up to 8 bytes a
     character as JSON holds it (4 of UTF-8, escapes beyond). The model never gets more
     than that of any input, so a larger history would be read only to be dropped."""
-    return 8 * int(settings["analysis.max_source_chars"])
+    return 8 * settings.analysis.max_source_chars
 
 
 class _OpenSession:

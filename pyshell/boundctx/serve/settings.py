@@ -105,7 +105,7 @@ class LiveSettings:
                 config.check_relations(settings, settings.source)
             except ConfigError as exc:
                 # The param names a key of this request (the other may be one it left alone).
-                keys = [k for k in getattr(exc, "keys", ()) if k in checked] or list(checked) or [""]
+                keys = [k for k in exc.keys if k in checked] or list(checked) or [""]
                 raise SettingRefused(keys[0], str(exc)) from None
             self.current = settings
             return self.current

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,7 +51,7 @@ class ProgressGate:
         return True
 
 
-if hasattr(asyncio, "timeout"):  # Python 3.11+: a timer on the running task, no new task per write
+if sys.version_info >= (3, 11):  # asyncio.timeout: a timer on the running task, no new task per write
     async def _within(seconds: float, awaitable) -> Any:
         async with asyncio.timeout(seconds):
             return await awaitable

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -133,7 +134,8 @@ _PROBE_MESSAGES = [{"role": "user", "content": "x"}]
 def _stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first caller outside boundctx
     (the user's code, not the counter or a cache built on it)."""
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and str(frame.f_globals.get("__name__")).partition(".")[0] == "boundctx":
         frame, level = frame.f_back, level + 1
     return level

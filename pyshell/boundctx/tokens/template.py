@@ -232,7 +232,10 @@ def _any_char_in(chars: frozenset[str], messages, tools) -> bool:
 def _swap_chars(value: Any, swap: dict[str, str]) -> Any:
     """``value`` with every character in ``swap`` replaced in its strings and keys."""
     if isinstance(value, str):
-        return value.translate(str.maketrans(swap)) if not frozenset(swap).isdisjoint(value) else value
+        if frozenset(swap).isdisjoint(value):
+            return value
+        table: dict[str, str | int | None] = dict(swap)
+        return value.translate(str.maketrans(table))
     if isinstance(value, Mapping):
         return {_swap_chars(k, swap): _swap_chars(v, swap) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import secrets
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import msgspec
@@ -393,7 +394,7 @@ def _record(role: str, text: str, *, style: str, parent_id: str | None, extra: d
 
 
 def append_exchange(transcript, question: str, answer: str, *, style: str, parent_id: str | None,
-                    attachments: list[tuple[str, int]] = (), lock_wait: float = 0.0) -> list[int]:
+                    attachments: Sequence[tuple[str, int]] = (), lock_wait: float = 0.0) -> list[int]:
     """Append the question and the answer as two message lines (each written whole and
     synced); attached files are named, with their size, in the question's line.
     ``lock_wait``: seconds to wait for another writer's lock (held across both lines).

@@ -303,7 +303,7 @@ def save_layout(layout: Layout, real: str) -> str | None:
         return None
     try:
         if layout.persisted_segments and layout.persisted_segments < MAX_SEGMENTS and layout.sidecar_path:
-            if _append_segment(layout, real):
+            if _append_segment(layout, real, layout.sidecar_path):
                 return layout.sidecar_path
         # Encoded once, whichever place takes it.
         data = MAGIC + _segment_bytes(layout, real, 0, 0)
@@ -318,11 +318,11 @@ def save_layout(layout: Layout, real: str) -> str | None:
     return None
 
 
-def _append_segment(layout: Layout, real: str) -> bool:
+def _append_segment(layout: Layout, real: str, sidecar: str) -> bool:
     seg = _segment_bytes(layout, real, layout.persisted_lines, layout.persisted_end)
     try:
         # Never through a symlink put at the sidecar's name: the append would land outside.
-        fd = os.open(layout.sidecar_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(sidecar, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -337,7 +337,7 @@ def _append_segment(layout: Layout, real: str) -> bool:
         return False
     finally:
         os.close(fd)
-    _mark_persisted(layout, layout.sidecar_path, layout.sidecar_size + len(seg),
+    _mark_persisted(layout, sidecar, layout.sidecar_size + len(seg),
                     layout.persisted_segments + 1)
     return True
 
@@ -369,8 +369,9 @@ def load_layout(real: str, fd: int, *, dialect: str,
             why = Judgement("rebuild", f"unreadable sidecar ({exc})")
             continue
         judgement = judge(layout, fd)
-        if judgement.verdict != "rebuild":
-            layout.outcome = judgement.verdict
+        verdict = judgement.verdict
+        if verdict == "valid" or verdict == "extend":
+            layout.outcome = verdict
             return layout, judgement
         why = judgement
     return None, why
@@ -414,17 +415,18 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
         need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c
         if pos + need > size:
             raise ValueError("truncated arrays")
-        arrays = []
+        stored: list[FileArray] = []
         for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, pad8(h.n), False),
                                                 (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True)):
-            arrays.append(FileArray(f, pos, count, dtype, increasing=increasing))
+            stored.append(FileArray(f, pos, count, dtype, increasing=increasing))
             pos += width
+        arrays: list[FileArray | np.ndarray] = list(stored)
         if h.n <= SMALL_SEGMENT:
             # Small segments (every appended one) are read whole and checked whole.
-            arrays = [a.read(0, len(a)) for a in arrays]
-        elif len(arrays[3]) <= SMALL_SEGMENT:
+            arrays = [a.read(0, len(a)) for a in stored]
+        elif len(stored[3]) <= SMALL_SEGMENT:
             # Compactions are few: hold them, for the binary searches every window does.
-            arrays[3] = arrays[3].read(0, len(arrays[3]))
+            arrays[3] = stored[3].read(0, len(stored[3]))
         starts, kinds, messages, compactions = arrays
         if layout is None:
             layout = Layout(dialect=dialect, classify_window=classify_window, identity=Identity(*h.identity))

@@ -54,7 +54,7 @@ class LineUnreadable(ValueError):
     """A line that is not one readable JSON value; the message says why."""
 
 
-def decode_record(body: bytes | memoryview) -> Any:
+def decode_record(body: bytes) -> Any:
     """The JSON value of one line's bytes (without its ``\\n`` or a leading BOM).
 
     Raises
@@ -127,7 +127,7 @@ def _replace_lone_surrogates(value: Any) -> Any:
     if isinstance(value, str):
         return fix(value)
     root = [value]
-    stack = [root]
+    stack: list[Any] = [root]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
@@ -213,9 +213,9 @@ def _check_json(record: Any, what: str) -> None:
                 if child is not msgspec.UNSET:
                     stack.append((child, f"{where}.{name}", depth + 1))
         else:
-            hint = {bytes: "decode or base64-encode it first", bytearray: "decode it first",
-                    set: "store a sorted list", frozenset: "store a sorted list"}.get(
-                        type(v), "convert it to a string, number, list or dict first")
+            hints: dict[type, str] = {bytes: "decode or base64-encode it first", bytearray: "decode it first",
+                                      set: "store a sorted list", frozenset: "store a sorted list"}
+            hint = hints.get(type(v), "convert it to a string, number, list or dict first")
             raise EntryInvalid(f"{what}: {where or 'the value'} is a {type(v).__name__}, which "
                                f"JSON cannot hold as itself; {hint}")
 

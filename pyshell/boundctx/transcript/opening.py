@@ -15,7 +15,7 @@ __all__ = ["iter_transcripts", "map_open_error", "not_a_file", "open_regular_fd"
            "resolved_path", "still_names"]
 
 
-def map_open_error(path: str, exc: OSError) -> Exception:
+def map_open_error(path: str | os.PathLike, exc: OSError) -> Exception:
     """The transcript error an ``OSError`` from opening ``path`` stands for (or ``exc``)."""
     if isinstance(exc, FileNotFoundError):
         return TranscriptNotFound(
@@ -24,9 +24,12 @@ def map_open_error(path: str, exc: OSError) -> Exception:
         return TranscriptPermission(
             exc.errno, f"cannot open transcript {path!r}: permission denied; check its mode and owner")
     if isinstance(exc, IsADirectoryError):
-        return TranscriptNotAFile(
-            exc.errno, f"{path!r} is a directory; give the path of a .jsonl transcript file")
+        return _a_directory(path, exc.errno)
     return exc
+
+
+def _a_directory(path: str | os.PathLike, code: int | None) -> TranscriptNotAFile:
+    return TranscriptNotAFile(code, f"{path!r} is a directory; give the path of a .jsonl transcript file")
 
 
 def open_transcript_fd(path: str, *, create: bool = False) -> int:
@@ -56,10 +59,10 @@ def open_transcript_fd(path: str, *, create: bool = False) -> int:
     return open_regular_fd(path)
 
 
-def not_a_file(path: str, mode: int) -> TranscriptNotAFile:
+def not_a_file(path: str | os.PathLike, mode: int) -> TranscriptNotAFile:
     """The error for ``path`` being a directory, FIFO, device or socket."""
     if stat.S_ISDIR(mode):
-        return map_open_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+        return _a_directory(path, errno.EISDIR)
     return TranscriptNotAFile(
         errno.EINVAL, f"{path!r} is {kind_of(mode)}, not a regular file; transcripts are plain .jsonl files")
 

@@ -44,7 +44,7 @@ class _Line(NamedTuple):
     """One line to read: where it is, what the layout says it is."""
 
     line: int
-    index: int | None
+    message_index: int | None  # (``index`` would hide tuple.index)
     start: int
     end: int  # just past its "\n"
     kind: int
@@ -126,7 +126,7 @@ class LineReader:
         entries: list[Entry] = []
         i = 0
         while i < len(plan):
-            if plan[i].projected:
+            if plan[i].projected and content_limit is not None:  # projected only under a limit
                 entries.append(self._projected(plan[i], content_limit, any_kind))
                 i += 1
                 continue
@@ -276,7 +276,7 @@ class LineReader:
             # A fresh scan said so all the same (a second "type" key): remember that,
             # so the sidecar is not taken for a liar on every open.
             self.bad_lines.add(ln.line)
-        return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
+        return Entry(line=ln.line, index=ln.message_index, offset=ln.start, length=ln.end - ln.start,
                      record=rec, cut_bytes=cut)
 
     def _corrupt(self, ln: _Line, body: bytes, why: str, content_limit: int | None) -> Entry:
@@ -314,5 +314,5 @@ def _raw_entry(ln: _Line, body, why: str, content_limit: int | None, *,
         cut = total - lo
         if cut > 0:
             text += f" [... {cut} more bytes not shown]"
-    return Entry(line=ln.line, index=ln.index, offset=ln.start, length=ln.end - ln.start,
+    return Entry(line=ln.line, index=ln.message_index, offset=ln.start, length=ln.end - ln.start,
                  record=None, cut_bytes=max(cut, 0), corrupt=why, raw=text)

@@ -64,12 +64,9 @@ __all__ = ["RENDERER_PRESET", "UNSET", "Transcript"]
 UNSET = msgspec.UNSET
 
 #: The ``renderer`` preset's defaults: the newest 100 messages, 64 KiB of text each.
-#: They are the defaults of the settings the preset reads (``_RENDERER_SETTINGS``).
+#: They are the defaults of the settings the preset reads (``transcript.window_*``).
 RENDERER_PRESET = {"message_limit": _config.KEYS["transcript.window_messages"].default,
                    "content_limit": _config.KEYS["transcript.window_content_bytes"].default}
-# The setting behind each of the renderer preset's limits.
-_RENDERER_SETTINGS = {"message_limit": "transcript.window_messages",
-                      "content_limit": "transcript.window_content_bytes"}
 
 # edit/delete/truncate wait this long for another writer's append to finish: an
 # append holds the lock for one write (and fsync), a writer that keeps it open for
@@ -102,8 +99,8 @@ def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int
     ConfigError
         A setting of the wrong type or out of range, naming its source.
     """
-    resolved = _config.resolve(settings)
-    return {limit: resolved[name] for limit, name in _RENDERER_SETTINGS.items()}
+    window = _config.resolve(settings).transcript
+    return {"message_limit": window.window_messages, "content_limit": window.window_content_bytes}
 
 
 class Transcript:
@@ -536,7 +533,7 @@ class Transcript:
         self._refresh()  # may follow the path to a replaced file (and drop the old fd)
         wfd = self._acquire_writer()
         if self._layout.torn_bytes:
-            self._quarantine_tail()
+            self._quarantine_tail(wfd)
         n, error = write_line(wfd, line, sync=sync)
         if n != len(line):
             if not n and error is not None:
@@ -556,10 +553,10 @@ class Transcript:
         extend_layout(self._layout, self._fd, written=line)
         return before
 
-    def _quarantine_tail(self) -> str:
+    def _quarantine_tail(self, wfd: int) -> str:
         """Move the bytes after the last ``\\n`` into a side file, then cut them off."""
         layout = self._layout
-        side = move_tail_aside(self._fd, self._wfd, self._real, layout.indexed_end, layout.scanned_end)
+        side = move_tail_aside(self._fd, wfd, self._real, layout.indexed_end, layout.scanned_end)
         self.torn_files.append(side)
         extend_layout(layout, self._fd)
         return side
@@ -579,8 +576,7 @@ class Transcript:
                 raise TranscriptChanged(
                     f"{self.path!r} ends with {layout.torn_bytes} bytes of a write still in progress "
                     "in another process; take the history once it has finished")
-            self._acquire_writer()
-            self._quarantine_tail()
+            self._quarantine_tail(self._acquire_writer())
             layout = self._layout
         lines = self._reader().history_lines()
         starts = layout.starts.all().tolist()

@@ -364,7 +364,7 @@ def remove_leftovers(real: str) -> list[str]:
     it is the user's data and stays."""
     folder, name = os.path.split(real)
     prefix, torn = _rewrite_prefix(name), name + TORN_INFIX
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(folder or "."))
     except OSError:

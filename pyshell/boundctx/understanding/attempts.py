@@ -320,9 +320,10 @@ class TaskRunner:
                 exhausted = self.budget.timed_out()
         else:
             try:
-                reported = finish is not None and not finish.usage_estimated
-                self.budget.settle(counted_prompt=counted, prompt_tokens=finish.prompt_tokens if reported else None,
-                                   completion_tokens=finish.completion_tokens if reported else None)
+                reported = finish if finish is not None and not finish.usage_estimated else None
+                self.budget.settle(counted_prompt=counted,
+                                   prompt_tokens=reported.prompt_tokens if reported is not None else None,
+                                   completion_tokens=reported.completion_tokens if reported is not None else None)
             except BudgetExhausted as exc:
                 exhausted = exc
             parsed, result, problems = _check(call, raw, finish)

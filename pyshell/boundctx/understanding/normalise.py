@@ -60,7 +60,7 @@ def _words_number(text: str) -> int | None:
     return total + current if seen else None
 
 
-def _exact(digits: str) -> int | float | Fraction:
+def _exact(digits: str) -> int | Fraction:
     """A number written in digits, exactly: an int when it is whole, else a Fraction
     (so 12345678901234567891 stays itself and 0.1 + 0.2 compares right)."""
     text = digits.replace(",", "")
@@ -121,10 +121,10 @@ def _numbers(text: str) -> tuple[list[int | Fraction], bool]:
     while i < len(tokens):
         # the longest run of number words starting here
         for j in range(min(len(tokens), i + 6), i, -1):
-            value = _words_number(" ".join(t.group(0) for t in tokens[i:j]))
-            if value is not None:
+            words = _words_number(" ".join(t.group(0) for t in tokens[i:j]))
+            if words is not None:
                 negative = _NEGATIVE_WORD.search(text, 0, tokens[i].start())
-                found.append(-value if negative else value)
+                found.append(-words if negative else words)
                 i = j - 1
                 break
         i += 1

@@ -26,7 +26,7 @@ import msgspec
 
 from boundctx import errors
 from boundctx.errors import ReplayDiverged
-from boundctx.providers.base import ChatRequest
+from boundctx.providers.base import ChatRequest, finish_reason
 from boundctx.providers.scripted import ScriptedProvider, ScriptedReply
 from boundctx.understanding.plan import PlanStatus
 
@@ -272,7 +272,7 @@ class ReplayProvider(ScriptedProvider):
             self._now += a.elapsed_s
         if a.finish_reason and a.finish_reason.startswith("error:"):
             return _error(a.finish_reason[len("error:"):], a.error or "recorded failure")
-        return ScriptedReply(a.raw_output, a.finish_reason or "stop", a.prompt_tokens, a.completion_tokens,
+        return ScriptedReply(a.raw_output, finish_reason(a.finish_reason), a.prompt_tokens, a.completion_tokens,
                              usage_estimated=a.usage_estimated)
 
 

@@ -62,6 +62,7 @@ from boundctx.understanding.plan import (
     Act,
     Click,
     Notice,
+    NoticeKind,
     Plan,
     Question,
     UnitResult,
@@ -157,7 +158,7 @@ class _Turn:
             try:
                 units, depth = self.segment()
             except NotUnderstood as exc:
-                kind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
+                kind: NoticeKind = "lost_constraint" if exc.task == LOST else "segmentation_failed"
                 return failed_closed(self.turn, Notice(kind, None, exc.reason, exc.bound), budget.report(),
                                      self.shortcuts)
         pool_size = min(self.context.max_parallel, len(units))
@@ -463,9 +464,9 @@ class Understander:
                     "understanding.max_prompt_tokens = 0 to run without a token bound")
         tasks = TaskRunner(turn or secrets.token_hex(6), Budget(self.bounds, clock=self.clock),
                            provider=self.provider, configs=MappingProxyType(dict(self.tasks)),
-                           votes=int(self.settings["understanding.votes"]),
-                           repairs=int(self.settings["understanding.repairs"]), log=self.log, progress=self.progress)
-        context = _Context(self.catalog, max_units=int(self.settings["understanding.max_units"]),
+                           votes=self.settings.understanding.votes,
+                           repairs=self.settings.understanding.repairs, log=self.log, progress=self.progress)
+        context = _Context(self.catalog, max_units=self.settings.understanding.max_units,
                            max_parallel=self.bounds.max_parallel)
         t = _Turn(context, tasks, message, checked)
         if system is not None:

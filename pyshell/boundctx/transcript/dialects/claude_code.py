@@ -8,6 +8,7 @@ session and replace nothing. Read, never written.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from boundctx.transcript.dialects.base import (
@@ -65,7 +66,8 @@ def _claude_message(record: dict[str, Any], where: str, notes: Notes) -> list[di
     results = [b for b in blocks if b.get("type") == "tool_result"]
     out: list[dict[str, Any]] = []
     for b in results:
-        out += tool_result(b.get("tool_use_id"), lambda b=b: parts_text(b.get("content"), where, notes), where, notes)
+        text_of = functools.partial(parts_text, b.get("content"), where, notes)
+        out += tool_result(b.get("tool_use_id"), text_of, where, notes)
     text = parts_text(content, where, notes)
     if text or (text is not None and not results):
         out.append({"role": "user", "content": text})
