@@ -76,3 +76,12 @@ def test_a_key_is_read_from_the_range_noted_for_it_whatever_it_is_called_like():
         o.call({"section_id": oid, "key": "port of api", "start": 0, "end": 5})
     with pytest.raises(SectionReadError, match="no original"):
         o.call({"section_id": "src-other-1", "key": "port of api"})
+
+
+def test_the_schema_counted_before_any_original_is_the_schema_once_they_are_kept():
+    originals = Originals()
+    ahead = originals.tool_schema_for(3)
+    for k in range(3):
+        originals.add(f"text {k}", f"label {k}")
+    assert ahead == originals.tool_schema()
+    assert originals.tool_schema_for(0)["function"]["parameters"]["properties"]["section_id"]["enum"] == []

@@ -6,11 +6,13 @@ import threading
 import pytest
 
 from boundctx import config
-from boundctx.analysis import Originals
 from boundctx.analysis.workers import iter_read_in_sections
 from boundctx.errors import GenerationTimeout, IncompleteCoverage, SourceTooLarge, TooManySections
 from boundctx.events import AnalysisProgress
 from boundctx.providers import ScriptedProvider
+
+#: The id the engine would keep the read text under (any id of its shape).
+SOURCE_ID = "src-0a1b2c3d-1"
 
 LOG = "".join(f"2026-11-30 step {i:04d}: {'ok' if i != 377 else 'FAILED id=7f3a9c11'}\n" for i in range(900))
 
@@ -50,7 +52,7 @@ def read_completely(provider, text, **kw):
 
 
 def run(provider, text=LOG, **over):
-    return read_completely(provider, text, question="What failed?", originals=Originals(), label="build.log",
+    return read_completely(provider, text, question="What failed?", source_id=SOURCE_ID, label="build.log",
                             settings=settings(**over))
 
 
@@ -132,19 +134,16 @@ def test_cancel_stops_before_the_next_section():
         return "ok"
 
     p = ScriptedProvider(respond, context_window=4096)
-    result, _ = read_completely(p, LOG, question="q", originals=Originals(), label="x", settings=settings(),
+    result, _ = read_completely(p, LOG, question="q", source_id=SOURCE_ID, label="x", settings=settings(),
                                  cancel=cancel)
     assert result is None and len(p.requests) == 2
 
 
-def test_the_original_is_kept_for_exact_rereads():
-    originals = Originals()
+def test_every_section_cites_the_id_its_original_is_kept_under():
     p = ScriptedProvider(note_taker, context_window=4096)
-    read_completely(p, LOG, question="q", originals=originals, label="build.log", settings=settings())
-    (oid,) = list(originals)
-    assert originals.read(oid, 0, 100) == LOG[:100]
+    read_completely(p, LOG, question="q", source_id="src-0a1b2c3d-7", label="build.log", settings=settings())
     assert section_of(p.requests[0])[2:4] == (0, section_of(p.requests[0])[3])
-    assert f"({oid}, characters" in p.requests[0].messages[-1]["content"]
+    assert all("(src-0a1b2c3d-7, characters" in r.messages[-1]["content"] for r in p.requests)
 
 
 def test_notes_over_their_budget_stay_within_it_and_keep_every_key_with_its_range():
@@ -177,7 +176,7 @@ def test_notes_that_loop_are_stopped_and_the_section_still_counts_as_read():
 
     line = "step 12 failed\n"  # short: three copies fit the notes budget
     p = ScriptedProvider(lambda r: ["notes:\n"] + [line] * 60, context_window=4096)
-    notes, _ = read_completely(p, LOG[:3000], question="What failed?", originals=Originals(), label="build.log",
+    notes, _ = read_completely(p, LOG[:3000], question="What failed?", source_id=SOURCE_ID, label="build.log",
                                 settings=settings())
     # The heading is not a fact, and the line repeated in every section is noted once.
     assert all(n.text.count("step 12 failed") == 1 and "notes" not in n.text for n in notes), notes

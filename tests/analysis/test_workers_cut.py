@@ -9,12 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boundctx import config
-from boundctx.analysis import Originals
 from boundctx.analysis.notes import UNNOTED_HEADER, NoteLedger
 from boundctx.analysis.workers import MAX_CONTINUATIONS
 from boundctx.providers import ScriptedProvider
 
 from .test_workers import read_completely, section_of
+
+#: The id the engine would keep the read text under (any id of its shape).
+SOURCE_ID = "src-0a1b2c3d-1"
 
 FACT = re.compile(r"The (\w+ of item\d+) is (\S+)\.\n")
 
@@ -41,7 +43,7 @@ def run(model, text, notes=128):
     p = ScriptedProvider(model, context_window=8192)
     s = config.load(env={}, overrides={"analysis.worker_n_ctx": 4096, "analysis.notes_max_tokens": notes,
                                        "chat.analysis_workers": 1})
-    notes_, _ = read_completely(p, text, question="What are the codes?", originals=Originals(), label="doc",
+    notes_, _ = read_completely(p, text, question="What are the codes?", source_id=SOURCE_ID, label="doc",
                                 settings=s)
     return p, NoteLedger.merged(n.ledger for n in notes_)
 

@@ -20,7 +20,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -121,6 +121,14 @@ def _count_salt(provider: Provider, tools: Sequence[Mapping[str, Any]] | None) -
              getattr(provider, "model_path", None),
              getattr(provider, "model", None), getattr(provider, "base_url", None), provider.context_window)
     return repr(model).encode() + msgspec.json.encode(tools or [], order="sorted")
+
+
+class _Origin(NamedTuple):
+    """Where a message of the fitted conversation came from: the caller's message at
+    ``at``, the attached file at ``at``, or inserted by the engine (the system prompt)."""
+
+    kind: Literal["caller", "file", "inserted"]
+    at: int
 
 
 def _files_as_messages(files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -309,14 +317,19 @@ class Engine:
         def count(msgs: Sequence[Mapping[str, Any]]) -> int:
             return provider.count_prompt(msgs, tools=base_tools)
 
+        # Where each message of convo came from, by place, never by text: two files may
+        # hold the same text, and a message may read like a file.
+        origins = ([_Origin("inserted", 0)] * shift
+                   + [_Origin("caller", c - shift) for c in range(shift, question_at)]
+                   + [_Origin("file", k) for k in range(len(files))]
+                   + [_Origin("caller", c - shift) for c in range(question_at, len(messages))])
+        originals = Originals()
         reread_room = 0
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed: its schema
             # (with an id for every item that could be) is kept free beside the notes.
-            probe = Originals()
-            for k in range(len(files) + len(convo) - question_at):
-                probe.add("", str(k))
-            reread_room = provider.count_prompt([], tools=callers + [probe.tool_schema()]) - count([])
+            schema = originals.tool_schema_for(len(files) + len(convo) - question_at)
+            reread_room = provider.count_prompt([], tools=callers + [schema]) - count([])
         notes_room, item_room, framing = self._notes_rooms(workers, files, provider.supports_tools)
         notes_max = s.analysis.notes_max_tokens
         fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
@@ -326,29 +339,21 @@ class Engine:
                                low_water=s.chat.low_water, memo=DROPS,
                                salt=_count_salt(provider, base_tools))
         final = list(fit.messages)
-        originals = Originals()
         blocks: list[tuple[int, tuple[str, str, int, list]]] = []  # (index in final, _notes_block arguments)
         dropped = set(fit.dropped_at)
-        kept = [i for i in range(len(convo)) if i not in dropped]  # final[j] is convo[kept[j]]
-
-        def callers_index(index: int) -> int:
-            """The index in the caller's messages of final[index] (not a file)."""
-            c = kept[index]
-            return c - shift if c < question_at else c - len(files) - shift
+        final_origins = [o for c, o in enumerate(origins) if c not in dropped]  # final[j] came from these
 
         def label_of(index: int) -> tuple[str, str]:
-            # Where final[index] came from is its place in the conversation, never its
-            # text: two files may hold the same text, and a message may read like a file.
-            c = kept[index]
-            if question_at <= c < question_at + len(files):
+            origin = final_origins[index]
+            if origin.kind == "file":
                 # An attached file is kept (and reread) as the file itself, without its header.
-                return files[c - question_at]
+                return files[origin.at]
             item = final[index]
             content = str(item.get("content") or "")
             role = item.get("role")
             return ("the user's message" if role == "user" else
-                    f"assistant message {callers_index(index)}" if role == "assistant" else
-                    f"tool result {callers_index(index)}", content)
+                    f"assistant message {origin.at}" if role == "assistant" else
+                    f"tool result {origin.at}", content)
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
@@ -356,14 +361,16 @@ class Engine:
         # front end can say why a turn starts at once or must evaluate the window.
         fitted_prompt = [({**m, "content": ""} if j in fit.analysed_at else m) for j, m in enumerate(final)]
         prompt_tokens = count(fitted_prompt)
-        yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift, [i - shift for i in fit.dropped_at],
+        yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift,
+                     [origins[i].at for i in fit.dropped_at],
                      fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analysed_at], limit,
                      prompt_tokens, provider.reusable_prefix(fitted_prompt, tools=base_tools))
         for index in fit.analysed_at:
             item = final[index]
             label, text = label_of(index)
             try:
-                notes = yield from iter_read_in_sections(provider, text, question=question, originals=originals,
+                oid = originals.add(text, label)
+                notes = yield from iter_read_in_sections(provider, text, question=question, source_id=oid,
                                                          label=label, settings=s, cancel=cancel, started=started)
             except BoundctxError:
                 raise
@@ -377,7 +384,6 @@ class Engine:
             if notes is None:
                 yield Done("cancelled")
                 return
-            oid = list(originals)[-1]
             merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
             originals.set_keys(oid, [(e.key, e.start, e.end) for e in merged.entries()])
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "

@@ -49,9 +49,12 @@ class Originals:
 
     def add(self, text: str, label: str) -> str:
         """Keep ``text``; returns its id (``src-<reply>-<n>``)."""
-        oid = f"src-{self._prefix}-{len(self._texts) + 1}"
+        oid = self._id(len(self._texts) + 1)
         self._texts[oid] = Original(oid, label, text)
         return oid
+
+    def _id(self, n: int) -> str:
+        return f"src-{self._prefix}-{n}"
 
     def __contains__(self, oid: object) -> bool:
         return oid in self._texts
@@ -121,6 +124,14 @@ class Originals:
 
     def tool_schema(self) -> dict[str, Any]:
         """The OpenAI-style function tool the coordinator gets (counted in its prompt)."""
+        return self._schema(list(self))
+
+    def tool_schema_for(self, n: int) -> dict[str, Any]:
+        """The tool as it will be once ``n`` originals are kept (their ids exactly as
+        wide): what the room kept free for it is counted on, before any is."""
+        return self._schema([self._id(k) for k in range(1, n + 1)])
+
+    def _schema(self, ids: list[str]) -> dict[str, Any]:
         return {"type": "function", "function": {
             "name": READ_TOOL_NAME,
             "description": ("Return the exact text of a character range of one of this reply's originals "
@@ -131,7 +142,7 @@ class Originals:
             "parameters": {"type": "object", "additionalProperties": False,
                            "required": ["section_id"],
                            "properties": {
-                               "section_id": {"type": "string", "enum": list(self)},
+                               "section_id": {"type": "string", "enum": ids},
                                "start": {"type": "integer", "minimum": 0},
                                "end": {"type": "integer", "minimum": 0},
                                "key": {"type": "string"}}}}}

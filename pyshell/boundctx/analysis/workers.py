@@ -33,7 +33,6 @@ import msgspec
 from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.notes import NoteLedger, cited_end
-from boundctx.analysis.originals import Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.errors import IncompleteCoverage
 from boundctx.events import AnalysisProgress
@@ -109,7 +108,7 @@ def worker_messages(question: str, notes: str, section: str, *, number: int, tot
     ]
 
 
-def iter_read_in_sections(provider: Provider, text: str, *, question: str, originals: Originals, label: str,
+def iter_read_in_sections(provider: Provider, text: str, *, question: str, source_id: str, label: str,
                           settings: config.Settings, cancel: Any = None, started: float | None = None):
     """Read ``text`` completely with sequential note-taking workers, yielding an
     :class:`AnalysisProgress` before and after each section; the generator's return
@@ -120,11 +119,12 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
     provider : Provider
         The model every worker runs on.
     text : str
-        The input to read (kept in ``originals`` for exact rereads).
+        The input to read.
     question : str
         What the notes are for.
-    originals : Originals
-        This reply's originals; ``text`` is added under a new id.
+    source_id : str
+        The id ``text`` is kept under for exact rereads (its
+        :class:`~boundctx.analysis.originals.Originals` id), which the workers cite.
     label : str
         Where the text came from (a file name, "tool result 2"), for the prompts.
     settings : mapping
@@ -152,7 +152,6 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
     context = min(analysis.worker_n_ctx, provider.context_window)
     notes_max = analysis.notes_max_tokens
     started = time.monotonic() if started is None else started
-    source_id = f"src-planning-{'9' * 8}"  # as wide as any real id, for planning
 
     def planning_prompt(section: str) -> list[dict[str, Any]]:
         # The widest header any section can get: numbers at their largest.
@@ -165,7 +164,6 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
                             output_tokens=notes_max, notes_tokens=notes_max,
                             overlap=analysis.overlap_chars, max_source_chars=analysis.max_source_chars,
                             max_sections=analysis.max_sections)
-    oid = originals.add(text, label)
     total = len(planned.sections)
     notes = [""] * workers
     ledgers = [NoteLedger() for _ in range(workers)]
@@ -181,7 +179,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, origi
             # A section is one prompt; a continuation is the same section from ``at`` on
             # (a part of a planned section: it fits wherever the section did).
             prompt = functools.partial(worker_messages, question, section=text[at:section.end], number=number,
-                                       total=total, source_id=oid, start=at, end=section.end)
+                                       total=total, source_id=source_id, start=at, end=section.end)
             messages = _fit_notes(provider, notes[worker], planned.limit, prompt)
             try:
                 answer, cut = _worker_call(provider, messages, notes_max, settings, cancel)
