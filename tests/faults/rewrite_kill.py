@@ -71,6 +71,21 @@ def kill_rewriters(workdir: Path, *, kills: int, seed: int, per_file: int = 4) -
             state = seed_file(path, rng, 30, big=0.1, prefix=f"s{k}")
         child = Child("rewriter", path, rng.randrange(2**32), 10**6, "-", module=__name__)
         inflight = None
+
+        def heard(line: str) -> bool:
+            """Take one line of the child's: the rewrite it tries, or the one it
+            acknowledges (True), after which the file must be that rewrite's."""
+            nonlocal inflight, state
+            word, body = line.split(" ", 1)
+            if word == "try":
+                inflight = json.loads(body)
+            elif word == "ack":
+                state = [tuple(k_) for k_ in json.loads(body)["after"]]
+                inflight = None
+                tally.acknowledged += 1
+                return True
+            return False
+
         try:
             child.expect("ready")
             child.send("go")
@@ -80,25 +95,12 @@ def kill_rewriters(workdir: Path, *, kills: int, seed: int, per_file: int = 4) -
                 line = child.readline()
                 if line is None:
                     break
-                word, body = line.split(" ", 1)
-                if word == "try":
-                    inflight = json.loads(body)
-                elif word == "ack":
-                    state = [tuple(k_) for k_ in json.loads(body)["after"]]
-                    inflight = None
-                    acks += 1
-                    tally.acknowledged += 1
+                acks += heard(line)
             time.sleep(rng.uniform(0, 0.05))  # the random point the kill lands at
             child.kill()
             tally.faults += 1
             for line in child.drain():
-                word, body = line.split(" ", 1)
-                if word == "try":
-                    inflight = json.loads(body)
-                elif word == "ack":
-                    state = [tuple(k_) for k_ in json.loads(body)["after"]]
-                    inflight = None
-                    tally.acknowledged += 1
+                heard(line)
             settle(tally, child, killed=True)
         except (ChildHung, ChildDied) as exc:
             tally.child_failed(exc, f"rewrite kill {k}")
