@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import gc
 import importlib.metadata
+import json
 import math
 import os
 import pathlib
@@ -25,8 +26,9 @@ from typing import Any, NamedTuple
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "Timed", "command_line", "command_output", "human_size", "markdown_table", "parse_size",
-           "read_through", "run_facts", "run_header", "summary", "timed"]
+__all__ = ["ROOT", "Timed", "callgrind_instructions", "command_line", "command_output", "human_size",
+           "labelled_run", "markdown_table", "parse_size", "read_through", "run_facts", "run_header", "summary",
+           "timed"]
 
 
 # -- timing -----------------------------------------------------------------------------
@@ -210,3 +212,38 @@ def run_header(args, versions: dict[str, Any]) -> dict[str, Any]:
         "versions": versions,
         "loadavg_start": os.getloadavg(),
     }
+
+
+def callgrind_instructions(module: str, *args: str) -> tuple[int, list[str], str]:
+    """Instructions callgrind counts (Ir: user space, every thread) while ``python -m
+    module args`` runs from the repository root, with a fixed hash seed; the command and
+    what it printed."""
+    import tempfile
+
+    from tests._support import importable_env
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "callgrind.out"
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", module,
+                   *args]
+        run = subprocess.run(command, capture_output=True, text=True, check=True,
+                             cwd=ROOT, env=importable_env({**os.environ, "PYTHONHASHSEED": "0"}))
+        (totals,) = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
+    return int(totals.split()[1]), command, run.stdout
+
+
+def labelled_run(path: pathlib.Path, label: str, run: dict[str, Any], *, measure: str, how: str) -> dict[str, Any]:
+    """Keep ``run`` under ``label`` in the JSON at ``path`` (other labels' runs stay), and
+    once both ``before`` and ``after`` are there, the ratio of ``measure`` per case;
+    returns the document written."""
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    runs = doc.setdefault("runs", {})
+    runs[label] = run
+    if "before" in runs and "after" in runs:
+        before, after = runs["before"]["cases"], runs["after"]["cases"]
+        doc["ratio_after_to_before"] = {case: round(after[case][measure] / before[case][measure], 6)
+                                        for case in sorted(before.keys() & after.keys())}
+    doc["how"] = how
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return doc

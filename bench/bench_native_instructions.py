@@ -31,12 +31,8 @@ import hashlib
 import json
 import os
 import pathlib
-import subprocess
-import sys
-import tempfile
 
-from bench._harness import ROOT, command_output, run_facts
-from tests._support import importable_env
+from bench._harness import ROOT, callgrind_instructions, command_output, labelled_run, run_facts
 
 MB = 1_000_000
 SEED = 1234
@@ -100,14 +96,7 @@ def child(case: str, path: str, *, call: bool) -> None:
 def counted(case: str, path: pathlib.Path, mode: str) -> tuple[int, list[str], str]:
     """Instructions callgrind counted in a child (``mode``: ``call`` or ``dry``), the
     command, and what the child printed."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = pathlib.Path(tmp) / "callgrind.out"
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                   sys.executable, "-m", "bench.bench_native_instructions", "--child", case, str(path), mode]
-        run = subprocess.run(command, capture_output=True, text=True, check=True,
-                             cwd=ROOT, env=importable_env({**os.environ, "PYTHONHASHSEED": "0"}))
-        (totals,) = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
-    return int(totals.split()[1]), command, run.stdout
+    return callgrind_instructions("bench.bench_native_instructions", "--child", case, str(path), mode)
 
 
 def main() -> None:
@@ -125,9 +114,6 @@ def main() -> None:
     if not args.label:
         parser.error("--label is required")
 
-    out = pathlib.Path(args.json_out)
-    doc = json.loads(out.read_text()) if out.exists() else {}
-    runs = doc.setdefault("runs", {})
     run = {"commit": command_output("git", "-C", str(ROOT), "rev-parse", "HEAD"),
            "facts": run_facts(("cython", "boundctx")),
            "valgrind": command_output("valgrind", "--version"), "cases": {}}
@@ -144,15 +130,9 @@ def main() -> None:
                               "command": " ".join(command)}
         print(f"{args.label:>8} {case:<18} {instructions:>15,} instructions  "
               f"({meta['bytes']:,} bytes, {lines:,} lines)", flush=True)
-    runs[args.label] = run
-    if "before" in runs and "after" in runs:
-        before, after = runs["before"]["cases"], runs["after"]["cases"]
-        doc["ratio_after_to_before"] = {case: round(after[case]["instructions"] / before[case]["instructions"], 6)
-                                        for case in before.keys() & after.keys()}
-    doc["how"] = ("callgrind instruction counts (Ir, user space, every thread): a child making the call "
-                  "minus the same child without it; python -m bench.bench_native_instructions --label <build>")
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-
+    labelled_run(pathlib.Path(args.json_out), args.label, run, measure="instructions",
+                 how=("callgrind instruction counts (Ir, user space, every thread): a child making the call "
+                      "minus the same child without it; python -m bench.bench_native_instructions --label <build>"))
 
 if __name__ == "__main__":
     main()

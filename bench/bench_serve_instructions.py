@@ -32,12 +32,9 @@ import gc
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-from bench._harness import ROOT, command_output, run_facts
-from tests._support import importable_env
+from bench._harness import ROOT, callgrind_instructions, command_output, labelled_run, run_facts
 
 MODEL = "bench"
 CASES = ("models", "chat", "chat_stream", "window", "not_found", "too_large")
@@ -128,14 +125,8 @@ def child(case: str, count: int) -> None:
 
 
 def counted(case: str, count: int) -> tuple[int, str]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = pathlib.Path(tmp) / "callgrind.out"
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
-                   "bench.bench_serve_instructions", "--child", case, str(count)]
-        run = subprocess.run(command, capture_output=True, text=True, check=True,
-                             cwd=ROOT, env=importable_env({**os.environ, "PYTHONHASHSEED": "0"}))
-        (totals,) = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
-    return int(totals.split()[1]), run.stdout.strip()
+    total, _, printed = callgrind_instructions("bench.bench_serve_instructions", "--child", case, str(count))
+    return total, printed.strip()
 
 
 EXPECTED = {"models": "200", "chat": "200", "chat_stream": "200", "window": "200", "not_found": "404",
@@ -155,9 +146,6 @@ def main() -> None:
         return
     if not args.label:
         parser.error("--label is required")
-    out = pathlib.Path(args.json_out)
-    doc = json.loads(out.read_text()) if out.exists() else {}
-    runs = doc.setdefault("runs", {})
     run = {"commit": command_output("git", "-C", str(ROOT), "rev-parse", "HEAD"),
            "facts": run_facts(("starlette", "msgspec", "boundctx")),
            "valgrind": command_output("valgrind", "--version"), "requests": args.requests, "cases": {}}
@@ -169,17 +157,10 @@ def main() -> None:
         per_request = (twice - once) // args.requests
         run["cases"][case] = {"instructions_per_request": per_request, "child_n": once, "child_2n": twice}
         print(f"{args.label:>8} {case:<12} {per_request:>12,} instructions a request", flush=True)
-    runs[args.label] = run
-    if "before" in runs and "after" in runs:
-        before, after = runs["before"]["cases"], runs["after"]["cases"]
-        doc["ratio_after_to_before"] = {
-            case: round(after[case]["instructions_per_request"] / before[case]["instructions_per_request"], 4)
-            for case in sorted(before.keys() & after.keys())}
-    doc["how"] = ("callgrind instruction counts (Ir, user space, every thread) of a child driving the ASGI app "
-                  "in-process: 2N requests minus N, over N; python -m bench.bench_serve_instructions --label <v>")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-
+    labelled_run(pathlib.Path(args.json_out), args.label, run, measure="instructions_per_request",
+                 how=("callgrind instruction counts (Ir, user space, every thread) of a child driving the ASGI "
+                      "app in-process: 2N requests minus N, over N; python -m bench.bench_serve_instructions "
+                      "--label <v>"))
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from hypothesis import given
@@ -29,3 +30,14 @@ def test_percentile_of_nothing_is_nan_and_summary_uses_it():
     assert percentile(samples, 0.5) == 5.0 and percentile(samples, 0.99) == 10.0
     assert percentile(samples, 0.7) == 7.0  # 0.7 * 10 is a hair over 7 in floating point
     assert summary(samples)["p90_s"] == percentile(samples, 0.9) == 9.0
+
+
+def test_labelled_runs_keep_each_other_and_give_the_ratio_once_both_are_there(tmp_path):
+    from bench._harness import labelled_run
+
+    path = tmp_path / "r.json"
+    doc = labelled_run(path, "before", {"cases": {"a": {"n": 200}, "b": {"n": 10}}}, measure="n", how="h")
+    assert "ratio_after_to_before" not in doc
+    doc = labelled_run(path, "after", {"cases": {"a": {"n": 150}}}, measure="n", how="h")
+    assert doc["ratio_after_to_before"] == {"a": 0.75}
+    assert set(json.loads(path.read_text())["runs"]) == {"before", "after"}
