@@ -213,6 +213,17 @@ def test_another_agents_session_is_answered_only_without_saving(serve, tmp_path)
     assert path.read_bytes() == before
 
 
+def test_a_reply_on_a_file_that_is_no_transcript_is_refused_without_the_servers_path(serve, tmp_path):
+    server = serve(ScriptedProvider(lambda r: "fine"), settings=settings(), model_id=MODEL)
+    folder = tmp_path / "sessions"
+    (folder / "png.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) + b"\n")
+    refused = httpx.post(f"{server.url}{API}/sessions/png/replies", json={"content": "q"})
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["code"] == "session_read_only", error
+    assert "does not look like a transcript" in error["message"] and str(folder) not in error["message"]
+    assert "png.jsonl" in error["message"]
+
+
 @pytest.mark.parametrize("body, status, param", [
     ({"content": "q", "colour": "red"}, 400, None),     # an unknown field is refused, not ignored
     ({"content": "   "}, 400, "content"),

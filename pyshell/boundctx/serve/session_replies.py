@@ -35,7 +35,6 @@ why nothing was saved. ``POST /boundctx/v1/replies/{id}/cancel`` with the id of 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -101,13 +100,13 @@ class _SessionFrames:
 
 def session_reply_routes(service: ReplyService, sessions: Sessions) -> list:
     """The replies route over ``sessions``, run by ``service``."""
-    from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
     async def reply(request):
         sid = request.path_params["id"]
         req = await read_json(request, service.max_body, parse_session_reply, code="invalid_request")
-        path, conversation, style = await run_in_threadpool(sessions.conversation, sid, req.history, req.save)
+        # Through Sessions.run, as every session route: a refusal names no server path.
+        conversation, style = await sessions.run(lambda: sessions.conversation(sid, req.history, req.save))
         messages = conversation.messages + [{"role": "user", "content": req.content}]
         reply_id = f"reply-{secrets.token_hex(12)}"
         run, first = await service.begin(messages, reply_id=reply_id, max_tokens=req.max_tokens,
@@ -120,8 +119,8 @@ def session_reply_routes(service: ReplyService, sessions: Sessions) -> list:
                 return {"saved": False, "not_saved": f"the answer is not complete (finish reason "
                                                      f"{done.finish_reason!r}); the session is as it was"}
             try:
-                where = await asyncio.to_thread(sessions.save_exchange, sid, req.content, answer, style,
-                                                conversation.last_id)
+                where = await sessions.run(lambda: sessions.save_exchange(sid, req.content, answer, style,
+                                                                          conversation.last_id))
             except ApiError as refused:
                 return {"saved": False, "not_saved": f"the exchange could not be appended: {refused}"}
             return {"saved": True, **where}

@@ -322,10 +322,10 @@ class Sessions:
             # could meet another process's rewrite and answer 409 for an edit that happened.
             return _metadata(sid, (t.message_count, t.compaction_count), layout_version(t), t.stat())
 
-    def conversation(self, sid: str, history: int, save: bool) -> tuple[str, Conversation, str | None]:
-        """What a reply on session ``sid`` starts from: its path, the chat messages of its
-        newest ``history`` messages, and the style the exchange will be written in
-        (None with ``save`` off). A session in a format boundctx does not write is
+    def conversation(self, sid: str, history: int, save: bool) -> tuple[Conversation, str | None]:
+        """What a reply on session ``sid`` starts from: the chat messages of its newest
+        ``history`` messages, and the style the exchange will be written in (None with
+        ``save`` off). A session in a format boundctx does not write is
         refused here, before any model call, unless ``save`` is off."""
         path = self._existing(sid)
         budget = history_bytes(self.settings)
@@ -359,7 +359,7 @@ class Sessions:
             return conversation, style
 
         (conversation, style), _, _ = self._read(path, read)
-        return path, conversation, style
+        return conversation, style
 
     def save_exchange(self, sid: str, question: str, answer: str, style: str, parent_id: str | None) -> dict[str, Any]:
         """Append a complete exchange to session ``sid``: its lines and the new count."""
