@@ -42,8 +42,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["ENVIRONMENT", "KEYS", "RELATIONS", "VIEWS", "AnalysisSettings", "ChatSettings", "Key", "LocalSettings",
-           "ServeSettings", "Settings", "TranscriptSettings", "UnderstandingSettings", "check_relations", "config_path",
-           "load", "resolve", "schema", "write_value"]
+           "RemoteSettings", "ServeSettings", "Settings", "TranscriptSettings", "UnderstandingSettings",
+           "check_relations", "config_path", "load", "resolve", "schema", "write_value"]
 
 #: The value types a setting can have, by name.
 KeyType = Literal["int", "float", "bool", "str"]
@@ -234,6 +234,11 @@ KEYS: dict[str, Key] = _declare(
         "(unless the conversation starts with its own); empty = none"),
     Key("chat.repeat_penalty", "float", 1.1, "local models: how much a token already in the reply is "
         "penalised (1 = not at all); keeps a small model from repeating itself", minimum=1, maximum=2),
+    # The providers' registry (boundctx.providers.registry.PROVIDERS) has these names; a
+    # test holds the two together (config imports no provider).
+    Key("chat.provider", "str", "local", "which model answers: local (llama.cpp in this process, local.*) "
+        "or remote (an OpenAI-compatible server, remote.*)", choices=("local", "remote")),
+    Key("local.model", "str", "", "the local model's GGUF file; empty = the embedded SmolLM2-135M-Instruct"),
     Key("local.threads", "int", 0, "CPU threads for local inference; 0 = llama.cpp's choice",
         minimum=0, maximum=1024),
     # llama.cpp's n_gpu_layers is a 32-bit int: a larger value would wrap.
@@ -248,6 +253,18 @@ KEYS: dict[str, Key] = _declare(
     Key("local.state_cache_mib", "int", 512, "MiB of evaluated prompt states a local model keeps, so "
         "conversations taking turns on it, and a reply after section workers, evaluate only their "
         "new tokens; 0 = none (the least recently used go first)", minimum=0, maximum=2**40),
+    Key("remote.base_url", "str", "", "the OpenAI-compatible server of the remote provider, e.g. "
+        "http://127.0.0.1:8080 (a trailing /v1 is accepted)"),
+    Key("remote.model", "str", "", "the model name sent to the remote server; empty = the one model its "
+        "/v1/models lists, else 'default'"),
+    # A file, not the key itself: settings are shown (config show, the settings route)
+    # and a key must never be.
+    Key("remote.api_key_file", "str", "", "a file holding the remote server's bearer token on one line "
+        "(# starts a comment); --api-key and BOUNDCTX_API_KEY win over it; empty = none"),
+    Key("remote.timeout_s", "float", 60.0, "seconds the remote server has to accept a connection and "
+        "between the chunks of a reply", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS),
+    Key("remote.max_retries", "int", 2, "attempts after the first when the remote server refuses a "
+        "connection or answers 429/503 (Retry-After is followed)", minimum=0, maximum=16),
     Key("transcript.window_messages", "int", 100, "messages in a renderer window "
         "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
         maximum=WINDOW_MESSAGES_MAX),
@@ -317,6 +334,7 @@ class ChatSettings(_View, frozen=True, kw_only=True):
     temperature: float
     system_prompt: str
     repeat_penalty: float
+    provider: Literal["local", "remote"]
 
 
 class AnalysisSettings(_View, frozen=True, kw_only=True):
@@ -350,11 +368,23 @@ class LocalSettings(_View, frozen=True, kw_only=True):
     """``local.*``: a local (llama.cpp) model."""
 
     group: ClassVar[str] = "local"
+    model: str
     threads: int
     gpu_layers: int
     seed: int
     extra_buffers: Literal["auto", "on", "off"]
     state_cache_mib: int
+
+
+class RemoteSettings(_View, frozen=True, kw_only=True):
+    """``remote.*``: a model behind an OpenAI-compatible server."""
+
+    group: ClassVar[str] = "remote"
+    base_url: str
+    model: str
+    api_key_file: str
+    timeout_s: float
+    max_retries: int
 
 
 class TranscriptSettings(_View, frozen=True, kw_only=True):
@@ -388,7 +418,7 @@ class ServeSettings(_View, frozen=True, kw_only=True):
 
 #: Every group's view, in the order of KEYS.
 VIEWS: tuple[type[_View], ...] = (ChatSettings, AnalysisSettings, UnderstandingSettings, LocalSettings,
-                                  TranscriptSettings, ServeSettings)
+                                  RemoteSettings, TranscriptSettings, ServeSettings)
 
 _V = TypeVar("_V", bound=_View)
 
@@ -402,7 +432,8 @@ def _view(cls: type[_V], values: Mapping[str, Any]) -> _V:
 ENVIRONMENT: dict[str, str] = {
     "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
     "BOUNDCTX_CACHE_DIR": "where layout sidecars go when a transcript's folder is read-only",
-    "BOUNDCTX_API_KEY": "the bearer token for --provider remote (--api-key wins; on serve, --upstream-api-key)",
+    "BOUNDCTX_API_KEY": "the remote server's bearer token (--api-key wins, on serve --upstream-api-key; it wins "
+                        "over remote.api_key_file)",
     "BOUNDCTX_SERVE_API_KEY": "an API key boundctx serve accepts (with those of serve.api_key_file)",
 }
 
@@ -471,7 +502,7 @@ class Settings(Mapping[str, Any]):
     value came from (:meth:`source`), and a typed view of each group, built once here:
     ``settings.chat.analysis_workers`` is ``settings["chat.analysis_workers"]`` as an
     int (:class:`ChatSettings`, :class:`AnalysisSettings`, :class:`UnderstandingSettings`,
-    :class:`LocalSettings`, :class:`TranscriptSettings`, :class:`ServeSettings`)."""
+    :class:`LocalSettings`, :class:`RemoteSettings`, :class:`TranscriptSettings`, :class:`ServeSettings`)."""
 
     def __init__(self, values: dict[str, Any], sources: dict[str, str]) -> None:
         self._values = values
@@ -480,6 +511,7 @@ class Settings(Mapping[str, Any]):
         self.analysis = _view(AnalysisSettings, values)
         self.understanding = _view(UnderstandingSettings, values)
         self.local = _view(LocalSettings, values)
+        self.remote = _view(RemoteSettings, values)
         self.transcript = _view(TranscriptSettings, values)
         self.serve = _view(ServeSettings, values)
 

@@ -39,7 +39,8 @@ def test_ask_refuses_bad_input_clearly(tmp_path, capsys):
     assert main(["ask", "--file", str(tmp_path / "missing.txt"), "q"]) == 2
     assert "No such file" in capsys.readouterr().err
     assert main(["ask", "--provider", "remote", "q"]) == 2
-    assert "needs --base-url" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "needs remote.base_url" in err and "--base-url URL" in err
     assert main(["ask", "--analysis-workers", "9", "--provider", "remote", "--base-url", "http://x", "q"]) == 2
     assert "accepted 0–8" in capsys.readouterr().err
 

@@ -141,3 +141,45 @@ def test_ask_and_plan_refuse_a_model_flag_the_provider_would_not_use(argv, said,
     assert main([*argv, "--no-stdin"] if argv[0] == "ask" else argv) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
+
+
+def _config_choosing_remote(url: str, key_file: pathlib.Path) -> pathlib.Path:
+    """The test's config file (conftest points BOUNDCTX_CONFIG at it), choosing the
+    remote provider and its server, model and key file."""
+    path = pathlib.Path(os.environ["BOUNDCTX_CONFIG"])
+    path.write_text(f'[chat]\nprovider = "remote"\n\n[remote]\nbase_url = "{url}"\nmodel = "cfg-model"\n'
+                    f'api_key_file = "{key_file}"\n')
+    return path
+
+
+def test_a_config_file_chooses_the_remote_provider_its_model_and_its_key(tmp_path, scripted_server, capsys):
+    upstream = scripted_server((200, [delta("from the config"), delta(finish="stop")]),
+                               (200, [delta("from the flag"), delta(finish="stop")]))
+    key_file = tmp_path / "upstream.key"
+    key_file.write_text("sk-upstream\n")
+    _config_choosing_remote(upstream.url, key_file)
+    assert main(["ask", "--no-stdin", "q"]) == 0
+    assert "from the config" in capsys.readouterr().out
+    assert upstream.requests[0]["model"] == "cfg-model"
+    assert upstream.headers[0].get("Authorization") == "Bearer sk-upstream"
+    # --model names the chosen provider's model, wherever the choice was made.
+    assert main(["ask", "--no-stdin", "--model", "flag-model", "q"]) == 0
+    assert upstream.requests[1]["model"] == "flag-model"
+
+
+def test_a_flag_the_configured_provider_would_not_use_is_refused_saying_where_it_was_chosen(tmp_path, capsys):
+    config_file = _config_choosing_remote("http://127.0.0.1:9", tmp_path / "no-key")
+    assert main(["ask", "--no-stdin", "--threads", "2", "q"]) == 2
+    err = capsys.readouterr().err
+    assert "--threads has no effect with --provider remote (chat.provider, from file" in err
+    assert str(config_file) in err and "Traceback" not in err
+
+
+def test_the_provider_help_lists_every_registered_provider(capsys):
+    from boundctx.providers import PROVIDERS
+
+    with pytest.raises(SystemExit):
+        main(["ask", "--help"])
+    out = "".join(capsys.readouterr().out.split())  # argparse wraps lines (at hyphens too)
+    for kind in PROVIDERS.values():
+        assert "".join(f"{kind.name}: {kind.summary}".split()) in out

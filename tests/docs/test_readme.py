@@ -297,6 +297,20 @@ def test_the_readme_has_examples_and_only_kinds_the_runner_knows():
     assert len(CASES) >= 10
 
 
+def test_every_config_file_the_readme_shows_is_one_boundctx_accepts(tmp_path):
+    from boundctx import config
+
+    shown = [b for b in readme_blocks(README.read_text(encoding="utf-8")) if b.lang == "toml"]
+    assert shown, "the README shows no config file"
+    for block in shown:
+        path = tmp_path / f"line-{block.line}.toml"
+        path.write_text(block.code, encoding="utf-8")
+        settings = config.load(path=path, env={})  # an unknown key or a refused value raises here
+        for group, table in tomllib.loads(block.code).items():
+            for key in table:
+                assert settings.source(f"{group}.{key}") == f"file {path}", (block.line, group, key)
+
+
 def test_shell_lines_are_read_the_way_bash_reads_them():
     assert strip_comment('boundctx plan "Luigi\'s # not a comment" # a comment') == \
         'boundctx plan "Luigi\'s # not a comment"'

@@ -134,20 +134,53 @@ def test_the_repeat_penalty_shapes_free_text_but_not_schema_constrained_output()
     assert replies[1.0][1] != replies[2.0][1]  # free text: the penalty is applied
 
 
-def test_the_command_line_settings_reach_the_local_provider():
-    from boundctx import config
-    from boundctx.cli import build_parser
-    from boundctx.cli._provider import flag_overrides, make_provider
+def _model_file(path):
+    """The embedded model under another name (a link, else a copy: a symbolic link
+    would be resolved back to the embedded file's own name)."""
+    import os
+    import shutil
 
-    args = build_parser().parse_args(["ask", "--threads", "1", "--seed", "7", "--gpu-layers", "-1",
-                                      "--extra-buffers", "off", "--n-ctx", "1024", "--state-cache-mib", "5", "q"])
-    settings = config.load(overrides={**flag_overrides(args), "chat.repeat_penalty": 1.3})
+    from boundctx.tokens.llama import default_model_path
+
+    try:
+        os.link(default_model_path(), path)
+    except OSError:
+        shutil.copyfile(default_model_path(), path)
+    return path
+
+
+def test_the_command_line_settings_reach_the_local_provider(tmp_path, monkeypatch):
+    from boundctx.cli import build_parser
+    from boundctx.cli._provider import load_settings, make_provider
+
+    model = _model_file(tmp_path / "copy of the model.gguf")  # a model file named by --model (local.model)
+    monkeypatch.setenv("BOUNDCTX_CHAT_REPEAT_PENALTY", "1.3")
+    args = build_parser().parse_args(["ask", "--threads", "1", "--seed", "7", "--gpu-layers", "-1", "--model",
+                                      str(model), "--extra-buffers", "off", "--n-ctx", "1024", "--state-cache-mib",
+                                      "5", "q"])
+    settings = load_settings(args)
+    assert settings.local.model == str(model) and settings.remote.model == ""
     p = make_provider(args, settings)
     try:
         assert (p.n_threads, p.seed, p.n_gpu_layers, p.context_window, p.repeat_penalty) == (1, 7, -1, 1024, 1.3)
         assert p.extra_buffers_decision.enabled is False and p.state_cache.limit_bytes == 5 << 20
+        assert p.model_path == str(model)
     finally:
         p.close()
+
+
+def test_the_local_model_file_can_be_a_setting(tmp_path):
+    from boundctx.providers import PROVIDERS, from_settings
+
+    model = _model_file(tmp_path / "mine.gguf")
+    p = from_settings({"local.model": str(model), "chat.n_ctx": 512})
+    try:
+        assert p.model_path == str(model) and PROVIDERS["local"].served_name(p) == "mine"
+    finally:
+        p.close()
+    with pytest.raises(Exception) as missing:  # a file that is not there is named, whatever raises it
+        from_settings({"local.model": str(tmp_path / "absent.gguf")})
+    assert "absent.gguf" in str(missing.value)
 
 
 def test_a_stream_left_open_does_not_hang_the_next_local_call(local, monkeypatch):

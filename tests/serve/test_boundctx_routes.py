@@ -365,6 +365,10 @@ def test_a_settings_change_applies_to_the_next_reply_and_a_refused_one_changes_n
     for body, param, words in (({"chat.analysis_workers": 9}, "chat.analysis_workers", "0–8"),
                                ({"chat.analysis_workers": "two"}, "chat.analysis_workers", "not an int"),
                                ({"serve.port": 9000}, "serve.port", "restart"),
+                               # What the model was built from (issue 25: a registry and remote.*).
+                               ({"chat.provider": "remote"}, "chat.provider", "restart"),
+                               ({"remote.base_url": "http://127.0.0.1:9"}, "remote.base_url", "restart"),
+                               ({"local.model": "/tmp/other.gguf"}, "local.model", "restart"),
                                ({"chat.no_such": 1}, "chat.no_such", "not a setting"),
                                ({"chat.temperature": 0.5, "chat.analysis_workers": -1}, "chat.analysis_workers",
                                 "accepted")):

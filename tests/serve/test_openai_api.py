@@ -407,7 +407,7 @@ def test_boundctx_ask_without_a_model_name_uses_the_one_the_server_lists(serve, 
     # boundctx serve refuses a model it does not serve (404): the CLI, given no --model,
     # asks /v1/models and uses the one model there instead of a made-up "default".
     from boundctx.cli import main
-    from boundctx.cli._provider import served_model
+    from boundctx.providers.remote import served_model
 
     server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
     assert served_model(server.url + "/v1", None) == MODEL

@@ -25,7 +25,7 @@ import msgspec
 
 from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
-from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
+from boundctx.cli._provider import add_provider_arguments, load_settings, make_provider
 
 if TYPE_CHECKING:  # `boundctx ask --help` imports neither the store nor the engine
     from boundctx.events import Event
@@ -323,19 +323,17 @@ def _on_interrupt(cancel: threading.Event):
 
 
 def run(args) -> int:
-    from boundctx import config
     from boundctx.errors import BoundctxError
     from boundctx.events import Failed, Fitted, ReplyDelta, ToolCall
 
     quiet = getattr(args, "verbosity", 0) < 0
-    overrides = flag_overrides(args)
     if args.max_tokens < 1:
         print(f"boundctx ask: --max-tokens must be >= 1, got {args.max_tokens}", file=sys.stderr)
         return 2
     transcript = None
     status_line = LiveStatus(enabled=not (quiet or args.json))
     try:
-        settings = config.load(overrides=overrides)
+        settings = load_settings(args)
         files, notes = _read_files(args.file, piped_stdin=not args.no_stdin, status=status_line)
         status_line.set("preparing")
         if args.transcript:

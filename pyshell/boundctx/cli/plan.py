@@ -16,7 +16,7 @@ import msgspec
 
 from boundctx._files import read_bytes
 from boundctx.cli._progress import LiveStatus
-from boundctx.cli._provider import add_provider_arguments, flag_overrides, make_provider
+from boundctx.cli._provider import add_provider_arguments, load_settings, make_provider
 
 if TYPE_CHECKING:  # `boundctx plan --help` imports no understanding code
     from boundctx.providers.base import Provider
@@ -148,14 +148,12 @@ def _click(text: str | None) -> Click | None:
 
 
 def run(args) -> int:
-    from boundctx import config
     from boundctx.errors import BoundctxError
     from boundctx.understanding import ReplayLog
 
     provider = log = status = None
     try:
-        overrides = flag_overrides(args)
-        settings = config.load(overrides=overrides)
+        settings = load_settings(args)
         catalog = _catalog(args.catalog, args.bfcl)
         records = _records(args.records)
         click = _click(args.click)

@@ -10,11 +10,11 @@ with a space or a control character could never be sent in a header as it was wr
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from boundctx import config
-from boundctx.cli._provider import add_provider_arguments, check_provider_flags, flag_overrides, make_provider
+from boundctx.cli._provider import add_provider_arguments, load_settings, make_provider
+from boundctx.providers.registry import PROVIDERS
 
 __all__ = ["add_parser", "api_keys"]
 
@@ -44,10 +44,6 @@ def add_parser(sub, summary: str) -> None:
     p.set_defaults(run=run)
 
 
-#: A key: one word of printable ASCII (what a bearer token can carry as it was written).
-_KEY = re.compile(r"[\x21-\x7e]+")
-
-
 def api_keys(settings: config.Settings, env=os.environ, given=()) -> frozenset[str]:
     """The keys clients may send: ``given`` (``--api-key``), those of
     ``serve.api_key_file`` and ``$BOUNDCTX_SERVE_API_KEY``.
@@ -58,47 +54,27 @@ def api_keys(settings: config.Settings, env=os.environ, given=()) -> frozenset[s
         A blank key, or one with a space, a control character or a character that is
         not ASCII, saying where it came from (never the key itself).
     """
-    from boundctx._files import read_bytes
+    from boundctx._keys import checked_key, key_in_variable, keys_in_file
 
-    keys = set()
-    for key in given:
-        keys.add(_checked(key.strip(), "--api-key"))
-    path = settings.serve.api_key_file
-    if path:
-        text = read_bytes(path).decode("utf-8", errors="surrogateescape")
-        in_file = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1)
-                   if line.strip() and not line.strip().startswith("#")]
-        if not in_file:
-            raise ValueError(f"the API key file {path!r} holds no key (one per line)")
-        keys.update(_checked(key, f"line {number} of the API key file {path!r}") for number, key in in_file)
-    if "BOUNDCTX_SERVE_API_KEY" in env:
-        keys.add(_checked(env["BOUNDCTX_SERVE_API_KEY"].strip(), "BOUNDCTX_SERVE_API_KEY"))
+    keys = {checked_key(key, "--api-key") for key in given}
+    if settings.serve.api_key_file:
+        keys.update(keys_in_file(settings.serve.api_key_file))
+    variable = key_in_variable(env, "BOUNDCTX_SERVE_API_KEY")
+    if variable is not None:
+        keys.add(variable)
     return frozenset(keys)
 
 
-def _checked(key: str, where: str) -> str:
-    if not key:
-        if where == "BOUNDCTX_SERVE_API_KEY":
-            raise ValueError("BOUNDCTX_SERVE_API_KEY is set but blank; unset it or give a key")
-        raise ValueError(f"{where} is blank; give a key")
-    if not _KEY.fullmatch(key):
-        raise ValueError(f"the key of {where} holds a space, a control character or a character that is not ASCII; "
-                         f"a key is one word of printable ASCII characters")
-    return key
-
-
 def run(args) -> int:
-    from boundctx import config
     from boundctx.errors import BoundctxError
 
     try:
-        check_provider_flags(args)
-        settings = config.load(overrides=flag_overrides(args))
+        settings = load_settings(args)
         keys = api_keys(settings, given=args.api_keys or ())
         from boundctx.serve import create_app
 
         provider = make_provider(args, settings)
-        model_id = args.model_id or _model_id(args)
+        model_id = args.model_id or PROVIDERS[settings.chat.provider].served_name(provider)
         host, port = settings.serve.host, settings.serve.port
         app = create_app(provider, settings=settings, model_id=model_id, api_keys=keys, host=host)
     except ImportError as exc:
@@ -122,13 +98,3 @@ def run(args) -> int:
         say(str(exc))
         return 2
     return 0 if started else 1
-
-
-def _model_id(args) -> str:
-    if args.provider == "remote":
-        return args.model or "default"
-    if args.model:
-        return os.path.splitext(os.path.basename(args.model))[0]
-    from boundctx.tokens.llama import default_model_path
-
-    return os.path.splitext(os.path.basename(default_model_path()))[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -247,7 +248,8 @@ class LlamaCppProvider(Provider):
     Parameters
     ----------
     model_path : str, optional
-        A GGUF file; default: the embedded SmolLM2-135M-Instruct.
+        A GGUF file; default: ``local.model``, and when that is empty the embedded
+        SmolLM2-135M-Instruct.
     n_ctx : int, optional
         The context window to open the model with (``chat.n_ctx``; llama-cpp-python's
         own default, 512, is never used).
@@ -313,6 +315,8 @@ class LlamaCppProvider(Provider):
         from boundctx.tokens.llama import LlamaCounter
 
         s = config.resolve(settings)
+        if model_path is None and s.local.model:
+            model_path = os.path.expanduser(s.local.model)
         n_ctx = s.chat.n_ctx if n_ctx is None else n_ctx
         n_threads = s.local.threads if n_threads is None else n_threads
         n_gpu_layers = s.local.gpu_layers if n_gpu_layers is None else n_gpu_layers

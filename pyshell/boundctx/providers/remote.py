@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -45,7 +46,10 @@ from boundctx.providers.base import (
 from boundctx.tokens.base import Message, TokenCounter
 from boundctx.tokens.estimate import ByteEstimateCounter
 
-__all__ = ["OpenAICompatibleProvider"]
+if TYPE_CHECKING:
+    from boundctx import config
+
+__all__ = ["OpenAICompatibleProvider", "api_key_of", "served_model"]
 
 _CHAT = "/v1/chat/completions"
 
@@ -114,6 +118,35 @@ class OpenAICompatibleProvider(Provider):
         self._client = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=timeout,
                                     transport=transport)
         self._async_client: httpx.AsyncClient | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any] | None = None, *, api_key: str | None = None,
+                      api_key_flag: str = "--api-key") -> OpenAICompatibleProvider:
+        """The server ``remote.*`` names, with ``chat.n_ctx`` as its window.
+
+        The key is ``api_key`` when given (by the flag ``api_key_flag``, for errors),
+        else ``$BOUNDCTX_API_KEY``, else the one in ``remote.api_key_file``
+        (:func:`api_key_of`). The model is ``remote.model``, else the one model the server
+        lists (:func:`served_model`), else ``"default"``.
+
+        Raises
+        ------
+        ConfigError
+            ``remote.base_url`` is empty or no server address.
+        ValueError, OSError
+            The key is blank or no key, or its file cannot be read.
+        """
+        from boundctx import config
+
+        s = config.resolve(settings)
+        if not s.remote.base_url:
+            raise ConfigError("the remote provider needs remote.base_url, the OpenAI-compatible server "
+                              "(--base-url URL, BOUNDCTX_REMOTE_BASE_URL, or base_url under [remote] in the "
+                              "config file)")
+        key = api_key_of(s, given=api_key, given_by=api_key_flag)
+        model = s.remote.model or served_model(s.remote.base_url, key) or "default"
+        return cls(s.remote.base_url, model=model, api_key=key, context_window=s.chat.n_ctx,
+                   timeout=s.remote.timeout_s, max_retries=s.remote.max_retries)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -464,3 +497,47 @@ class _StreamState:
                           self.usage.get("completion_tokens"), usage_estimated=not isinstance(reported, int),
                           cached_tokens=cached_tokens(self.usage, self.timings)))
         return out
+
+
+def api_key_of(settings: config.Settings, *, given: str | None = None, given_by: str = "--api-key",
+               env: Mapping[str, str] | None = None) -> str | None:
+    """The remote server's bearer token: ``given`` (by the flag ``given_by``), else ``$BOUNDCTX_API_KEY``,
+    else the one key of ``remote.api_key_file``; None when there is none.
+
+    Raises
+    ------
+    ValueError
+        A blank key or one that is not one word of printable ASCII (naming where it
+        came from, never the key), or a key file holding more than one key.
+    OSError
+        The key file cannot be read.
+    """
+    from boundctx._keys import checked_key, key_in_variable, keys_in_file
+
+    if given is not None:
+        return checked_key(given, given_by)
+    variable = key_in_variable(os.environ if env is None else env, "BOUNDCTX_API_KEY")
+    if variable is not None:
+        return variable
+    path = settings.remote.api_key_file
+    if not path:
+        return None
+    keys = keys_in_file(os.path.expanduser(path))
+    if len(keys) > 1:
+        raise ValueError(f"the API key file {path!r} (remote.api_key_file) holds {len(keys)} keys; the remote "
+                         "server is sent one: leave one line")
+    return keys[0]
+
+
+def served_model(base_url: str, api_key: str | None) -> str | None:
+    """The one model a server lists at ``/v1/models``, when it lists exactly one: a
+    server that checks the name (boundctx serve, vLLM) refuses a made-up one, and a user
+    who named no model meant the model that is there. None when the listing is missing,
+    fails, or names several (then ``remote.model`` must choose)."""
+    try:
+        r = httpx.get(server_root(base_url) + "/v1/models", timeout=5, headers=bearer(api_key))
+        data = r.json().get("data") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):  # a bad base_url is a ConfigError(ValueError)
+        return None
+    ids = [m.get("id") for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    return ids[0] if len(ids) == 1 else None

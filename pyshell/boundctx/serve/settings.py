@@ -15,8 +15,8 @@ this server process only (a restart, or another ``boundctx serve`` behind the sa
 balancer, has the configured values): ``boundctx config set`` is what persists.
 
 What the server was built from cannot change while it runs: ``serve.*`` (the socket,
-the keys, the sessions folder, the queue), ``chat.n_ctx`` and ``local.*`` (the loaded
-model). Those are refused with the reason.
+the keys, the sessions folder, the queue), ``chat.n_ctx``, ``chat.provider``, ``local.*``
+(the loaded model) and ``remote.*`` (the model server). Those are refused with the reason.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from boundctx.serve.requests import BadRequest, decode
 __all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
 
 SOURCE = "PATCH /boundctx/v1/settings"
-_FIXED_KEYS = frozenset({"chat.n_ctx"})
-_FIXED_GROUPS = ("serve.", "local.")
+_FIXED_KEYS = frozenset({"chat.n_ctx", "chat.provider"})
+_FIXED_GROUPS = ("serve.", "local.", "remote.")
 
 
 def fixed_while_serving(name: str) -> bool:
