@@ -40,7 +40,7 @@ def add_parser(sub, summary: str) -> None:
     p.add_argument("--sessions-dir", metavar="DIR", help="the folder of sessions under /boundctx/v1/sessions "
                                                           "(serve.sessions_dir)")
     p.add_argument("--model-id", metavar="NAME", help="the model name clients send and /v1/models lists "
-                                                      "(default: the model file's name, or --model)")
+                                                      "(default: the local model file's name, or the remote model's)")
     p.set_defaults(run=run)
 
 
