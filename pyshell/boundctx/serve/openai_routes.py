@@ -56,7 +56,7 @@ def openai_routes(service: ReplyService) -> list:
         chunks = Chunks(service.model_id)
         run, first = await service.begin(req.messages, reply_id=chunks.id,
                                          max_tokens=req.max_completion_tokens or req.max_tokens,
-                                         temperature=req.temperature, tools=req.tools)
+                                         temperature=req.temperature, tools=req.tools, stop=req.stop)
         if req.stream:
             frames = _ChatFrames(chunks, req, service.settings)
             return EventStream(run, first, frames=frames, opening=frame(chunks.role()),

@@ -1,0 +1,124 @@
+"""Request fields front ends send, honoured on loopback (issue 26): ``stop`` cuts the
+answer, streamed and whole, local (scripted) and remote, with no part of a stop string
+ever on the wire; every chunk a hand-written parser reads has ``delta.content``; a
+conversation of only a system message is answered."""
+
+import json
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
+
+from boundctx.providers import ScriptedProvider  # noqa: E402
+from boundctx.providers.remote import OpenAICompatibleProvider  # noqa: E402
+
+from .test_boundctx_routes import API, events_of, message, new_session, session_messages  # noqa: E402
+from tests._support.scripted import ASK, MODEL, client, settings  # noqa: E402
+from tests._support.servers import delta  # noqa: E402
+
+# A small model's answer running on into a turn it invents, the stop string cut over pieces.
+RUN_ON = ["Step 377 ", "failed.\n", "\nUs", "er: and", " what about", " step 12?"]
+STOP = "\n\nUser:"
+
+
+def raw_stream(server, body):
+    """Every ``data:`` payload of a streamed completion, parsed (``[DONE]`` left out),
+    after checking the stream ends with it."""
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json={"model": MODEL, "stream": True, **body}) as r:
+        assert r.status_code == 200, r.read()
+        raw = b"".join(r.iter_bytes()).decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    return [json.loads(f[6:]) for f in raw.split("\n\n") if f.startswith("data: {")]
+
+
+# -- stop ------------------------------------------------------------------------------
+
+
+def test_stop_cuts_the_answer_streamed_and_whole_through_the_official_client(serve):
+    provider = ScriptedProvider(lambda r: RUN_ON)
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    c = client(server)
+    whole = c.chat.completions.create(model=MODEL, messages=ASK, stop=[STOP, "###"])
+    assert whole.choices[0].message.content == "Step 377 failed." and whole.choices[0].finish_reason == "stop"
+    chunks = list(c.chat.completions.create(model=MODEL, messages=ASK, stop=STOP, stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "Step 377 failed."
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    with c.chat.completions.stream(model=MODEL, messages=ASK, stop=[STOP]) as stream:
+        assert stream.get_final_completion().choices[0].message.content == "Step 377 failed."
+    # The model was asked to stop there too (a string is a list of one).
+    assert [r.stop for r in provider.requests] == [[STOP, "###"], [STOP], [STOP]]
+
+
+def test_no_part_of_a_stop_string_is_ever_on_the_wire(serve):
+    server = serve(ScriptedProvider(lambda r: RUN_ON), settings=settings(), model_id=MODEL)
+    chunks = raw_stream(server, {"messages": ASK, "stop": STOP})
+    texts = [ch["choices"][0]["delta"].get("content") for ch in chunks]
+    assert "".join(t or "" for t in texts) == "Step 377 failed."
+    assert not any("\n" in t or "Us" in t for t in texts if t)  # held back, then dropped, never sent
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["boundctx"]["finish_reason"] == "stop"
+
+
+def test_text_held_back_as_a_possible_stop_string_is_sent_once_it_is_not_one(serve):
+    server = serve(ScriptedProvider(lambda r: ["Use the ", "\n", "\nUs", "ual step"]), settings=settings(),
+                   model_id=MODEL)
+    chunks = raw_stream(server, {"messages": ASK, "stop": [STOP]})
+    texts = [ch["choices"][0]["delta"]["content"] for ch in chunks if ch["choices"][0]["delta"].get("content")]
+    assert texts == ["Use the ", "\n\nUsual step"]
+
+
+@pytest.mark.parametrize("stop, param", [
+    (5, "stop"), ({"s": "x"}, "stop"), ([1], "stop[0]"), (["ok", None], "stop[1]"),
+    ("", "stop"), (["a", ""], "stop[1]"), (["a", "b", "c", "d", "e"], "stop"),
+])
+def test_a_bad_stop_is_a_400_naming_the_field_before_any_model_call(serve, stop, param):
+    provider = ScriptedProvider(lambda r: "x")
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": ASK, "stop": stop})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and "stop" in err["message"]
+    with pytest.raises(openai.BadRequestError) as info:
+        client(server).chat.completions.create(model=MODEL, messages=ASK, stop=stop)
+    assert info.value.param == param
+    assert provider.requests == []
+
+
+def test_four_stop_strings_and_a_null_stop_are_accepted(serve):
+    provider = ScriptedProvider(lambda r: ["a", "b", "c"])
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    c = client(server)
+    assert c.chat.completions.create(model=MODEL, messages=ASK, stop=["x", "y", "z", "c"]).choices[0].message.content \
+        == "ab"
+    r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": ASK, "stop": None})
+    assert r.json()["choices"][0]["message"]["content"] == "abc"
+    assert [r.stop for r in provider.requests] == [["x", "y", "z", "c"], None]
+
+
+def test_stop_is_forwarded_to_a_remote_model_and_cut_here_if_it_is_ignored(serve, scripted_server):
+    # An upstream that ignores stop and streams the invented turn anyway.
+    upstream = scripted_server(*[(200, [delta(t) for t in RUN_ON] + [delta(finish="stop")])] * 2)
+    remote = OpenAICompatibleProvider(upstream.url, model="upstream-model", context_window=8192, max_retries=0)
+    server = serve(remote, settings=settings(), model_id=MODEL)
+    c = client(server)
+    try:
+        whole = c.chat.completions.create(model=MODEL, messages=ASK, stop=[STOP, "###"])
+        chunks = list(c.chat.completions.create(model=MODEL, messages=ASK, stop=STOP, stream=True))
+    finally:
+        remote.close()
+    assert [r["stop"] for r in upstream.requests] == [[STOP, "###"], [STOP]]
+    assert whole.choices[0].message.content == "Step 377 failed." and whole.choices[0].finish_reason == "stop"
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "Step 377 failed."
+
+
+def test_a_session_reply_honours_stop_and_saves_the_answer_before_it(serve, tmp_path):
+    server = serve(ScriptedProvider(lambda r: RUN_ON), settings=settings(), model_id=MODEL)
+    new_session(server, "s", [message("user", "hi"), message("assistant", "Hello.")])
+    with httpx.stream("POST", f"{server.url}{API}/sessions/s/replies",
+                      json={"content": "Which step failed?", "stop": [STOP]}) as r:
+        events = events_of(r)
+    assert "".join(d["text"] for n, d in events if n == "reply_delta") == "Step 377 failed."
+    assert events[-1][1]["finish_reason"] == "stop" and events[-1][1]["saved"] is True
+    assert session_messages(tmp_path, "s")[-1] == {"role": "assistant", "content": "Step 377 failed."}
+    refused = httpx.post(f"{server.url}{API}/sessions/s/replies", json={"content": "q", "stop": ["a", ""]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stop[1]"
