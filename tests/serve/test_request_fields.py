@@ -10,11 +10,11 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the serve tests drive the server with the official openai client")
 
-from boundctx.providers import ScriptedProvider  # noqa: E402
+from boundctx.providers import ScriptedProvider, ToolCallChunk  # noqa: E402
 from boundctx.providers.remote import OpenAICompatibleProvider  # noqa: E402
 
 from .test_boundctx_routes import API, events_of, message, new_session, session_messages  # noqa: E402
-from tests._support.scripted import ASK, MODEL, client, settings  # noqa: E402
+from tests._support.scripted import ASK, MODEL, WITH_LOG, answer, client, settings  # noqa: E402
 from tests._support.servers import delta  # noqa: E402
 
 # A small model's answer running on into a turn it invents, the stop string cut over pieces.
@@ -122,3 +122,62 @@ def test_a_session_reply_honours_stop_and_saves_the_answer_before_it(serve, tmp_
     assert session_messages(tmp_path, "s")[-1] == {"role": "assistant", "content": "Step 377 failed."}
     refused = httpx.post(f"{server.url}{API}/sessions/s/replies", json={"content": "q", "stop": ["a", ""]})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "stop[1]"
+
+
+# -- the chunks a hand-written parser reads ------------------------------------------------
+
+
+def hand_written(chunks):
+    """The reply as llama.cpp's server tests read a stream: ``delta["content"]`` of every
+    chunk until the finish (a KeyError if one lacks it), none on the finish chunk."""
+    content, finished = "", []
+    for data in chunks:
+        if not data["choices"]:  # the usage chunk
+            continue
+        choice = data["choices"][0]
+        if choice["finish_reason"] is not None:
+            assert "content" not in choice["delta"]
+            finished.append(choice["finish_reason"])
+        else:
+            content += choice["delta"]["content"]
+    assert len(finished) == 1
+    return content, finished[0]
+
+
+TOOLS = [{"type": "function", "function": {"name": "read_log", "parameters": {"type": "object"}}}]
+
+
+def test_every_chunk_before_the_finish_has_content_and_they_join_into_the_reply(serve):
+    def respond(request):
+        if request.tools and request.messages[-1]["content"] == "Call it.":
+            return ["Reading it.", ToolCallChunk("c1", "read_log", "{}")]
+        return answer(request)
+
+    server = serve(ScriptedProvider(respond, context_window=4096),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    hello = raw_stream(server, {"messages": [{"role": "user", "content": "Say hello"}],
+                                "stream_options": {"include_usage": True}})
+    assert hand_written(hello) == ("The failing step is 377.", "stop")
+    kinds = [ch.get("boundctx", {}).get("type") for ch in hello]
+    assert "fitted" in kinds and "stage" in kinds  # even a short reply has progress chunks: they have content
+    long = raw_stream(server, {"messages": WITH_LOG, "max_tokens": 256})
+    assert hand_written(long) == ("The failing step is 377.", "stop")
+    progress = [ch for ch in long if ch.get("boundctx", {}).get("type") == "analysis_progress"]
+    assert progress and all(ch["choices"][0]["delta"] == {"content": ""} for ch in progress)
+    called = raw_stream(server, {"messages": [{"role": "user", "content": "Call it."}], "tools": TOOLS})
+    assert hand_written(called) == ("Reading it.", "tool_calls")
+    (call,) = [ch for ch in called if "tool_calls" in ch["choices"][0]["delta"]]
+    assert call["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "read_log"
+    assert hello[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # the role chunk, as OpenAI's
+
+
+def test_the_official_client_sees_empty_content_not_none_on_progress_and_assembles_the_same_reply(serve):
+    server = serve(ScriptedProvider(answer, context_window=4096), settings=settings(), model_id=MODEL)
+    chunks = list(client(server).chat.completions.create(model=MODEL, messages=WITH_LOG, max_tokens=256,
+                                                         stream=True))
+    before_finish = [ch for ch in chunks if ch.choices[0].finish_reason is None]
+    assert all(isinstance(ch.choices[0].delta.content, str) for ch in before_finish)
+    assert "".join(ch.choices[0].delta.content for ch in before_finish) == "The failing step is 377."
+    assert any((ch.model_extra or {}).get("boundctx", {}).get("type") == "analysis_progress" for ch in before_finish)
+    with client(server).chat.completions.stream(model=MODEL, messages=WITH_LOG, max_tokens=256) as stream:
+        assert stream.get_final_completion().choices[0].message.content == "The failing step is 377."

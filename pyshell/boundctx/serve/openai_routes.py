@@ -9,7 +9,8 @@ Routes::
 
 A streamed reply is one chunk per engine event: the answer's text in ``delta.content``,
 the caller's tool calls in ``delta.tool_calls``, and boundctx's progress (fitting,
-sections read, stages) as chunks of its own (:mod:`boundctx.serve.wire`).
+sections read, stages) as chunks of its own, whose ``delta.content`` is ``""``
+(:mod:`boundctx.serve.wire`).
 """
 
 from __future__ import annotations
