@@ -181,3 +181,28 @@ def test_the_official_client_sees_empty_content_not_none_on_progress_and_assembl
     assert any((ch.model_extra or {}).get("boundctx", {}).get("type") == "analysis_progress" for ch in before_finish)
     with client(server).chat.completions.stream(model=MODEL, messages=WITH_LOG, max_tokens=256) as stream:
         assert stream.get_final_completion().choices[0].message.content == "The failing step is 377."
+
+
+# -- a conversation without a user message ---------------------------------------------------
+
+TITLE = [{"role": "system", "content": "Write a five-word title for this conversation.\n\nUser: Which step failed?"}]
+
+
+def test_a_system_message_alone_is_answered_whole_and_streamed(serve):
+    provider = ScriptedProvider(lambda r: ["Build ", "step 377 failed"])
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    c = client(server)
+    whole = c.chat.completions.create(model=MODEL, messages=TITLE)
+    assert whole.choices[0].message.content == "Build step 377 failed" and whole.choices[0].finish_reason == "stop"
+    assert hand_written(raw_stream(server, {"messages": TITLE})) == ("Build step 377 failed", "stop")
+    assert [r.messages for r in provider.requests] == [TITLE, TITLE]
+    counted = httpx.post(server.url + API + "/count", json={"messages": TITLE})
+    assert counted.status_code == 200 and counted.json()["prompt_tokens"] > 0
+
+
+def test_an_empty_conversation_is_still_a_400(serve):
+    provider = ScriptedProvider(lambda r: "x")
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    with pytest.raises(openai.BadRequestError) as info:
+        client(server).chat.completions.create(model=MODEL, messages=[])
+    assert info.value.param == "messages" and provider.requests == []

@@ -225,7 +225,9 @@ class Engine:
     def reply(self, messages: Sequence[Mapping[str, Any]], *, files: Sequence[tuple[str, str]] = (),
               cancel: Any = None, tools: Sequence[Mapping[str, Any]] | None = None,
               stop: str | Sequence[str] | None = None) -> Iterator[Event]:
-        """Answer the last user message of ``messages`` (with ``files`` attached to it).
+        """Answer the last user message of ``messages`` (with ``files`` attached to it);
+        in a conversation without one (a system message alone, as a title request
+        sends), answer the conversation as it stands, ``files`` after it.
 
         Parameters
         ----------
@@ -235,7 +237,8 @@ class Engine:
             tools, the assistant message with those ``tool_calls`` and one
             ``{"role": "tool", "tool_call_id": ..., "content": ...}`` result each. Current
             tool results are sent whole when they fit and read in sections when they do
-            not; earlier tool exchanges are the first history dropped to fit.
+            not; earlier tool exchanges are the first history dropped to fit. Without a
+            user message, all of it is the current turn.
         files : sequence of (label, text)
             Attached to the last user message.
         cancel : threading.Event, optional
@@ -273,8 +276,11 @@ class Engine:
             object schema, or the provider cannot call tools (an agent turn answered
             without them would look like a choice not to call any).
         TypeError, ValueError
-            At the call: ``stop`` is not a string or a list of strings, or one is empty.
+            At the call: ``messages`` is empty, or ``stop`` is not a string or a list of
+            strings, or one is empty.
         """
+        if not messages:
+            raise ValueError("the conversation is empty: give at least one message to answer")
         stops = check_stops(stop)
         offered = _callers_tools(tools)
         if offered and not self.provider.supports_tools:
@@ -311,11 +317,18 @@ class Engine:
         question_at = len(messages) - 1
         while question_at >= 0 and messages[question_at].get("role") != "user":
             question_at -= 1
-        if question_at < 0:
-            raise ValueError("the conversation has no user message to answer")
+        if question_at >= 0:
+            files_at = turn_start = question_at
+        else:
+            # No user message: a system message alone (a front end's request for a
+            # title), answered as it stands, as OpenAI's API does. It has no earlier
+            # exchange to drop, so all of the caller's conversation is the current turn
+            # (and can be read in sections); files follow it, and its last message is
+            # the question the workers take notes for.
+            files_at, turn_start = len(messages), shift
+            question_at = len(messages) - 1
         question = str(messages[question_at].get("content") or "")
-        convo = messages[:question_at] + _files_as_messages(files) + messages[question_at:]
-        turn_start = question_at
+        convo = messages[:files_at] + _files_as_messages(files) + messages[files_at:]
         # The caller's tools go with every answering call, so every count made to fit the
         # conversation includes their schemas, exactly as the model's template renders them.
         base_tools = callers or None
@@ -333,15 +346,15 @@ class Engine:
         # Where each message of convo came from, by place, never by text: two files may
         # hold the same text, and a message may read like a file.
         origins = ([_Origin("inserted", 0)] * shift
-                   + [_Origin("caller", c - shift) for c in range(shift, question_at)]
+                   + [_Origin("caller", c - shift) for c in range(shift, files_at)]
                    + [_Origin("file", k) for k in range(len(files))]
-                   + [_Origin("caller", c - shift) for c in range(question_at, len(messages))])
+                   + [_Origin("caller", c - shift) for c in range(files_at, len(messages))])
         originals = Originals()
         reread_room = 0
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed: its schema
             # (with an id for every item that could be) is kept free beside the notes.
-            schema = originals.tool_schema_for(len(files) + len(convo) - question_at)
+            schema = originals.tool_schema_for(len(files) + len(convo) - turn_start)
             reread_room = provider.count_prompt([], tools=callers + [schema]) - count([])
         notes_room, item_room, framing = self._notes_rooms(workers, files, provider.supports_tools)
         notes_max = s.analysis.notes_max_tokens
@@ -366,6 +379,7 @@ class Engine:
             role = item.get("role")
             return ("the user's message" if role == "user" else
                     f"assistant message {origin.at}" if role == "assistant" else
+                    f"system message {origin.at}" if role == "system" else
                     f"tool result {origin.at}", content)
 
         # An inserted system prompt is never dropped (the first system message is kept)

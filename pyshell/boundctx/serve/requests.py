@@ -148,13 +148,11 @@ def _stop(stop: str | list[str] | None) -> list[str] | None:
 
 
 def check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` in the plain form the engine takes (one user message at least)."""
+    """``messages`` in the plain form the engine takes: one message at least, of any
+    role, as OpenAI's API takes them (a title request sends a system message alone)."""
     if not messages:
-        raise BadRequest("messages is empty: send at least one user message", param="messages")
-    out = [_message(m, i) for i, m in enumerate(messages)]
-    if not any(m["role"] == "user" for m in out):
-        raise BadRequest("messages hold no user message to answer", param="messages")
-    return out
+        raise BadRequest("messages is empty: send at least one message", param="messages")
+    return [_message(m, i) for i, m in enumerate(messages)]
 
 
 def check_tools(tools: list[dict[str, Any]] | None) -> None:
