@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,8 @@ from bench._harness import ROOT, percentile, run_facts
 
 MODEL = "bench"
 MESSAGES = [{"role": "user", "content": "Tell me about the build."}]
+#: A chunk carrying text: its content is not the empty string of a progress chunk.
+_TEXT = re.compile(rb'"delta":\{"content":"[^"]')
 
 
 def rss_kib() -> int:
@@ -109,7 +112,8 @@ async def one_stream(host: str, port: int, path: str, messages: list[dict] | Non
                 out["status"] = int(seen[9:12])
             if out["role_s"] is None and b'"role":"assistant"' in seen:
                 out["role_s"] = now
-            if out["first_content_s"] is None and b'"delta":{"content":"' in seen:
+            # Text, not the empty content of a progress chunk ("content":"").
+            if out["first_content_s"] is None and _TEXT.search(seen):
                 out["first_content_s"] = now
     finally:
         writer.close()

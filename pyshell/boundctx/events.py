@@ -152,7 +152,8 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
     Attributes
     ----------
     finish_reason : FinishReason
-        ``"stop"``; ``"length"`` (cut at the reply's token budget: not a complete
+        ``"stop"`` (the model ended its answer, or a caller's stop string did: the
+        answer ends before it); ``"length"`` (cut at the reply's token budget: not a complete
         answer); ``"repetition"`` (stopped because the model repeated itself: repeated
         lines were not passed on, a phrase looping within a line was, three or four
         times); ``"cancelled"``; ``"tool_rounds_exhausted"`` (the model still asked

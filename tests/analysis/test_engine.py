@@ -4,6 +4,8 @@ import json
 import re
 import threading
 
+import pytest
+
 from boundctx import config
 from boundctx.analysis import READ_TOOL_NAME, Engine
 from boundctx.analysis.workers import WORKER_INSTRUCTIONS
@@ -386,3 +388,48 @@ def test_a_model_without_tools_or_reread_step_answers_from_the_notes():
     system = notes_text(answering[0])
     assert "Notes on build.log" in system and "step failed [S" in system
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "answer: from notes"
+
+
+# -- a conversation without a user message ---------------------------------------------------
+
+TITLE = [{"role": "system", "content": "Write a five-word title for this conversation.\n\nUser: Which step failed?"}]
+
+
+def test_a_system_message_alone_is_answered_as_it_stands():
+    # A front end's title request: the instruction and the conversation in one system message.
+    p = ScriptedProvider(lambda r: "Build step 377 failed", context_window=8192)
+    events = run(p, TITLE, **{"chat__system_prompt": "Be brief."})
+    assert [type(e) for e in events] == [Fitted, Stage, ReplyDelta, Done]
+    assert events[2].text == "Build step 377 failed" and events[-1].finish_reason == "stop"
+    assert p.requests[0].messages == TITLE  # its own system message: no other is added
+    assert (events[0].messages, events[0].sent, events[0].dropped) == (1, 1, [])
+
+
+def test_without_a_user_message_every_message_is_the_turn_and_a_long_one_is_read_in_sections():
+    # Nothing is history to drop: the system message too big for the window is read by
+    # the workers, for the question it asks, and the answer comes from their notes.
+    p = ScriptedProvider(Model(), context_window=8192)
+    long = [{"role": "system", "content": "Which step failed, and with what id?\n\n" + LOG}]
+    events = run(p, long)
+    fitted = next(e for e in events if isinstance(e, Fitted))
+    assert fitted.analysed == ["system message 0"] and fitted.dropped == []
+    workers = [r for r in p.requests if is_worker(r)]
+    assert workers and all("Which step failed, and with what id?" in r.messages[-1]["content"] for r in workers)
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "answer: from notes"
+    assert "step failed [S" in notes_text(p.requests[-1])
+
+
+def test_without_a_user_message_files_follow_the_conversation():
+    p = ScriptedProvider(lambda r: "ok", context_window=8192)
+    opening = [{"role": "assistant", "content": "How can I help?"}]
+    events = run(p, opening, files=[("notes.txt", "a short file")], **{"chat__system_prompt": "Be brief."})
+    assert [m["role"] for m in p.requests[0].messages] == ["system", "assistant", "user"]
+    assert p.requests[0].messages[-1]["content"] == "File notes.txt:\na short file"
+    assert (events[0].messages, events[0].sent) == (2, 2) and events[-1].finish_reason == "stop"
+
+
+def test_an_empty_conversation_is_refused_at_the_call():
+    p = ScriptedProvider(lambda r: "x")
+    with pytest.raises(ValueError, match="empty"):
+        Engine(p, settings=settings()).reply([], files=[("a.txt", "text")])
+    assert p.requests == []

@@ -1,8 +1,9 @@
 """``boundctx serve`` as a user starts it, on the embedded model (slow): the official
 client streams an answer about a build log with progress chunks before the answer, the
 count route is the model's own tokenizer, a session reply appends only a complete
-answer, boundctx's own remote provider reads the server, and two conversations taking
-turns each evaluate only their new tokens."""
+answer, boundctx's own remote provider reads the server, two conversations taking
+turns each evaluate only their new tokens, the model stops at a stop string, and a
+conversation of only a system message is answered."""
 
 import json
 import os
@@ -118,3 +119,36 @@ def test_two_conversations_taking_turns_each_evaluate_only_their_new_messages(se
         assert prompt - cached < 40, (name, kept)  # the other conversation ran in between
     cache = httpx.get(url + "/v1/models").json()["data"][0]["meta"]["state_cache"]
     assert cache["restored"] >= 2 and 0 < cache["bytes"] <= cache["limit_bytes"] == 512 << 20
+
+
+def test_the_model_stops_at_a_stop_string_it_writes_and_none_of_it_is_shown(served):
+    # The stop string is taken from the model's own answer at temperature 0, so the
+    # model reaches it; the model stops there itself (its usage counts the tokens it made,
+    # where the engine's own cut would report none), streamed or whole.
+    url, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    ask = [{"role": "user", "content": "Name the days of the week, one per line."}]
+    free = client.chat.completions.create(model=model, messages=ask, max_tokens=32, temperature=0)
+    text = free.choices[0].message.content
+    at = next(p for p in range(4, len(text) - 3) if text.find(text[p:p + 3]) == p and text[p:p + 3].strip())
+    stop = text[at:at + 3]
+    whole = client.chat.completions.create(model=model, messages=ask, max_tokens=32, temperature=0, stop=[stop])
+    assert whole.choices[0].message.content == text[:at] and whole.choices[0].finish_reason == "stop"
+    assert 0 < whole.usage.completion_tokens < free.usage.completion_tokens
+    chunks = list(client.chat.completions.create(model=model, messages=ask, max_tokens=32, temperature=0,
+                                                 stop=stop, stream=True))
+    assert "".join(c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].finish_reason is None) \
+        == text[:at]
+
+
+def test_a_conversation_of_only_a_system_message_is_answered(served):
+    # LibreChat's title request: the instruction and the conversation in one system message.
+    url, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    out = client.chat.completions.create(model=model, max_tokens=16, temperature=0, messages=[
+        {"role": "system", "content": "Write a five-word title for this conversation.\n\nUser: Why did the build "
+                                      "fail?\nAssistant: Step 377 failed with id 7f3a9c11."}])
+    assert out.choices[0].message.content.strip() and out.choices[0].finish_reason in ("stop", "length")
+    assert out.usage.completion_tokens > 0

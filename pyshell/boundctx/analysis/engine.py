@@ -30,6 +30,7 @@ from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
+from boundctx.analysis.stops import StopCut, check_stops
 from boundctx.analysis.workers import Notes, iter_read_in_sections
 from boundctx.errors import (
     BoundctxError,
@@ -222,8 +223,11 @@ class Engine:
         self.max_tool_rounds = max_tool_rounds
 
     def reply(self, messages: Sequence[Mapping[str, Any]], *, files: Sequence[tuple[str, str]] = (),
-              cancel: Any = None, tools: Sequence[Mapping[str, Any]] | None = None) -> Iterator[Event]:
-        """Answer the last user message of ``messages`` (with ``files`` attached to it).
+              cancel: Any = None, tools: Sequence[Mapping[str, Any]] | None = None,
+              stop: str | Sequence[str] | None = None) -> Iterator[Event]:
+        """Answer the last user message of ``messages`` (with ``files`` attached to it);
+        in a conversation without one (a system message alone, as a title request
+        sends), answer the conversation as it stands, ``files`` after it.
 
         Parameters
         ----------
@@ -233,7 +237,8 @@ class Engine:
             tools, the assistant message with those ``tool_calls`` and one
             ``{"role": "tool", "tool_call_id": ..., "content": ...}`` result each. Current
             tool results are sent whole when they fit and read in sections when they do
-            not; earlier tool exchanges are the first history dropped to fit.
+            not; earlier tool exchanges are the first history dropped to fit. Without a
+            user message, all of it is the current turn.
         files : sequence of (label, text)
             Attached to the last user message.
         cancel : threading.Event, optional
@@ -245,6 +250,14 @@ class Engine:
             of one of them is not run here: the reply ends ``Done("tool_calls")`` with
             the calls, and the caller runs them and sends the results back. Neither the
             list nor its dicts are changed.
+        stop : str or sequence of str, optional
+            Stop strings: the answer ends where the first of them is complete
+            (``Done("stop")``), and no part of it is in any ``ReplyDelta``. Text that
+            could be the start of one is held back until the next text shows it is not
+            (at most the longest stop string less one character). The model is asked
+            to stop there too; the engine cuts the answer itself all the same, since a
+            server may ignore the field (decision 0036). Only the answer is cut: the
+            note-taking workers' notes and the reread step are not.
 
         Returns
         -------
@@ -262,17 +275,23 @@ class Engine:
             name is missing, given twice or ``read_chat_section``, parameters are not an
             object schema, or the provider cannot call tools (an agent turn answered
             without them would look like a choice not to call any).
+        TypeError, ValueError
+            At the call: ``messages`` is empty, or ``stop`` is not a string or a list of
+            strings, or one is empty.
         """
+        if not messages:
+            raise ValueError("the conversation is empty: give at least one message to answer")
+        stops = check_stops(stop)
         offered = _callers_tools(tools)
         if offered and not self.provider.supports_tools:
             names = ", ".join(map(_tool_name, offered))
             raise ToolOfferError(f"{self.provider.name} cannot call tools (decision 0010), so the tools offered "
                                  f"({names}) could never be called; use a tool-capable model (a remote one, or a "
                                  "local one whose chat template renders tools) or send no tools")
-        return self._events(messages, files, cancel, offered)
+        return self._events(messages, files, cancel, offered, stops)
 
     def _events(self, messages: Sequence[Mapping[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-                callers: list[dict[str, Any]]) -> Iterator[Event]:
+                callers: list[dict[str, Any]], stops: list[str]) -> Iterator[Event]:
         started = time.monotonic()
         conversation = [dict(m) for m in messages]
         system = self.settings.chat.system_prompt
@@ -282,12 +301,12 @@ class Engine:
         else:
             shift = 0
         try:
-            yield from self._reply(conversation, files, cancel, started, shift, callers)
+            yield from self._reply(conversation, files, cancel, started, shift, callers, stops)
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
 
     def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-               started: float, shift: int, callers: list[dict[str, Any]]) -> Iterator[Event]:
+               started: float, shift: int, callers: list[dict[str, Any]], stops: list[str]) -> Iterator[Event]:
         s = self.settings
         provider = self.provider
         workers = s.chat.analysis_workers
@@ -298,11 +317,18 @@ class Engine:
         question_at = len(messages) - 1
         while question_at >= 0 and messages[question_at].get("role") != "user":
             question_at -= 1
-        if question_at < 0:
-            raise ValueError("the conversation has no user message to answer")
+        if question_at >= 0:
+            files_at = turn_start = question_at
+        else:
+            # No user message: a system message alone (a front end's request for a
+            # title), answered as it stands, as OpenAI's API does. It has no earlier
+            # exchange to drop, so all of the caller's conversation is the current turn
+            # (and can be read in sections); files follow it, and its last message is
+            # the question the workers take notes for.
+            files_at, turn_start = len(messages), shift
+            question_at = len(messages) - 1
         question = str(messages[question_at].get("content") or "")
-        convo = messages[:question_at] + _files_as_messages(files) + messages[question_at:]
-        turn_start = question_at
+        convo = messages[:files_at] + _files_as_messages(files) + messages[files_at:]
         # The caller's tools go with every answering call, so every count made to fit the
         # conversation includes their schemas, exactly as the model's template renders them.
         base_tools = callers or None
@@ -320,15 +346,15 @@ class Engine:
         # Where each message of convo came from, by place, never by text: two files may
         # hold the same text, and a message may read like a file.
         origins = ([_Origin("inserted", 0)] * shift
-                   + [_Origin("caller", c - shift) for c in range(shift, question_at)]
+                   + [_Origin("caller", c - shift) for c in range(shift, files_at)]
                    + [_Origin("file", k) for k in range(len(files))]
-                   + [_Origin("caller", c - shift) for c in range(question_at, len(messages))])
+                   + [_Origin("caller", c - shift) for c in range(files_at, len(messages))])
         originals = Originals()
         reread_room = 0
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed: its schema
             # (with an id for every item that could be) is kept free beside the notes.
-            schema = originals.tool_schema_for(len(files) + len(convo) - question_at)
+            schema = originals.tool_schema_for(len(files) + len(convo) - turn_start)
             reread_room = provider.count_prompt([], tools=callers + [schema]) - count([])
         notes_room, item_room, framing = self._notes_rooms(workers, files, provider.supports_tools)
         notes_max = s.analysis.notes_max_tokens
@@ -353,6 +379,7 @@ class Engine:
             role = item.get("role")
             return ("the user's message" if role == "user" else
                     f"assistant message {origin.at}" if role == "assistant" else
+                    f"system message {origin.at}" if role == "system" else
                     f"tool result {origin.at}", content)
 
         # An inserted system prompt is never dropped (the first system message is kept)
@@ -422,7 +449,7 @@ class Engine:
                 if final is None:
                     yield Done("cancelled")
                     return
-        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started)
+        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, stops)
 
     def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
@@ -560,7 +587,7 @@ class Engine:
 
     def _coordinate(self, messages: list[dict[str, Any]], notes_at: int | None, tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
-                    started: float) -> Iterator[Event]:
+                    started: float, stops: list[str]) -> Iterator[Event]:
         provider = self.provider
         temperature = self.settings.chat.temperature
         theirs = {_tool_name(t) for t in callers}
@@ -575,20 +602,30 @@ class Engine:
             offered = tools if round_ < self.max_tool_rounds else (callers or None)
             yield Stage("rereading" if round_ else "answering", time.monotonic() - started, round_)
             guard = RepetitionGuard()
+            # The stop strings are cut before the guard sees the text: what follows one is
+            # not the answer, so it is neither shown nor judged.
+            cut = StopCut(stops)
             stream = provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
-                                          temperature=temperature, cancel=cancel)
+                                          temperature=temperature, stop=stops or None, cancel=cancel)
             with _model_call(stream, "the model call"):
                 for chunk in stream:
                     if isinstance(chunk, TextChunk):
-                        text = guard.feed(chunk.text)
+                        text = guard.feed(cut.feed(chunk.text))
                         if text:
                             yield ReplyDelta(text)
-                        if guard.looping:
+                        if guard.looping or cut.hit:
+                            # The model's output ends here, as if it had stopped itself;
+                            # closing the stream stops the generation.
                             break
                     elif isinstance(chunk, ToolCallChunk):
                         calls.append(chunk)
                     else:
                         finish = chunk
+                else:
+                    # The stream ended: what was held as a possible stop string is not one.
+                    text = guard.feed(cut.finish())
+                    if text:
+                        yield ReplyDelta(text)
             if guard.looping:
                 yield Done("repetition", {"prompt_tokens": finish.prompt_tokens,
                                           "completion_tokens": finish.completion_tokens,

@@ -53,9 +53,11 @@ class ScriptedProvider(Provider):
     ``respond`` returns the reply as a string, as an iterable of text pieces and
     :class:`ToolCallChunk` (streamed one by one, so cancellation and time limits can fall
     between them), as a :class:`ScriptedReply` (its ending and usage given), or an
-    exception, which the call raises. Every request is recorded in
-    :attr:`requests`; :attr:`max_active` is the most generations that were ever running
-    at once (1 when calls are strictly sequential).
+    exception, which the call raises. ``stop`` is recorded, not applied, as by a server
+    that ignores the field: what a test sees of stop strings is the engine's own cut
+    (decision 0036). Every request is recorded in :attr:`requests`; :attr:`max_active`
+    is the most generations that were ever running at once (1 when calls are strictly
+    sequential).
 
     Parameters
     ----------

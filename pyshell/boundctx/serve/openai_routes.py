@@ -9,7 +9,8 @@ Routes::
 
 A streamed reply is one chunk per engine event: the answer's text in ``delta.content``,
 the caller's tool calls in ``delta.tool_calls``, and boundctx's progress (fitting,
-sections read, stages) as chunks of its own (:mod:`boundctx.serve.wire`).
+sections read, stages) as chunks of its own, whose ``delta.content`` is ``""``
+(:mod:`boundctx.serve.wire`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def openai_routes(service: ReplyService) -> list:
         chunks = Chunks(service.model_id)
         run, first = await service.begin(req.messages, reply_id=chunks.id,
                                          max_tokens=req.max_completion_tokens or req.max_tokens,
-                                         temperature=req.temperature, tools=req.tools)
+                                         temperature=req.temperature, tools=req.tools, stop=req.stop)
         if req.stream:
             frames = _ChatFrames(chunks, req, service.settings)
             return EventStream(run, first, frames=frames, opening=frame(chunks.role()),

@@ -45,6 +45,8 @@ class ChatCompletionRequest(msgspec.Struct, forbid_unknown_fields=False):
     n: int = 1
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    #: Checked and made a list (or None) by :func:`parse_chat_request`.
+    stop: str | list[str] | None = None
 
 
 class SessionReplyRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -55,6 +57,8 @@ class SessionReplyRequest(msgspec.Struct, forbid_unknown_fields=True):
     history: int = 50
     max_tokens: int | None = None
     temperature: float | None = None
+    #: As on chat completions: checked and made a list (or None).
+    stop: str | list[str] | None = None
     save: bool = True
 
 
@@ -81,6 +85,9 @@ class UnderstandRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 #: The most history a session reply starts from (the window read before fitting).
 HISTORY_MAX = 1000
+#: The most stop strings a request may give: OpenAI's API takes up to 4, and a client
+#: written for it sends no more.
+STOP_MAX = 4
 
 
 def decode(body: bytes, type: Any) -> Any:
@@ -118,16 +125,34 @@ def _check_options(req: Any) -> None:
             raise BadRequest(f"{name} must be at least 1, got {value}", param=name)
     if req.temperature is not None and not 0 <= req.temperature <= 2:
         raise BadRequest(f"temperature must be between 0 and 2, got {req.temperature}", param="temperature")
+    req.stop = _stop(req.stop)
+
+
+def _stop(stop: str | list[str] | None) -> list[str] | None:
+    """``stop`` as a list of stop strings, None for none (its type is checked by the
+    decoder, which names the item at fault)."""
+    if stop is None:
+        return None
+    if isinstance(stop, str):
+        if not stop:
+            raise BadRequest("stop is an empty string; a stop string needs at least one character (or send no "
+                             "stop)", param="stop")
+        return [stop]
+    if len(stop) > STOP_MAX:
+        raise BadRequest(f"stop holds {len(stop)} strings; at most {STOP_MAX} are accepted", param="stop")
+    for i, s in enumerate(stop):
+        if not s:
+            raise BadRequest(f"stop[{i}] is an empty string; a stop string needs at least one character",
+                             param=f"stop[{i}]")
+    return stop or None
 
 
 def check_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` in the plain form the engine takes (one user message at least)."""
+    """``messages`` in the plain form the engine takes: one message at least, of any
+    role, as OpenAI's API takes them (a title request sends a system message alone)."""
     if not messages:
-        raise BadRequest("messages is empty: send at least one user message", param="messages")
-    out = [_message(m, i) for i, m in enumerate(messages)]
-    if not any(m["role"] == "user" for m in out):
-        raise BadRequest("messages hold no user message to answer", param="messages")
-    return out
+        raise BadRequest("messages is empty: send at least one message", param="messages")
+    return [_message(m, i) for i, m in enumerate(messages)]
 
 
 def check_tools(tools: list[dict[str, Any]] | None) -> None:

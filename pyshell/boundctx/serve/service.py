@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from boundctx import config
@@ -84,9 +85,11 @@ class ReplyService:
             raise busy() from None
 
     async def begin(self, messages: list[dict[str, Any]], *, reply_id: str, max_tokens: int | None = None,
-                    temperature: float | None = None, tools: list[dict[str, Any]] | None = None) -> Started:
+                    temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
+                    stop: str | Sequence[str] | None = None) -> Started:
         """Admit and start one reply, and read its first event. The run can be cancelled
-        by ``reply_id`` until :meth:`end`.
+        by ``reply_id`` until :meth:`end`. ``stop``: the caller's stop strings
+        (:meth:`~boundctx.analysis.Engine.reply`).
 
         Raises
         ------
@@ -107,7 +110,7 @@ class ReplyService:
             raise BadRequest(str(exc)) from None
         try:
             # The tools are checked here, before any event: a bad one is a 400.
-            events = engine.reply(messages, cancel=cancel, tools=tools)
+            events = engine.reply(messages, cancel=cancel, tools=tools, stop=stop)
         except ToolOfferError as exc:
             ticket.release()
             raise ApiError(400, str(exc), "invalid_tools", "tools") from None

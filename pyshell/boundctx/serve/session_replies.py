@@ -4,14 +4,16 @@ exchange written to the session only once the answer is complete.
 Route::
 
     POST /boundctx/v1/sessions/{id}/replies   {"content": "...", "history": 50,
-                                               "max_tokens": N, "temperature": T, "save": true}
+                                               "max_tokens": N, "temperature": T,
+                                               "stop": ["..."], "save": true}
 
 The reply starts from at most the session's newest ``history`` messages, their start
 moving forward half of ``history`` at a time so the turns between keep the prompt's
 start (``transcript.chat.history_start``), read whole, newest first, up to a byte
 bound (``sessions.history_bytes``; what the bound leaves out is
 named in the ``reply`` event's notices), then fitted and analysed as any reply is,
-with ``content`` as the new user message. The answer is a
+with ``content`` as the new user message; ``stop`` (a string or up to 4) ends the
+answer before the first stop string, as on chat completions. The answer is a
 ``text/event-stream`` of named events, each one's ``data`` the event as the library
 encodes it (``msgspec.json.encode(event)``, its ``type`` field equal to the event name),
 each numbered by its ``id:`` from 0::
@@ -110,7 +112,7 @@ def session_reply_routes(service: ReplyService, sessions: Sessions) -> list:
         messages = conversation.messages + [{"role": "user", "content": req.content}]
         reply_id = f"reply-{secrets.token_hex(12)}"
         run, first = await service.begin(messages, reply_id=reply_id, max_tokens=req.max_tokens,
-                                         temperature=req.temperature)
+                                         temperature=req.temperature, stop=req.stop)
 
         async def save(done: Done, answer: str) -> dict[str, Any]:
             if style is None:

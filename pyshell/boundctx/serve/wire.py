@@ -6,9 +6,14 @@ What a client reads, decided in one place (``shared/research/serving.md`` ยง2, ย
   ``data: [DONE]``;
 * every chunk is a valid ``chat.completion.chunk`` with exactly one choice, except the
   usage chunk asked for with ``stream_options.include_usage`` (``choices: []``);
-* boundctx's own progress travels as a chunk with an empty delta and a top-level
-  ``boundctx`` object (and Open WebUI's status ``event``), never in ``delta.content``
-  and never as an ``event:``-named message, which the official client does not filter;
+* every chunk whose ``finish_reason`` is null has a string ``delta.content``, ``""``
+  when it carries no text (the role chunk, progress, a tool call), so a hand-written
+  loop that reads ``delta["content"]`` until the finish works (llama.cpp's server tests
+  read it so), and the contents joined are exactly the reply's text; the finish chunk's
+  delta is empty, as OpenAI's and llama.cpp's are;
+* boundctx's own progress travels as a chunk with ``delta: {"content": ""}`` and a
+  top-level ``boundctx`` object (and Open WebUI's status ``event``), never as text and
+  never as an ``event:``-named message, which the official client does not filter;
 * errors are ``{"error": {"message", "type", "param", "code"}}``.
 """
 
@@ -61,17 +66,19 @@ class Chunks:
     def tool_call(self, index: int, call: dict[str, Any]) -> dict[str, Any]:
         """One tool call, whole; ``index`` is its place in the reply's calls (clients
         merge deltas by it)."""
-        return self._chunk({"tool_calls": [{"index": index, **call}]})
+        return self._chunk({"content": "", "tool_calls": [{"index": index, **call}]})
 
     def progress(self, extension: dict[str, Any], status: str | None = None, done: bool = False) -> dict[str, Any]:
-        """A chunk that says what boundctx is doing: an empty delta, the ``boundctx``
-        extension, and (``status``) Open WebUI's status event."""
+        """A chunk that says what boundctx is doing: no text (``delta.content`` is
+        ``""``), the ``boundctx`` extension, and (``status``) Open WebUI's status event."""
         extra: dict[str, Any] = {"boundctx": extension}
         if status is not None:
             extra["event"] = {"type": "status", "data": {"description": status, "done": done}}
-        return self._chunk({}, **extra)
+        return self._chunk({"content": ""}, **extra)
 
     def finish(self, reason: str, extension: dict[str, Any]) -> dict[str, Any]:
+        """The last chunk with a choice: the finish reason, and no ``delta.content``
+        (OpenAI's shape, which llama.cpp's server tests hold it to)."""
         return self._chunk({}, reason, boundctx=extension)
 
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
