@@ -103,8 +103,14 @@ class PromptTemplateError(BoundctxError, ValueError):
 class ToolOfferError(BoundctxError, ValueError):
     """The tools given to ``Engine.reply`` cannot be offered to the model: not a list of
     OpenAI function tools, a name given twice or taken by the engine's own
-    ``read_chat_section``, or a model that cannot call tools. Raised at the call, before
-    any model call; the message names the tool and what to change."""
+    ``read_chat_section``, or a model that cannot call tools; or a ``tool_choice`` that
+    cannot be honoured. Raised at the call, before any model call; the message names the
+    tool and what to change, and ``about`` the argument at fault (``"tools"`` or
+    ``"tool_choice"``)."""
+
+    def __init__(self, message: str, about: str = "tools") -> None:
+        super().__init__(message)
+        self.about = about
 
 
 class SectionPlanError(BoundctxError, ValueError):

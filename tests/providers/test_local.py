@@ -295,3 +295,20 @@ def test_a_prompt_that_extends_the_last_one_evaluates_only_its_new_tokens_and_an
     assert local.reusable_prefix(longer) <= 4  # another prompt evaluated since: little of it is held
     cold = local.chat(longer, max_tokens=8, temperature=0)
     assert cold.finish.cached_tokens <= 4 and cold.text == warm.text
+
+
+def test_a_seeded_sampled_reply_is_the_same_whether_or_not_the_prompt_was_held(local):
+    # The second call's prompt is the one the model holds, the third's follows another
+    # prompt: a seed gives the same text all the same (the prompt is evaluated whole).
+    from boundctx.providers.base import Sampling
+
+    ask = [{"role": "user", "content": "Write one sentence about rivers."}]
+
+    def sampled(messages=ask, seed=41):
+        return local.chat(messages, max_tokens=16, temperature=1.0, sampling=Sampling(seed=seed)).text
+
+    first = sampled()
+    assert sampled() == first
+    sampled([{"role": "user", "content": "Name a colour."}], seed=5)
+    assert sampled() == first
+    assert local.chat(ask, max_tokens=16, temperature=1.0).finish.cached_tokens > 0  # unseeded: the prefix kept

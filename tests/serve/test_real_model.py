@@ -152,3 +152,34 @@ def test_a_conversation_of_only_a_system_message_is_answered(served):
                                       "fail?\nAssistant: Step 377 failed with id 7f3a9c11."}])
     assert out.choices[0].message.content.strip() and out.choices[0].finish_reason in ("stop", "length")
     assert out.usage.completion_tokens > 0
+
+
+def test_a_seed_makes_a_sampled_reply_repeatable_on_the_local_model(served):
+    # At temperature 1 the same seed gives the same text, whatever ran in between (the
+    # seed is set per call, not once per process).
+    url, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    ask = [{"role": "user", "content": "Write one sentence about rivers."}]
+
+    def sampled(seed):
+        return client.chat.completions.create(model=model, messages=ask, max_tokens=24, temperature=1,
+                                              seed=seed).choices[0].message.content
+
+    first = sampled(41)
+    others = {sampled(seed) for seed in (1, 2, 3)}
+    assert sampled(41) == first
+    assert len(others | {first}) > 1  # at temperature 1 the seed is what decides: four seeds, not one text
+
+
+def test_a_json_response_format_holds_the_local_model_to_json(served):
+    url, _ = served
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    out = client.chat.completions.create(model=model, max_tokens=48, temperature=0, messages=[
+        {"role": "user", "content": "Which city is the capital of France? Answer in JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
+    assert out.choices[0].finish_reason == "stop", out.choices[0].message.content
+    assert set(json.loads(out.choices[0].message.content)) == {"city"}

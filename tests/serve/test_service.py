@@ -156,3 +156,22 @@ def test_bearer_keys_ask_for_a_key_except_on_open_paths():
     assert call(app, authorization="Bearer k3")[0] == 401
     assert call(app, "/health")[0] == 200
     assert call(BearerKeys(_ok, set(), lambda path: False))[0] == 200
+
+
+def test_the_per_reply_gate_describes_its_provider_as_the_provider_does():
+    # Every public, non-method attribute of the provider contract is passed on: a new
+    # capability added to Provider and not to DESCRIPTION would be the base's default here.
+    import threading
+
+    from boundctx.providers import ScriptedProvider
+    from boundctx.providers.base import Provider
+    from boundctx.serve.replies import GatedProvider, Slots
+
+    declared = {name for name in vars(Provider) if not name.startswith("_") and not callable(vars(Provider)[name])
+                and name != "DESCRIPTION"} | set(Provider.__annotations__)
+    assert declared <= set(Provider.DESCRIPTION)
+    provider = ScriptedProvider(lambda r: "ok", context_window=777)
+    provider.supports_tool_choice = provider.serialises = True
+    provider.supports_tools = provider.reports_usage = False
+    gate = GatedProvider(provider, Slots(1, 1).admit(), threading.Event())
+    assert all(getattr(gate, name) is getattr(provider, name) for name in Provider.DESCRIPTION)

@@ -41,7 +41,7 @@ from boundctx.errors import (
     ToolOfferError,
 )
 from boundctx.events import Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
-from boundctx.providers.base import Finish, Provider, TextChunk, ToolCallChunk
+from boundctx.providers.base import Finish, Provider, Sampling, TextChunk, ToolCallChunk, ToolChoice
 
 __all__ = ["COORDINATOR_NOTES", "Engine"]
 
@@ -143,6 +143,44 @@ def _tool_name(tool: Mapping[str, Any]) -> str:
     return tool["function"]["name"]
 
 
+class _Asked(NamedTuple):
+    """What the caller asked of the answering calls beyond the conversation: stop
+    strings, a schema, sampling, a tool choice (not of the note-taking workers or the
+    reread step, which keep their own)."""
+
+    stops: list[str]
+    schema: dict[str, Any] | None = None
+    sampling: Sampling | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+
+def _checked_tool_choice(choice: Any, callers: list[dict[str, Any]], provider: Provider) -> ToolChoice | None:
+    """``choice`` as the answering calls send it, checked against the tools offered and
+    what the provider can do (ToolOfferError naming what is wrong)."""
+    if choice is None or choice in ("auto", "none"):
+        return choice
+    function = choice.get("function") if isinstance(choice, Mapping) and choice.get("type") == "function" else None
+    if choice == "required":
+        name = None
+    elif isinstance(function, Mapping) and isinstance(function.get("name"), str):
+        name = function["name"]
+    else:
+        raise ToolOfferError(f"tool_choice {choice!r} is none of 'auto', 'none', 'required' or "
+                             '{"type": "function", "function": {"name": ...}}', "tool_choice")
+    if not callers:
+        raise ToolOfferError(f"tool_choice {choice!r} asks for a tool call, but no tools are offered; send tools, "
+                             "or leave tool_choice out", "tool_choice")
+    if name is not None and name not in {_tool_name(t) for t in callers}:
+        raise ToolOfferError(f"tool_choice names the function {name!r}, which is not among the tools offered "
+                             f"({', '.join(map(_tool_name, callers))})", "tool_choice")
+    if not provider.supports_tool_choice:
+        raise ToolOfferError(f"{provider.name} cannot be held to calling a tool (its chat template decides), so "
+                             f"tool_choice {choice!r} could not be honoured; send 'auto' or 'none', or use a remote "
+                             "model", "tool_choice")
+    return {"type": "function", "function": {"name": name}} if name is not None else choice
+
+
 def _callers_tools(tools: Any) -> list[dict[str, Any]]:
     """The caller's tools, checked, as a private deep copy: what the model is offered
     cannot change under a reply, and the caller's own objects are never touched."""
@@ -224,7 +262,9 @@ class Engine:
 
     def reply(self, messages: Sequence[Mapping[str, Any]], *, files: Sequence[tuple[str, str]] = (),
               cancel: Any = None, tools: Sequence[Mapping[str, Any]] | None = None,
-              stop: str | Sequence[str] | None = None) -> Iterator[Event]:
+              stop: str | Sequence[str] | None = None, tool_choice: ToolChoice | None = None,
+              parallel_tool_calls: bool | None = None, sampling: Sampling | None = None,
+              response_schema: Mapping[str, Any] | None = None) -> Iterator[Event]:
         """Answer the last user message of ``messages`` (with ``files`` attached to it);
         in a conversation without one (a system message alone, as a title request
         sends), answer the conversation as it stands, ``files`` after it.
@@ -258,6 +298,19 @@ class Engine:
             to stop there too; the engine cuts the answer itself all the same, since a
             server may ignore the field (decision 0036). Only the answer is cut: the
             note-taking workers' notes and the reread step are not.
+        tool_choice : str or dict, optional
+            OpenAI's: ``"auto"`` (the default), ``"none"`` (the model answers in text;
+            a provider that cannot be told so is not offered the tools), ``"required"``
+            or ``{"type": "function", "function": {"name": ...}}`` (a provider that
+            :attr:`~boundctx.providers.base.Provider.supports_tool_choice`).
+        parallel_tool_calls : bool, optional
+            Whether the model may call several tools in one reply (forwarded).
+        sampling : Sampling, optional
+            The answer's seed, cut-offs and penalties; note-taking workers keep theirs.
+        response_schema : dict, optional
+            A JSON schema the answer is held to: a local model's decoder by a grammar,
+            a server by its ``response_format``. Only the answer: the workers' notes and
+            the reread step keep their own forms, and the answer is written from them.
 
         Returns
         -------
@@ -273,8 +326,10 @@ class Engine:
         ToolOfferError
             At the call, before any event: ``tools`` is not a list of function tools, a
             name is missing, given twice or ``read_chat_section``, parameters are not an
-            object schema, or the provider cannot call tools (an agent turn answered
-            without them would look like a choice not to call any).
+            object schema, the provider cannot call tools (an agent turn answered
+            without them would look like a choice not to call any), or ``tool_choice``
+            cannot be honoured (no tools, a name not offered, a provider that cannot be
+            held to a call).
         TypeError, ValueError
             At the call: ``messages`` is empty, or ``stop`` is not a string or a list of
             strings, or one is empty.
@@ -283,15 +338,20 @@ class Engine:
             raise ValueError("the conversation is empty: give at least one message to answer")
         stops = check_stops(stop)
         offered = _callers_tools(tools)
+        choice = _checked_tool_choice(tool_choice, offered, self.provider)
+        if choice == "none" and not (self.provider.supports_tools and self.provider.supports_tool_choice):
+            offered, choice = [], None  # a model never shown the tools cannot call them
         if offered and not self.provider.supports_tools:
             names = ", ".join(map(_tool_name, offered))
             raise ToolOfferError(f"{self.provider.name} cannot call tools (decision 0010), so the tools offered "
                                  f"({names}) could never be called; use a tool-capable model (a remote one, or a "
                                  "local one whose chat template renders tools) or send no tools")
-        return self._events(messages, files, cancel, offered, stops)
+        asked = _Asked(stops, dict(response_schema) if response_schema is not None else None, sampling,
+                       choice if offered else None, parallel_tool_calls if offered else None)
+        return self._events(messages, files, cancel, offered, asked)
 
     def _events(self, messages: Sequence[Mapping[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-                callers: list[dict[str, Any]], stops: list[str]) -> Iterator[Event]:
+                callers: list[dict[str, Any]], asked: _Asked) -> Iterator[Event]:
         started = time.monotonic()
         conversation = [dict(m) for m in messages]
         system = self.settings.chat.system_prompt
@@ -301,12 +361,12 @@ class Engine:
         else:
             shift = 0
         try:
-            yield from self._reply(conversation, files, cancel, started, shift, callers, stops)
+            yield from self._reply(conversation, files, cancel, started, shift, callers, asked)
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
 
     def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-               started: float, shift: int, callers: list[dict[str, Any]], stops: list[str]) -> Iterator[Event]:
+               started: float, shift: int, callers: list[dict[str, Any]], asked: _Asked) -> Iterator[Event]:
         s = self.settings
         provider = self.provider
         workers = s.chat.analysis_workers
@@ -449,7 +509,7 @@ class Engine:
                 if final is None:
                     yield Done("cancelled")
                     return
-        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, stops)
+        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked)
 
     def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
@@ -587,7 +647,7 @@ class Engine:
 
     def _coordinate(self, messages: list[dict[str, Any]], notes_at: int | None, tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
-                    started: float, stops: list[str]) -> Iterator[Event]:
+                    started: float, asked: _Asked) -> Iterator[Event]:
         provider = self.provider
         temperature = self.settings.chat.temperature
         theirs = {_tool_name(t) for t in callers}
@@ -604,9 +664,12 @@ class Engine:
             guard = RepetitionGuard()
             # The stop strings are cut before the guard sees the text: what follows one is
             # not the answer, so it is neither shown nor judged.
-            cut = StopCut(stops)
+            cut = StopCut(asked.stops)
             stream = provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
-                                          temperature=temperature, stop=stops or None, cancel=cancel)
+                                          temperature=temperature, stop=asked.stops or None, cancel=cancel,
+                                          schema=asked.schema, sampling=asked.sampling,
+                                          tool_choice=asked.tool_choice if offered else None,
+                                          parallel_tool_calls=asked.parallel_tool_calls if offered else None)
             with _model_call(stream, "the model call"):
                 for chunk in stream:
                     if isinstance(chunk, TextChunk):

@@ -12,8 +12,8 @@ import msgspec
 from boundctx.errors import ContextOverflow
 from boundctx.tokens.base import Message, TokenCounter
 
-__all__ = ["ChatRequest", "ChunkStream", "Finish", "FinishReason", "Provider", "Reply", "TextChunk", "ToolCallChunk",
-           "finish_reason", "make_request"]
+__all__ = ["ChatRequest", "ChunkStream", "Finish", "FinishReason", "Provider", "Reply", "Sampling", "TextChunk",
+           "ToolCallChunk", "ToolChoice", "finish_reason", "make_request"]
 
 #: Why a stream ended: the OpenAI set (a remote server's own reason is passed on), and
 #: ``"cancelled"`` when the caller's cancel event stopped it.
@@ -76,6 +76,41 @@ Chunk = TextChunk | ToolCallChunk | Finish
 ChunkStream = Generator[Chunk, None, None]
 
 
+class Sampling(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """How one reply's tokens are drawn, where its caller asked (an OpenAI request's
+    ``seed``, ``top_p``, penalties; llama.cpp's ``top_k`` and ``min_p``). None leaves
+    the model's own default: a local model's llama.cpp sampler, a server's.
+
+    Attributes
+    ----------
+    seed : int, optional
+        The same seed, prompt and settings give the same reply (a local model: per
+        call, not once per process; a server: forwarded, where it honours one).
+    top_p, min_p : float, optional
+        Nucleus and minimum-probability cut-offs, 0–1.
+    top_k : int, optional
+        Only the k most likely tokens (0 = all).
+    presence_penalty, frequency_penalty : float, optional
+        −2 to 2, OpenAI's meaning.
+    """
+
+    seed: int | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The fields the caller set, by name."""
+        return {name: value for name in self.__struct_fields__ if (value := getattr(self, name)) is not None}
+
+
+#: OpenAI's ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, or one function
+#: named (``{"type": "function", "function": {"name": ...}}``).
+ToolChoice = str | dict[str, Any]
+
+
 class ChatRequest(msgspec.Struct, frozen=True):
     """Everything one call asked for (what the scripted provider records).
 
@@ -91,19 +126,26 @@ class ChatRequest(msgspec.Struct, frozen=True):
     stop: list[str] | None = None
     schema: dict[str, Any] | None = None
     keep_state: bool = True
+    sampling: Sampling | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 def make_request(messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None, max_tokens: int,
                  temperature: float, stop: Sequence[str] | None, schema: Mapping[str, Any] | None,
-                 timeout_s: float | None, keep_state: bool = True) -> ChatRequest:
+                 timeout_s: float | None, keep_state: bool = True, sampling: Sampling | None = None,
+                 tool_choice: ToolChoice | None = None, parallel_tool_calls: bool | None = None) -> ChatRequest:
     """A checked :class:`ChatRequest` (shared by the sync and async entry points)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if not tools and tool_choice not in (None, "auto", "none"):
+        raise ValueError(f"tool_choice {tool_choice!r} needs tools to choose from")
     return ChatRequest([dict(m) for m in messages], [dict(t) for t in tools] if tools else None,
                        max_tokens, float(temperature), list(stop) if stop else None, dict(schema) if schema else None,
-                       bool(keep_state))
+                       bool(keep_state), sampling if sampling is not None and sampling.given() else None,
+                       tool_choice if tools else None, parallel_tool_calls if tools else None)
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -122,6 +164,11 @@ class Provider(ABC):
     frees them in :meth:`close`; ``with provider:`` closes it on the way out.
     """
 
+    #: What a provider says about itself beside its window; a wrapper of a provider
+    #: (serve's per-reply gate) passes each of them on.
+    DESCRIPTION = ("name", "counter", "context_window", "supports_tools", "supports_tool_choice", "reports_usage",
+                   "serialises")
+
     name: str = "provider"
     counter: TokenCounter
     context_window: int
@@ -130,6 +177,10 @@ class Provider(ABC):
     #: Whether replies carry token usage. False refuses a token-bounded turn up front;
     #: a reply that comes back without usage anyway exhausts the bound (never guessed).
     reports_usage: bool = True
+    #: Whether a request's ``tool_choice`` can hold the model to calling a tool
+    #: (``"required"``, a named function); ``"auto"`` and ``"none"`` every tool-capable
+    #: provider honours (``"none"`` by not offering the tools).
+    supports_tool_choice: bool = True
     #: Whether generations run one at a time whatever the caller does (local models):
     #: :meth:`turn` then waits for the model.
     serialises: bool = False
@@ -150,7 +201,8 @@ class Provider(ABC):
                     tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
                     temperature: float = 0.2, stop: Sequence[str] | None = None,
                     schema: Mapping[str, Any] | None = None, cancel: Any = None,
-                    timeout_s: float | None = None, keep_state: bool = True) -> ChunkStream:
+                    timeout_s: float | None = None, keep_state: bool = True, sampling: Sampling | None = None,
+                    tool_choice: ToolChoice | None = None, parallel_tool_calls: bool | None = None) -> ChunkStream:
         """Stream a completion: :class:`TextChunk` and :class:`ToolCallChunk`, then one
         :class:`Finish` (the request is built by :func:`make_request` and sent by
         :meth:`stream`).
@@ -175,6 +227,14 @@ class Provider(ABC):
         keep_state : bool
             False: one-off work, whose state a local model need not keep for later
             prompts (:class:`ChatRequest`).
+        sampling : Sampling, optional
+            The caller's sampling (seed, cut-offs, penalties); the model's defaults
+            for what it leaves out.
+        tool_choice : str or dict, optional
+            OpenAI's ``tool_choice`` for ``tools`` (``"required"`` and a named function
+            only where :attr:`supports_tool_choice`).
+        parallel_tool_calls : bool, optional
+            Whether the model may call several tools in one reply (forwarded).
 
         Raises
         ------
@@ -183,7 +243,8 @@ class Provider(ABC):
             any model call where counts are exact.
         """
         request = make_request(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                               schema=schema, timeout_s=timeout_s, keep_state=keep_state)
+                               schema=schema, timeout_s=timeout_s, keep_state=keep_state, sampling=sampling,
+                               tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls)
         return self.stream(request, cancel=cancel, timeout_s=timeout_s)
 
     def stream(self, request: ChatRequest, *, cancel: Any = None, timeout_s: float | None = None) -> ChunkStream:

@@ -300,6 +300,9 @@ class LlamaCppProvider(Provider):
     """
 
     name = "local"
+    #: The chat template decides how tools are offered and called; nothing here can
+    #: hold the model to a call ("none" is honoured by not offering them).
+    supports_tool_choice = False
     counter: LlamaCounter
     #: Generations take turns on :data:`INFERENCE_LOCK`: callers that run tasks in
     #: parallel can wait for their turn first (:meth:`turn`) and count the wait against
@@ -519,14 +522,25 @@ class LlamaCppProvider(Provider):
                     reason = "cancelled"  # before any evaluation: the cache stays as it is
                 else:
                     kept = _kept_prefix(llm, tokens)  # under the lock: what this call will not evaluate
-                    self._keep_held(llm, kept)
-                    kept = self._restore(llm, tokens, kept)
+                    if request.sampling is not None and request.sampling.seed is not None:
+                        # A seed asks for the same reply again. llama.cpp's logits differ in
+                        # their last bits between a prompt evaluated whole and one whose start
+                        # was kept (other batch shapes), which at a temperature above 0 is
+                        # another reply: evaluate the whole prompt, as every seeded call does.
+                        self._keep_held(llm, 0)
+                        self._forget_evaluation(llm)
+                        kept = 0
+                    else:
+                        self._keep_held(llm, kept)
+                        kept = self._restore(llm, tokens, kept)
                     self._held_worth_keeping = request.keep_state
+                    # The caller's sampling goes to llama.cpp's sampler by the same names
+                    # (a seed per call: llama-cpp-python reseeds every completion).
+                    sampling = request.sampling.given() if request.sampling is not None else {}
                     stream = llm.create_completion(prompt=tokens, max_tokens=request.max_tokens,
                                                    temperature=request.temperature, stop=request.stop or [],
                                                    repeat_penalty=1.0 if grammar is not None else self.repeat_penalty,
-                                                   grammar=grammar,
-                                                   stream=True)
+                                                   grammar=grammar, stream=True, **sampling)
                     try:
                         # llama-cpp-python streams one piece per generated token (it holds
                         # back a token that ends inside a UTF-8 character and sends it with

@@ -38,8 +38,10 @@ from boundctx.providers.base import (
     Finish,
     FinishReason,
     Provider,
+    Sampling,
     TextChunk,
     ToolCallChunk,
+    ToolChoice,
     finish_reason,
     make_request,
 )
@@ -187,6 +189,12 @@ class OpenAICompatibleProvider(Provider):
             body["cache_prompt"] = True
         if request.tools:
             body["tools"] = request.tools
+            if request.tool_choice is not None:
+                body["tool_choice"] = request.tool_choice
+            if request.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = request.parallel_tool_calls
+        if request.sampling is not None:  # only what the caller set: the server keeps its defaults for the rest
+            body.update(request.sampling.given())
         if request.schema is not None:
             if self._schema_style == "json_schema":  # OpenAI's form; llama-server takes it too
                 body["response_format"] = {"type": "json_schema",
@@ -333,11 +341,14 @@ class OpenAICompatibleProvider(Provider):
                            tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
                            temperature: float = 0.2, stop: Sequence[str] | None = None,
                            schema: Mapping[str, Any] | None = None, cancel: Any = None,
-                           timeout_s: float | None = None) -> AsyncIterator[Chunk]:
+                           timeout_s: float | None = None, sampling: Sampling | None = None,
+                           tool_choice: ToolChoice | None = None,
+                           parallel_tool_calls: bool | None = None) -> AsyncIterator[Chunk]:
         """:meth:`stream_chat` for asyncio: the same chunks, the same errors. ``cancel``
         may be a ``threading.Event`` or an ``asyncio.Event``."""
         request = make_request(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                               schema=schema, timeout_s=timeout_s)
+                               schema=schema, timeout_s=timeout_s, sampling=sampling, tool_choice=tool_choice,
+                               parallel_tool_calls=parallel_tool_calls)
         prompt_tokens = self.count_prompt(request.messages, tools=request.tools)
         self._check_fits(prompt_tokens, request.max_tokens)
         started = time.monotonic()

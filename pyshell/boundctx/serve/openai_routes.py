@@ -22,6 +22,7 @@ import msgspec
 
 from boundctx import config
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
+from boundctx.providers.base import Sampling
 from boundctx.serve.http import ApiError, client_closed, read_json
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.replies import ReplyRun
@@ -57,7 +58,9 @@ def openai_routes(service: ReplyService) -> list:
         chunks = Chunks(service.model_id)
         run, first = await service.begin(req.messages, reply_id=chunks.id,
                                          max_tokens=req.max_completion_tokens or req.max_tokens,
-                                         temperature=req.temperature, tools=req.tools, stop=req.stop)
+                                         temperature=req.temperature, tools=req.tools, stop=req.stop,
+                                         tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
+                                         sampling=_sampling(req), response_schema=req.response_format)
         if req.stream:
             frames = _ChatFrames(chunks, req, service.settings)
             return EventStream(run, first, frames=frames, opening=frame(chunks.role()),
@@ -75,6 +78,13 @@ def openai_routes(service: ReplyService) -> list:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
     ]
+
+
+def _sampling(req: ChatCompletionRequest) -> Sampling | None:
+    """The request's sampling fields, None when it set none."""
+    sampling = Sampling(seed=req.seed, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+                        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty)
+    return sampling if sampling.given() else None
 
 
 async def _complete(request, chunks: Chunks, run: ReplyRun, first: Any):

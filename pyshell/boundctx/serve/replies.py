@@ -116,12 +116,8 @@ class GatedProvider(Provider):
 
     def __init__(self, provider: Provider, ticket: Ticket, cancel: threading.Event) -> None:
         self.inner = provider
-        self.name = provider.name
-        self.counter = provider.counter
-        self.context_window = provider.context_window
-        self.supports_tools = provider.supports_tools
-        self.reports_usage = provider.reports_usage
-        self.serialises = provider.serialises
+        for attribute in Provider.DESCRIPTION:  # the gate is the provider, as the engine sees it
+            setattr(self, attribute, getattr(provider, attribute))
         self._ticket = ticket
         self._cancel = cancel
 

@@ -1,11 +1,14 @@
 """Reading request bodies: what is accepted, and the 400 for the rest.
 
-On ``POST /v1/chat/completions`` unknown fields are ignored (front ends send many:
-``user``, ``seed``, ``logit_bias``...), as OpenAI-compatible servers do; what boundctx
-would have to ignore *silently* to answer (``n > 1``, image parts, a tool message with
-no id) is refused with the field named, so nothing is dropped without a word. boundctx's
-own routes refuse unknown fields: no front end sends them by habit, and a misspelt
-option ignored is a surprise.
+On ``POST /v1/chat/completions`` every field of OpenAI's that changes the answer is
+honoured (sampling, ``stop``, ``tool_choice``, ``response_format``...) or, where boundctx
+cannot honour it, refused at any value but its neutral one with the field named
+(:data:`REFUSED`, ``n > 1``, image parts, a tool message with no id): nothing a client
+asks for is dropped without a word. Fields that only label a request (``user``,
+``metadata``, ``store``, ``service_tier``) and vendors' own extras are ignored, as
+OpenAI-compatible servers do; the README's table lists every field. boundctx's own routes
+refuse unknown fields: no front end sends them by habit, and a misspelt option ignored is
+a surprise.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import msgspec
 
 from boundctx.serve.http import ApiError
 
-__all__ = ["BadRequest", "ChatCompletionRequest", "CountRequest", "SessionCreateRequest", "SessionReplyRequest",
-           "UnderstandRequest", "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
-           "parse_session_reply"]
+__all__ = ["REFUSED", "SAMPLING_RANGES", "BadRequest", "ChatCompletionRequest", "CountRequest",
+           "SessionCreateRequest", "SessionReplyRequest", "UnderstandRequest", "check_messages", "check_tools",
+           "decode", "parse_chat_request", "parse_count_request", "parse_session_reply", "response_schema"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -45,8 +48,43 @@ class ChatCompletionRequest(msgspec.Struct, forbid_unknown_fields=False):
     n: int = 1
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     #: Checked and made a list (or None) by :func:`parse_chat_request`.
     stop: str | list[str] | None = None
+    # Sampling (boundctx.providers.base.Sampling); top_k and min_p are llama.cpp's.
+    seed: int | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    #: Made a JSON schema (or None) by :func:`parse_chat_request`.
+    response_format: Any = None
+    # Refused unless neutral (REFUSED): accepted here so the refusal can name them.
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    logit_bias: dict[str, float] | None = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+
+
+#: Sampling fields and their accepted ranges (OpenAI's; llama.cpp's for top_k, min_p).
+SAMPLING_RANGES: dict[str, tuple[float, float]] = {
+    "seed": (-(2**63), 2**63 - 1), "top_p": (0.0, 1.0), "top_k": (0, 2**31 - 1), "min_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
+
+#: Fields of OpenAI's chat completions that boundctx serve does not honour, and why. Each
+#: is accepted at its neutral value (what a client sends when it means "none") and
+#: refused with a 400 naming it otherwise: never taken and dropped.
+REFUSED: dict[str, str] = {
+    "logprobs": "token log-probabilities are not returned; send logprobs false or leave it out",
+    "top_logprobs": "token log-probabilities are not returned; leave top_logprobs out",
+    "logit_bias": "token ids are each model's own, and a bias is not applied; leave logit_bias out",
+    "modalities": "boundctx serve answers in text only; send [\"text\"] or leave modalities out",
+    "audio": "boundctx serve answers in text only; leave audio out",
+    "prediction": "predicted outputs are not used; leave prediction out",
+}
 
 
 class SessionReplyRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -173,6 +211,17 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     req = decode(body, ChatCompletionRequest)
     if req.n != 1:
         raise BadRequest(f"n = {req.n}: boundctx serve returns one choice; send n = 1", param="n")
+    neutral = {"logprobs": req.logprobs in (None, False), "top_logprobs": req.top_logprobs is None,
+               "logit_bias": not req.logit_bias, "modalities": req.modalities in (None, ["text"]),
+               "audio": req.audio is None, "prediction": req.prediction is None}
+    for name, ok in neutral.items():
+        if not ok:
+            raise BadRequest(f"{name}: {REFUSED[name]}", param=name, code="unsupported_parameter")
+    for name, (low, high) in SAMPLING_RANGES.items():
+        value = getattr(req, name)
+        if value is not None and not low <= value <= high:
+            raise BadRequest(f"{name} must be between {low:g} and {high:g}, got {value}", param=name)
+    req.response_format = response_schema(req.response_format)
     _check_options(req)
     req.messages = check_messages(req.messages)
     check_tools(req.tools)
@@ -196,10 +245,27 @@ def _message(m: dict[str, Any], i: int) -> dict[str, Any]:
         if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
                                                   for c in calls):
             raise BadRequest(f"{where}.tool_calls must be a list of function calls", param=f"{where}.tool_calls")
+        for k, call in enumerate(calls):
+            _check_arguments(call["function"].get("arguments"), f"{where}.tool_calls[{k}].function.arguments")
         out["tool_calls"] = calls
     if isinstance(m.get("name"), str):
         out["name"] = m["name"]
     return out
+
+
+def _check_arguments(arguments: Any, where: str) -> None:
+    """A call's arguments as OpenAI sends them: a string holding a JSON object. Other
+    arguments would reach the model as a call it never made (or fail in a template)."""
+    if not isinstance(arguments, str):
+        raise BadRequest(f"{where} must be a string of JSON (an object of the arguments), got "
+                         f"{type(arguments).__name__}", param=where)
+    try:
+        parsed = msgspec.json.decode(arguments)
+    except (msgspec.DecodeError, RecursionError):
+        raise BadRequest(f"{where} is not valid JSON: {arguments[:80]!r}", param=where) from None
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"{where} must be a JSON object of the arguments, got {type(parsed).__name__}",
+                         param=where)
 
 
 def _content(content: Any, where: str) -> str:
@@ -219,3 +285,34 @@ def _content(content: Any, where: str) -> str:
                                  param=f"{where}[{k}]")
         return "".join(texts)
     raise BadRequest(f"{where} must be a string or a list of text parts", param=where)
+
+
+#: The JSON schema of ``{"type": "json_object"}``: any object.
+JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def response_schema(response_format: Any) -> dict[str, Any] | None:
+    """The JSON schema a ``response_format`` holds the answer to: None for ``text`` or
+    none, any object for ``json_object``, the given schema for ``json_schema``.
+
+    Raises
+    ------
+    BadRequest
+        Another type, or a ``json_schema`` without a schema object, naming the field.
+    """
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise BadRequest('response_format json_schema needs {"json_schema": {"name": ..., "schema": {...}}}',
+                             param="response_format.json_schema")
+        return schema
+    raise BadRequest(f"response_format type {kind!r} is not accepted: send 'text', 'json_object' or "
+                     "'json_schema'", param="response_format.type")

@@ -21,7 +21,7 @@ from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.errors import ConfigError, ToolOfferError
 from boundctx.events import Failed
-from boundctx.providers.base import Provider
+from boundctx.providers.base import Provider, Sampling, ToolChoice
 from boundctx.serve.http import ApiError, busy
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots, Ticket
 from boundctx.serve.requests import BadRequest
@@ -86,10 +86,13 @@ class ReplyService:
 
     async def begin(self, messages: list[dict[str, Any]], *, reply_id: str, max_tokens: int | None = None,
                     temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
-                    stop: str | Sequence[str] | None = None) -> Started:
+                    stop: str | Sequence[str] | None = None, tool_choice: ToolChoice | None = None,
+                    parallel_tool_calls: bool | None = None, sampling: Sampling | None = None,
+                    response_schema: dict[str, Any] | None = None) -> Started:
         """Admit and start one reply, and read its first event. The run can be cancelled
-        by ``reply_id`` until :meth:`end`. ``stop``: the caller's stop strings
-        (:meth:`~boundctx.analysis.Engine.reply`).
+        by ``reply_id`` until :meth:`end`. ``stop``, ``tool_choice``,
+        ``parallel_tool_calls``, ``sampling`` and ``response_schema`` are
+        :meth:`~boundctx.analysis.Engine.reply`'s.
 
         Raises
         ------
@@ -110,10 +113,13 @@ class ReplyService:
             raise BadRequest(str(exc)) from None
         try:
             # The tools are checked here, before any event: a bad one is a 400.
-            events = engine.reply(messages, cancel=cancel, tools=tools, stop=stop)
+            events = engine.reply(messages, cancel=cancel, tools=tools, stop=stop, tool_choice=tool_choice,
+                                  parallel_tool_calls=parallel_tool_calls, sampling=sampling,
+                                  response_schema=response_schema)
         except ToolOfferError as exc:
             ticket.release()
-            raise ApiError(400, str(exc), "invalid_tools", "tools") from None
+            param = "tool_choice" if exc.about == "tool_choice" else "tools"
+            raise ApiError(400, str(exc), f"invalid_{param}", param) from None
         run = ReplyRun(lambda: events, cancel, asyncio.get_running_loop(), on_end=ticket.release)
         self._replies[reply_id] = run
         try:
