@@ -241,3 +241,14 @@ def test_a_tool_call_in_history_whose_arguments_are_not_a_json_object_is_a_400(s
     error = refused(server, "messages[1].tool_calls[0].function.arguments", messages=history)
     assert said in error["message"]
     assert provider.requests == []
+
+
+def test_text_completions_are_a_404_in_the_api_shape_that_says_where_to_go(serve):
+    server = serve(ScriptedProvider(lambda r: "ok"), settings=settings(), model_id=MODEL)
+    for path in ("/v1/completions", "/completions"):
+        r = httpx.post(server.url + path, json={"model": MODEL, "prompt": "Say hi"})
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/json")
+        assert "POST /v1/chat/completions" in r.json()["error"]["message"]
+    with pytest.raises(openai.NotFoundError) as caught:
+        client(server).completions.create(model=MODEL, prompt="Say hi")
+    assert "chat completions only" in str(caught.value)

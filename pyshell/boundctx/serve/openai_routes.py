@@ -70,7 +70,15 @@ def openai_routes(service: ReplyService) -> list:
         finally:
             service.end(chunks.id)
 
+    async def text_completions(request):
+        # The legacy text-completion API: clients that fall back to it are told where to
+        # go, in the API's error shape, rather than answered as a prompt would not be.
+        raise ApiError(404, f"{request.url.path} (text completions) is not served: boundctx serve answers chat "
+                            "completions only; send messages to POST /v1/chat/completions", "not_found")
+
     return [
+        Route("/v1/completions", text_completions, methods=["POST"]),
+        Route("/completions", text_completions, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/v1/health", health, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
