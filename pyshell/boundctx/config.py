@@ -67,6 +67,8 @@ class Key(msgspec.Struct, frozen=True):
         The minimum itself is not accepted (``> 0``).
     choices : tuple, optional
         The accepted values, for a closed set.
+    label : str
+        Its name in words a person reads, for a settings screen ("Temperature").
     """
 
     name: str
@@ -77,6 +79,7 @@ class Key(msgspec.Struct, frozen=True):
     maximum: float | None = None
     exclusive_minimum: bool = False
     choices: tuple[Any, ...] | None = None
+    label: str = ""
 
     @property
     def env(self) -> str:
@@ -182,130 +185,144 @@ def _declare(*keys: Key) -> dict[str, Key]:
 #: Every setting boundctx reads (DESIGN.md, "Limits").
 KEYS: dict[str, Key] = _declare(
     Key("chat.analysis_workers", "int", 2, "note-taking workers that read inputs too large for "
-        "the context, one at a time; 0 turns section analysis off", minimum=0, maximum=8),
+        "the context, one at a time; 0 turns section analysis off", minimum=0, maximum=8, label="Note-taking workers"),
     # A maximum keeps a value from wrapping on its way into llama.cpp's 32-bit fields
     # (2**32 + 2048 opened a 2,048-token context while boundctx counted 4.29 G).
     Key("chat.n_ctx", "int", 8192, "the chat model's context window in tokens (remote models; "
-        "local models are opened with it)", minimum=512, maximum=MAX_CONTEXT),
+        "local models are opened with it)", minimum=512, maximum=MAX_CONTEXT, label="Context window (tokens)"),
     Key("chat.tool_result_clip_chars", "int", 4000, "with analysis off, tool results are cut "
-        "to this many characters", minimum=0, maximum=LARGEST),
+        "to this many characters", minimum=0, maximum=LARGEST, label="Tool result cut (characters, analysis off)"),
     # Decision 0029: a drop at the window's edge goes down to this share of the prompt's
     # limit, so the turns after it append to a prefix a model's cache still holds.
     Key("chat.low_water", "float", 0.5, "when old history must be dropped, drop down to this share "
         "of the prompt's limit, so the next turns keep the same start (and the model's cache of it); "
         "1 drops only what must go, every turn at the window's edge", minimum=0, exclusive_minimum=True,
-        maximum=1),
+        maximum=1, label="History kept when dropping (share)"),
     Key("analysis.worker_n_ctx", "int", 4096, "context of each note-taking worker prompt, in "
-        "tokens", minimum=512, maximum=MAX_CONTEXT),
+        "tokens", minimum=512, maximum=MAX_CONTEXT, label="Worker context (tokens)"),
     Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one worker "
-        "generation, in seconds", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS),
+        "generation, in seconds", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS,
+        label="Worker time limit (seconds)"),
     # A worker prompt holds the notes and keeps as many tokens free for the worker's
     # output: twice the notes must be under the worker context (RELATIONS).
     Key("analysis.notes_max_tokens", "int", 384, "most tokens a worker's notes may take; twice this "
-        "must be under analysis.worker_n_ctx", minimum=16, maximum=(MAX_CONTEXT - 1) // 2),
+        "must be under analysis.worker_n_ctx", minimum=16, maximum=(MAX_CONTEXT - 1) // 2,
+        label="Notes per worker (tokens)"),
     Key("analysis.max_source_chars", "int", 1_000_000, "longest input analysed in one reply, "
-        "in characters", minimum=1, maximum=LARGEST),
+        "in characters", minimum=1, maximum=LARGEST, label="Longest input read (characters)"),
     Key("analysis.max_sections", "int", 64, "most sections analysed in one reply", minimum=1,
-        maximum=LARGEST),
+        maximum=LARGEST, label="Most sections per reply"),
     Key("analysis.overlap_chars", "int", 64, "characters each section repeats from the one "
-        "before; less than analysis.max_source_chars", minimum=0, maximum=LARGEST - 1),
+        "before; less than analysis.max_source_chars", minimum=0, maximum=LARGEST - 1,
+        label="Section overlap (characters)"),
     Key("analysis.constrained_rereads", "bool", True, "a model that cannot call tools may still "
         "ask for exact rereads of the ranges the notes cite, in one step its decoder holds to a "
-        "JSON schema, before it answers (one more model call when something was analysed)"),
+        "JSON schema, before it answers (one more model call when something was analysed)",
+        label="Exact rereads without tool calls"),
     Key("understanding.max_model_calls", "int", 24, "most model calls one turn of understanding "
-        "makes (repairs, votes and escalations included)", minimum=1, maximum=LARGEST),
+        "makes (repairs, votes and escalations included)", minimum=1, maximum=LARGEST,
+        label="Most model calls per turn"),
     Key("understanding.max_chain_depth", "int", 12, "most dependent model calls in a row in one "
-        "turn (each repair or escalation is one more)", minimum=1, maximum=LARGEST),
+        "turn (each repair or escalation is one more)", minimum=1, maximum=LARGEST, label="Longest chain of calls"),
     Key("understanding.max_parallel", "int", 4, "most understanding tasks running at once "
-        "(local models still take turns on the inference lock)", minimum=1, maximum=64),
+        "(local models still take turns on the inference lock)", minimum=1, maximum=64, label="Tasks at once"),
     Key("understanding.max_prompt_tokens", "int", 65536, "most prompt tokens one turn spends; "
-        "0 = no bound (a backend without usage reports needs 0)", minimum=0, maximum=LARGEST),
+        "0 = no bound (a backend without usage reports needs 0)", minimum=0, maximum=LARGEST,
+        label="Most prompt tokens per turn"),
     Key("understanding.wall_clock_s", "float", 300.0, "wall-clock limit of one turn in seconds; "
-        "0 = no bound", minimum=0, maximum=MAX_SECONDS),
+        "0 = no bound", minimum=0, maximum=MAX_SECONDS, label="Time limit per turn (seconds)"),
     Key("understanding.repairs", "int", 1, "extra attempts for a task whose output failed "
-        "validation, each told what was wrong", minimum=0, maximum=4),
+        "validation, each told what was wrong", minimum=0, maximum=4, label="Repair attempts"),
     Key("understanding.votes", "int", 1, "samples per task; an answer needs a strict majority",
-        minimum=1, maximum=9),
+        minimum=1, maximum=9, label="Votes per task"),
     Key("understanding.max_units", "int", 8, "most units (separate requests) one message is "
-        "segmented into", minimum=1, maximum=32),
+        "segmented into", minimum=1, maximum=32, label="Most requests per message"),
     Key("chat.temperature", "float", 0.2, "sampling temperature of replies (0 = always the most "
-        "likely token); note-taking workers and understanding tasks keep their own", minimum=0, maximum=2),
+        "likely token); note-taking workers and understanding tasks keep their own", minimum=0, maximum=2,
+        label="Temperature"),
     Key("chat.system_prompt", "str", "", "a system message put first in every reply's conversation "
-        "(unless the conversation starts with its own); empty = none"),
+        "(unless the conversation starts with its own); empty = none", label="System prompt"),
     Key("chat.repeat_penalty", "float", 1.1, "local models: how much a token already in the reply is "
-        "penalised (1 = not at all); keeps a small model from repeating itself", minimum=1, maximum=2),
+        "penalised (1 = not at all); keeps a small model from repeating itself", minimum=1, maximum=2,
+        label="Repetition penalty"),
     # The providers' registry (boundctx.providers.registry.PROVIDERS) has these names; a
     # test holds the two together (config imports no provider).
     Key("chat.provider", "str", "local", "which model answers: local (llama.cpp in this process, local.*) "
-        "or remote (an OpenAI-compatible server, remote.*)", choices=("local", "remote")),
-    Key("local.model", "str", "", "the local model's GGUF file; empty = the embedded SmolLM2-135M-Instruct"),
+        "or remote (an OpenAI-compatible server, remote.*)", choices=("local", "remote"), label="Model provider"),
+    Key("local.model", "str", "", "the local model's GGUF file; empty = the embedded SmolLM2-135M-Instruct",
+        label="Local model file"),
     Key("local.threads", "int", 0, "CPU threads for local inference; 0 = llama.cpp's choice",
-        minimum=0, maximum=1024),
+        minimum=0, maximum=1024, label="CPU threads"),
     # llama.cpp's n_gpu_layers is a 32-bit int: a larger value would wrap.
     Key("local.gpu_layers", "int", 0, "model layers offloaded to a GPU (a GPU build of "
-        "llama-cpp-python); -1 = all, 0 = none", minimum=-1, maximum=2**31 - 1),
+        "llama-cpp-python); -1 = all, 0 = none", minimum=-1, maximum=2**31 - 1, label="GPU layers"),
     Key("local.seed", "int", 1234, "sampling seed of local models (the same seed, prompt and "
-        "settings give the same reply)", minimum=0, maximum=2**32 - 1),
+        "settings give the same reply)", minimum=0, maximum=2**32 - 1, label="Sampling seed"),
     Key("local.extra_buffers", "str", "auto", "llama.cpp's extra CPU buffer types (repacked and AMX "
-        "kernels); auto = off on AMX hosts, where llama-cpp-python 0.3.36 crashes with SIGILL "
-        "(decision 0013)", choices=("auto", "on", "off")),
+        "kernels); auto = off on AMX hosts, where llama-cpp-python 0.3.36 crashes with SIGILL",
+        choices=("auto", "on", "off"), label="Extra CPU buffer types"),
     # Decision 0030: evaluated prompt states copied out before a call throws them away.
     Key("local.state_cache_mib", "int", 512, "MiB of evaluated prompt states a local model keeps, so "
         "conversations taking turns on it, and a reply after section workers, evaluate only their "
-        "new tokens; 0 = none (the least recently used go first)", minimum=0, maximum=2**40),
+        "new tokens; 0 = none (the least recently used go first)", minimum=0, maximum=2**40,
+        label="Kept prompt states (MiB)"),
     Key("remote.base_url", "str", "", "the OpenAI-compatible server of the remote provider, e.g. "
-        "http://127.0.0.1:8080 (a trailing /v1 is accepted)"),
+        "http://127.0.0.1:8080 (a trailing /v1 is accepted)", label="Model server address"),
     Key("remote.model", "str", "", "the model name sent to the remote server; empty = the one model its "
-        "/v1/models lists, else 'default'"),
+        "/v1/models lists, else 'default'", label="Model name"),
     # A file, not the key itself: settings are shown (config show, the settings route)
     # and a key must never be.
     Key("remote.api_key_file", "str", "", "a file holding the remote server's bearer token on one line "
-        "(# starts a comment); --api-key and BOUNDCTX_API_KEY win over it; empty = none"),
+        "(# starts a comment); --api-key and BOUNDCTX_API_KEY win over it; empty = none",
+        label="Model server key file"),
     Key("remote.timeout_s", "float", 60.0, "seconds the remote server has to accept a connection and "
-        "between the chunks of a reply", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS),
+        "between the chunks of a reply", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS,
+        label="Model server time limit (seconds)"),
     Key("remote.max_retries", "int", 2, "attempts after the first when the remote server refuses a "
-        "connection or answers 429/503 (Retry-After is followed)", minimum=0, maximum=16),
+        "connection or answers 429/503 (Retry-After is followed)", minimum=0, maximum=16, label="Model server retries"),
     Key("transcript.window_messages", "int", 100, "messages in a renderer window "
         "(Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
-        maximum=WINDOW_MESSAGES_MAX),
+        maximum=WINDOW_MESSAGES_MAX, label="Messages per page"),
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
         "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
-        maximum=WINDOW_CONTENT_BYTES_MAX),
+        maximum=WINDOW_CONTENT_BYTES_MAX, label="Text per message on a page (bytes)"),
     Key("serve.host", "str", "127.0.0.1", "address boundctx serve binds; anything but loopback needs an "
-        "API key (--api-key, serve.api_key_file or BOUNDCTX_SERVE_API_KEY)"),
+        "API key (--api-key, serve.api_key_file or BOUNDCTX_SERVE_API_KEY)", label="Address"),
     Key("serve.port", "int", 8765, "port boundctx serve listens on (0 = any free port)", minimum=0,
-        maximum=65535),
+        maximum=65535, label="Port"),
     Key("serve.api_key_file", "str", "", "a file of API keys, one per line, any of which a client may "
-        "send as 'Authorization: Bearer KEY' (empty: none, unless BOUNDCTX_SERVE_API_KEY is set)"),
+        "send as 'Authorization: Bearer KEY' (empty: none, unless BOUNDCTX_SERVE_API_KEY is set)",
+        label="API key file"),
     Key("serve.max_body_bytes", "int", 32 << 20, "largest request body boundctx serve reads; larger "
-        "ones get 413", minimum=1024, maximum=LARGEST),
+        "ones get 413", minimum=1024, maximum=LARGEST, label="Largest request (bytes)"),
     Key("serve.active_replies", "int", 1, "replies generated at once (a local model runs one at a "
-        "time whatever this says)", minimum=1, maximum=256),
+        "time whatever this says)", minimum=1, maximum=256, label="Replies at once"),
     Key("serve.queue_depth", "int", 8, "replies waiting for a turn; past this a request gets 503 with "
-        "Retry-After", minimum=0, maximum=4096),
+        "Retry-After", minimum=0, maximum=4096, label="Replies waiting"),
     Key("serve.sse_ping_seconds", "float", 15.0, "a ': ping' comment after this long without an event "
-        "on a stream (0 = never)", minimum=0, maximum=MAX_SECONDS),
+        "on a stream (0 = never)", minimum=0, maximum=MAX_SECONDS, label="Keep-alive ping (seconds)"),
     Key("serve.send_timeout_seconds", "float", 30.0, "a client that takes longer than this to take "
         "one event is dropped and its reply cancelled", minimum=0, exclusive_minimum=True,
-        maximum=MAX_SECONDS),
+        maximum=MAX_SECONDS, label="Slow client limit (seconds)"),
     Key("serve.progress_max_hz", "float", 4.0, "most analysis-progress chunks per second on a stream",
-        minimum=0, exclusive_minimum=True),
+        minimum=0, exclusive_minimum=True, label="Progress updates per second"),
     Key("serve.progress_openwebui", "bool", True, "progress chunks also carry Open WebUI's status "
-        "'event' object"),
+        "'event' object", label="Open WebUI status lines"),
     Key("serve.sessions_dir", "str", "", "the folder of sessions (transcripts) boundctx serve reads and "
         "writes under /boundctx/v1/sessions (empty: $XDG_DATA_HOME/boundctx/sessions, or "
-        "~/.local/share/boundctx/sessions)"),
+        "~/.local/share/boundctx/sessions)", label="Sessions folder"),
     Key("serve.cors_origins", "str", "", "origins (scheme://host[:port], comma-separated; * for any) whose "
         "pages may call boundctx serve from a browser; empty sends no CORS headers. Credentials are never "
-        "allowed: send the API key as a bearer token"),
+        "allowed: send the API key as a bearer token", label="Allowed web origins (CORS)"),
     Key("serve.max_head_bytes", "int", 64 << 10, "largest request head (request line and headers) boundctx "
-        "serve reads; a larger one gets 431 and the connection is closed", minimum=4096, maximum=16 << 20),
+        "serve reads; a larger one gets 431 and the connection is closed", minimum=4096, maximum=16 << 20,
+        label="Largest request head (bytes)"),
     Key("serve.head_timeout_seconds", "float", 10.0, "time a connection has to send a complete request head, "
         "from when it opens or its previous response ends; then it is closed (408 if part of a head came)",
-        minimum=0, exclusive_minimum=True, maximum=3600.0),
+        minimum=0, exclusive_minimum=True, maximum=3600.0, label="Request head time limit (seconds)"),
     Key("serve.max_connections", "int", 512, "most connections open at once (lowered to what the open-file "
         "limit allows); past it a new connection closes the one that has waited longest without a request",
-        minimum=2, maximum=1 << 20),
+        minimum=2, maximum=1 << 20, label="Most connections"),
 )
 
 
@@ -638,11 +655,11 @@ def resolve(settings: Mapping[str, Any] | None) -> Settings:
 
 
 def schema() -> list[dict[str, Any]]:
-    """Every key as a settings screen needs it: name, type, default, accepted values
+    """Every key as a settings screen needs it: name, label, type, default, accepted values
     (``minimum``/``maximum``/``exclusive_minimum`` or ``choices``), environment name, help."""
     out = []
     for key in KEYS.values():
-        item: dict[str, Any] = {"name": key.name, "type": key.type, "default": key.default,
+        item: dict[str, Any] = {"name": key.name, "label": key.label, "type": key.type, "default": key.default,
                                 "env": key.env, "help": key.help, "accepted": key.accepted()}
         for attr in ("minimum", "maximum", "choices"):
             if getattr(key, attr) is not None:

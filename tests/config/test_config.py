@@ -239,3 +239,11 @@ def test_a_config_file_that_is_a_fifo_or_a_device_is_refused_without_blocking(tm
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)))
     assert out.returncode == 0 and said in out.stdout and repr(path) in out.stdout, (out.stdout, out.stderr)
     assert config.load(path=os.devnull, env={})["chat.n_ctx"] == config.KEYS["chat.n_ctx"].default  # still "no file"
+
+
+def test_every_setting_has_a_label_a_person_reads_and_the_schema_carries_it():
+    labels = [key.label for key in config.KEYS.values()]
+    assert all(label and label[0].isupper() and "." not in label.replace("(", "") for label in labels), labels
+    assert len(set(labels)) == len(labels)  # two settings never read the same on a screen
+    assert [item["label"] for item in config.schema()] == labels
+    assert not any("decision 0" in key.help for key in config.KEYS.values())  # words for a user, not the design log

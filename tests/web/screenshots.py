@@ -44,7 +44,7 @@ def main() -> int:
         page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
         page.screenshot(path=OUT / "chat.png")
         page.goto(server.url + "/#/settings")
-        page.wait_for_selector("#settings-form fieldset")
+        page.wait_for_selector("#settings-form .setting")
         page.screenshot(path=OUT / "settings.png")
         browser.close()
     server.stop()

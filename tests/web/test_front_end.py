@@ -171,24 +171,35 @@ def test_a_reply_whose_analysis_fails_says_what_was_not_read(page, serve, folder
 def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folder):
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_app(page, server, "#/settings")
-    workers = page.get_by_label("chat.analysis_workers")
+    # Groups a person reads, Chat first and open; the rest one click away.
+    groups = page.locator("details.settings-group")
+    titles = groups.locator("summary").all_inner_texts()
+    assert titles[:2] == ["Chat", "Long inputs"] and {"Model", "Server"} <= set(titles)
+    assert groups.evaluate_all("ds => ds.map(d => d.open)") == [True] + [False] * (len(titles) - 1)
+    assert page.get_by_label("System prompt").is_visible() and page.get_by_label("Temperature").is_visible()
+    page.locator("summary", has_text="Long inputs").click()
+    workers = page.get_by_label("Note-taking workers")
     assert workers.get_attribute("min") == "0" and workers.get_attribute("max") == "8"
-    # A closed set is a choice of its accepted values.
-    choice = page.get_by_label("local.extra_buffers")
-    assert choice.evaluate("e => e.tagName") == "SELECT"
-    assert choice.evaluate("e => [...e.options].map(o => o.textContent)") == ["auto", "on", "off"]
     assert "0–8" in page.inner_text("#help-chat\\.analysis_workers")
+    assert page.get_by_label("Exact rereads without tool calls").get_attribute("type") == "checkbox"
+    # Set when the server starts: the value as text, never an input that cannot be used.
+    fixed = page.locator("#setting-local\\.extra_buffers")
+    assert fixed.evaluate("e => e.tagName") == "OUTPUT" and fixed.text_content() == "auto"
+    assert "Set when the server starts" in page.text_content("#help-local\\.extra_buffers")
     workers.fill("0")
     page.get_by_role("button", name="Save settings").click()
     page.wait_for_selector("#settings-status:has-text('Saved: chat.analysis_workers')")
     view = page.evaluate("() => fetch('/boundctx/v1/settings').then(r => r.json())")
     assert next(i for i in view["data"] if i["name"] == "chat.analysis_workers")["value"] == 0
-    page.get_by_label("chat.analysis_workers").fill("9")
+    page.locator("summary", has_text="Long inputs").click()  # the save re-rendered the groups
+    page.get_by_label("Note-taking workers").fill("9")
+    page.locator("summary", has_text="Long inputs").click()  # closed again: the refusal must open it
     page.get_by_role("button", name="Save settings").click()
     refusal = page.wait_for_selector(".settings .refused")
-    assert "0–8" in refusal.inner_text()
-    assert page.get_by_label("chat.analysis_workers").get_attribute("aria-invalid") == "true"
-    assert page.get_by_label("serve.port").is_disabled()  # fixed while the server runs
+    assert "0–8" in refusal.inner_text() and "PATCH" not in refusal.inner_text()
+    assert refusal.is_visible()
+    assert page.get_by_label("Note-taking workers").get_attribute("aria-invalid") == "true"
+    assert page.locator("input#setting-serve\\.port").count() == 0  # fixed while the server runs
     # The next reply runs with workers = 0: a pasted log is no longer read in sections,
     # and the refusal says why.
     with Transcript.open(str(folder / "after.jsonl"), create=True):

@@ -89,7 +89,7 @@ class LiveSettings:
                                            "it runs; set it in the config file, the environment or a flag, and "
                                            "restart")
             try:
-                checked[name] = None if value is None else config.KEYS[name].check(value, SOURCE, parse=False)
+                checked[name] = None if value is None else config.KEYS[name].check(value, "this change", parse=False)
             except ConfigError as exc:
                 raise SettingRefused(name, str(exc)) from None
         with self._lock:
