@@ -200,9 +200,11 @@ KEYS: dict[str, Key] = _declare(
         maximum=1, label="History kept when dropping (share)"),
     Key("analysis.worker_n_ctx", "int", 4096, "context of each note-taking worker prompt, in "
         "tokens", minimum=512, maximum=MAX_CONTEXT, label="Worker context (tokens)"),
-    Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one worker "
-        "generation, in seconds", minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS,
-        label="Worker time limit (seconds)"),
+    # Decision 0038: the limit grows with the call's size, bounded by the worker context.
+    Key("analysis.worker_timeout_s", "float", 120.0, "wall-clock limit of one note-taking worker call, in "
+        "seconds per 1,000 tokens of it (its prompt and notes budget; never less than this): a larger "
+        "section gets longer. Raise it on a slow or busy machine", minimum=0, exclusive_minimum=True,
+        maximum=MAX_SECONDS, label="Worker time limit (seconds per 1,000 tokens)"),
     # A worker prompt holds the notes and keeps as many tokens free for the worker's
     # output: twice the notes must be under the worker context (RELATIONS).
     Key("analysis.notes_max_tokens", "int", 384, "most tokens a worker's notes may take; twice this "

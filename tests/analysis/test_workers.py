@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from boundctx import config
-from boundctx.analysis.workers import iter_read_in_sections
+from boundctx.analysis.workers import TIMEOUT_TOKENS, iter_read_in_sections, worker_time_limit
 from boundctx.errors import GenerationTimeout, IncompleteCoverage, SourceTooLarge, TooManySections
 from boundctx.events import AnalysisProgress
 from boundctx.providers import ScriptedProvider
@@ -114,6 +114,52 @@ def test_a_failing_worker_fails_the_call_and_names_the_unread_sections():
     total = section_of(p.requests[0])[1]
     assert [u[0] for u in info.value.uncovered] == list(range(3, total + 1))
     assert len(p.requests) == 3  # nothing ran after the failure
+
+
+def slow_machine(seconds_per_token):
+    """A scripted model on a machine that takes ``seconds_per_token`` for every token of
+    a call (its prompt and its notes budget), on a fake clock; and the seconds each call
+    took."""
+    now = [0.0]
+    took = []
+
+    def respond(request):
+        took.append(seconds_per_token * (p.count_prompt(request.messages) + request.max_tokens))
+        now[0] += took[-1]
+        return ["section read"]
+
+    p = ScriptedProvider(respond, context_window=4096, clock=lambda: now[0])
+    return p, took
+
+
+def test_a_worker_gets_time_in_proportion_to_its_section():
+    # 0.1 s a token: a full section takes longer than 120 s, but under 120 s per 1,000 tokens.
+    p, took = slow_machine(0.1)
+    notes, _ = run(p, analysis__worker_timeout_s=120)
+    assert max(took) > 120 and sum(len(n.sections) for n in notes) == len(p.requests) > 3  # every section read
+
+
+def test_a_worker_timeout_names_the_setting_its_value_and_what_to_do():
+    p, took = slow_machine(1.0)  # far too slow for the limit
+    with pytest.raises(IncompleteCoverage) as info:
+        run(p, analysis__worker_timeout_s=120)
+    said = str(info.value)
+    tokens = p.count_prompt(p.requests[0].messages) + p.requests[0].max_tokens
+    assert "failed on section 1" in said and "GenerationTimeout" in said
+    assert f"analysis.worker_timeout_s = 120 s per 1,000 tokens of it (this one: {tokens:,} tokens, " in said
+    assert "raise it, e.g. BOUNDCTX_ANALYSIS_WORKER_TIMEOUT_S=240 or boundctx config set " \
+           "analysis.worker_timeout_s 240, or use a faster model" in said
+    # Other failures are not about time, and say nothing of it.
+    with pytest.raises(IncompleteCoverage) as info:
+        run(ScriptedProvider(lambda r: RuntimeError("decode failed"), context_window=4096))
+    assert "worker_timeout_s" not in str(info.value)
+
+
+def test_the_worker_time_limit_grows_with_the_call_and_is_bounded():
+    assert worker_time_limit(120, 10) == worker_time_limit(120, TIMEOUT_TOKENS) == 120  # never less
+    assert worker_time_limit(120, 2 * TIMEOUT_TOKENS) == 240
+    assert worker_time_limit(120, 4096) == pytest.approx(491.52)  # the default worker context: at most this
+    assert worker_time_limit(config.MAX_SECONDS, 1 << 24) == config.MAX_SECONDS
 
 
 def test_limits_refuse_before_any_model_call():

@@ -75,10 +75,65 @@ def test_history_left_out_to_fit_is_said_on_stderr_and_in_json(tmp_path, scripte
     assert events[0]["type"] == "fitted" and events[0]["dropped"] == list(range(101 - sent))
 
 
-def test_a_reply_cut_at_its_budget_says_so(scripted_server, capsys):
-    server = scripted_server(_sse("The build failed at", finish="length"))
-    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--max-tokens", "5", "q"]) == 0
-    assert "cut at its 5-token budget and is not complete" in capsys.readouterr().err
+def test_a_reply_cut_at_its_budget_says_so_and_exits_3_so_a_script_can_tell(scripted_server):
+    server = scripted_server(_sse("The build failed at", finish="length"),
+                             _sse("The build failed at", finish="length"), _sse("It failed at step 3."))
+    out = subprocess.run(_ask(server.url, "--max-tokens", "5", "q"), stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == "The build failed at\n"  # what came is still shown
+    assert "cut at its 5-token budget and is not complete" in out.stderr
+    out = subprocess.run(_ask(server.url, "--json", "--max-tokens", "5", "q"), stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and json.loads(out.stdout.splitlines()[-1])["finish_reason"] == "length"
+    out = subprocess.run(_ask(server.url, "q"), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr  # a complete answer
+
+
+@pytest.mark.parametrize("question", ["", "   ", "\t\n"])
+def test_an_empty_question_is_refused_before_any_model_call(scripted_server, question):
+    server = scripted_server(_sse("hi"))
+    out = subprocess.run(_ask(server.url, question), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "boundctx ask: the question is empty" in out.stderr and "Traceback" not in out.stderr
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("flags, said, kind", [
+    (["--n-ctx", "5"], "chat.n_ctx = 5", "ConfigError"),
+    (["--file", "missing.log"], "missing.log", "FileNotFoundError"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0", "ValueError"),
+    (["--transcript", "missing.jsonl", "--no-save"], "no transcript at 'missing.jsonl'", "FileNotFoundError"),
+])
+def test_with_json_an_error_before_the_reply_is_one_failed_event_on_stdout(tmp_path, scripted_server, flags, said,
+                                                                          kind):
+    server = scripted_server(_sse("hi"))
+    argv = _ask(server.url, "--json", *flags, "q")
+    out = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr  # as without --json
+    [line] = out.stdout.splitlines()
+    event = json.loads(line)
+    assert event["type"] == "failed" and said in event["error"] and event["kind"] == kind
+    assert said in out.stderr and "Traceback" not in out.stderr
+    plain = subprocess.run(argv[:argv.index("--json")] + argv[argv.index("--json") + 1:], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert plain.returncode == 2 and plain.stdout == "" and said in plain.stderr
+    assert server.requests == []
+
+
+def test_a_transcript_that_does_not_exist_is_started_and_said_so(tmp_path, scripted_server):
+    path = tmp_path / "chat.jsonl"
+    server = scripted_server(_sse("hello"), _sse("again"))
+    out = subprocess.run(_ask(server.url, "--transcript", str(path), "hi"), stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if "new transcript" in line]
+    assert said == [f"boundctx ask: {path} does not exist: a new transcript is started there"]
+    assert path.exists()
+    out = subprocess.run(_ask(server.url, "--transcript", str(path), "more"), stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "new transcript" not in out.stderr  # continued, not started
 
 
 def test_quiet_prints_the_answer_and_nothing_else(tmp_path, scripted_server, capsys):
@@ -200,7 +255,7 @@ def test_no_stdin_leaves_a_pipe_alone(scripted_server):
 def test_a_reply_cut_at_its_budget_is_not_appended_to_the_transcript(tmp_path, scripted_server, capsys):
     path = tmp_path / "chat.jsonl"
     server = scripted_server(_sse("The build failed at", finish="length"))
-    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(path), "q"]) == 0
+    assert main(["ask", "--provider", "remote", "--base-url", server.url, "--transcript", str(path), "q"]) == 3
     err = capsys.readouterr().err
     assert "not complete" in err and "nothing was appended" in err and not path.exists()
 

@@ -83,7 +83,9 @@ NEEDS = [
 # Exit statuses other than 0 that a line may end with: the embedded 135M model often
 # cannot do the understanding tasks, and a plan that fails closed exits 1 by design
 # (README, "Exit codes"). A traceback is a failure whatever the status.
-EXIT_OK = [(r"^boundctx plan\b", {0, 1})]
+# The embedded model's README answer may also be cut at its --max-tokens budget (exit 3:
+# an incomplete answer, which the README shows the pipeline with, not the answer).
+EXIT_OK = [(r"^boundctx plan\b", {0, 1}), (r"(^|\|\s*|&& )boundctx (-\S+ )*ask\b", {0, 3})]
 
 
 class Block(NamedTuple):
@@ -440,6 +442,27 @@ def _sample_onto_a_file(tmp_path):
     return cli("sample", "s.jsonl", cwd=tmp_path)
 
 
+def _serve_on_a_port_in_use(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        return cli("serve", "--port", taken.getsockname()[1], "--sessions-dir", tmp_path / "sessions",
+                   "--provider", "remote", "--base-url", "http://127.0.0.1:9", "--model", "m", cwd=tmp_path)
+
+
+def _cut_answer(tmp_path):
+    from tests._support.servers import Scripted, delta
+
+    server = Scripted([(200, [delta("The build failed at"), delta(finish="length")])])
+    try:
+        return cli("ask", "--provider", "remote", "--base-url", server.url, "--max-tokens", "5", "q", cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # One real case or more per documented code, run as a real `python -m boundctx` process.
 EXIT_CASES = {
     0: {"session get": _session_get},
@@ -447,7 +470,10 @@ EXIT_CASES = {
         "a failed reply": _failed_reply},
     2: {"argparse error": lambda p: cli("no-such-command", cwd=p),
         "split of a missing file": lambda p: cli("split", "missing.txt", "--tokenizer", "estimate", cwd=p),
-        "sample onto a file without --force": _sample_onto_a_file},
+        "sample onto a file without --force": _sample_onto_a_file,
+        "an empty question": lambda p: cli("ask", " ", cwd=p),
+        "serve on a port in use": _serve_on_a_port_in_use},
+    3: {"an answer cut at its budget": _cut_answer},
     130: {"sample interrupted": _interrupted_sample},
 }
 

@@ -1436,7 +1436,12 @@ def role_serve(folder: str, port: str, overrides: str) -> None:
     def tell(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    sys.exit(0 if run_server(app, "127.0.0.1", int(port), settings=settings, say=tell) else 3)
+    try:
+        started = run_server(app, "127.0.0.1", int(port), settings=settings, say=tell)
+    except OSError as exc:  # the port was taken between choosing it and binding it
+        tell(f"cannot listen: {exc}")
+        started = False
+    sys.exit(0 if started else 3)
 
 
 def _content(rec) -> str | None:

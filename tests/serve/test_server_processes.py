@@ -1,6 +1,7 @@
 """Several boundctx serve processes on one sessions folder (how one scales past a
 machine: many servers behind a balancer): appends through the API from both, at once,
-are all kept, whole and unmixed, and both servers page the result alike."""
+are all kept, whole and unmixed, and both servers page the result alike. And one process
+starting: the banner only once its address is bound, a port in use refused before it."""
 
 import subprocess
 import sys
@@ -87,3 +88,48 @@ def test_two_server_processes_appending_to_one_session_lose_and_mix_nothing(two_
     assert views[0]["layout_version"] == views[1]["layout_version"]
     with Transcript.open(str(folder / "shared.jsonl")) as t:
         assert t.message_count == 4 * per_writer
+
+
+def _serve(tmp_path, port, *, stderr=subprocess.PIPE):
+    return subprocess.Popen([sys.executable, "-m", "boundctx", "serve", "--port", str(port), "--sessions-dir",
+                             str(tmp_path / "sessions"), "--provider", "remote", "--base-url", "http://127.0.0.1:9",
+                             "--model", "m"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                            text=True, env=importable_env())
+
+
+def test_serve_on_a_port_in_use_says_so_without_a_banner_and_exits_2(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _serve(tmp_path, port)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err  # documented (README, "Exit codes"), not uvicorn's 3
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err
+    assert "http://" not in err and "Ctrl-C stops" not in err  # no banner: nothing was served
+    assert "Traceback" not in err
+
+
+def test_the_serve_banner_comes_once_bound_and_names_the_port_chosen_for_port_0(tmp_path):
+    proc = _serve(tmp_path, 0)
+    try:
+        banner = ""
+        for line in proc.stderr:
+            if "Ctrl-C stops" in line:
+                banner = line
+                break
+        url = banner.split(" on ", 1)[1].split("/v1", 1)[0]
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0"), banner
+        for _ in range(300):  # bound before the banner; the app comes up after it
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                threading.Event().wait(0.05)
+        assert httpx.get(url + "/v1/models", timeout=10).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        proc.stderr.close()

@@ -34,12 +34,19 @@ from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.notes import NoteLedger, cited_end
 from boundctx.analysis.repetition import RepetitionGuard
-from boundctx.errors import IncompleteCoverage
+from boundctx.errors import GenerationTimeout, IncompleteCoverage
 from boundctx.events import AnalysisProgress
 from boundctx.providers.base import Provider, TextChunk
 from boundctx.sections import plan as plan_sections
 
-__all__ = ["MAX_CONTINUATIONS", "WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections", "worker_messages"]
+__all__ = ["MAX_CONTINUATIONS", "TIMEOUT_TOKENS", "WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections",
+           "worker_messages", "worker_time_limit"]
+
+#: The tokens of a worker call (its prompt and its notes budget) that
+#: ``analysis.worker_timeout_s`` is the time limit for: a larger call gets proportionally
+#: longer, so a section's time grows with its size and is still bounded by the worker
+#: context (decision 0038).
+TIMEOUT_TOKENS = 1000
 
 #: Calls a worker may make on one section beyond the first, each reading on from where
 #: its cut answer stopped; what is left after them is kept as not noted.
@@ -106,6 +113,28 @@ def worker_messages(question: str, notes: str, section: str, *, number: int, tot
             f"Your notes so far:\n{notes if notes else '(none yet)'}\n\n"
             f"Section S{number} of {total} ({source_id}, characters {start}-{end}):\n{section}")},
     ]
+
+
+def worker_time_limit(seconds: float, call_tokens: int) -> float:
+    """The wall-clock limit of a worker call of ``call_tokens`` tokens (its prompt and its
+    notes budget): ``seconds`` (``analysis.worker_timeout_s``) for every
+    :data:`TIMEOUT_TOKENS` of it, never less than ``seconds``, never more than
+    ``config.MAX_SECONDS``.
+
+    A worker's time goes into evaluating its prompt and writing its notes, both in
+    proportion to their tokens, and a call is at most the worker context: the limit
+    grows with the section and stays bounded (decision 0038)."""
+    return min(seconds * max(1.0, call_tokens / TIMEOUT_TOKENS), config.MAX_SECONDS)
+
+
+def _timeout_advice(seconds: float, call_tokens: int) -> str:
+    """What a worker's timeout is and what to do about it, naming the setting."""
+    limit = worker_time_limit(seconds, call_tokens)
+    raised = 2 * seconds
+    return (f". Each worker call may take analysis.worker_timeout_s = {seconds:g} s per {TIMEOUT_TOKENS:,} tokens "
+            f"of it (this one: {call_tokens:,} tokens, {limit:.0f} s); on a slow or busy machine raise it, e.g. "
+            f"BOUNDCTX_ANALYSIS_WORKER_TIMEOUT_S={raised:g} or boundctx config set analysis.worker_timeout_s "
+            f"{raised:g}, or use a faster model")
 
 
 def iter_read_in_sections(provider: Provider, text: str, *, question: str, source_id: str, label: str,
@@ -180,17 +209,21 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
             # (a part of a planned section: it fits wherever the section did).
             prompt = functools.partial(worker_messages, question, section=text[at:section.end], number=number,
                                        total=total, source_id=source_id, start=at, end=section.end)
-            messages = _fit_notes(provider, notes[worker], planned.limit, prompt)
+            messages, prompt_tokens = _fit_notes(provider, notes[worker], planned.limit, prompt)
+            call_tokens = prompt_tokens + notes_max
             try:
-                answer, cut = _worker_call(provider, messages, notes_max, settings, cancel)
+                answer, cut = _worker_call(provider, messages, notes_max, cancel,
+                                           timeout_s=worker_time_limit(analysis.worker_timeout_s, call_tokens))
             except Exception as exc:  # noqa: BLE001 - any failure of the model (llama-cpp-python raises
                 # RuntimeError on a failed decode; a backend may run out of memory) leaves sections unread,
                 # and the reply must say which, not escape.
                 unread = [(s.index + 1, s.start, s.end) for s in planned.sections[section.index:]]
+                advice = (_timeout_advice(analysis.worker_timeout_s, call_tokens)
+                          if isinstance(exc, GenerationTimeout) else "")
                 raise IncompleteCoverage(
                     f"worker {worker} failed on section {number} of {total} ({type(exc).__name__}: {exc}); "
                     f"sections {', '.join(str(u[0]) for u in unread)} of {label} were not read, so the reply "
-                    "cannot be answered from the whole input", uncovered=unread) from exc
+                    f"cannot be answered from the whole input{advice}", uncovered=unread) from exc
             if answer is None:
                 return None  # cancelled
             if cut:
@@ -217,17 +250,17 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
     return [Notes(w, notes[w], read[w], ledgers[w]) for w in range(workers) if read[w]]
 
 
-def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: int, settings: config.Settings,
-                 cancel: Any) -> tuple[str | None, bool]:
-    """One worker call: ``(its answer, whether it was cut at its budget)``; ``(None,
-    False)`` when cancelled. Notes that loop (a small model's habit) are stopped there:
+def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: int, cancel: Any, *,
+                 timeout_s: float) -> tuple[str | None, bool]:
+    """One worker call, within ``timeout_s``: ``(its answer, whether it was cut at its
+    budget)``; ``(None, False)`` when cancelled. Notes that loop (a small model's habit) are stopped there:
     the section was read, and the rest of the budget would only repeat what they say."""
     pieces: list[str] = []
     guard = RepetitionGuard()
     cut = False
     # One-off work: a local model keeps the reply's state, not this one (decision 0030).
     stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
-                                  timeout_s=settings.analysis.worker_timeout_s, cancel=cancel,
+                                  timeout_s=timeout_s, cancel=cancel,
                                   keep_state=False)
     try:
         for chunk in stream:
@@ -251,12 +284,14 @@ NOTES_CUT = " [notes cut to their budget]"
 
 
 def _fit_notes(provider: Provider, notes: str, limit: int,
-               prompt: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``prompt(notes)``, with the notes shortened from the end if re-tokenized notes
-    came out longer than the allowance they were planned with (rare: a model's own token
-    choices can be less compact than its tokenizer's)."""
+               prompt: Callable[[str], list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+    """``prompt(notes)`` and its token count, with the notes shortened from the end if
+    re-tokenized notes came out longer than the allowance they were planned with (rare: a
+    model's own token choices can be less compact than its tokenizer's)."""
     messages = prompt(notes)
-    if provider.count_prompt(messages) <= limit or not notes:
-        return messages
+    tokens = provider.count_prompt(messages)
+    if tokens <= limit or not notes:
+        return messages, tokens
     lo = longest_fitting(len(notes), lambda k: provider.count_prompt(prompt(notes[:k] + NOTES_CUT)) <= limit)
-    return prompt(notes[:lo] + NOTES_CUT)
+    messages = prompt(notes[:lo] + NOTES_CUT)
+    return messages, provider.count_prompt(messages)

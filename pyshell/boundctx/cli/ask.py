@@ -4,7 +4,9 @@ Progress (which step, which section and worker, seconds so far, what remains) an
 notices (history dropped to fit, a reply cut at its budget) go to stderr, kept apart
 from the streamed answer on stdout, so ``boundctx ask ... > answer.txt`` holds only the
 answer. Text piped in (``cat log | boundctx ask ...``, or ``--file -``) is attached as a
-file named ``stdin``.
+file named ``stdin``. Exit status: 0 for a complete answer, 3 for one cut at its budget
+(:data:`EXIT_CUT`), 1 for a failed reply, 2 for a refusal before it (with ``--json``
+also one ``failed`` event on stdout), 130 when interrupted.
 
 ``run(args)`` parses and renders; :func:`ask` is the reply itself, callable without a
 command line: a question, a provider, attached files and optionally a transcript to
@@ -48,7 +50,7 @@ def add_parser(sub, summary: str) -> None:
     p.add_argument("--transcript", metavar="T",
                    help="continue the conversation in transcript T (JSONL; boundctx, pi, Claude Code or Codex "
                         "CLI): its newest messages come first, and the question and answer are appended "
-                        "(a new file is started if T does not exist)")
+                        "(if T does not exist, a new transcript is started there, and said on stderr)")
     p.add_argument("--history", type=int, default=50, metavar="N",
                    help="send at most the newest N messages of the transcript (default 50); their start moves "
                         "forward N/2 messages at a time, so a server's prompt cache keeps holding it")
@@ -63,7 +65,9 @@ def add_parser(sub, summary: str) -> None:
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature of the reply "
                                                                  "(chat.temperature)")
     p.add_argument("--system", metavar="TEXT", help="a system prompt for the reply (chat.system_prompt)")
-    p.add_argument("--json", action="store_true", help="print every event as a JSON line")
+    p.add_argument("--json", action="store_true",
+                   help="print every event as a JSON line on stdout; an error before the reply starts is one "
+                        "'failed' event there too (the exit status is the same)")
     p.set_defaults(run=run)
 
 
@@ -79,11 +83,15 @@ class Continuation(msgspec.Struct, frozen=True):
     style : str or None
         How the exchange is appended (``"text"`` or ``"parts"``, see
         :func:`boundctx.transcript.chat.writable_style`); None: the transcript is only read.
+    new : bool
+        There was no file at ``path``: a new transcript is started there (created when
+        the first answer is appended).
     """
 
     path: str
     conversation: Conversation
     style: str | None
+    new: bool = False
 
 
 class Asked(msgspec.Struct, frozen=True):
@@ -137,7 +145,7 @@ def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Conti
     if not os.path.exists(path):
         if not save:
             raise FileNotFoundError(f"no transcript at {path!r} (with --no-save it is only read)")
-        return Continuation(path, Conversation([], []), "text")
+        return Continuation(path, Conversation([], []), "text", new=True)
     with Transcript.open(path) as transcript:
         total = transcript.message_count
         start = history_start(total, history)
@@ -322,17 +330,37 @@ def _on_interrupt(cancel: threading.Event):
     return handler
 
 
+#: The exit status of a reply cut at its token budget (``finish_reason`` ``"length"``):
+#: its text was shown, but it is not a complete answer, and a script must be able to
+#: tell (README, "Exit codes").
+EXIT_CUT = 3
+
+
+def _refuse(message: str, kind: str, *, as_json: bool) -> int:
+    """A refusal before the reply starts: exit status 2, the message on stderr and, with
+    ``--json``, also as the one ``failed`` event on stdout, where a script reads events."""
+    if as_json:
+        from boundctx.events import Failed
+
+        sys.stdout.buffer.write(msgspec.json.encode(Failed(message, kind)) + b"\n")
+        sys.stdout.flush()
+    print(f"boundctx ask: {message}", file=sys.stderr)
+    return 2
+
+
 def run(args) -> int:
     from boundctx.errors import BoundctxError
     from boundctx.events import Failed, Fitted, ReplyDelta, ToolCall
 
     quiet = getattr(args, "verbosity", 0) < 0
-    if args.max_tokens < 1:
-        print(f"boundctx ask: --max-tokens must be >= 1, got {args.max_tokens}", file=sys.stderr)
-        return 2
     transcript = None
     status_line = LiveStatus(enabled=not (quiet or args.json))
     try:
+        if args.max_tokens < 1:
+            raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+        if not args.question.strip():
+            raise ValueError("the question is empty: say what to ask, e.g. boundctx ask --file build.log "
+                             "\"What failed?\"")
         settings = load_settings(args)
         files, notes = _read_files(args.file, piped_stdin=not args.no_stdin, status=status_line)
         status_line.set("preparing")
@@ -341,6 +369,8 @@ def run(args) -> int:
         # A question typed in a locale that is not UTF-8 arrives with surrogate escapes.
         question = _decode("the question", os.fsencode(args.question), notes)
         if transcript is not None:
+            if transcript.new and transcript.style is not None:
+                notes.append(f"{args.transcript} does not exist: a new transcript is started there")
             history = transcript.conversation
             notes += [f"transcript: {notice}" for notice in history.notices]
             if args.system is not None and history.messages and history.messages[0].get("role") == "system":
@@ -348,8 +378,7 @@ def run(args) -> int:
         provider = make_provider(args, settings)
     except (OSError, ValueError, ImportError, BoundctxError) as exc:
         status_line.close()
-        print(f"boundctx ask: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(str(exc), type(exc).__name__, as_json=args.json)
     if not quiet:
         for note in notes:
             status_line.note(f"boundctx ask: {note}")
@@ -400,7 +429,7 @@ def run(args) -> int:
         if transcript is not None and transcript.style is not None and not (asked and asked.saved):
             print("boundctx ask: nothing was appended to the transcript (no complete answer)", file=sys.stderr)
     finish, withheld = asked.finish_reason, asked.withheld_chars
-    status = 1 if finish is None else 130 if finish == "cancelled" else 0
+    status = 1 if finish is None else 130 if finish == "cancelled" else EXIT_CUT if finish == "length" else 0
     if not args.json:
         if answered:
             print()

@@ -9,6 +9,7 @@ with a space or a control character could never be sent in a header as it was wr
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -90,11 +91,19 @@ def run(args) -> int:
         print(f"boundctx serve: {text}", file=sys.stderr, flush=True)
 
     where = f"[{host}]" if ":" in host else host
-    banner = (f"{model_id!r} on http://{where}:{port}/v1, the front end at http://{where}:{port}/ "
-              f"({'API key required' if keys else 'no API key'}; Ctrl-C stops)")
+
+    def banner(bound: int) -> str:  # the port bound: the free one chosen for --port 0
+        return (f"{model_id!r} on http://{where}:{bound}/v1, the front end at http://{where}:{bound}/ "
+                f"({'API key required' if keys else 'no API key'}; Ctrl-C stops)")
+
     try:
         started = run_server(app, host, port, settings=settings, say=say, banner=banner)
     except RuntimeError as exc:
         say(str(exc))
+        return 2
+    except OSError as exc:  # the address, before anything was said or served
+        hint = (": another process listens there; stop it, or choose another port with --port (0 = any free one)"
+                if exc.errno == errno.EADDRINUSE else "; choose another with --host or --port")
+        say(f"{exc.strerror}{hint}")
         return 2
     return 0 if started else 1

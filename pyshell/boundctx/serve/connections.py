@@ -48,7 +48,7 @@ import msgspec
 from boundctx import config
 from boundctx.serve.wire import error_body
 
-__all__ = ["Limits", "connection_limit", "protocol_class", "run_server"]
+__all__ = ["Limits", "connection_limit", "listening_socket", "protocol_class", "run_server"]
 
 #: Descriptors kept free beside the connections: the listening socket, the model and
 #: transcript files, lock files, connections to a remote model server.
@@ -427,8 +427,34 @@ def _bind(cls: type, limits: Limits) -> type:
     return type(cls.__name__, (cls,), {"limits": limits, "open": _Open(limits.max_connections)})
 
 
+def listening_socket(host: str, port: int):
+    """A socket bound to ``host``:``port`` (an IPv6 address for a host with a colon), as
+    uvicorn binds one, handed to uvicorn so the address is taken before anything says
+    the server is up.
+
+    Raises
+    ------
+    OSError
+        The address cannot be bound (in use, not this machine's, a privileged port), its
+        ``strerror`` naming the address.
+    """
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        where = f"[{host}]" if ":" in host else host
+        raise OSError(exc.errno, f"cannot listen on {where}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
 def run_server(app, host: str, port: int, *, settings: config.Settings,
-               say: Callable[[str], None] | None = None, banner: str | None = None) -> bool:
+               say: Callable[[str], None] | None = None,
+               banner: str | Callable[[int], str] | None = None) -> bool:
     """Serve ``app`` on ``host``:``port`` with uvicorn and the connection bounds of
     ``settings`` until stopped (Ctrl-C, SIGTERM).
 
@@ -437,16 +463,19 @@ def run_server(app, host: str, port: int, *, settings: config.Settings,
     say : callable, optional
         Gets what the operator should know: a bound lowered, a protocol fallen back, and
         ``banner`` once the server is ready to start.
-    banner : str, optional
-        Said after the bounds are in place, before uvicorn starts.
+    banner : str or callable, optional
+        Said once the address is bound and the bounds are in place, before uvicorn
+        starts; a callable gets the port bound (the free one chosen for port 0).
 
     Returns
     -------
     bool
-        False when the server did not start (uvicorn has logged why: an address in use).
+        False when uvicorn did not start (it has logged why).
 
     Raises
     ------
+    OSError
+        The address cannot be bound (a port in use): nothing was said or served.
     RuntimeError
         When this uvicorn cannot be run with the bounds (before anything is served).
     """
@@ -462,10 +491,16 @@ def run_server(app, host: str, port: int, *, settings: config.Settings,
     # connection to a protocol without these bounds.
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
                                            http=http, ws="none", **extra))
-    if banner is not None and say is not None:
-        say(banner)
+    # Bound here, not by uvicorn: a port in use is then an error before the banner, not
+    # a banner followed by uvicorn's own log line and exit.
+    sock = listening_socket(host, port)
     try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
+        if banner is not None and say is not None:
+            say(banner(sock.getsockname()[1]) if callable(banner) else banner)
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:
+            pass
+    finally:
+        sock.close()
     return bool(server.started)
