@@ -49,6 +49,10 @@ def ask(page, text):
     page.get_by_role("button", name="Send").click()
 
 
+# The assistant's card of a turn that ended without a saved answer: the reason is in it.
+UNFINISHED = "#messages .message.assistant.unfinished"
+
+
 def indexes(page):
     return page.eval_on_selector_all("#messages .message[data-index]", "ns => ns.map(n => Number(n.dataset.index))")
 
@@ -132,7 +136,7 @@ def test_stop_cancels_the_reply_and_nothing_is_saved(page, serve, folder):
     ask(page, "go on and on")
     page.wait_for_function("() => document.querySelector('#messages .message.assistant .text').textContent.length > 10")
     page.get_by_role("button", name="Stop").click()
-    page.wait_for_selector("#reply-error:has-text('Stopped')")
+    page.wait_for_selector(f"{UNFINISHED} .ending:has-text('Stopped')")
     assert slow.produced < 2000
     assert (folder / "stop.jsonl").read_bytes() == b""
 
@@ -147,8 +151,8 @@ def test_a_failed_reply_says_why(page, serve, folder):
     server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_empty_session(page, server, folder, "f")
     ask(page, "q")
-    error = page.wait_for_selector("#reply-error:has-text('failed')")
-    assert "went away" in error.inner_text()
+    page.wait_for_selector(f"{UNFINISHED} .ending:has-text('Failed')")
+    assert "went away" in page.inner_text(UNFINISHED)
 
 
 def test_a_reply_whose_analysis_fails_says_what_was_not_read(page, serve, folder):
@@ -163,7 +167,8 @@ def test_a_reply_whose_analysis_fails_says_what_was_not_read(page, serve, folder
                    sessions_dir=str(folder))
     open_empty_session(page, server, folder, "partial")
     ask(page, "Which step failed?\n\n" + LOG)
-    error = page.wait_for_selector("#reply-error:has-text('failed')").inner_text()
+    page.wait_for_selector(f"{UNFINISHED} .ending:has-text('Failed')")
+    error = page.inner_text(UNFINISHED)
     assert "out of memory" in error and "were not read" in error  # which sections, said
     assert (folder / "partial.jsonl").read_bytes() == b""
 
@@ -207,8 +212,8 @@ def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folde
     page.goto(server.url + "/#/s/after")
     page.wait_for_selector("#session-meta:has-text('0 messages')")
     ask(page, "Which step failed?\n\n" + LOG)
-    refused = page.wait_for_selector("#reply-error:has-text('refused')")
-    assert "analysis is off" in refused.inner_text()
+    page.wait_for_selector(f"{UNFINISHED} .ending:has-text('Refused')")
+    assert "analysis is off" in page.inner_text(UNFINISHED)
 
 
 def test_voice_speaks_exactly_the_reply_text(page, serve, folder):
@@ -312,8 +317,8 @@ def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
         page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
         assert page.inner_text("#messages .message.assistant .text").strip()
         saved = (folder / "real.jsonl").read_text().splitlines()
-        error = page.inner_text("#reply-error") if page.is_visible("#reply-error") else ""
-        assert len(saved) == 2 or "Not saved" in error  # complete and kept, or cut and said so
+        ending = page.inner_text(f"{UNFINISHED} .ending") if page.is_visible(UNFINISHED) else ""
+        assert len(saved) == 2 or "Not saved" in ending  # complete and kept, or cut and said so
         # The first turn reads its whole prompt; the next one, on the same conversation,
         # only what is new: the model kept the rest, and the page says so.
         import re
@@ -385,7 +390,7 @@ def test_a_server_that_goes_away_mid_reply_shows_an_error_not_a_hang(page, folde
                                ".textContent.length > 10")
         proc.kill()  # the server dies mid-reply
         proc.wait(10)
-        error = page.wait_for_selector("#reply-error:has-text('failed')", timeout=10_000)
+        error = page.wait_for_selector(f"{UNFINISHED} .ending:has-text('Failed')", timeout=10_000)
         assert error.is_visible()
         assert page.get_by_role("button", name="Send").is_enabled()  # ready for the next try
         assert (folder / "gone.jsonl").read_bytes() == b""

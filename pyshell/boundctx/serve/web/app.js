@@ -9,13 +9,14 @@
 //   api.js       the HTTP edge: requests with the key, ApiError, the event-stream reader
 //   page.js      what every view shares: finding an element, the notice line
 //   session.js   the sessions list and one session's view, paged
-//   chat.js      sending a message and showing its reply as it streams; Stop
+//   chat.js      sending a message and showing its reply as it streams; Stop; the
+//                unfinished turn and the draft this browser keeps
 //   settings.js  the settings form
 
 import { apiKey, setApiKey } from "./api.js";
-import { send, stop } from "./chat.js";
+import { draftChanged, leave, returned, send, sessionOpened, stop } from "./chat.js";
 import { $, failed, notice } from "./page.js";
-import { listSessions, newSession, openSession, scrolled } from "./session.js";
+import { listSessions, newSession, onOpened, openSession, scrolled } from "./session.js";
 import { loadSettings, saveSettings } from "./settings.js";
 
 function show(view) {
@@ -51,6 +52,10 @@ function start() {
   $("new-session").addEventListener("submit", newSession);
   $("messages").addEventListener("scroll", scrolled);
   $("composer").addEventListener("submit", (event) => send(event).catch(failed));
+  $("question").addEventListener("input", draftChanged);
+  onOpened(sessionOpened);
+  window.addEventListener("pagehide", leave);
+  window.addEventListener("pageshow", returned);
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("composer").requestSubmit();
   });

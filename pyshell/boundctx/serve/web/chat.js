@@ -1,12 +1,174 @@
 // Chat on the open session: the question (and an attached file) goes out, the reply's
 // named events come back, the answer's text apart from the progress shown below it, and
-// Stop cancels. The exchange joins the transcript only once the server saved it.
+// Stop cancels. The exchange joins the transcript only once the server saved it (a
+// complete answer). A turn that ends any other way (stopped, cut at the length limit,
+// refused, failed) stays on the page as it was, marked with why, with Retry, Edit and
+// Dismiss; this browser keeps it, and the composer's unsent draft, per session and
+// bounded (localStorage), so a reload shows both again.
 
 import { API, ApiError, api, postEvents } from "./api.js";
 import { $ } from "./page.js";
 import { counted, unsavedMessage, view } from "./session.js";
 
-let turn = null;  // the reply in flight, if any
+let turn = null;      // the reply in flight, if any
+let leaving = false;  // the page is being unloaded: what is kept now stays as it is
+
+// -- what this browser keeps ----------------------------------------------------------------
+
+// The bounds of what is kept, in characters (UTF-16 code units, as the browser counts its
+// quota of about 5 million per site): a session's draft and its unfinished turn's
+// question and answer are each cut to their limit (and the cut said where they are
+// shown), and at most `sessions` sessions keep a draft, and as many an unfinished turn,
+// the least recently written out first: 8 × 350,000 characters at most, in all.
+export const KEEP = { draft: 100_000, question: 100_000, answer: 50_000, sessions: 8 };
+export const DRAFT_KEY = "boundctx-draft:";  // + session id
+export const TURN_KEY = "boundctx-turn:";    // + session id
+
+// `text` cut to `limit` characters, never between the halves of a surrogate pair.
+function cut(text, limit) {
+  if (text.length <= limit) return text;
+  const end = /[\uD800-\uDBFF]/.test(text[limit - 1]) ? limit - 1 : limit;
+  return text.slice(0, end);
+}
+
+function kept(prefix, sid) {
+  try {
+    const value = JSON.parse(localStorage.getItem(prefix + sid));
+    return value && typeof value === "object" ? value : null;
+  } catch {
+    return null;  // no storage here, or not ours
+  }
+}
+
+function forget(prefix, sid) {
+  try {
+    localStorage.removeItem(prefix + sid);
+  } catch {
+    // no storage here: nothing was kept
+  }
+}
+
+// The keys of one kind, oldest written first.
+function keysOf(prefix) {
+  const keys = [];
+  for (let i = 0; i < localStorage.length; i++) {
+    const key = localStorage.key(i);
+    if (key && key.startsWith(prefix)) {
+      let at = 0;
+      try { at = JSON.parse(localStorage.getItem(key)).at || 0; } catch { /* oldest */ }
+      keys.push({ key, at });
+    }
+  }
+  return keys.sort((a, b) => a.at - b.at).map((k) => k.key);
+}
+
+// Keep `value` for `sid`; false if the browser would not keep it, even after the oldest
+// entries of this kind made room.
+function keep(prefix, sid, value) {
+  const text = JSON.stringify({ ...value, at: Date.now() });
+  try {
+    for (;;) {
+      try {
+        localStorage.setItem(prefix + sid, text);
+        break;
+      } catch {
+        const oldest = keysOf(prefix).find((k) => k !== prefix + sid);
+        if (!oldest) return false;
+        localStorage.removeItem(oldest);
+      }
+    }
+    const keys = keysOf(prefix);
+    for (const key of keys.slice(0, Math.max(0, keys.length - KEEP.sessions))) localStorage.removeItem(key);
+    return true;
+  } catch {
+    return false;  // no storage here
+  }
+}
+
+// -- the draft --------------------------------------------------------------------------------
+
+function draftNote(text) {
+  const note = $("draft-note");
+  note.textContent = text;
+  note.hidden = !text;
+}
+
+// The composer changed: keep what it holds for the open session.
+export function draftChanged() {
+  const sid = view.sid;
+  const text = $("question").value;
+  let note = text.length > KEEP.draft ? `This message has ${text.length.toLocaleString()} characters; this ` +
+    `browser keeps only its first ${KEEP.draft.toLocaleString()} if the page is reloaded before it is sent.` : "";
+  if (!sid) return;
+  if (!text) forget(DRAFT_KEY, sid);
+  else if (!keep(DRAFT_KEY, sid, { text: cut(text, KEEP.draft), length: text.length })) {
+    note = "This browser would not keep this message: it is lost if the page is reloaded before it is sent.";
+  }
+  draftNote(note);
+}
+
+function restoreDraft(sid) {
+  const draft = kept(DRAFT_KEY, sid);
+  const text = draft && typeof draft.text === "string" ? draft.text : "";
+  $("question").value = text;
+  draftNote(draft && draft.length > text.length ? `Your unsent message had ${draft.length.toLocaleString()} ` +
+    `characters; this browser kept its first ${text.length.toLocaleString()}, shown here: the rest was not kept.` : "");
+}
+
+// -- how a turn ended, in words -------------------------------------------------------------
+
+const ENDINGS = {
+  cancelled: "Stopped: you pressed Stop before the answer was complete.",
+  length: "Cut at the length limit: the answer reached the most it may be (its token limit) before it was complete.",
+  repetition: "Stopped: the model began repeating itself, so the answer was ended early.",
+  tool_rounds_exhausted: "Cut short: the model still wanted to reread the input when its rereads were spent.",
+  content_filter: "Stopped by the model's content filter.",
+  interrupted: "Interrupted: the page was reloaded or closed while the answer was coming, which stopped it.",
+};
+
+const FAILURES = {
+  ContextOverflow: "the question and the history are too long for the model",
+  GenerationTimeout: "the model took longer than its time limit",
+  ServerUnreachable: "the model's server could not be reached",
+  ServerTimeout: "the model's server did not answer in time",
+  ServerResponseError: "the model's server answered with an error",
+  IncompleteCoverage: "part of the input could not be read, so no answer was given",
+};
+
+function refusal(status) {
+  if (status === 401) return "the server asks for an API key: enter it above, then Retry";
+  if (status === 403) return "the server does not allow this";
+  if (status === 404) return "this session is not on the server (any more)";
+  if (status === 409) return "the session cannot take a reply now";
+  if (status === 413) return "the question is larger than the server accepts";
+  if (status === 400) return "the server did not accept the question";
+  if (status === 429 || status === 503) return "the server is busy: try again in a moment";
+  if (status >= 500) return "the server ran into an error";
+  return `the server refused it (HTTP ${status})`;
+}
+
+// { ending, words, detail } of a turn that is not saved.
+function finished(reason, detail = "") {
+  if (Object.hasOwn(ENDINGS, reason)) return { ending: reason, words: ENDINGS[reason], detail: "" };
+  return { ending: reason, words: `The answer ended (${reason}) and was not saved.`, detail };
+}
+
+// -- one turn on the page -------------------------------------------------------------------
+
+function button(text, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = text;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function paragraph(className, text) {
+  const p = document.createElement("p");
+  p.className = className;
+  p.textContent = text;
+  return p;
+}
 
 function progressLine(text, className = "") {
   const p = document.createElement("span");
@@ -20,19 +182,27 @@ function speak(text) {
   window.speechSynthesis.speak(new SpeechSynthesisUtterance(text));
 }
 
-// One reply as the page shows it: the answer's node, its text so far, the progress
-// lines, and whether a done or failed event came (else the stream just stopped); its
-// id once the server named it, for Stop.
+// One reply as the page shows it: the question's and the answer's nodes, the answer's
+// text so far, the progress lines, and whether a done or failed event came (else the
+// stream just stopped); its id once the server named it, for Stop. A turn read back
+// from this browser has the question and answer it kept and their lengths as asked and
+// said, longer where they were cut.
 class Turn {
-  constructor(answer) {
+  constructor(sid, question, asked, answer) {
+    this.sid = sid;
     this.id = null;
     this.abort = new AbortController();
-    this.box = $("messages");
+    this.stopping = false;
+    this.question = question;
+    this.questionLength = question.length;
+    this.answerLength = null;  // the length of `said`, unless it was cut when kept
+    this.asked = asked;
     this.answer = answer;
     this.text = answer.querySelector(".text");
     this.progress = $("progress");
     this.said = "";
     this.ended = false;
+    this.keptAt = 0;
   }
 
   line(className) {  // the one progress line of this kind, replaced as it changes
@@ -44,11 +214,113 @@ class Turn {
     this.answer.removeAttribute("aria-busy");
   }
 
-  fail(message) {
-    const error = $("reply-error");
-    error.textContent = message;
-    error.hidden = false;
+  // Keep this turn in the browser as it stands, ended as `how` says.
+  keep(how) {
+    this.keptAt = Date.now();
+    this.how = how;
+    return keep(TURN_KEY, this.sid, { question: cut(this.question, KEEP.question), questionLength: this.question.length,
+                                      answer: cut(this.said, KEEP.answer), answerLength: this.said.length, ...how });
   }
+
+  get whole() {  // the question is all there, as asked
+    return this.question.length === this.questionLength;
+  }
+
+  // The reply ended without a saved answer: the turn stays, marked, with what can be done.
+  unfinished(how) {
+    this.end();
+    const stored = leaving || this.keep(how);
+    markUnfinished(this, how, stored);
+  }
+}
+
+function removeKeptTurn() {
+  for (const node of $("messages").querySelectorAll(".message.unfinished")) node.remove();
+}
+
+// Mark `t`'s nodes as a turn not saved, the reason beside its answer.
+function markUnfinished(t, how, stored) {
+  for (const [node, role] of [[t.asked, "user"], [t.answer, "assistant"]]) {
+    node.classList.add("unfinished");
+    delete node.dataset.index;
+    node.querySelector(".role").textContent = `${role} · not saved`;
+  }
+  t.answer.dataset.ending = how.ending;
+  const ending = paragraph("ending", `${how.words} Not saved to this session: only a complete answer is.`);
+  ending.setAttribute("role", "status");
+  const notes = [ending];
+  if (how.detail) notes.push(paragraph("detail", `The server said: ${how.detail}`));
+  if (!stored) notes.push(paragraph("keep-note", "This browser would not keep this turn: it is lost if the page is reloaded."));
+  if (!t.whole) {
+    notes.push(paragraph("keep-note", `This browser kept the first ${t.question.length.toLocaleString()} of this ` +
+      `question's ${t.questionLength.toLocaleString()} characters: Retry would send less than was asked, so it ` +
+      "is off; Edit puts what was kept in the composer."));
+  } else if (t.question.length > KEEP.question) {
+    notes.push(paragraph("keep-note", `If the page is reloaded, this browser keeps the first ` +
+      `${KEEP.question.toLocaleString()} of this question's ${t.question.length.toLocaleString()} characters.`));
+  }
+  if (t.answerLength !== null && t.answerLength > t.said.length) {
+    notes.push(paragraph("keep-note", `This browser kept the first ${t.said.length.toLocaleString()} of this ` +
+      `answer's ${t.answerLength.toLocaleString()} characters.`));
+  } else if (t.said.length > KEEP.answer) {
+    notes.push(paragraph("keep-note", `If the page is reloaded, this browser keeps the first ` +
+      `${KEEP.answer.toLocaleString()} of this answer's ${t.said.length.toLocaleString()} characters.`));
+  }
+  const retry = button("Retry", () => {
+    removeKeptTurn();
+    ask(t.sid, t.question).catch((err) => console.error(err));
+  });
+  retry.disabled = !t.whole;
+  const edit = button("Edit", () => {
+    const box = $("question");
+    box.value = box.value ? `${t.question}\n\n${box.value}` : t.question;
+    dismiss(t.sid);
+    draftChanged();
+    box.focus();
+  });
+  const actions = document.createElement("div");
+  actions.className = "row actions";
+  actions.append(retry, edit, button("Dismiss", () => dismiss(t.sid)));
+  t.answer.append(...notes, actions);
+}
+
+// The person is done with the session's unfinished turn: off the page and out of the browser.
+function dismiss(sid) {
+  if (view.sid === sid) removeKeptTurn();
+  forget(TURN_KEY, sid);
+}
+
+// The session's view opened: its draft back in the composer, and under its saved
+// history the reply in flight (when the reader comes back to it) or the unfinished turn
+// this browser kept.
+export function sessionOpened(sid) {
+  restoreDraft(sid);
+  const box = $("messages");
+  if (turn && turn.sid === sid) {
+    box.append(turn.asked, turn.answer);
+    return;
+  }
+  const k = kept(TURN_KEY, sid);
+  if (!k || typeof k.question !== "string" || typeof k.answer !== "string") return;
+  const asked = unsavedMessage("user", null, k.question);
+  const answer = unsavedMessage("assistant", null, k.answer);
+  box.append(asked, answer);
+  const t = new Turn(sid, k.question, asked, answer);
+  t.questionLength = Math.max(k.question.length, Number(k.questionLength) || 0);
+  t.said = k.answer;
+  t.answerLength = Math.max(k.answer.length, Number(k.answerLength) || 0);
+  markUnfinished(t, { ending: String(k.ending), words: String(k.words || ""), detail: String(k.detail || "") }, true);
+}
+
+// The page is going away: a reply in flight is kept as interrupted, with what it said.
+// If it comes back (the back-forward cache), it keeps turns as before.
+export function leave() {
+  if (turn) turn.keep(finished("interrupted"));
+  leaving = true;
+}
+
+export function returned() {
+  leaving = false;
 }
 
 // What each named event of a reply does to the page (serve/session_replies.py sends
@@ -83,56 +355,82 @@ const ON = {
   reply_delta(t, data) {
     t.said += data.text;
     t.text.textContent = t.said;
-    t.box.scrollTop = t.box.scrollHeight;
+    $("messages").scrollTop = $("messages").scrollHeight;
+    // What survives a crash of the tab: the answer so far, written about once a second.
+    if (Date.now() - t.keptAt > 1000) t.keep(finished("interrupted"));
   },
   done(t, data) {
-    t.end();
-    if (data.saved) counted(data.message_count);
-    else t.fail(data.finish_reason === "cancelled" ? `Stopped. ${data.not_saved}` : `Not saved: ${data.not_saved}`);
+    if (data.saved) {
+      t.end();
+      forget(TURN_KEY, t.sid);
+      if (view.sid === t.sid) counted(data.message_count);
+    } else if (data.finish_reason === "stop") {
+      t.unfinished({ ending: "unsaved", words: "The answer is complete but could not be saved.",
+                     detail: data.not_saved });
+    } else {
+      t.unfinished(finished(data.finish_reason, data.not_saved));
+    }
     speak(t.said);
   },
   failed(t, data) {
-    t.end();
-    t.fail(`The reply failed: ${data.error}`);
+    t.unfinished({ ending: "failed", words: `Failed: ${FAILURES[data.kind] || "the model could not give an answer"}.`,
+                   detail: data.error });
   },
 };
 
 export async function send(event) {
   event.preventDefault();
-  if (turn) return;
-  const question = $("question").value;
+  if (turn || !view.sid) return;
+  let content = $("question").value;
   const file = $("attach").files[0];
-  let content = question;
   if (file) content += `\n\n[attached: ${file.name}]\n${await file.text()}`;
   if (!content.trim()) return;
+  // The question moves from the composer into the turn, which keeps it from here on.
+  $("question").value = "";
+  $("attach").value = "";
+  draftChanged();
+  await ask(view.sid, content);
+}
+
+// Ask `content` on session `sid`: a session has at most one unfinished turn, and a new
+// question (or the same one again) takes its place.
+async function ask(sid, content) {
+  if (turn) return;
+  dismiss(sid);
   const box = $("messages");
-  $("reply-error").hidden = true;
   $("progress").replaceChildren();
   const answer = unsavedMessage("assistant", view.count + 1, "");
   answer.setAttribute("aria-busy", "true");
-  box.append(unsavedMessage("user", view.count, content), answer);
+  const asked = unsavedMessage("user", view.count, content);
+  box.append(asked, answer);
   box.scrollTop = box.scrollHeight;
-  const t = turn = new Turn(answer);
+  const t = turn = new Turn(sid, content, asked, answer);
+  t.keep(finished("interrupted"));  // if the page goes away mid-reply, this is what stays
   $("send").disabled = true;
   $("stop").disabled = false;
   try {
-    const events = postEvents(`${API}/sessions/${encodeURIComponent(view.sid)}/replies`, { content },
+    const events = postEvents(`${API}/sessions/${encodeURIComponent(sid)}/replies`, { content },
                               { signal: t.abort.signal });
     for await (const { name, data } of events) {
       if (Object.hasOwn(ON, name)) ON[name](t, data);
     }
-    if (!t.ended) throw new Error("the connection to the server closed before the reply ended");
+    if (!t.ended) throw new Error("the connection to the server closed before the answer ended");
   } catch (err) {
-    answer.removeAttribute("aria-busy");
-    if (err.name !== "AbortError") {
-      t.fail(err instanceof ApiError ? `The reply was refused: ${err.message}` : `The reply failed: ${err.message}`);
+    if (t.ended) {
+      // the turn was marked already
+    } else if (err.name === "AbortError" && t.stopping) {
+      t.unfinished(finished("cancelled"));
+    } else if (err instanceof ApiError) {
+      t.unfinished({ ending: "refused", words: `Refused: ${refusal(err.status)}.`, detail: err.message });
+    } else if (!leaving) {
+      t.unfinished({ ending: "failed", words: "Failed: the connection to the server was lost before the answer ended.",
+                     detail: err.name === "AbortError" ? "" : err.message });
     }
   } finally {
     turn = null;
     $("send").disabled = false;
     $("stop").disabled = true;
-    $("question").value = "";
-    $("attach").value = "";
+    if (box.scrollHeight - box.scrollTop - box.clientHeight < 200) box.scrollTop = box.scrollHeight;
   }
 }
 
@@ -140,6 +438,7 @@ export async function stop() {
   const t = turn;
   if (!t) return;
   $("stop").disabled = true;
+  t.stopping = true;
   try {
     if (!t.id) throw new Error("no reply id yet");
     await api(`${API}/replies/${encodeURIComponent(t.id)}/cancel`, { method: "POST" });

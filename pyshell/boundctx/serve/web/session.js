@@ -14,6 +14,14 @@ const NEAR_TOP_PX = 200;          // how close to the top a scroll fetches the p
 export const view = { sid: null, start: 0, count: 0, version: null, more: false, loading: false,
                       compactions: new Set() };
 
+// What else a session's view shows under its newest window once it is open (chat.js:
+// the unfinished turn and the draft this browser kept).
+let whenOpened = () => {};
+
+export function onOpened(fn) {
+  whenOpened = fn;
+}
+
 // One window of a session's messages: the newest, or those `before` asks for.
 function windowOf(sid, before = {}) {
   const query = new URLSearchParams({ ...before, message_limit: PAGE, content_limit: DISPLAY_BYTES });
@@ -72,10 +80,11 @@ function messageCard(kind, label, text, { line, index } = {}) {
   return node;
 }
 
-// A message of this session that is not in its file yet (the turn being sent): its
-// index is known, its line is not.
+// A message of this session that is not in its file: the turn being sent (its index
+// known, its line not), or one the server did not save (index null).
 export function unsavedMessage(role, index, text) {
-  return messageCard(role, `${role} · message ${index}`, text, { index });
+  return index === null ? messageCard(role, `${role} · not saved`, text)
+    : messageCard(role, `${role} · message ${index}`, text, { index });
 }
 
 function messageNode(entry, { compaction = false } = {}) {
@@ -126,12 +135,12 @@ export async function openSession(sid) {
   view.compactions = new Set();
   $("session-title").textContent = sid;
   $("progress").replaceChildren();
-  $("reply-error").hidden = true;
   const box = $("messages");
   box.replaceChildren();
   const win = await windowOf(sid);
   remember(win);
   box.append(...nodesOf(win));
+  whenOpened(sid);
   box.scrollTop = box.scrollHeight;
   meta();
   // A first page shorter than the view cannot be scrolled: fetch older ones until it can.
