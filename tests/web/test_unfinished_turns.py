@@ -25,7 +25,7 @@ def folder(tmp_path):
 
 
 def keep_limits(page):
-    return page.evaluate("() => import('/ui/chat.js').then(m => m.KEEP)")
+    return page.evaluate("() => import('/ui/keep.js').then(m => m.KEEP)")
 
 
 def stored(page, prefix):
