@@ -141,12 +141,15 @@ def test_stop_cancels_the_reply_and_nothing_is_saved(page, serve, folder):
     assert (folder / "stop.jsonl").read_bytes() == b""
 
 
+def fails_after(text):
+    """A reply that says ``text`` and then loses its model server."""
+    yield text
+    raise RuntimeError("the model server went away")
+
+
 def test_a_failed_reply_says_why(page, serve, folder):
     def respond(request):
-        def gen():
-            yield "partial "
-            raise RuntimeError("the model server went away")
-        return gen()
+        return fails_after("partial ")
 
     server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_empty_session(page, server, folder, "f")

@@ -8,7 +8,7 @@ import pytest
 
 from boundctx.providers import ScriptedProvider, ScriptedReply
 
-from .test_front_end import UNFINISHED, ask, open_empty_session
+from .test_front_end import UNFINISHED, ask, fails_after, open_empty_session
 from tests._support.scripted import MODEL, Slow, settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -52,12 +52,18 @@ def turn_shown(page):
             "buttons": page.eval_on_selector_all(f"{UNFINISHED} button", "bs => bs.map(b => b.textContent)")}
 
 
-def test_a_stopped_reply_keeps_the_question_and_the_answer_so_far_marked_beside_it(page, serve, folder):
+def slow_reply_under_way(page, serve, folder, session, question):
+    """A session ``session`` asked ``question`` on a model that answers slowly, once the
+    answer has begun on the page."""
     slow = Slow(pieces=2000, gap=0.01)
     server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
-    open_empty_session(page, server, folder, "stop")
-    ask(page, "go on and on")
+    open_empty_session(page, server, folder, session)
+    ask(page, question)
     page.wait_for_function("() => document.querySelector('#messages .message.assistant .text').textContent.length > 10")
+
+
+def test_a_stopped_reply_keeps_the_question_and_the_answer_so_far_marked_beside_it(page, serve, folder):
+    slow_reply_under_way(page, serve, folder, "stop", "go on and on")
     page.get_by_role("button", name="Stop").click()
     page.wait_for_selector(f"{UNFINISHED} .ending")
     shown = turn_shown(page)
@@ -119,13 +125,7 @@ def test_a_failed_reply_is_kept_and_retry_sends_the_same_question_again(page, se
 
     def respond(request):
         asked.append(request.messages[-1]["content"])
-        if len(asked) > 1:
-            return "a complete answer"
-
-        def gen():
-            yield "partial "
-            raise RuntimeError("the model server went away")
-        return gen()
+        return "a complete answer" if len(asked) > 1 else fails_after("partial ")
 
     server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_empty_session(page, server, folder, "retry")
@@ -146,11 +146,7 @@ def test_a_failed_reply_is_kept_and_retry_sends_the_same_question_again(page, se
 
 
 def test_a_reply_interrupted_by_a_reload_is_kept_with_what_it_said(page, serve, folder):
-    slow = Slow(pieces=2000, gap=0.01)
-    server = serve(ScriptedProvider(slow), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
-    open_empty_session(page, server, folder, "reload")
-    ask(page, "a long job")
-    page.wait_for_function("() => document.querySelector('#messages .message.assistant .text').textContent.length > 10")
+    slow_reply_under_way(page, serve, folder, "reload", "a long job")
     reload_session(page, 0)
     page.wait_for_selector(f"{UNFINISHED} .ending")
     shown = turn_shown(page)
