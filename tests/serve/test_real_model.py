@@ -91,8 +91,10 @@ def test_boundctx_remote_provider_reads_boundctx_serve(served):
     done = subprocess.run([sys.executable, "-m", "boundctx", "ask", "--provider", "remote", "--base-url", url,
                            "--max-tokens", "24", "Say hi"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "BOUNDCTX_API_KEY": "none"})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip()
+    # 0: a complete answer; 3: one cut at its 24 tokens (README, "Exit codes"), which the
+    # small model may well need: either way the text came through the server.
+    assert done.returncode in (0, 3), done.stderr
+    assert done.stdout.strip() and ("cut at its 24-token budget" in done.stderr) == (done.returncode == 3)
 
 
 def test_two_conversations_taking_turns_each_evaluate_only_their_new_messages(served):
