@@ -89,9 +89,8 @@ def openai_routes(service: ReplyService) -> list:
 
 
 def _sampling(req: ChatCompletionRequest) -> Sampling | None:
-    """The request's sampling fields, None when it set none."""
-    sampling = Sampling(seed=req.seed, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
-                        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty)
+    """The request's sampling fields (the wire names are Sampling's), None when it set none."""
+    sampling = Sampling(**{name: getattr(req, name) for name in Sampling.__struct_fields__})
     return sampling if sampling.given() else None
 
 
