@@ -14,9 +14,9 @@
 //   settings.js  the settings form
 
 import { apiKey, setApiKey } from "./api.js";
-import { draftChanged, leave, returned, send, sessionOpened, stop } from "./chat.js";
+import { draftChanged, leave, returned, send, sessionOpened, sessionSwitched, stop } from "./chat.js";
 import { $, failed, notice } from "./page.js";
-import { listSessions, newSession, onOpened, openSession, scrolled } from "./session.js";
+import { listSessions, newSession, onSessionView, openSession, scrolled } from "./session.js";
 import { loadSettings, saveSettings } from "./settings.js";
 
 function show(view) {
@@ -53,7 +53,7 @@ function start() {
   $("messages").addEventListener("scroll", scrolled);
   $("composer").addEventListener("submit", (event) => send(event).catch(failed));
   $("question").addEventListener("input", draftChanged);
-  onOpened(sessionOpened);
+  onSessionView({ switched: sessionSwitched, opened: sessionOpened });
   window.addEventListener("pagehide", leave);
   window.addEventListener("pageshow", returned);
   $("question").addEventListener("keydown", (event) => {

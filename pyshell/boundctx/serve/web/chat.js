@@ -219,11 +219,14 @@ function dismiss(sid) {
   forget(TURN_KEY, sid);
 }
 
-// The session's view opened: its draft back in the composer, and under its saved
-// history the reply in flight (when the reader comes back to it) or the unfinished turn
-// this browser kept.
-export function sessionOpened(sid) {
+// The view went to a session: its draft, and only its own, in the composer.
+export function sessionSwitched(sid) {
   restoreDraft(sid);
+}
+
+// The session's view opened: under its saved history the reply in flight (when the
+// reader comes back to it) or the unfinished turn this browser kept.
+export function sessionOpened(sid) {
   const box = $("messages");
   if (turn && turn.sid === sid) {
     box.append(turn.asked, turn.answer);

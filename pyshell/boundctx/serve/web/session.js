@@ -14,12 +14,15 @@ const NEAR_TOP_PX = 200;          // how close to the top a scroll fetches the p
 export const view = { sid: null, start: 0, count: 0, version: null, more: false, loading: false,
                       compactions: new Set() };
 
-// What else a session's view shows under its newest window once it is open (chat.js:
-// the unfinished turn and the draft this browser kept).
-let whenOpened = () => {};
+// What else follows the view to a session (chat.js): `switched` runs as soon as the view
+// is the session's, before its window is fetched, so the composer never shows another
+// session's draft meanwhile; `opened` runs once the newest window is on the page (the
+// unfinished turn this browser kept goes under it), and only if the view is still there.
+const hooks = { switched: () => {}, opened: () => {} };
 
-export function onOpened(fn) {
-  whenOpened = fn;
+export function onSessionView({ switched, opened }) {
+  hooks.switched = switched;
+  hooks.opened = opened;
 }
 
 // One window of a session's messages: the newest, or those `before` asks for.
@@ -137,10 +140,12 @@ export async function openSession(sid) {
   $("progress").replaceChildren();
   const box = $("messages");
   box.replaceChildren();
+  hooks.switched(sid);
   const win = await windowOf(sid);
+  if (view.sid !== sid) return;  // the reader went on to another session meanwhile
   remember(win);
   box.append(...nodesOf(win));
-  whenOpened(sid);
+  hooks.opened(sid);
   box.scrollTop = box.scrollHeight;
   meta();
   // A first page shorter than the view cannot be scrolled: fetch older ones until it can.
