@@ -255,6 +255,32 @@ def test_one_message_whole_while_the_window_shows_it_cut(server, folder):
     assert_error(server.http.get(f"{API}/s1/messages/{w['message_count']}"), 404, "message_not_found")
 
 
+def test_a_long_message_comes_in_pages_of_its_text_that_join_to_the_whole(server, folder):
+    path = sample(folder)
+    w = server.http.get(f"{API}/s1/messages", params={"message_limit": 1000}).json()
+    cut = next(m for m in w["messages"] if m["cut_bytes"] > 0)
+    with Transcript.open(path) as t:
+        full = t.window(message_before=cut["index"] + 1, message_limit=1).messages[0]
+    role, text = display(full)
+    pages, offset = [], 0
+    while True:
+        got = server.http.get(f"{API}/s1/messages/{cut['index']}",
+                              params={"text_offset": offset, "text_limit": 10_000}).json()
+        assert "record" not in got  # the record is the whole message: a page never carries it
+        assert (got["role"], got["text_length"], got["text_offset"]) == (role, len(text), offset)
+        assert len(got["text"]) <= 10_000 and got["layout_version"] == w["layout_version"]
+        pages.append(got["text"])
+        offset += len(got["text"])
+        if offset >= got["text_length"]:
+            break
+    assert "".join(pages) == text and len(pages) == -(-len(text) // 10_000)
+    one = f"{API}/s1/messages/{cut['index']}"
+    assert_error(server.http.get(one, params={"text_offset": len(text) + 1, "text_limit": 5}), 400, "invalid_value")
+    assert_error(server.http.get(one, params={"text_offset": 5}), 400, "invalid_value")
+    assert_error(server.http.get(one, params={"text_limit": 0}), 400, "invalid_value")
+    assert_error(server.http.get(one, params={"text_limit": (1 << 20) + 1}), 400, "invalid_value")
+
+
 def test_a_locked_session_answers_409_with_retry_after(server, folder):
     path = sample(folder, target_bytes=5_000)
     rec = {"type": "message", "message": {"role": "user", "content": "x"}}

@@ -90,7 +90,7 @@ def test_a_large_session_opens_newest_first_and_pages_back_to_0_in_place(page, s
     assert errors == []
 
 
-def test_a_cut_message_shows_the_marker_and_comes_whole_on_demand(page, serve, folder):
+def test_a_cut_message_says_its_size_and_reads_in_pages_that_join_to_the_whole(page, serve, folder):
     path = folder / "cut.jsonl"
     long_text = "".join(f"line {i:05d} of a pasted log\n" for i in range(6000))  # ~150 KB
     with Transcript.open(str(path), create=True) as t:
@@ -99,13 +99,40 @@ def test_a_cut_message_shows_the_marker_and_comes_whole_on_demand(page, serve, f
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_app(page, server, "#/s/cut")
     node = page.wait_for_selector('#messages .message[data-index="1"]')
-    assert "more bytes not shown" in node.inner_text()
-    shown = len(node.query_selector(".text").inner_text())
-    assert shown < len(long_text)
-    page.get_by_role("button", name="Show whole message").click()
-    page.wait_for_function("() => !document.querySelector('#messages .message[data-index=\"1\"] .cut')")
-    assert page.inner_text('#messages .message[data-index="1"] .text') == long_text.rstrip("\n") or \
-        len(page.inner_text('#messages .message[data-index="1"] .text')) >= len(long_text) - 1
+    assert "more not shown (this message is 1" in node.inner_text()  # its size, said before it is read
+    assert len(node.query_selector(".text").text_content()) < len(long_text)
+    page.get_by_role("button", name="Read it in pages").click()
+    pages = []
+    pager = '#messages .message[data-index="1"] .pager'
+    for k in range(1, 10):
+        page.wait_for_selector(f"{pager}:has-text('(page {k} of')")
+        bar = page.inner_text(pager)
+        pages.append(page.eval_on_selector('#messages .message[data-index="1"] .text', "n => n.textContent"))
+        assert f"of {len(long_text):,}" in bar and f"of {-(-len(long_text) // 65536)})" in bar
+        if "Next page" not in bar:
+            break
+        page.get_by_role("button", name="Next page").click()
+    assert "".join(pages) == long_text and all(len(p) <= 65536 for p in pages)
+
+
+def test_a_5_mb_tool_output_opens_a_page_at_a_time_and_the_tab_stays_responsive(page, serve, folder):
+    path = folder / "big.jsonl"
+    output = "".join(f"{i:08d} " + "x" * 90 + "\n" for i in range(50_000))  # 5 MB
+    with Transcript.open(str(path), create=True) as t:
+        t.append({"type": "message", "message": {"role": "user", "content": "run it"}})
+        t.append({"type": "message", "message": {"role": "tool", "content": output}})
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_app(page, server, "#/s/big")
+    page.wait_for_selector('#messages .message[data-index="1"] .whole')
+    sizes = []
+    page.on("response", lambda r: sizes.append(len(r.body())) if "/messages/1?" in r.url else None)
+    page.get_by_role("button", name="Read it in pages").click()
+    page.wait_for_selector('#messages .message[data-index="1"] .pager:has-text("page 1 of 77")')
+    # What came over the wire and what the page holds: one page, not the message.
+    assert sizes and max(sizes) < 100_000
+    shown = page.eval_on_selector('#messages .message[data-index="1"] .text', "n => n.textContent")
+    assert shown == output[:65536]
+    assert page.evaluate("() => 1 + 1") == 2  # the tab answers at once
 
 
 def test_a_reply_streams_with_progress_apart_and_lands_in_the_transcript(page, serve, folder):
@@ -454,10 +481,17 @@ def test_an_attached_file_is_read_with_the_question(page, serve, folder, tmp_pat
     log = tmp_path / "build.log"
     log.write_text(LOG)
     open_empty_session(page, server, folder, "attach")
-    page.get_by_label("Attach a file").set_input_files(str(log))
+    page.get_by_label("Attach a text file").set_input_files(str(log))
+    page.wait_for_selector("#attached .chip:has-text('build.log')")
     ask(page, "Which step failed?")
     page.wait_for_selector("#session-meta:has-text('2 messages')")
     assert page.inner_text("#messages .message.assistant .text") == "The failing step is 377."
+    # The question's card shows what was typed and the file as a chip, not the file's text.
+    asked = page.locator("#messages .message.user .text")
+    assert asked.locator(".chip").inner_text().startswith("📎 build.log")
+    assert page.eval_on_selector("#messages .message.user .text", "n => n.firstChild.textContent") == \
+        "Which step failed?"
+    assert page.is_hidden("#attached .chip")  # sent: the composer holds no attachment
     with Transcript.open(str(folder / "attach.jsonl")) as t:
         question = t.window(message_limit=10, content_limit=None).messages[0].record["message"]["content"]
     assert question == "Which step failed?\n\n[attached: build.log]\n" + LOG  # kept whole, named

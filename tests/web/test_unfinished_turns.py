@@ -49,7 +49,7 @@ def turn_shown(page):
     return {"question": page.inner_text(f"{QUESTION} .text"),
             "answer": page.eval_on_selector(f"{UNFINISHED} .text", "n => n.textContent"),
             "ending": page.inner_text(f"{UNFINISHED} .ending"),
-            "buttons": page.eval_on_selector_all(f"{UNFINISHED} button", "bs => bs.map(b => b.textContent)")}
+            "buttons": page.eval_on_selector_all(f"{UNFINISHED} .actions button", "bs => bs.map(b => b.textContent)")}
 
 
 def slow_reply_under_way(page, serve, folder, session, question):

@@ -8,6 +8,8 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
     GET    /boundctx/v1/sessions/{id}/messages?message_before=&message_limit=&content_limit=&layout_version=
     POST   /boundctx/v1/sessions/{id}/messages                  lossless append
     GET    /boundctx/v1/sessions/{id}/messages/{index}          one message, uncapped
+    GET    /boundctx/v1/sessions/{id}/messages/{index}?text_offset=&text_limit=
+                                                                one page of its text
     PATCH  /boundctx/v1/sessions/{id}/messages/{index}          edit (full-history rewrite)
     DELETE /boundctx/v1/sessions/{id}/messages/{index}          delete (full-history rewrite)
 
@@ -276,9 +278,18 @@ class Sessions:
         return {**out, "layout_version": version}
 
     def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
+        """One message whole, or, with ``text_limit``, one page of how it reads for a
+        person: characters ``text_offset`` to ``text_offset + text_limit`` of its text,
+        with the text's whole length, and without the record (which is the whole of it).
+        A front end opens a long message page by page, its payload bounded."""
         path = self._existing(sid)
         index = _index(index_text)
         wanted = query.get("layout_version")
+        text_limit = _int_param(query, "text_limit", None, 1, CONTENT_LIMIT_MAX)
+        text_offset = _int_param(query, "text_offset", 0, 0)
+        if text_limit is None and "text_offset" in query:
+            raise ApiError(400, "text_offset pages a message's text: send text_limit with it", "invalid_value",
+                           "text_offset")
 
         def read(t: Transcript, version: str):
             if wanted is not None and wanted != version:
@@ -287,7 +298,16 @@ class Sessions:
             return t.window(message_before=index + 1, message_limit=1, content_limit=None).messages[0]
 
         entry, version, _ = self._read(path, read)
-        return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
+        if text_limit is None:
+            return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
+        role, text = display(entry)
+        assert text_offset is not None
+        if text_offset > len(text):
+            raise ApiError(400, f"text_offset={text_offset} is past the end of the message's text "
+                                f"({len(text):,} characters)", "invalid_value", "text_offset")
+        return {"index": entry.index, "line": entry.line, "role": role, "text_length": len(text),
+                "text_offset": text_offset, "text": text[text_offset : text_offset + text_limit],
+                "layout_version": version}
 
     def append(self, sid: str, body: bytes) -> dict[str, Any]:
         path = self._existing(sid)

@@ -11,12 +11,14 @@
 //   session.js   the sessions list and one session's view, paged
 //   chat.js      sending a message and showing its reply as it streams; Stop; the
 //                unfinished turn and the draft this browser keeps
+//   attach.js    an attached file, checked (size, kind) before it is read; its chip
+//   markdown.js  an answer's Markdown as DOM nodes, never as markup
 //   settings.js  the settings form
 
-import { apiKey, setApiKey } from "./api.js";
-import { draftChanged, leave, returned, send, sessionOpened, sessionSwitched, stop } from "./chat.js";
+import { API, api, apiKey, setApiKey } from "./api.js";
+import { draftChanged, fileChosen, leave, returned, send, sessionOpened, sessionSwitched, stop } from "./chat.js";
 import { $, failed, notice } from "./page.js";
-import { listSessions, newSession, onSessionView, openSession, scrolled } from "./session.js";
+import { listSessions, newChat, newSession, onSessionView, openSession, scrolled } from "./session.js";
 import { loadSettings, saveSettings } from "./settings.js";
 
 function show(view) {
@@ -48,6 +50,7 @@ function start() {
   key.addEventListener("change", () => {
     setApiKey(key.value);
     route();
+    showModel();
   });
   $("new-session").addEventListener("submit", newSession);
   $("messages").addEventListener("scroll", scrolled);
@@ -56,13 +59,36 @@ function start() {
   onSessionView({ switched: sessionSwitched, opened: sessionOpened });
   window.addEventListener("pagehide", leave);
   window.addEventListener("pageshow", returned);
+  $("attach").addEventListener("change", () => fileChosen().catch(failed));
+  // The shortcuts the composer names under it.
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("composer").requestSubmit();
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !$("stop").disabled) {
+      event.preventDefault();
+      stop();
+    } else if ((event.ctrlKey || event.metaKey) && event.shiftKey && event.key.toLowerCase() === "o") {
+      event.preventDefault();
+      newChat().catch(failed);
+    }
   });
   $("stop").addEventListener("click", () => stop());
   $("settings-form").addEventListener("submit", (event) => saveSettings(event));
   window.addEventListener("hashchange", route);
   route();
+  showModel();
+}
+
+// The model's name in the header, as the server lists it (GET /v1/models).
+async function showModel() {
+  try {
+    const models = await api("/v1/models");
+    const ids = models.data.map((m) => m.id);
+    $("model").textContent = ids.length ? `Model: ${ids.join(", ")}` : "";
+  } catch {
+    $("model").textContent = "";  // asked for a key: shown once the key is entered
+  }
 }
 
 start();

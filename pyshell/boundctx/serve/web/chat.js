@@ -7,8 +7,9 @@
 // bounded (localStorage), so a reload shows both again.
 
 import { API, ApiError, api, postEvents } from "./api.js";
+import { AttachmentRefused, chip, readAttachment, sizeInWords, splitAttachment, withAttachment } from "./attach.js";
 import { $ } from "./page.js";
-import { counted, unsavedMessage, view } from "./session.js";
+import { counted, showText, unsavedMessage, view } from "./session.js";
 import { DRAFT_KEY, KEEP, TURN_KEY, cut, forget, keep, kept } from "./keep.js";
 
 let turn = null;      // the reply in flight, if any
@@ -202,7 +203,10 @@ function markUnfinished(t, how, stored) {
   retry.disabled = !t.whole;
   const edit = button("Edit", () => {
     const box = $("question");
-    box.value = box.value ? `${t.question}\n\n${box.value}` : t.question;
+    // What was typed goes back to the composer, and what was attached back to its chip.
+    const { typed, name, text } = t.whole ? splitAttachment(t.question) : { typed: t.question, name: null };
+    if (name !== null) setAttachment({ name, size: new Blob([text]).size, text });
+    box.value = box.value ? `${typed}\n\n${box.value}` : typed;
     dismiss(t.sid);
     draftChanged();
     box.focus();
@@ -286,12 +290,14 @@ const ON = {
   },
   reply_delta(t, data) {
     t.said += data.text;
-    t.text.textContent = t.said;
+    t.text.textContent = t.said;  // plain while it streams; rendered once it ends
+    t.answer.raw = t.said;
     $("messages").scrollTop = $("messages").scrollHeight;
     // What survives a crash of the tab: the answer so far, written about once a second.
     if (Date.now() - t.keptAt > 1000) t.keep(finished("interrupted"));
   },
   done(t, data) {
+    showText(t.text, "assistant", t.said);
     if (data.saved) {
       t.end();
       forget(TURN_KEY, t.sid);
@@ -310,16 +316,53 @@ const ON = {
   },
 };
 
+// -- the composer's attachment --------------------------------------------------------------
+
+let attached = null;  // { name, size, text } checked and read, sent with the next question
+
+function attachNote(text) {
+  const note = $("attach-note");
+  note.textContent = text;
+  note.hidden = !text;
+}
+
+function setAttachment(a) {
+  attached = a;
+  const box = $("attached");
+  box.replaceChildren();
+  if (!a) return;
+  const c = chip(a.name, `${sizeInWords(a.size)}, ${a.text.length.toLocaleString()} characters`);
+  const remove = button("Remove", () => setAttachment(null));
+  remove.setAttribute("aria-label", `Remove the attachment ${a.name}`);
+  box.append(c, remove);
+}
+
+// A file was chosen: checked (size, kind) before it is read, then held as a chip.
+export async function fileChosen() {
+  const input = $("attach");
+  const file = input.files[0];
+  input.value = "";  // the same file can be chosen again after a refusal
+  attachNote("");
+  if (!file) return;
+  attachNote(`Reading ${file.name}…`);
+  try {
+    setAttachment(await readAttachment(file));
+    attachNote("");
+  } catch (err) {
+    attachNote(err instanceof AttachmentRefused ? `Not attached: ${err.message}` : `Not attached: ${err.message || err}`);
+  }
+}
+
 export async function send(event) {
   event.preventDefault();
   if (turn || !view.sid) return;
-  let content = $("question").value;
-  const file = $("attach").files[0];
-  if (file) content += `\n\n[attached: ${file.name}]\n${await file.text()}`;
-  if (!content.trim()) return;
+  const question = $("question").value;
+  if (!question.trim() && !attached) return;
+  const content = attached ? withAttachment(question, attached) : question;
   // The question moves from the composer into the turn, which keeps it from here on.
   $("question").value = "";
-  $("attach").value = "";
+  setAttachment(null);
+  attachNote("");
   draftChanged();
   await ask(view.sid, content);
 }

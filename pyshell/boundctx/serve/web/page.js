@@ -18,3 +18,41 @@ export function failed(err) {
     notice(String(err.message || err));
   }
 }
+
+// Put `text` on the clipboard: the Clipboard API where the page may use it (a secure
+// context: https, or loopback), else a selected, hidden text area copied the old way.
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+    return;
+  }
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.style.position = "fixed";
+  area.style.opacity = "0";
+  document.body.append(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  if (!ok) throw new Error("this browser did not allow copying");
+}
+
+// A button that copies what `textOf()` gives when pressed, and says that it did.
+export function copyButton(textOf, label = "Copy") {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "copy";
+  b.textContent = label;
+  b.addEventListener("click", async () => {
+    try {
+      await copyText(textOf());
+      b.textContent = "Copied";
+    } catch (err) {
+      b.textContent = "Not copied";
+      notice(`Not copied: ${err.message || err}`);
+    }
+    setTimeout(() => { b.textContent = label; }, 1500);
+  });
+  return b;
+}

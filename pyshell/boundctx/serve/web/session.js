@@ -3,7 +3,9 @@
 // place. Only a bounded window is ever asked for (decision 0022).
 
 import { API, ApiError, api } from "./api.js";
-import { $, failed, notice } from "./page.js";
+import { chip, sizeInWords, splitAttachment } from "./attach.js";
+import { renderMarkdown } from "./markdown.js";
+import { $, copyButton, failed, notice } from "./page.js";
 
 const PAGE = 100;                 // messages per window
 const DISPLAY_BYTES = 64 * 1024;  // the display budget of each message in a window
@@ -66,20 +68,46 @@ export async function newSession(event) {
   }
 }
 
+// A new session under a name the server picks, opened with the composer ready.
+export async function newChat() {
+  const s = await api(`${API}/sessions`, { method: "POST", body: {} });
+  location.hash = `#/s/${encodeURIComponent(s.id)}`;
+  $("question").focus();
+}
+
 // -- messages -------------------------------------------------------------------------------
 
-function messageCard(kind, label, text, { line, index } = {}) {
+// A message's text as the page shows it: an answer's Markdown rendered (safely: as
+// nodes, never markup), a question with its attachment as a chip, anything else (tool
+// output, compactions, corrupt lines) as the text it is.
+export function showText(body, role, text) {
+  if (role === "assistant") {
+    body.classList.add("markdown");
+    body.replaceChildren(renderMarkdown(text));
+    return;
+  }
+  body.classList.remove("markdown");
+  const { typed, name, text: file } = role === "user" ? splitAttachment(text) : { typed: text, name: null };
+  body.textContent = typed;
+  if (name !== null) body.append(chip(name, `${file.length.toLocaleString()} characters`));
+}
+
+function messageCard(kind, label, text, { line, index, cut = false } = {}) {
   const node = document.createElement("article");
   node.className = `message ${kind}`;
   if (line !== undefined) node.dataset.line = line;
   if (index !== null && index !== undefined) node.dataset.index = index;
+  const head = document.createElement("div");
+  head.className = "message-head";
   const role = document.createElement("span");
   role.className = "role";
   role.textContent = label;
-  const body = document.createElement("span");
+  const body = document.createElement("div");
   body.className = "text";
-  body.textContent = text;
-  node.append(role, body);
+  showText(body, kind, text);
+  node.raw = text;  // what Copy copies: the text as it is, not as rendered
+  head.append(role, copyButton(() => node.raw, cut ? "Copy shown part" : "Copy"));
+  node.append(head, body);
   return node;
 }
 
@@ -95,24 +123,59 @@ function messageNode(entry, { compaction = false } = {}) {
   const { role, text } = entry;
   const label = compaction ? `compaction (line ${entry.line})` : role === "corrupt"
     ? `corrupt entry at line ${entry.line}` : `${role} · message ${entry.index}`;
-  const node = messageCard(compaction ? "compaction" : role, label, text, { line: entry.line, index: entry.index });
-  if (entry.cut_bytes > 0) {
-    const cut = document.createElement("span");
-    cut.className = "cut";
-    cut.textContent = `… ${entry.cut_bytes.toLocaleString()} more bytes not shown`;
-    const whole = document.createElement("button");
-    whole.type = "button";
-    whole.className = "whole";
-    whole.textContent = "Show whole message";
-    whole.addEventListener("click", () => showWhole(node, entry.index).catch(failed));
-    node.append(cut, whole);
+  const cut = entry.cut_bytes > 0;
+  const node = messageCard(compaction ? "compaction" : role, label, text,
+                           { line: entry.line, index: entry.index, cut });
+  if (cut) {
+    const more = document.createElement("p");
+    more.className = "cut";
+    more.textContent = `… ${sizeInWords(entry.cut_bytes)} more not shown (this message is ` +
+      `${sizeInWords(entry.length)} in the session's file).`;
+    const open = document.createElement("button");
+    open.type = "button";
+    open.className = "whole";
+    open.textContent = "Read it in pages";
+    open.addEventListener("click", () => readInPages(node, entry, 0).catch(failed));
+    more.append(" ", open);
+    node.append(more);
   }
   return node;
 }
 
-async function showWhole(node, index) {
-  const entry = await api(`${API}/sessions/${encodeURIComponent(view.sid)}/messages/${index}`);
-  node.replaceWith(messageNode(entry));
+// -- a long message, a page at a time -------------------------------------------------------
+
+const PAGE_CHARS = 64 * 1024;  // characters of a long message on the page at once
+
+// Show page `offset` of message `entry` in `node`, in place of what it showed: the
+// server sends that page alone, so neither the payload nor the page's layout grows with
+// the message (a 5 MB tool output stays as quick as a short one).
+async function readInPages(node, entry, offset) {
+  const sid = view.sid;
+  const query = new URLSearchParams({ text_offset: offset, text_limit: PAGE_CHARS, layout_version: view.version });
+  const page = await api(`${API}/sessions/${encodeURIComponent(sid)}/messages/${entry.index}?${query}`);
+  if (view.sid !== sid) return;
+  const body = node.querySelector(".text");
+  body.classList.remove("markdown");
+  body.textContent = page.text;  // a page may cut a code block in two: shown as the text it is
+  node.raw = page.text;
+  node.querySelector(".message-head .copy").textContent = "Copy this page";
+  const end = page.text_offset + page.text.length;
+  const bar = document.createElement("p");
+  bar.className = "cut pager";
+  bar.textContent = `Characters ${(page.text_offset + 1).toLocaleString()}–${end.toLocaleString()} of ` +
+    `${page.text_length.toLocaleString()} (page ${Math.floor(page.text_offset / PAGE_CHARS) + 1} of ` +
+    `${Math.max(1, Math.ceil(page.text_length / PAGE_CHARS))}). `;
+  const go = (text, to) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = text;
+    b.addEventListener("click", () => readInPages(node, entry, to).catch(failed));
+    return b;
+  };
+  if (page.text_offset > 0) bar.append(go("Previous page", Math.max(0, page.text_offset - PAGE_CHARS)));
+  if (end < page.text_length) bar.append(" ", go("Next page", end));
+  node.querySelector(".cut")?.remove();
+  node.append(bar);
 }
 
 function nodesOf(win) {

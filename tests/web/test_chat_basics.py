@@ -1,0 +1,220 @@
+"""What every chat page has, in the real browser: an attachment checked before it is read
+(its size against the server's limits, its kind from its first bytes) and shown as a
+chip; an answer's Markdown rendered as nodes, never as markup, with Copy on each
+message and each code block; the model's name and the shortcuts in the page; one
+scrollbar with the composer in reach on a narrow screen."""
+
+import pytest
+
+from boundctx.providers import ScriptedProvider
+from boundctx.transcript.store import Transcript
+
+from .test_front_end import ask, open_app, open_empty_session
+from tests._support.scripted import MODEL, settings
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+# Every way a text could try to become markup on the page.
+PAYLOADS = ('<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+            '<a href="javascript:window.__pwned=3">x</a> &lt;b&gt; [link](javascript:window.__pwned=4)')
+
+# Records Blob.text() and .arrayBuffer() calls (a File is a Blob): which sizes were read.
+RECORD_READS = """
+window.__reads = [];
+for (const name of ["text", "arrayBuffer"]) {
+  const real = Blob.prototype[name];
+  Blob.prototype[name] = function () { window.__reads.push([name, this.size]); return real.call(this); };
+}
+"""
+
+
+@pytest.fixture
+def folder(tmp_path):
+    d = tmp_path / "sessions"
+    d.mkdir()
+    return d
+
+
+def attach(page, path):
+    page.get_by_label("Attach a text file").set_input_files(str(path))
+
+
+def test_a_file_larger_than_the_server_takes_is_refused_before_it_is_read(page, serve, folder, tmp_path):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(**{"serve.max_body_bytes": 1 << 20}),
+                   model_id=MODEL, sessions_dir=str(folder))
+    page.add_init_script(RECORD_READS)
+    big = tmp_path / "big.log"
+    big.write_bytes(b"log line\n" * 300_000)  # 2.7 MB, over the 1 MiB the server takes
+    open_empty_session(page, server, folder, "big")
+    attach(page, big)
+    page.wait_for_selector("#attach-note:has-text('Not attached')")
+    note = page.inner_text("#attach-note")
+    assert "big.log is 2.6 MB" in note and "serve.max_body_bytes" in note and "1.0 MB" in note
+    assert page.evaluate("() => window.__reads") == []  # not a byte of it was read
+    assert page.locator("#attached .chip").count() == 0
+    # The composer still works: a question without the file goes out as usual.
+    ask(page, "still here?")
+    page.wait_for_selector("#session-meta:has-text('2 messages')")
+
+
+def test_a_file_with_more_characters_than_a_reply_reads_is_refused_naming_the_setting(page, serve, folder, tmp_path):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(**{"analysis.max_source_chars": 50_000}),
+                   model_id=MODEL, sessions_dir=str(folder))
+    page.add_init_script(RECORD_READS)
+    open_empty_session(page, server, folder, "chars")
+    far = tmp_path / "far.log"
+    far.write_text("y" * 250_000)  # over 4 bytes for each of 50,000 characters: not read
+    attach(page, far)
+    page.wait_for_selector("#attach-note:has-text('analysis.max_source_chars')")
+    assert page.evaluate("() => window.__reads") == []
+    near = tmp_path / "near.log"
+    near.write_text("é" * 60_000)  # 120,000 bytes: read, then counted (60,000 characters)
+    attach(page, near)
+    page.wait_for_selector("#attach-note:has-text('has 60,000 characters')")
+    assert "50,000" in page.inner_text("#attach-note")
+    assert page.locator("#attached .chip").count() == 0
+
+
+def test_an_image_is_refused_as_what_it_is_and_never_sent_as_text(page, serve, folder, tmp_path):
+    seen = []
+    server = serve(ScriptedProvider(lambda r: seen.append(r) or "x"), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    png = tmp_path / "shot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 200)
+    open_empty_session(page, server, folder, "png")
+    attach(page, png)
+    page.wait_for_selector("#attach-note:has-text('shot.png is a PNG image')")
+    assert "only text files" in page.inner_text("#attach-note")
+    blob = tmp_path / "data.bin"
+    blob.write_bytes(b"abc\x00def" * 100)
+    attach(page, blob)
+    page.wait_for_selector("#attach-note:has-text('data.bin is a binary file')")
+    latin1 = tmp_path / "old.txt"
+    latin1.write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    attach(page, latin1)
+    page.wait_for_selector("#attach-note:has-text('old.txt is not UTF-8 text')")
+    assert seen == [] and page.locator("#attached .chip").count() == 0
+
+
+def test_an_attachment_can_be_removed_and_an_unfinished_turn_gives_it_back_to_edit(page, serve, folder, tmp_path):
+    from boundctx.providers import ScriptedReply
+
+    server = serve(ScriptedProvider(lambda r: ScriptedReply("partial", finish_reason="length")),
+                   settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    notes = tmp_path / "notes.md"
+    notes.write_text("first\nsecond\n")
+    open_empty_session(page, server, folder, "edit")
+    attach(page, notes)
+    page.get_by_role("button", name="Remove the attachment notes.md").click()
+    assert page.locator("#attached .chip").count() == 0
+    attach(page, notes)
+    page.wait_for_selector("#attached .chip:has-text('notes.md')")
+    ask(page, "sum up")
+    page.wait_for_selector("#messages .message.assistant.unfinished .ending")
+    page.get_by_role("button", name="Edit").click()
+    assert page.input_value("#question") == "sum up"  # what was typed, not the file's text
+    assert page.inner_text("#attached .chip").startswith("📎 notes.md")
+
+
+def test_an_answer_in_markdown_is_rendered_as_nodes_and_never_as_markup(page, serve, folder):
+    answer = ("# Result\n\nThe step **377** failed in `make test`:\n\n```sh\nmake test\n```\n\n"
+              "- first\n- second\n\n1. one\n2. two\n\n> quoted\n\n[docs](https://example.org/x) " + PAYLOADS)
+    server = serve(ScriptedProvider(lambda r: answer), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_empty_session(page, server, folder, "md")
+    ask(page, PAYLOADS)
+    page.wait_for_selector("#session-meta:has-text('2 messages')")
+    card = "#messages .message.assistant .text.markdown"
+    page.wait_for_selector(f"{card} h3")
+    assert page.inner_text(f"{card} h3") == "Result"
+    assert page.inner_text(f"{card} strong") == "377"
+    assert page.eval_on_selector_all(f"{card} code", "cs => cs.map(c => c.textContent)") == ["make test", "make test"]
+    assert page.eval_on_selector_all(f"{card} li", "ls => ls.map(l => l.textContent)") == \
+        ["first", "second", "one", "two"]
+    assert page.inner_text(f"{card} blockquote") == "quoted"
+    assert page.eval_on_selector_all(f"{card} a", "as => as.map(a => a.href)") == ["https://example.org/x"]
+    # Nothing the model or the person wrote became an element, ran, or lost a character.
+    assert page.locator("#messages img, #messages script").count() == 0
+    assert page.evaluate("() => window.__pwned") is None
+    assert PAYLOADS in page.eval_on_selector(card, "n => n.textContent")
+    assert page.eval_on_selector("#messages .message.user .text", "n => n.textContent") == PAYLOADS
+    # After a reload the saved answer is rendered the same way.
+    page.reload()
+    page.wait_for_selector(f"{card} h3")
+    assert page.locator("#messages img, #messages script").count() == 0
+    assert page.evaluate("() => window.__pwned") is None
+
+
+def test_a_transcript_carrying_html_and_scripts_shows_them_as_text(page, serve, folder):
+    with Transcript.open(str(folder / "payloads.jsonl"), create=True) as t:
+        for role in ("user", "assistant", "tool", "system"):
+            t.append({"type": "message", "message": {"role": role, "content": f"{role}: {PAYLOADS}"}})
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_app(page, server, "#/s/payloads")
+    page.wait_for_selector("#session-meta:has-text('4 messages')")
+    texts = page.eval_on_selector_all("#messages .message .text", "ns => ns.map(n => n.textContent)")
+    assert texts == [f"{role}: {PAYLOADS}" for role in ("user", "assistant", "tool", "system")]
+    assert page.locator("#messages img, #messages script").count() == 0
+    assert page.evaluate("() => window.__pwned") is None
+
+
+def test_copy_puts_the_message_and_the_code_block_on_the_clipboard(browser, serve, folder):
+    answer = "Run this:\n\n```python\nprint('hi')\n```\n\nThen **check**."
+    server = serve(ScriptedProvider(lambda r: answer), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        open_empty_session(page, server, folder, "copy")
+        ask(page, "how?")
+        page.wait_for_selector("#messages .message.assistant .code-block")
+        page.get_by_role("button", name="Copy code").click()
+        assert page.evaluate("() => navigator.clipboard.readText()") == "print('hi')"
+        page.locator("#messages .message.assistant .message-head .copy").click()
+        assert page.evaluate("() => navigator.clipboard.readText()") == answer  # the Markdown as written
+        page.wait_for_selector("#messages .message.assistant .message-head .copy:has-text('Copied')")
+    finally:
+        context.close()
+
+
+def test_the_model_name_and_the_shortcuts_are_in_the_page_and_work(page, serve, folder):
+    from tests._support.scripted import Slow
+
+    server = serve(ScriptedProvider(Slow(pieces=2000, gap=0.01)), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    open_empty_session(page, server, folder, "keys")
+    page.wait_for_selector(f"#model:has-text('{MODEL}')")
+    hints = page.inner_text(".shortcuts")
+    assert "Ctrl+Enter sends" in hints and "Esc stops" in hints and "Ctrl+Shift+O" in hints
+    page.fill("#question", "go on")
+    page.press("#question", "Control+Enter")
+    page.wait_for_function("() => document.querySelector('#messages .message.assistant .text').textContent.length > 5")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#messages .message.assistant.unfinished .ending:has-text('Stopped')")
+    page.keyboard.press("Control+Shift+O")
+    page.wait_for_function("() => location.hash.startsWith('#/s/') && location.hash !== '#/s/keys'")
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    assert page.evaluate("() => document.activeElement.id") == "question"
+    assert len(list(folder.glob("*.jsonl"))) == 2
+
+
+@pytest.mark.parametrize("width", [360, 1280])
+def test_one_scrollbar_and_the_composer_in_reach_at_any_width(browser, serve, folder, width):
+    with Transcript.open(str(folder / "long.jsonl"), create=True) as t:
+        for i in range(120):
+            t.append({"type": "message", "message": {"role": "user" if i % 2 == 0 else "assistant",
+                                                     "content": f"message {i} " + "words " * 40}})
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    page = browser.new_page(viewport={"width": width, "height": 640})
+    page.set_default_timeout(15_000)
+    try:
+        open_app(page, server, "#/s/long")
+        page.wait_for_selector("#session-meta:has-text('120 messages')")
+        # The window itself does not scroll: only the messages do.
+        assert page.evaluate("() => document.documentElement.scrollHeight <= window.innerHeight + 1")
+        assert page.evaluate("() => document.querySelector('#messages').scrollHeight > "
+                             "document.querySelector('#messages').clientHeight")
+        box = page.locator("#send").bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 640 and box["x"] + box["width"] <= width
+        assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+    finally:
+        page.close()
