@@ -154,6 +154,8 @@ def test_the_window_is_the_library_window(server, folder):
     # The defaults are the renderer preset's.
     got = server.http.get(f"{API}/s1/messages").json()
     version = got.pop("layout_version")
+    # Beside the library's window: whether a reply can be saved to the session.
+    assert (got.pop("writable"), got.pop("format")) == (True, "boundctx")
     assert got == library_window(path, message_limit=100, content_limit=65536) and version
     assert any(m["cut_bytes"] > 0 for m in got["messages"])
     for before, limit, content in [(n, 10, 100), (n // 2, 25, 0), (5, 100, 65536), (0, 3, 10),
@@ -162,6 +164,7 @@ def test_the_window_is_the_library_window(server, folder):
             "message_before": before, "message_limit": limit, "content_limit": content})
         body = r.json()
         assert body.pop("layout_version") == version
+        del body["writable"], body["format"]
         assert body == library_window(path, message_before=before, message_limit=limit,
                                       content_limit=content), (before, limit, content)
 
@@ -364,3 +367,21 @@ def test_bad_input_is_a_clear_4xx_and_touches_nothing(server, folder, tmp_path):
     assert [d["id"] for d in h.get(API).json()["data"]] == ["s1"]
     assert snapshot(folder, outside) == before
     assert h.get(f"{API}/s1").json()["message_count"] == count  # still serving
+
+
+@pytest.mark.parametrize("name, writable, dialect", [
+    ("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl", False, "claude-code"),
+    ("codex-sessions/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl", False, "codex"),
+])
+def test_a_window_says_whether_replies_can_be_saved_to_the_session(server, folder, shared_file, name, writable,
+                                                                  dialect):
+    import shutil
+
+    shutil.copyfile(shared_file(name), folder / "agent.jsonl")
+    sample(folder, "own", target_bytes=5_000)
+    w = server.http.get(f"{API}/agent/messages", params={"message_limit": 5}).json()
+    assert (w["writable"], w["format"]) == (writable, dialect)
+    own = server.http.get(f"{API}/own/messages", params={"message_limit": 5}).json()
+    assert own["writable"] is True
+    (folder / "empty.jsonl").touch()
+    assert server.http.get(f"{API}/empty/messages").json()["writable"] is True  # a new session is boundctx's

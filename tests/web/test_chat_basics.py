@@ -218,3 +218,32 @@ def test_one_scrollbar_and_the_composer_in_reach_at_any_width(browser, serve, fo
         assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
     finally:
         page.close()
+
+
+def test_another_agents_session_is_asked_without_saving_and_says_so_in_the_page(page, serve, folder, shared_file):
+    import shutil
+
+    seen = []
+    server = serve(ScriptedProvider(lambda r: seen.append(r) or "It ran the tests."), settings=settings(),
+                   model_id=MODEL, sessions_dir=str(folder))
+    path = folder / "claude.jsonl"
+    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"), path)
+    before = path.read_bytes()
+    open_app(page, server, "#/s/claude")
+    page.wait_for_selector("#read-only:has-text('This is a Claude Code session')")
+    ask(page, "What did it do?")
+    page.wait_for_selector("#messages .message.assistant.unsaved")
+    assert page.inner_text("#messages .message.assistant.unsaved .text") == "It ran the tests."
+    assert "not saved" in page.inner_text("#messages .message.assistant.unsaved .role")
+    # A second question is answered too, and the first answer stays on the page.
+    ask(page, "And then?")
+    page.wait_for_function("() => document.querySelectorAll('#messages .message.assistant.unsaved').length === 2")
+    assert len(seen) == 2 and path.read_bytes() == before  # the agent's file is untouched
+    # Advice meant for the CLI or the API never reaches the page.
+    shown = page.inner_text("body")
+    assert "--no-save" not in shown and '"save"' not in shown and "Refused" not in shown
+    # A boundctx session says nothing of the kind.
+    (folder / "own.jsonl").touch()
+    page.goto(page.url.replace("#/s/claude", "#/s/own"))
+    page.wait_for_selector("#session-meta:has-text('0 messages')")
+    assert page.is_hidden("#read-only")

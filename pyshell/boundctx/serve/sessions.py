@@ -74,7 +74,7 @@ from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import BadRequest, SessionCreateRequest, decode
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
-from boundctx.transcript.dialects import display
+from boundctx.transcript.dialects import dialect_of, display
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
@@ -269,13 +269,14 @@ class Sessions:
             if before is not None and before > t.message_count:
                 raise ApiError(400, f"message_before={before} is past the last message; the session has "
                                     f"{t.message_count}", "invalid_value", "message_before")
-            return t.window(message_before=before, message_limit=limit, content_limit=content)
+            w = t.window(message_before=before, message_limit=limit, content_limit=content)
+            return w, _writable(t)
 
-        w, version, _ = self._read(path, read)
+        (w, writable), version, _ = self._read(path, read)
         out = msgspec.to_builtins(w)
         for key in ("messages", "compactions"):
             out[key] = [_shown(entry, data) for entry, data in zip(getattr(w, key), out[key])]
-        return {**out, "layout_version": version}
+        return {**out, "layout_version": version, **writable}
 
     def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
         """One message whole, or, with ``text_limit``, one page of how it reads for a
@@ -399,6 +400,23 @@ def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
     person by its format's rule, so no client derives them again."""
     data["role"], data["text"] = display(entry)
     return data
+
+
+def _writable(t: Transcript) -> dict[str, Any]:
+    """Whether a reply on this session can be saved to it, and the format its newest
+    record is in: ``{"writable": False, "format": "claude-code"}`` for another agent's
+    session, which a front end offers to ask without saving instead. Read from the
+    newest message's record alone (one bounded read)."""
+    count = t.message_count
+    newest = t.window(message_before=count, message_limit=1, content_limit=4096) if count else None
+    record = newest.messages[0].record if newest is not None and newest.messages else None
+    dialect = dialect_of(record) if isinstance(record, dict) else None
+    try:
+        if newest is not None:
+            writable_style(newest, transcript=t)
+    except ValueError:
+        return {"writable": False, "format": dialect.name if dialect is not None else None}
+    return {"writable": True, "format": dialect.name if dialect is not None else None}
 
 
 def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result) -> dict[str, Any]:

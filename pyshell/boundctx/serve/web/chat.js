@@ -156,6 +156,18 @@ class Turn {
     return this.question.length === this.questionLength;
   }
 
+  // A complete answer on a session boundctx does not write into: it stays on the page
+  // (not in the browser), marked as not saved, as the question asked.
+  answeredUnsaved() {
+    this.end();
+    forget(TURN_KEY, this.sid);
+    for (const [node, role] of [[this.asked, "user"], [this.answer, "assistant"]]) {
+      node.classList.add("unsaved");
+      delete node.dataset.index;
+      node.querySelector(".role").textContent = `${role} · on this page only, not saved`;
+    }
+  }
+
   // The reply ended without a saved answer: the turn stays, marked, with what can be done.
   unfinished(how) {
     this.end();
@@ -302,6 +314,8 @@ const ON = {
       t.end();
       forget(TURN_KEY, t.sid);
       if (view.sid === t.sid) counted(data.message_count);
+    } else if (!t.saving && data.finish_reason === "stop") {
+      t.answeredUnsaved();
     } else if (data.finish_reason === "stop") {
       t.unfinished({ ending: "unsaved", words: "The answer is complete but could not be saved.",
                      detail: data.not_saved });
@@ -384,7 +398,10 @@ async function ask(sid, content) {
   $("send").disabled = true;
   $("stop").disabled = false;
   try {
-    const events = postEvents(`${API}/sessions/${encodeURIComponent(sid)}/replies`, { content },
+    // Another agent's session is asked without saving (the server would refuse to write).
+    t.saving = view.sid !== sid || view.writable;
+    const events = postEvents(`${API}/sessions/${encodeURIComponent(sid)}/replies`,
+                              t.saving ? { content } : { content, save: false },
                               { signal: t.abort.signal });
     for await (const { name, data } of events) {
       if (Object.hasOwn(ON, name)) ON[name](t, data);

@@ -12,9 +12,10 @@ const DISPLAY_BYTES = 64 * 1024;  // the display budget of each message in a win
 const NEAR_TOP_PX = 200;          // how close to the top a scroll fetches the page before
 
 // The open session: where its window starts, how many messages it has, the layout
-// version paging relies on, and the compactions already shown.
+// version paging relies on, whether replies are saved to it, and the compactions
+// already shown.
 export const view = { sid: null, start: 0, count: 0, version: null, more: false, loading: false,
-                      compactions: new Set() };
+                      writable: true, compactions: new Set() };
 
 // What else follows the view to a session (chat.js): `switched` runs as soon as the view
 // is the session's, before its window is fetched, so the composer never shows another
@@ -220,6 +221,22 @@ function remember(win) {
   view.count = win.message_count;
   view.more = win.has_more_before;
   view.version = win.layout_version;
+  view.writable = win.writable !== false;
+  readOnly(win);
+}
+
+// The agents whose sessions boundctx reads but does not write into, by their names.
+const AGENTS = { "claude-code": "Claude Code", codex: "Codex CLI" };
+
+// Another agent's session: questions are answered without saving, and the page says so
+// where the composer is, before anything is asked.
+function readOnly(win) {
+  const bar = $("read-only");
+  bar.hidden = win.writable !== false;
+  if (bar.hidden) return;
+  const agent = AGENTS[win.format] || "another agent's";
+  bar.textContent = `This is a ${agent} session: boundctx reads it but does not write into it. ` +
+    "You can still ask about it: each answer stays on this page and is not saved to the session.";
 }
 
 function meta() {
