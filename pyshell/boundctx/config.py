@@ -452,7 +452,8 @@ def _view(cls: type[_V], values: Mapping[str, Any]) -> _V:
 #: The BOUNDCTX_* variables that are not settings, and what each is for.
 ENVIRONMENT: dict[str, str] = {
     "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
-    "BOUNDCTX_CACHE_DIR": "where layout sidecars go when a transcript's folder is read-only",
+    "BOUNDCTX_CACHE_DIR": "where layout sidecars go: those of other tools' transcripts, and of boundctx's own "
+                          "when their folder is read-only",
     "BOUNDCTX_API_KEY": "the remote server's bearer token (--api-key wins, on serve --upstream-api-key; it wins "
                         "over remote.api_key_file)",
     "BOUNDCTX_SERVE_API_KEY": "an API key boundctx serve accepts (with those of serve.api_key_file)",
