@@ -711,6 +711,9 @@ def write_value(name: str, value: Any, *, path: str | os.PathLike | None = None)
         raise _unknown(name, "config set")
     file = pathlib.Path(path) if path is not None else config_path()
     value = KEYS[name].check(value, "config set")
+    if os.fspath(file) == os.devnull:  # read as "no config file"; never replaced
+        raise ConfigError(f"the config file is {os.devnull} (no config file): nothing can be stored there; set "
+                          "BOUNDCTX_CONFIG to a file's path")
     text = _file_text(file)
     current = _read_file(file, text)
     for other, v in current.items():  # refuse to rewrite a file that is already wrong

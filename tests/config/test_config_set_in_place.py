@@ -165,3 +165,23 @@ def test_what_is_written_is_toml_and_holds_every_value(tmp_path):
 @given(st.text(st.characters(exclude_categories=("Cs",))))
 def test_any_text_is_written_as_a_toml_string_that_reads_back_as_itself(text):
     assert tomllib.loads(f"x = {_tomledit.render(text)}")["x"] == text
+
+
+@given(st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False)))
+def test_any_number_is_written_as_a_toml_value_that_reads_back_as_itself(value):
+    back = tomllib.loads(f"x = {_tomledit.render(value)}")["x"]
+    assert (type(back), back) == (type(value), value)
+
+
+def test_no_config_file_is_never_written(tmp_path, monkeypatch, capsys):
+    # os.devnull is read as "no config file"; a stand-in here, so a failure of this test
+    # could never replace the real device
+    null = tmp_path / "null"
+    null.write_text("[chat]\nn_ctx = 1\n")
+    monkeypatch.setattr(os, "devnull", str(null))
+    monkeypatch.setenv("BOUNDCTX_CONFIG", str(null))
+    with pytest.raises(ConfigError, match="BOUNDCTX_CONFIG"):
+        config.write_value("chat.n_ctx", 2048)
+    assert main(["config", "set", "chat.n_ctx", "2048"]) == 2
+    assert "nothing can be stored there" in capsys.readouterr().err
+    assert null.read_text() == "[chat]\nn_ctx = 1\n" and os.listdir(tmp_path) == ["null"]
