@@ -45,7 +45,7 @@ _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
 class _Statement(NamedTuple):
     first: int  # its first line
     end: int  # the line after its last
-    kind: str  # "blank" (comments, blank lines), "table", "header" (any other), "key" or "other"
+    kind: str  # "blank" (comments, blank lines), "table", "header" (any other header), "key", "other"
     path: tuple[str, ...]  # a table: its name; a key: table + key
     value_at: int  # a key: where its value starts in the statement's text
     data: dict[str, Any]  # what tomllib reads from the statement alone
@@ -77,7 +77,7 @@ def _path(data: Any) -> tuple[tuple[str, ...], Any]:
 
 def _statements(lines: list[str]) -> list[_Statement]:
     out: list[_Statement] = []
-    table: tuple[str, ...] | None = ()  # None: inside an array of tables
+    table: tuple[str, ...] | None = ()  # None: under a header that is no plain table ("other" keys)
     i = 0
     while i < len(lines):
         j = i + 1

@@ -40,16 +40,16 @@ import sys
 import zlib
 
 __all__ = [
+    "FOREIGN_DIALECTS",
     "FORMAT_VERSION",
     "HASH_SPAN",
-    "FOREIGN_DIALECTS",
     "HEADER_FIELDS",
     "MAGIC",
     "OWN_TYPES",
     "Identity",
+    "beside_allowed",
     "encode_header",
     "encode_segment",
-    "beside_allowed",
     "file_hashes",
     "pread_exact",
     "sidecar_paths",
