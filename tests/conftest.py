@@ -9,8 +9,8 @@ from tests._support import SHARED_DATA
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    # Layout sidecars that cannot live beside a transcript go to the cache directory;
-    # keep the tests' ones out of the user's ~/.cache.
+    # Layout sidecars of other tools' transcripts, and of any transcript whose folder
+    # cannot take one, go to the cache directory; keep the tests' ones out of ~/.cache.
     monkeypatch.setenv("BOUNDCTX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     # Settings: never the user's config file or BOUNDCTX_* variables.
     monkeypatch.setenv("BOUNDCTX_CONFIG", str(tmp_path_factory.mktemp("config") / "config.toml"))

@@ -25,6 +25,7 @@ import math
 import os
 import pathlib
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +33,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
+from boundctx import _tomledit
 from boundctx._atomic import replacing
 from boundctx._files import read_bytes
 from boundctx.errors import ConfigError, UnknownVariableWarning
@@ -450,7 +452,8 @@ def _view(cls: type[_V], values: Mapping[str, Any]) -> _V:
 #: The BOUNDCTX_* variables that are not settings, and what each is for.
 ENVIRONMENT: dict[str, str] = {
     "BOUNDCTX_CONFIG": "the config file to read instead of ~/.config/boundctx/config.toml",
-    "BOUNDCTX_CACHE_DIR": "where layout sidecars go when a transcript's folder is read-only",
+    "BOUNDCTX_CACHE_DIR": "where layout sidecars go: those of other tools' transcripts, and of boundctx's own "
+                          "when their folder is read-only",
     "BOUNDCTX_API_KEY": "the remote server's bearer token (--api-key wins, on serve --upstream-api-key; it wins "
                         "over remote.api_key_file)",
     "BOUNDCTX_SERVE_API_KEY": "an API key boundctx serve accepts (with those of serve.api_key_file)",
@@ -489,20 +492,33 @@ def _unknown(name: str, source: str) -> ConfigError:
     return ConfigError(f"unknown setting {name!r} (from {source}){hint}")
 
 
-def _read_file(path: pathlib.Path) -> dict[str, Any]:
-    """``{"group.key": value}`` from a TOML file; a missing file is empty, and so is
-    ``os.devnull`` (the one device read: "no config file", as the replay runner asks)."""
+def _file_text(path: pathlib.Path) -> str | None:
+    """The config file's text; None when there is none (a missing file, or
+    ``os.devnull``: the one device read, "no config file", as the replay runner asks)."""
     if os.fspath(path) == os.devnull:
-        return {}
+        return None
     try:
-        data = tomllib.loads(read_bytes(path, what="TOML settings file").decode("utf-8"))
+        return read_bytes(path, what="TOML settings file").decode("utf-8")
     except FileNotFoundError:
-        return {}
+        return None
     except IsADirectoryError:
         raise ConfigError(f"the config path {str(path)!r} is a directory, not a TOML file") from None
     except OSError as exc:  # a FIFO or a device (never read: it could block or never end)
         raise ConfigError(f"cannot read the config file: {exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from None
+
+
+def _read_file(path: pathlib.Path, text: str | None = None) -> dict[str, Any]:
+    """``{"group.key": value}`` from a TOML file (or its ``text``, read already); no file
+    is empty."""
+    if text is None:
+        text = _file_text(path)
+    if text is None:
+        return {}
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"the config file {str(path)!r} is not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"the config file {str(path)!r} nests too deeply to be a settings file") from None
@@ -672,28 +688,34 @@ def schema() -> list[dict[str, Any]]:
     return out
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return msgspec.json.encode(value).decode()  # a JSON string is a valid TOML basic string
-
-
 def write_value(name: str, value: Any, *, path: str | os.PathLike | None = None) -> pathlib.Path:
-    """Check ``value`` and store it under ``name`` in the config file, keeping the
-    file's other settings. Comments in the file are not kept.
+    """Check ``value`` and store it under ``name`` in the config file, changing only that
+    key's line(s): every comment, blank line, key order and other setting of the file
+    stays as it was. A key the file lacks goes after the last key of its table (a new
+    table at the end). The file is replaced whole or not at all, keeping its permissions.
 
     Returns
     -------
     pathlib.Path
         The file written.
+
+    Raises
+    ------
+    ConfigError
+        An unknown key or a value out of range (or out of step with another value in the
+        file, :data:`RELATIONS`); a file that is already wrong; a file where the key cannot
+        be changed without rewriting more than its own lines (an inline table, say): the
+        message names the file and what to do. The file is left as it was.
     """
     if name not in KEYS:
         raise _unknown(name, "config set")
     file = pathlib.Path(path) if path is not None else config_path()
     value = KEYS[name].check(value, "config set")
-    current = _read_file(file)
+    if os.fspath(file) == os.devnull:  # read as "no config file"; never replaced
+        raise ConfigError(f"the config file is {os.devnull} (no config file): nothing can be stored there; set "
+                          "BOUNDCTX_CONFIG to a file's path")
+    text = _file_text(file)
+    current = _read_file(file, text)
     for other, v in current.items():  # refuse to rewrite a file that is already wrong
         if other not in KEYS:
             raise _unknown(other, f"file {file}")
@@ -702,12 +724,21 @@ def write_value(name: str, value: Any, *, path: str | os.PathLike | None = None)
     # The file's values must go together (the environment may still change them).
     check_relations({**{n: k.default for n, k in KEYS.items()}, **current},
                     lambda n: "config set" if n == name else f"file {file}" if n in current else "default")
-    groups: dict[str, list[str]] = {}
-    for full, v in sorted(current.items()):
-        group, key = full.split(".", 1)
-        groups.setdefault(group, []).append(f"{key} = {_toml_value(v)}")
-    text = "\n\n".join(f"[{g}]\n" + "\n".join(lines) for g, lines in groups.items()) + "\n"
+    group, key = name.split(".", 1)
+    try:
+        new = _tomledit.set_value(text or "", group, key, value)
+    except UnicodeEncodeError:
+        raise ConfigError(f"{name} = {value!r} (from config set) is not text that can be stored (it holds "
+                          "bytes that are not UTF-8)") from None
+    except _tomledit.CannotEditInPlace as exc:
+        raise ConfigError(f"cannot set {name} in {str(file)!r} by changing only its own line: {exc}. Nothing was "
+                          f"written; edit the file by hand (for example `{key} = {_tomledit.render(value)}` under "
+                          f"[{group}]), or move it away and run `boundctx config set` again") from None
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(file).st_mode)
+    except OSError:
+        mode = None  # a new file: 0666 less the umask, as open() makes it
     file.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(file) as f:  # the old file or the new one, never half of either
-        f.write(text.encode("utf-8"))
+    with replacing(file, mode=mode) as f:  # the old file or the new one, never half of either
+        f.write(new.encode("utf-8"))
     return file

@@ -7,12 +7,14 @@ tests skip and say so. Expected counts are those of ../shared/data/README.md (a 
 ``json.loads`` of every line)."""
 
 import json
+import os
 
 import pytest
 
 from boundctx._native import lineindex as li
 from boundctx.transcript import Transcript, dialects, layout
 from boundctx.transcript.chat import chat_messages
+from boundctx.transcript.sidecar import sidecar_paths
 
 from tests._support import assert_well_formed  # Codex call arguments are not always JSON
 
@@ -98,7 +100,7 @@ def test_a_sidecar_of_the_old_classification_is_rebuilt(real_session, monkeypatc
         old.setattr(layout, "native_table", lambda name: old_table)
         with Transcript.open(path, dialect="claude-code") as t:
             assert (t.layout_outcome, t.message_count, t.compaction_count) == ("built", 20, 15)
-    assert path.with_name(path.name + ".layout").exists()
+    assert os.path.exists(sidecar_paths(str(path))[1])  # in the cache: Claude Code's folder stays as it was
     with Transcript.open(path, dialect="claude-code") as t:
         assert (t.layout_outcome, t.message_count, t.compaction_count) == ("rebuilt", 20, 0)
     with Transcript.open(path, dialect="claude-code") as t:

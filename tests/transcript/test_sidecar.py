@@ -428,7 +428,7 @@ def test_random_lies_in_a_large_sidecar_never_escape_as_exceptions(tmp_path, big
 
 def sidecar_written_by_open(path):
     Transcript.open(path).close()
-    side = str(path) + ".layout"
+    side, = (p for p in sidecar_paths(str(path)) if os.path.exists(p))
     data = Path(side).read_bytes()
     os.unlink(side)
     return data
@@ -465,6 +465,8 @@ def test_reindex_of_real_sessions_writes_what_an_open_writes(shared_file):
         report = reindex(path)
         assert report.ok, report.error
         assert Path(report.sidecar).read_bytes() == by_open, name
+        # Other tools' session files: the sidecar is in the cache, never beside them.
+        assert report.sidecar == sidecar_paths(str(path))[1] and not os.path.exists(str(path) + ".layout")
 
 
 def test_a_qualified_type_past_the_classify_window_is_checked_by_the_full_parse():

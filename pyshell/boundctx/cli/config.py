@@ -22,7 +22,7 @@ def add_parser(sub, summary: str) -> None:
     get = cmds.add_parser("get", help="one setting's value")
     get.add_argument("key", metavar="KEY")
     get.set_defaults(run=run_get)
-    set_ = cmds.add_parser("set", help="store a value in the config file")
+    set_ = cmds.add_parser("set", help="store a value in the config file, changing only that key's line")
     set_.add_argument("key", metavar="KEY")
     set_.add_argument("value", metavar="VALUE")
     set_.set_defaults(run=run_set)

@@ -36,6 +36,7 @@ from boundctx.transcript.sidecar import (
     MAGIC,
     SEG_HEAD,
     Identity,
+    beside_allowed,
     encode_header,
     encode_segment,
     file_hashes,
@@ -293,11 +294,12 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
                           compactions.tobytes())
 
 
-def save_layout(layout: Layout, real: str) -> str | None:
-    """Persist what the sidecar of the transcript at ``real`` (its resolved path) lacks:
-    append one segment, or rewrite it whole when it has none yet or too many. Returns
-    where it went, or None when no place is writable (the layout still works; only the
-    next open pays a scan)."""
+def save_layout(layout: Layout, real: str, fd: int) -> str | None:
+    """Persist what the sidecar of the transcript at ``real`` (its resolved path, open at
+    ``fd``) lacks: append one segment, or rewrite it whole when it has none yet or too
+    many (beside the transcript only when it is boundctx's own: :func:`beside_allowed`).
+    Returns where it went, or None when no place is writable (the layout still works;
+    only the next open pays a scan)."""
     if layout.persisted_lines == len(layout.starts) and layout.persisted_end == layout.indexed_end \
             and layout.persisted_segments and not layout.bad_dirty:
         return None
@@ -307,7 +309,7 @@ def save_layout(layout: Layout, real: str) -> str | None:
                 return layout.sidecar_path
         # Encoded once, whichever place takes it.
         data = MAGIC + _segment_bytes(layout, real, 0, 0)
-        target = write_first_place(data, real)
+        target = write_first_place(data, real, beside=beside_allowed(fd, layout.dialect))
         if target is not None:
             _mark_persisted(layout, target, len(data), 1)
         return target

@@ -21,6 +21,7 @@ from boundctx.transcript.sidecar import (
     FORMAT_VERSION,
     MAGIC,
     Identity,
+    beside_allowed,
     encode_header,
     encode_segment,
     file_hashes,
@@ -61,9 +62,10 @@ def reindex(path: str | os.PathLike, *, dialect: str = "auto",
         try:
             real = resolved_path(path, fd)
             report, sidecar = _scan_and_encode(fd, path, real, dialect, progress)
+            beside = beside_allowed(fd, dialect)
         finally:
             os.close(fd)
-        return report._replace(sidecar=write_first_place(sidecar, real),
+        return report._replace(sidecar=write_first_place(sidecar, real, beside=beside),
                                seconds=time.perf_counter() - t0)
     except (OSError, ValueError) as exc:
         return ReindexReport(path=path, ok=False, error=str(exc),

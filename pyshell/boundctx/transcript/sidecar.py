@@ -1,6 +1,11 @@
 """The layout sidecar's format and where it lives: bytes in, bytes out.
 
-A sidecar (``<transcript>.layout``, or in the cache directory)::
+A sidecar lives in the cache directory (``$BOUNDCTX_CACHE_DIR``, else
+``$XDG_CACHE_HOME/boundctx/layouts``), named by a hash of the transcript's resolved path;
+a transcript of boundctx's own gets it beside itself instead (``<transcript>.layout``),
+the cache when its folder is read-only. Other tools' session files (Claude Code's,
+Codex's, pi's) never get a boundctx file beside them (decision 0039). Either place is
+read. The format::
 
     b"BCTXLAY\\x01"                                 magic, 8 bytes
     segment+                                        one for the build, one per extension
@@ -35,11 +40,14 @@ import sys
 import zlib
 
 __all__ = [
+    "FOREIGN_DIALECTS",
     "FORMAT_VERSION",
     "HASH_SPAN",
     "HEADER_FIELDS",
     "MAGIC",
+    "OWN_TYPES",
     "Identity",
+    "beside_allowed",
     "encode_header",
     "encode_segment",
     "file_hashes",
@@ -184,6 +192,40 @@ def file_hashes(fd: int, end: int) -> tuple[str, str]:
             hashlib.blake2b(tail, digest_size=16).hexdigest())
 
 
+#: The type values of boundctx's own lines (its format's messages and compactions): no
+#: other format has them (the dialect table refuses two formats claiming one value, and a
+#: test holds this to the boundctx dialect's kinds; this module imports no dialect).
+OWN_TYPES = (b"message", b"compaction")
+#: Dialects named for another tool's files: their sidecars always go to the cache.
+FOREIGN_DIALECTS = ("claude-code", "codex", "pi")
+#: How much of the file's start :func:`beside_allowed` reads.
+OWN_HEAD_BYTES = 512
+
+
+def beside_allowed(fd: int, dialect: str) -> bool:
+    """Whether the sidecar of the transcript open at ``fd`` may go beside it: only when
+    the file is boundctx's own, empty or starting with a line boundctx writes (``"type"``
+    first, a message or a compaction), and not opened as another tool's dialect. Claude
+    Code and Codex files start otherwise, and a pi session with its ``session`` header,
+    which boundctx never writes (decision 0039). One read of the first bytes."""
+    if dialect in FOREIGN_DIALECTS:
+        return False
+    head = pread_exact(fd, 0, OWN_HEAD_BYTES)
+    rest = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    if not rest:
+        return len(head) < OWN_HEAD_BYTES  # empty (or blank): a transcript boundctx starts
+    if not rest.startswith(b"{"):
+        return False
+    rest = rest[1:].lstrip(b" \t")
+    if not rest.startswith(b'"type"'):
+        return False
+    rest = rest[6:].lstrip(b" \t")
+    if not rest.startswith(b":"):
+        return False
+    rest = rest[1:].lstrip(b" \t")
+    return any(rest.startswith(b'"' + value + b'"') for value in OWN_TYPES)
+
+
 def _cache_root() -> str:
     root = os.environ.get("BOUNDCTX_CACHE_DIR")
     if root:
@@ -193,18 +235,21 @@ def _cache_root() -> str:
 
 
 def sidecar_paths(real: str) -> tuple[str, str]:
-    """The two places a transcript's sidecar may live: beside it, and in the cache.
-    ``real`` is the transcript's resolved path (``os.path.realpath``): it is not resolved
-    again here, so a symlink put at the name since cannot move the sidecar elsewhere."""
+    """The two places a transcript's sidecar may be read from: beside it, and in the
+    cache. ``real`` is the transcript's resolved path (``os.path.realpath``): it is not
+    resolved again here, so a symlink put at the name since cannot move the sidecar
+    elsewhere."""
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:32]
     return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
 
 
-def write_first_place(data: bytes, real: str) -> str | None:
+def write_first_place(data: bytes, real: str, *, beside: bool) -> str | None:
     """Write a whole sidecar for the transcript at ``real`` (its resolved path) to the
-    first place that takes it: beside the transcript, else the cache. Returns where, or
-    None when neither does (the layout still works; only the next open pays a scan)."""
-    for target in sidecar_paths(real):
+    first place that takes it: with ``beside`` (:func:`beside_allowed`), beside the
+    transcript, else the cache; without, the cache only. Returns where, or None when no
+    place does (the layout still works; only the next open pays a scan)."""
+    beside_it, cached = sidecar_paths(real)
+    for target in (beside_it, cached) if beside else (cached,):
         if write_whole(data, real, target):
             return target
     return None

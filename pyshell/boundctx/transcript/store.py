@@ -469,7 +469,7 @@ class Transcript:
         """Persist the layout, but only while the path still names the file it describes:
         never write a sidecar beside a device or a file that replaced it."""
         if still_names(self._real, self._fd, follow=False):
-            save_layout(self._layout, self._real)
+            save_layout(self._layout, self._real, self._fd)
 
     # -- writing ------------------------------------------------------------------
 
@@ -718,5 +718,5 @@ def _load_or_build(real: str, fd: int, dialect: str, classify_window: int, progr
     elif judgement.verdict == "extend":
         extend_layout(layout, fd, progress=progress)
     if still_names(real, fd, follow=False):  # never a sidecar beside what replaced the file meanwhile
-        save_layout(layout, real)
+        save_layout(layout, real, fd)
     return layout
