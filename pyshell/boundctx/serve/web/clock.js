@@ -32,13 +32,14 @@ export class ReplyClock {
   }
 
   // An event's data: one that carries `remaining_s` sets the estimate, counted down from
-  // now (null: none); any other changes nothing.
+  // now (null: none); any other leaves it as it was. Either way the line is drawn again
+  // (after an event's own handler, it is back at once if that replaced the progress area).
   heard(data) {
     if (data && typeof data === "object" && Object.hasOwn(data, "remaining_s")) {
       this.left = typeof data.remaining_s === "number" ? data.remaining_s : null;
       this.heardAt = this.now();
-      this.draw();
     }
+    this.draw();
   }
 
   text() {
