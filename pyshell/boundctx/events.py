@@ -114,9 +114,10 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     notes_tokens : int
         After ``"noted"``: the tokens the worker's notes now take (bounded by
         ``analysis.notes_max_tokens``).
-    call_tokens : int
-        After ``"noted"``: the tokens of the section's worker calls, their prompts and
-        what they wrote; with the section's time, the pace the answer is estimated at.
+    prompt_tokens, completion_tokens : int
+        After ``"noted"``: the tokens of the section's worker calls, their prompts
+        evaluated and what they wrote; with the section's time, the paces the answer is
+        estimated at.
     remaining_s : float or None
         Seconds the rest of the whole reply is estimated to take from this event: the
         sections left of every input, the reread step, the answer with its output at
@@ -134,7 +135,8 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     phase: Phase
     elapsed_s: float = 0.0
     notes_tokens: int = 0
-    call_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     remaining_s: float | None = None
 
 

@@ -17,8 +17,9 @@ def reading(k, n, at, worker=0):
     return AnalysisProgress(k, n, worker, "reading", at)
 
 
-def noted(k, n, at, worker=0, *, notes=0, tokens=1000):
-    return AnalysisProgress(k, n, worker, "noted", at, notes_tokens=notes, call_tokens=tokens)
+def noted(k, n, at, worker=0, *, notes=0, prompt=1000, wrote=0):
+    return AnalysisProgress(k, n, worker, "noted", at, notes_tokens=notes, prompt_tokens=prompt,
+                            completion_tokens=wrote)
 
 
 def fed(left, *timed):
@@ -54,6 +55,26 @@ def test_a_slow_section_corrects_the_pace_of_sections_and_of_the_answer():
     assert fed(left, (noted(2, 3, 30.0, 1, notes=60), 30.0)) == pytest.approx([15.0 + 6.0])
     assert fed(left, (reading(3, 3, 30.0), 30.0), (noted(3, 3, 45.0, notes=50), 45.0),
                (AnalysisProgress(3, 3, 0, "done", 45.0), 45.0)) == pytest.approx([21.0, 6.15, 6.15])
+
+
+def test_the_answer_is_paced_apart_for_its_prompt_and_its_output_once_sections_tell_them_apart():
+    left = TimeLeft(max_reply_tokens=100)
+    fed(left, (Fitted(1, 1, analysed=["a.log"], prompt_tokens=500, analysed_chars=[3000]), 0.0),
+        (reading(1, 3, 0.0), 0.0))
+    # One section cannot tell evaluating from writing: 8 s for 3100 tokens, one pace for both.
+    assert fed(left, (noted(1, 3, 8.0, prompt=3000, wrote=100), 8.0)) == pytest.approx([2 * 8.0 + 8.0 / 3100 * 600])
+    # The second wrote 100 tokens more in 5 s more: 0.05 s a token written, 0.001 s one read.
+    # The answer: 500 tokens to evaluate (0.5 s) and 100 to write (5 s), not 600 at one pace.
+    fed(left, (reading(2, 3, 8.0), 8.0))
+    assert fed(left, (noted(2, 3, 21.0, prompt=3000, wrote=200), 21.0)) == pytest.approx([10.5 + 0.5 + 5.0])
+
+
+def test_a_fit_that_would_make_a_pace_negative_falls_back_to_one_pace():
+    left = TimeLeft(max_reply_tokens=100)
+    fed(left, (Fitted(1, 1, analysed=["a.log"], prompt_tokens=500, analysed_chars=[3000]), 0.0),
+        (reading(1, 3, 0.0), 0.0), (noted(1, 3, 13.0, prompt=3000, wrote=100), 13.0), (reading(2, 3, 13.0), 13.0))
+    # Writing more took less time (a busy machine, say): 21 s for 6300 tokens, whatever kind.
+    assert fed(left, (noted(2, 3, 21.0, prompt=3000, wrote=200), 21.0)) == pytest.approx([10.5 + 21.0 / 6300 * 600])
 
 
 def answered(left):
@@ -137,7 +158,7 @@ def test_the_estimate_is_never_zero_while_work_remains(durations, max_tokens, fr
     timed = [(Fitted(1, 1, analysed=["x"], prompt_tokens=10, analysed_chars=[100 * n]), 0.0)]
     at = 0.0
     for k, spent in enumerate(durations, 1):
-        timed += [(reading(k, n, at), at), (noted(k, n, at + spent, notes=7, tokens=500), at + spent)]
+        timed += [(reading(k, n, at), at), (noted(k, n, at + spent, notes=7, prompt=500, wrote=k), at + spent)]
         at += spent
     timed += [(AnalysisProgress(n, n, 0, "done", at), at), (Stage("rereading", at, 1), at),
               (Stage("answering", at + 1.0), at + 1.0)]
@@ -160,7 +181,7 @@ def test_the_engines_progress_carries_the_estimate_a_replay_of_its_events_gives(
     fitted = events[0]
     assert isinstance(fitted, Fitted) and fitted.analysed_chars == [len(LOG)]
     notes = [e for e in events if isinstance(e, AnalysisProgress) and e.phase == "noted"]
-    assert notes and all(e.call_tokens > 0 for e in notes)
+    assert notes and all(e.prompt_tokens > 0 for e in notes) and any(e.completion_tokens > 0 for e in notes)
     (answering,) = [e for e in events if isinstance(e, Stage)]
     assert answering.remaining_s is not None and answering.remaining_s > 0
     # Agreement by construction: every front end counts down the number the events carry,

@@ -77,7 +77,7 @@ def test_a_session_replys_progress_and_stages_carry_the_engines_estimate_of_the_
     # Every one says it (null where nothing is measured yet): the page needs no more work.
     assert progress and stages and all("remaining_s" in d for d in progress + stages)
     assert progress[0]["remaining_s"] is None  # the first section: no pace yet
-    assert all(d["call_tokens"] > 0 for d in progress if d["phase"] == "noted")
+    assert all(d["prompt_tokens"] > 0 for d in progress if d["phase"] == "noted")
     done = [d for d in progress if d["phase"] == "done"]
     assert done and done[-1]["remaining_s"] > 0  # the answer is still to come
     assert stages[0]["stage"] == "answering" and stages[0]["remaining_s"] > 0

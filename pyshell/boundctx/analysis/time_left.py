@@ -13,11 +13,16 @@ every event:
   not known until its first section starts (the planner runs then); until then it is
   estimated from its length (``Fitted.analysed_chars``) at the sections per character
   of the inputs planned so far.
-* **model calls after the analysis** (the reread step, the answer), at the pace per
-  token of the worker calls measured (``AnalysisProgress.call_tokens``): the answer's
-  prompt as fitted less what the model holds already (``Fitted.reused_tokens``), its
-  notes (the workers' latest ``notes_tokens``), and its output at its bound. One pace
-  serves prompt and output alike, an approximation the next event corrects.
+* **model calls after the analysis** (the reread step, the answer): the answer's prompt
+  as fitted less what the model holds already (``Fitted.reused_tokens``) and its notes
+  (the workers' latest ``notes_tokens``), at the pace the model evaluates a prompt, and
+  its output at its bound, at the pace it writes. Both paces come from the worker calls
+  measured (``AnalysisProgress.prompt_tokens`` and ``completion_tokens`` of each
+  section, with its time): the least-squares fit of ``seconds = a * prompt + b *
+  written``. Where the sections cannot tell the two apart (one section, or every
+  section writing about as much), one pace per token of either kind stands for both: an
+  answer that writes more than the workers did is then underestimated, and the next
+  event corrects it.
 * **reread rounds** are not foreseen: the model decides whether it asks for one (at
   most the engine's ``max_tool_rounds``); each that starts is one more answering call.
 
@@ -62,7 +67,8 @@ class TimeLeft:
     >>> left.observe(AnalysisProgress(1, 2, 0, "reading", 0.0), 0.0)
     >>> left.remaining_s(0.0) is None  # nothing measured yet
     True
-    >>> left.observe(AnalysisProgress(1, 2, 0, "noted", 10.0, notes_tokens=50, call_tokens=1000), 10.0)
+    >>> left.observe(AnalysisProgress(1, 2, 0, "noted", 10.0, notes_tokens=50, prompt_tokens=900,
+    ...                               completion_tokens=100), 10.0)
     >>> left.remaining_s(10.0)  # one section at 10 s, an answer of 100 + 50 + 100 tokens at 0.01 s each
     12.5
     """
@@ -81,8 +87,9 @@ class TimeLeft:
         self._reading_at: float | None = None  # when the section being read started
         self._section_s = 0.0  # seconds of the sections measured
         self._sections = 0  # how many were measured
-        self._paced_s = 0.0  # seconds of the sections whose calls' tokens are known
-        self._paced_tokens = 0  # and those tokens
+        # The sections whose calls' tokens are known: sums of products of their seconds
+        # (t), prompt tokens (p) and tokens written (c), for the least-squares fit.
+        self._fit = dict.fromkeys(("t", "p", "c", "pp", "pc", "cc", "pt", "ct"), 0.0)
         self._notes: dict[tuple[int, int], int] = {}  # (input, worker): tokens of its notes now
         self._prompt_tokens = 0  # the answer's prompt to evaluate, notes aside
         self._step_pending = False
@@ -124,9 +131,11 @@ class TimeLeft:
                 spent = at - self._reading_at
                 self._section_s += spent
                 self._sections += 1
-                if event.call_tokens > 0:
-                    self._paced_s += spent
-                    self._paced_tokens += event.call_tokens
+                p, c = event.prompt_tokens, event.completion_tokens
+                if p + c > 0:
+                    for key, value in (("t", spent), ("p", p), ("c", c), ("pp", p * p), ("pc", p * c),
+                                       ("cc", c * c), ("pt", p * spent), ("ct", c * spent)):
+                        self._fit[key] += value
             self._reading_at = None
             self._noted = event.section
             self._notes[(len(self._planned) - 1, event.worker)] = event.notes_tokens
@@ -142,20 +151,37 @@ class TimeLeft:
 
     # -- what is left -------------------------------------------------------------------
 
-    def _token_pace(self) -> float | None:
-        return self._paced_s / self._paced_tokens if self._paced_tokens else None
+    def _paces(self) -> tuple[float, float] | None:
+        """Seconds per prompt token evaluated and per token written, fitted to the
+        sections measured; one pace for both where they cannot be told apart; None
+        before any section with its tokens is measured."""
+        f = self._fit
+        if f["p"] + f["c"] <= 0:
+            return None
+        det = f["pp"] * f["cc"] - f["pc"] ** 2
+        # Told apart only where the sections' tokens are far from proportional (their
+        # vectors' squared cosine below 0.99), and the fit says neither pace is negative.
+        if det > 0.01 * f["pp"] * f["cc"]:
+            a = (f["pt"] * f["cc"] - f["ct"] * f["pc"]) / det
+            b = (f["ct"] * f["pp"] - f["pt"] * f["pc"]) / det
+            if a >= 0 and b >= 0:
+                return a, b
+        one = f["t"] / (f["p"] + f["c"])
+        return one, one
 
     def _eval_tokens(self) -> int:
         return max(self._prompt_tokens, 0) + sum(self._notes.values())
 
     def _answer_s(self) -> float | None:
-        pace = self._token_pace()
-        return None if pace is None else pace * (self._eval_tokens() + self.max_reply_tokens)
+        paces = self._paces()
+        if paces is None:
+            return None
+        return paces[0] * self._eval_tokens() + paces[1] * self.max_reply_tokens
 
     def _step_s(self) -> float | None:
         # Its output is a short request for ranges: its prompt is what takes the time.
-        pace = self._token_pace()
-        return None if pace is None else pace * self._eval_tokens()
+        paces = self._paces()
+        return None if paces is None else paces[0] * self._eval_tokens()
 
     def _sections_left(self) -> float | None:
         """Sections not yet noted, of every input, the one being read counted whole."""
