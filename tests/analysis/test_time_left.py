@@ -114,6 +114,19 @@ def test_the_constrained_reread_step_comes_before_the_answer():
     assert fed(left, (Stage("answering", 30.0), 30.0)) == pytest.approx([3.5])
 
 
+def test_a_model_that_holds_what_it_evaluated_evaluates_the_prompt_and_notes_once():
+    left = TimeLeft(max_reply_tokens=100, reread_step=True)
+    # reused_tokens said (0 here): the model keeps its state, as a local one does.
+    fed(left, (Fitted(1, 1, analysed=["a.log"], prompt_tokens=200, reused_tokens=0, analysed_chars=[2000]), 0.0),
+        (reading(1, 2, 0.0), 0.0), (noted(1, 2, 10.0, notes=50), 10.0),
+        (reading(2, 2, 10.0), 10.0), (noted(2, 2, 20.0, notes=50), 20.0))
+    # The step evaluates the 250 tokens of prompt and notes (2.5 s); the answer after it
+    # only writes its 100 (1 s), and so does a reread round after that.
+    assert fed(left, (AnalysisProgress(2, 2, 0, "done", 20.0), 20.0)) == pytest.approx([3.5])
+    assert fed(left, (Stage("rereading", 20.0, 1), 20.0), (Stage("answering", 25.0), 25.0),
+               (Stage("rereading", 30.0, 1), 30.0)) == pytest.approx([3.5, 1.0, 1.0])
+
+
 def test_a_later_inputs_sections_are_estimated_from_its_length_until_it_is_planned():
     left = TimeLeft(max_reply_tokens=100)
     fitted = Fitted(2, 0, analysed=["a.log", "b.log"], prompt_tokens=0, analysed_chars=[3000, 6000])

@@ -22,7 +22,10 @@ every event:
   written``. Where the sections cannot tell the two apart (one section, or every
   section writing about as much), one pace per token of either kind stands for both: an
   answer that writes more than the workers did is then underestimated, and the next
-  event corrects it.
+  event corrects it. A model that holds what it evaluated (a local model's kept state,
+  known where ``Fitted.reused_tokens`` is said) evaluates the prompt and the notes once:
+  a call after the first (the answer after the reread step, a reread round) is paced by
+  its output alone.
 * **reread rounds** are not foreseen: the model decides whether it asks for one (at
   most the engine's ``max_tool_rounds``); each that starts is one more answering call.
 
@@ -92,6 +95,8 @@ class TimeLeft:
         self._fit = dict.fromkeys(("t", "p", "c", "pp", "pc", "cc", "pt", "ct"), 0.0)
         self._notes: dict[tuple[int, int], int] = {}  # (input, worker): tokens of its notes now
         self._prompt_tokens = 0  # the answer's prompt to evaluate, notes aside
+        self._keeps_state = False  # the model holds what it evaluated (Fitted.reused_tokens is said)
+        self._called = False  # a call after the analysis (the step, an answer) has started
         self._step_pending = False
         self._call_at: float | None = None  # when the model call under way started
         self._call_s: float | None = None  # what it was estimated to take then
@@ -107,6 +112,7 @@ class TimeLeft:
             self._inputs = len(event.analysed)
             self._chars = list(event.analysed_chars)
             self._prompt_tokens = event.prompt_tokens - (event.reused_tokens or 0)
+            self._keeps_state = event.reused_tokens is not None
             self._step_pending = self.reread_step and self._inputs > 0
         elif isinstance(event, AnalysisProgress):
             self._progress(event, at)
@@ -116,7 +122,7 @@ class TimeLeft:
                 self._start_call(at, self._step_s(), step=True)
             else:  # the answer, or a reread round: one answering call from here
                 self._step_pending = False
-                self._start_call(at, self._answer_s(), step=False)
+                self._start_call(at, self._answer_s(after_a_call=self._called), step=False)
         elif isinstance(event, (Done, Failed)):
             self._ended = True
 
@@ -147,6 +153,7 @@ class TimeLeft:
 
     def _start_call(self, at: float, estimate: float | None, *, step: bool) -> None:
         self._call_at, self._call_s, self._in_step = at, estimate, step
+        self._called = True
         self._reading_at = None
 
     # -- what is left -------------------------------------------------------------------
@@ -169,14 +176,19 @@ class TimeLeft:
         one = f["t"] / (f["p"] + f["c"])
         return one, one
 
-    def _eval_tokens(self) -> int:
+    def _eval_tokens(self, *, after_a_call: bool = False) -> int:
+        if after_a_call and self._keeps_state:
+            # The call before this one evaluated the prompt and the notes, and the model
+            # holds them: only what the engine added since (rereads, a round's calls and
+            # results, unsized by the events) is new.
+            return 0
         return max(self._prompt_tokens, 0) + sum(self._notes.values())
 
-    def _answer_s(self) -> float | None:
+    def _answer_s(self, *, after_a_call: bool) -> float | None:
         paces = self._paces()
         if paces is None:
             return None
-        return paces[0] * self._eval_tokens() + paces[1] * self.max_reply_tokens
+        return paces[0] * self._eval_tokens(after_a_call=after_a_call) + paces[1] * self.max_reply_tokens
 
     def _step_s(self) -> float | None:
         # Its output is a short request for ranges: its prompt is what takes the time.
@@ -214,7 +226,8 @@ class TimeLeft:
             return 0.0
         if not self._fitted:
             return None
-        answer = self._answer_s()
+        # The answer to come: after the step (pending or under way) it follows a call.
+        answer = self._answer_s(after_a_call=self._step_pending or self._in_step)
         if self._call_at is not None:  # the reread step, or an answering call, under way
             if self._call_s is None or answer is None:
                 return None
