@@ -1,4 +1,5 @@
-"""How long the rest of a reply will take: one estimate for all of it, from its own events.
+"""How long the rest of a reply will take: one estimate for all of it, from its own events
+(decision 0040).
 
 A reply's work is known in outline once it is fitted (:class:`~boundctx.events.Fitted`):
 the inputs to read in sections, then (for a model without tool calls, when
