@@ -42,6 +42,10 @@ class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
         Tool results cut to ``chat.tool_result_clip_chars`` (analysis off).
     analysed : list of str
         Items read by section analysis instead of being sent whole (their notes are).
+    analysed_chars : list of int
+        The length in characters of each of ``analysed``, in its order: how many
+        sections an input has is known only when its reading starts, and its length
+        stands for it until then (the estimate of ``remaining_s``).
     prompt_limit : int
         Tokens the prompt may take: the window less the reply's budget.
     prompt_tokens : int
@@ -63,6 +67,7 @@ class Fitted(msgspec.Struct, frozen=True, tag="fitted"):
     prompt_limit: int = 0
     prompt_tokens: int = 0
     reused_tokens: int | None = None
+    analysed_chars: list[int] = []
 
 
 class Stage(msgspec.Struct, frozen=True, tag="stage"):
@@ -77,11 +82,21 @@ class Stage(msgspec.Struct, frozen=True, tag="stage"):
         Seconds since the reply started.
     round : int
         0 for the first answer, k for the k-th reread round.
+    remaining_s : float or None
+        Seconds the rest of the whole reply is estimated to take from this event: the
+        sections left of every input, the reread step, the answer with its output at
+        the reply's token budget (:mod:`boundctx.analysis.time_left`), corrected by
+        every event. Count it down from the event's arrival: once it runs out with the
+        reply still going, the reply is running over its estimate. None when nothing
+        is measured yet to estimate from (no section read: a reply without section
+        analysis has none), or when the work left has run past its estimate; never 0
+        while work remains.
     """
 
     stage: Literal["answering", "rereading"]
     elapsed_s: float
     round: int = 0
+    remaining_s: float | None = None
 
 
 class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
@@ -99,6 +114,19 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     notes_tokens : int
         After ``"noted"``: the tokens the worker's notes now take (bounded by
         ``analysis.notes_max_tokens``).
+    prompt_tokens, completion_tokens : int
+        After ``"noted"``: the tokens of the section's worker calls, their prompts
+        evaluated and what they wrote; with the section's time, the paces the answer is
+        estimated at.
+    remaining_s : float or None
+        Seconds the rest of the whole reply is estimated to take from this event: the
+        sections left of every input, the reread step, the answer with its output at
+        the reply's token budget (:mod:`boundctx.analysis.time_left`), corrected by
+        every event. Count it down from the event's arrival: once it runs out with the
+        reply still going, the reply is running over its estimate. None when nothing
+        is measured yet to estimate from (no section read: a reply without section
+        analysis has none), or when the work left has run past its estimate; never 0
+        while work remains.
     """
 
     section: int
@@ -107,6 +135,9 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
     phase: Phase
     elapsed_s: float = 0.0
     notes_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    remaining_s: float | None = None
 
 
 class ReplyDelta(msgspec.Struct, frozen=True, tag="reply_delta"):

@@ -279,20 +279,69 @@ def test_notices_name_what_was_clipped_and_what_was_read_in_sections():
     assert "build.log too long to send whole: read completely in sections" in said
 
 
-def test_the_estimate_follows_the_pace_of_each_input_read():
+def test_the_status_line_counts_down_the_estimate_the_events_carry():
     from boundctx.cli._progress import LiveStatus
     from boundctx.cli.ask import _Progress
-    from boundctx.events import AnalysisProgress
+    from boundctx.events import AnalysisProgress, Stage
 
     status = LiveStatus(enabled=False, clock=lambda: 0.0)
     seen = []
     status.set = lambda text, eta_s=None: seen.append((text, eta_s))
     progress = _Progress(status)
-    # Two inputs, 10 s a section: the second input's estimate starts afresh.
-    for t, (k, n) in enumerate([(1, 3), (2, 3), (3, 3), (1, 2), (2, 2)]):
-        progress.on(AnalysisProgress(k, n, 0, "reading", 10.0 * t))
-    assert [eta for _, eta in seen] == [None, 20.0, 10.0, None, 10.0]
-    assert seen[1][0] == "reading section 2/3 (worker 1)"
+    # The number every front end shows is the event's own (the engine's one estimate of
+    # the whole reply), not one the CLI works out from the sections alone.
+    for event in [AnalysisProgress(1, 3, 0, "reading", 0.0),
+                  AnalysisProgress(2, 3, 1, "reading", 10.0, remaining_s=41.5),
+                  AnalysisProgress(3, 3, 0, "done", 30.0, remaining_s=12.0),
+                  Stage("answering", 30.0, remaining_s=12.0), Stage("rereading", 45.0, 1)]:
+        progress.on(event)
+    assert seen == [("reading section 1/3 (worker 1)", None), ("reading section 2/3 (worker 2)", 41.5),
+                    ("read all 3 sections", 12.0), ("answering", 12.0), ("rereading the original (round 1)", None)]
+
+
+def test_the_status_line_never_says_0_s_left_while_the_reply_goes_on():
+    from boundctx.cli._progress import LiveStatus
+
+    now = [0.0]
+    status = LiveStatus(enabled=False, clock=lambda: now[0])
+    status.set("answering", eta_s=3.2)
+    assert status.line() == "answering · 0 s · about 4 s left"
+    now[0] = 2.9
+    assert status.line() == "answering · 3 s · about 1 s left"  # not "about 0 s"
+    now[0] = 3.2
+    assert status.line() == "answering · 3 s · running over the estimate"
+    now[0] = 60.0
+    assert status.line() == "answering · 60 s · running over the estimate"
+    status.set("rereading the original (round 1)", eta_s=None)  # no estimate: none said
+    assert status.line() == "rereading the original (round 1) · 60 s"
+
+
+def test_ask_shows_the_engines_estimate_on_its_status_line():
+    from boundctx.cli import ask as ask_module
+    from boundctx.events import AnalysisProgress, Stage
+    from boundctx.providers import ScriptedProvider
+
+    from tests.analysis.test_engine import LOG, Model
+    from tests.analysis.test_engine import settings as engine_settings
+
+    events, shown = [], []
+
+    class Recorded:
+        def set(self, text, *, eta_s=None):
+            shown.append((text, eta_s))
+
+    progress = ask_module._Progress(Recorded())
+
+    def on_event(event):
+        events.append(event)
+        progress.on(event)
+
+    ask_module.ask("Which step failed?", provider=ScriptedProvider(Model(), context_window=8192),
+                   settings=engine_settings(), files=[("build.log", LOG)], on_event=on_event)
+    carried = [e.remaining_s for e in events if isinstance(e, Stage)
+               or isinstance(e, AnalysisProgress) and e.phase in ("reading", "done")]
+    assert [eta for _, eta in shown] == carried
+    assert shown[-1][0] == "answering" and shown[-1][1] is not None and shown[-1][1] > 0
 
 
 def test_a_closed_status_line_draws_nothing_more(capsys):

@@ -65,6 +65,24 @@ def session_messages(tmp_path, sid):
 # -- replies on a session -----------------------------------------------------------------
 
 
+def test_a_session_replys_progress_and_stages_carry_the_engines_estimate_of_the_time_left(serve):
+    server = serve(ScriptedProvider(answer, context_window=4096),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    new_session(server, "s")
+    events = reply(server, "s", content="Which step failed?\n\n" + LOG)
+    fitted = next(d for n, d in events if n == "fitted")
+    assert fitted["analysed_chars"] and fitted["analysed_chars"][0] > len(LOG)  # the question with the log
+    progress = [d for n, d in events if n == "analysis_progress"]
+    stages = [d for n, d in events if n == "stage"]
+    # Every one says it (null where nothing is measured yet): the page needs no more work.
+    assert progress and stages and all("remaining_s" in d for d in progress + stages)
+    assert progress[0]["remaining_s"] is None  # the first section: no pace yet
+    assert all(d["prompt_tokens"] > 0 for d in progress if d["phase"] == "noted")
+    done = [d for d in progress if d["phase"] == "done"]
+    assert done and done[-1]["remaining_s"] > 0  # the answer is still to come
+    assert stages[0]["stage"] == "answering" and stages[0]["remaining_s"] > 0
+
+
 def test_a_session_reply_streams_named_events_and_saves_the_exchange_once_complete(serve, tmp_path):
     seen = []
 

@@ -50,6 +50,9 @@ def test_a_stream_carries_progress_apart_from_the_answer_byte_for_byte(serve):
     assert kinds[0] == "fitted" and "analysis_progress" in kinds and kinds[-1] == "done"
     sections = {p["sections"] for p in progress if p["type"] == "analysis_progress"}
     assert len(sections) == 1 and sections.pop() > 1
+    # The reply's estimate of its time left travels with its progress, as on a session.
+    assert all("remaining_s" in p for p in progress if p["type"] in ("analysis_progress", "stage"))
+    assert next(p for p in progress if p["type"] == "stage")["remaining_s"] > 0
     for ch in chunks:  # a progress chunk never carries text, and says so for Open WebUI
         ext = (ch.model_extra or {}).get("boundctx")
         if ext and ext["type"] == "analysis_progress":

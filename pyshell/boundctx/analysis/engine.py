@@ -19,7 +19,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -31,6 +31,7 @@ from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import READ_TOOL_NAME, Originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.stops import StopCut, check_stops
+from boundctx.analysis.time_left import TimeLeft
 from boundctx.analysis.workers import Notes, iter_read_in_sections
 from boundctx.errors import (
     BoundctxError,
@@ -360,13 +361,24 @@ class Engine:
             shift = 1  # Fitted.dropped names indexes of the caller's messages
         else:
             shift = 0
+        s = self.settings
+        # One estimate of the whole reply's time, carried by its progress events, so
+        # every front end (the CLI, the page) counts down the same number.
+        clock = TimeLeft(max_reply_tokens=self.max_reply_tokens,
+                         reread_step=bool(s.chat.analysis_workers) and not self.provider.supports_tools
+                         and s.analysis.constrained_rereads)
+        events = self._reply(conversation, files, cancel, started, shift, callers, asked)
         try:
-            yield from self._reply(conversation, files, cancel, started, shift, callers, asked)
+            for event in events:
+                yield clock.stamped(event, getattr(event, "elapsed_s", time.monotonic() - started))
         except BoundctxError as exc:
             yield Failed(str(exc), type(exc).__name__)
+        finally:
+            events.close()  # a reply stopped early stops its model call now
 
     def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-               started: float, shift: int, callers: list[dict[str, Any]], asked: _Asked) -> Iterator[Event]:
+               started: float, shift: int, callers: list[dict[str, Any]],
+               asked: _Asked) -> Generator[Event, None, None]:
         s = self.settings
         provider = self.provider
         workers = s.chat.analysis_workers
@@ -451,7 +463,8 @@ class Engine:
         yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift,
                      [origins[i].at for i in fit.dropped_at],
                      fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analysed_at], limit,
-                     prompt_tokens, provider.reusable_prefix(fitted_prompt, tools=base_tools))
+                     prompt_tokens, provider.reusable_prefix(fitted_prompt, tools=base_tools),
+                     [len(label_of(i)[1]) for i in fit.analysed_at])
         for index in fit.analysed_at:
             item = final[index]
             label, text = label_of(index)

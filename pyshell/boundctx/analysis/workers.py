@@ -204,6 +204,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
             return None
         yield AnalysisProgress(number, total, worker, "reading", time.monotonic() - started)
         at, calls = section.start, 0
+        evaluated = written = 0  # tokens of this section's calls: the paces the reply's time is estimated at
         while True:
             # A section is one prompt; a continuation is the same section from ``at`` on
             # (a part of a planned section: it fits wherever the section did).
@@ -226,6 +227,8 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
                     f"cannot be answered from the whole input{advice}", uncovered=unread) from exc
             if answer is None:
                 return None  # cancelled
+            evaluated += prompt_tokens
+            written += provider.counter.count_text(answer)
             if cut:
                 answer = answer.rpartition("\n")[0]  # its last line is unfinished
             ledgers[worker].add_answer(answer, section=number, start=at, end=section.end)
@@ -245,7 +248,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
             at = reached
         read[worker].append(number)
         yield AnalysisProgress(number, total, worker, "noted", time.monotonic() - started,
-                               provider.counter.count_text(notes[worker]))
+                               provider.counter.count_text(notes[worker]), evaluated, written)
     yield AnalysisProgress(total, total, (total - 1) % workers, "done", time.monotonic() - started)
     return [Notes(w, notes[w], read[w], ledgers[w]) for w in range(workers) if read[w]]
 

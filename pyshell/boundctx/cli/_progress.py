@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from contextlib import contextmanager
 
@@ -78,16 +79,19 @@ class LiveStatus:
         return self._clock() - self.started
 
     def line(self) -> str:
-        """The status as it reads now: the step, seconds so far, what remains."""
+        """The status as it reads now: the step, seconds so far, what remains. An
+        estimate that has run out while the work goes on is said to be running over,
+        never "0 s left"."""
         now = self._clock()
         text = f"{self._text} · {now - self.started:.0f} s"
         if self._eta is not None:
-            left = max(0.0, self._eta - (now - self._eta_at))
-            text += f" · about {left:.0f} s left"
+            left = self._eta - (now - self._eta_at)
+            text += f" · about {math.ceil(left)} s left" if left > 0 else " · running over the estimate"
         return text
 
     def set(self, text: str, *, eta_s: float | None = None) -> None:
-        """A new step; ``eta_s``: the seconds it is expected to take from now."""
+        """A new step; ``eta_s``: the seconds the work left is expected to take from
+        now (counted down until the next step), None for none said."""
         with self._lock:
             self._text, self._eta, self._eta_at = text, eta_s, self._clock()
             if not self.enabled or self._stop.is_set():

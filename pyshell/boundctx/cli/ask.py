@@ -289,32 +289,24 @@ def _fitted_notice(event) -> str | None:
 
 
 class _Progress:
-    """Turns reply events into the status line: the step, and an estimate of what is
-    left from the pace of the sections read so far."""
+    """Turns reply events into the status line: the step, and the time the whole reply
+    has left as the events say (``remaining_s``: the estimate the page shows too)."""
 
     def __init__(self, status: LiveStatus) -> None:
         self.status = status
-        self.first_section_at: float | None = None
 
     def on(self, event) -> None:
         from boundctx.events import AnalysisProgress, Stage
 
         if isinstance(event, AnalysisProgress):
             if event.phase == "reading":
-                if event.section == 1:  # a new input: its own pace
-                    self.first_section_at = event.elapsed_s
-                done = event.section - 1
-                eta = None
-                if done and self.first_section_at is not None:
-                    pace = (event.elapsed_s - self.first_section_at) / done
-                    eta = pace * (event.sections - done)
                 self.status.set(f"reading section {event.section}/{event.sections} (worker {event.worker + 1})",
-                                eta_s=eta)
+                                eta_s=event.remaining_s)
             elif event.phase == "done":
-                self.status.set(f"read all {event.sections} sections")
+                self.status.set(f"read all {event.sections} sections", eta_s=event.remaining_s)
         elif isinstance(event, Stage):
             self.status.set("answering" if event.stage == "answering"
-                            else f"rereading the original (round {event.round})")
+                            else f"rereading the original (round {event.round})", eta_s=event.remaining_s)
 
 
 def _on_interrupt(cancel: threading.Event):

@@ -20,13 +20,17 @@ each numbered by its ``id:`` from 0::
 
     event: reply             {"id", "session", "notices", "history_messages"}  (first, always)
     event: fitted            what fitting dropped, clipped or sent to analysis
-    event: analysis_progress section k of n, worker, phase, elapsed
-    event: stage             answering / rereading
+    event: analysis_progress section k of n, worker, phase, elapsed, remaining_s
+    event: stage             answering / rereading, elapsed, remaining_s
     event: tool_call         the engine rereading its originals (read_chat_section)
     event: tool_result       the characters it got back
     event: reply_delta       answer text
     event: done              the ending, and whether the exchange was saved
     event: failed            why the reply failed (nothing is saved)
+
+``remaining_s`` is the engine's one estimate of the seconds the whole reply has left
+(``boundctx.analysis.time_left``; null when unknown): the page counts it down between
+events, as ``boundctx ask`` does on its status line.
 
 The question and the answer are appended (one message line each, in the session's own
 style) only after a ``done`` with finish reason ``stop``: an answer cut at its budget,
