@@ -11,6 +11,7 @@
 //   session.js   the sessions list and one session's view, paged
 //   chat.js      sending a message and showing its reply as it streams; Stop; the
 //                unfinished turn and the draft this browser keeps
+//   clock.js     one ticking line of a reply's time: so far, and about how long is left
 //   attach.js    an attached file, checked (size, kind) before it is read; its chip
 //   markdown.js  an answer's Markdown as DOM nodes, never as markup
 //   settings.js  the settings form

@@ -10,6 +10,7 @@ import { API, ApiError, api, postEvents } from "./api.js";
 import { AttachmentRefused, chip, readAttachment, sizeInWords, splitAttachment, withAttachment } from "./attach.js";
 import { $ } from "./page.js";
 import { counted, showText, unsavedMessage, view } from "./session.js";
+import { ReplyClock } from "./clock.js";
 import { DRAFT_KEY, KEEP, TURN_KEY, cut, forget, keep, kept } from "./keep.js";
 
 let turn = null;      // the reply in flight, if any
@@ -394,6 +395,7 @@ async function ask(sid, content) {
   box.append(asked, answer);
   box.scrollTop = box.scrollHeight;
   const t = turn = new Turn(sid, content, asked, answer);
+  const clock = new ReplyClock(() => t.line("clock"));  // the reply's time, one line ticking every second
   t.keep(finished("interrupted"));  // if the page goes away mid-reply, this is what stays
   $("send").disabled = true;
   $("stop").disabled = false;
@@ -405,6 +407,7 @@ async function ask(sid, content) {
                               { signal: t.abort.signal });
     for await (const { name, data } of events) {
       if (Object.hasOwn(ON, name)) ON[name](t, data);
+      clock.heard(data);
     }
     if (!t.ended) throw new Error("the connection to the server closed before the answer ended");
   } catch (err) {
@@ -419,6 +422,7 @@ async function ask(sid, content) {
                      detail: err.name === "AbortError" ? "" : err.message });
     }
   } finally {
+    clock.stop();
     turn = null;
     $("send").disabled = false;
     $("stop").disabled = true;
