@@ -40,7 +40,7 @@ def main() -> int:
         page.goto(server.url + "/#/s/build-log")
         page.wait_for_selector("#session-meta")
         page.get_by_label("Message", exact=True).fill("Which step failed?\n\n" + LOG)
-        page.get_by_role("button", name="Send").click()
+        page.get_by_role("button", name="Send", exact=True).click()
         page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
         page.screenshot(path=OUT / "chat.png")
         page.goto(server.url + "/#/settings")

@@ -247,3 +247,82 @@ def test_another_agents_session_is_asked_without_saving_and_says_so_in_the_page(
     page.goto(page.url.replace("#/s/claude", "#/s/own"))
     page.wait_for_selector("#session-meta:has-text('0 messages')")
     assert page.is_hidden("#read-only")
+
+
+def own_session(folder, sid, texts):
+    with Transcript.open(str(folder / f"{sid}.jsonl"), create=True) as t:
+        for i, text in enumerate(texts):
+            t.append({"type": "message", "message": {"role": "user" if i % 2 == 0 else "assistant", "content": text}})
+
+
+def contents(folder, sid):
+    with Transcript.open(str(folder / f"{sid}.jsonl")) as t:
+        w = t.window(message_limit=100, content_limit=None)
+    return [m.record["message"]["content"] for m in w.messages]
+
+
+def buttons_of(page, index):
+    return page.eval_on_selector_all(f'#messages .message[data-index="{index}"] .message-actions button',
+                                     "bs => bs.map(b => b.textContent)")
+
+
+def test_delete_regenerate_and_edit_and_resend_change_the_session_as_said(page, serve, folder):
+    answers = iter(["second answer", "third answer"])
+    server = serve(ScriptedProvider(lambda r: next(answers)), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    own_session(folder, "e", ["q0", "a1", "q2", "first answer"])
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    open_app(page, server, "#/s/e")
+    page.wait_for_selector('#messages .message[data-index="3"] .message-actions button')
+    assert buttons_of(page, 0) == ["Delete"] and buttons_of(page, 1) == ["Delete"]
+    assert buttons_of(page, 2) == ["Edit and resend", "Delete"] and buttons_of(page, 3) == ["Regenerate", "Delete"]
+    # Regenerate: the last answer is replaced by a new one, the question asked again.
+    page.locator('#messages .message[data-index="3"]').get_by_role("button", name="Regenerate").click()
+    page.wait_for_selector('#messages .message[data-index="3"]:has-text("second answer") .message-actions button')
+    assert contents(folder, "e") == ["q0", "a1", "q2", "second answer"]
+    assert buttons_of(page, 3) == ["Regenerate", "Delete"]  # the new last exchange has them
+    # Edit and resend: the exchange leaves the session, the question goes to the composer.
+    page.locator('#messages .message[data-index="2"]').get_by_role("button", name="Edit and resend").click()
+    page.wait_for_selector("#session-meta:has-text('2 messages')")
+    assert page.input_value("#question") == "q2" and contents(folder, "e") == ["q0", "a1"]
+    page.fill("#question", "q2, better")
+    page.get_by_role("button", name="Send", exact=True).click()
+    page.wait_for_selector("#session-meta:has-text('4 messages')")
+    assert contents(folder, "e") == ["q0", "a1", "q2, better", "third answer"]
+    # Delete: one message, after the person said yes.
+    page.locator('#messages .message[data-index="1"]').get_by_role("button", name="Delete").click()
+    page.wait_for_selector("#session-meta:has-text('3 messages')")
+    assert contents(folder, "e") == ["q0", "q2, better", "third answer"]
+    assert any("cannot be undone" in d for d in dialogs)
+
+
+def test_a_delete_the_person_declines_or_another_client_overtook_changes_nothing(page, serve, folder):
+    import httpx
+
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    own_session(folder, "d", ["q0", "a1", "q2", "a3"])
+    answer = {"yes": False}
+    page.on("dialog", lambda d: d.accept() if answer["yes"] else d.dismiss())
+    open_app(page, server, "#/s/d")
+    page.wait_for_selector('#messages .message[data-index="0"] .message-actions button')
+    page.locator('#messages .message[data-index="0"]').get_by_role("button", name="Delete").click()
+    assert contents(folder, "d") == ["q0", "a1", "q2", "a3"]
+    # Another client deletes message 3 meanwhile: the page's delete is refused, not misplaced.
+    httpx.delete(f"{server.url}/boundctx/v1/sessions/d/messages/3").raise_for_status()
+    answer["yes"] = True
+    page.locator('#messages .message[data-index="0"]').get_by_role("button", name="Delete").click()
+    page.wait_for_selector("#notice:not([hidden])")
+    assert contents(folder, "d") == ["q0", "a1", "q2"]
+
+
+def test_another_agents_session_offers_no_edits(page, serve, folder, shared_file):
+    import shutil
+
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
+                    folder / "agent.jsonl")
+    open_app(page, server, "#/s/agent")
+    page.wait_for_selector("#read-only:not([hidden])")
+    page.wait_for_selector("#messages .message[data-index]")
+    assert page.locator("#messages .message-actions button").count() == 0

@@ -46,7 +46,7 @@ def open_empty_session(page, server, folder, sid):
 def ask(page, text):
     """Type ``text`` into the composer (set at once: typing 37 KB takes seconds) and send."""
     page.eval_on_selector("#question", "(q, text) => { q.value = text; }", text)
-    page.get_by_role("button", name="Send").click()
+    page.get_by_role("button", name="Send", exact=True).click()
 
 
 # The assistant's card of a turn that ended without a saved answer: the reason is in it.
@@ -343,7 +343,7 @@ def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
         page.goto(url + "/#/s/real")
         page.wait_for_selector("#session-meta:has-text('0 messages')")
         page.get_by_label("Message", exact=True).fill("Say hi")
-        page.get_by_role("button", name="Send").click()
+        page.get_by_role("button", name="Send", exact=True).click()
         page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
         assert page.inner_text("#messages .message.assistant .text").strip()
         saved = (folder / "real.jsonl").read_text().splitlines()
@@ -357,7 +357,7 @@ def test_a_reply_on_the_embedded_model_in_the_browser(page, tmp_path):
         assert re.fullmatch(r"Reading [\d,]+ new prompt tokens", first), first
         if len(saved) == 2:
             page.get_by_label("Message", exact=True).fill("And bye")
-            page.get_by_role("button", name="Send").click()
+            page.get_by_role("button", name="Send", exact=True).click()
             page.wait_for_selector("#messages .message.assistant:nth-last-child(1):not([aria-busy])")
             second = page.inner_text("#progress .prompt")
             kept = re.fullmatch(r"Reading ([\d,]+) new prompt tokens \(([\d,]+) kept from before\)", second)
@@ -422,7 +422,7 @@ def test_a_server_that_goes_away_mid_reply_shows_an_error_not_a_hang(page, folde
         proc.wait(10)
         error = page.wait_for_selector(f"{UNFINISHED} .ending:has-text('Failed')", timeout=10_000)
         assert error.is_visible()
-        assert page.get_by_role("button", name="Send").is_enabled()  # ready for the next try
+        assert page.get_by_role("button", name="Send", exact=True).is_enabled()  # ready for the next try
         assert (folder / "gone.jsonl").read_bytes() == b""
     finally:
         proc.kill()

@@ -11,6 +11,8 @@
 //   session.js   the sessions list and one session's view, paged
 //   chat.js      sending a message and showing its reply as it streams; Stop; the
 //                unfinished turn and the draft this browser keeps
+//   edits.js     delete a saved message; regenerate the last answer, or edit and resend
+//                the last question
 //   clock.js     one ticking line of a reply's time: so far, and about how long is left
 //   attach.js    an attached file, checked (size, kind) before it is read; its chip
 //   markdown.js  an answer's Markdown as DOM nodes, never as markup
@@ -18,6 +20,7 @@
 
 import { API, api, apiKey, setApiKey } from "./api.js";
 import { draftChanged, fileChosen, leave, returned, send, sessionOpened, sessionSwitched, stop } from "./chat.js";
+import { watchMessages } from "./edits.js";
 import { $, failed, notice } from "./page.js";
 import { listSessions, newChat, newSession, onSessionView, openSession, scrolled } from "./session.js";
 import { loadSettings, saveSettings } from "./settings.js";
@@ -55,6 +58,7 @@ function start() {
   });
   $("new-session").addEventListener("submit", newSession);
   $("messages").addEventListener("scroll", scrolled);
+  watchMessages();
   $("composer").addEventListener("submit", (event) => send(event).catch(failed));
   $("question").addEventListener("input", draftChanged);
   onSessionView({ switched: sessionSwitched, opened: sessionOpened });

@@ -143,6 +143,7 @@ class Turn {
   end() {
     this.ended = true;
     this.answer.removeAttribute("aria-busy");
+    for (const node of [this.asked, this.answer]) node.classList.remove("sending");
   }
 
   // Keep this turn in the browser as it stands, ended as `how` says.
@@ -215,19 +216,25 @@ function markUnfinished(t, how, stored) {
   });
   retry.disabled = !t.whole;
   const edit = button("Edit", () => {
-    const box = $("question");
-    // What was typed goes back to the composer, and what was attached back to its chip.
-    const { typed, name, text } = t.whole ? splitAttachment(t.question) : { typed: t.question, name: null };
-    if (name !== null) setAttachment({ name, size: new Blob([text]).size, text });
-    box.value = box.value ? `${typed}\n\n${box.value}` : typed;
     dismiss(t.sid);
-    draftChanged();
-    box.focus();
+    editInComposer(t.question, t.whole);
   });
   const actions = document.createElement("div");
   actions.className = "row actions";
   actions.append(retry, edit, button("Dismiss", () => dismiss(t.sid)));
   t.answer.append(...notes, actions);
+}
+
+// A question asked before, back in the composer to be edited: what was typed in the text
+// box (before a draft already there), what was attached back to its chip. `whole`:
+// the question is all there (else an attachment in it may be cut: it stays text).
+export function editInComposer(question, whole = true) {
+  const box = $("question");
+  const { typed, name, text } = whole ? splitAttachment(question) : { typed: question, name: null };
+  if (name !== null) setAttachment({ name, size: new Blob([text]).size, text });
+  box.value = box.value ? `${typed}\n\n${box.value}` : typed;
+  draftChanged();
+  box.focus();
 }
 
 // The person is done with the session's unfinished turn: off the page and out of the browser.
@@ -384,7 +391,7 @@ export async function send(event) {
 
 // Ask `content` on session `sid`: a session has at most one unfinished turn, and a new
 // question (or the same one again) takes its place.
-async function ask(sid, content) {
+export async function ask(sid, content) {
   if (turn) return;
   dismiss(sid);
   const box = $("messages");
@@ -392,6 +399,7 @@ async function ask(sid, content) {
   const answer = unsavedMessage("assistant", view.count + 1, "");
   answer.setAttribute("aria-busy", "true");
   const asked = unsavedMessage("user", view.count, content);
+  for (const node of [asked, answer]) node.classList.add("sending");  // not the session's until saved
   box.append(asked, answer);
   box.scrollTop = box.scrollHeight;
   const t = turn = new Turn(sid, content, asked, answer);
