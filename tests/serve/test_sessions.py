@@ -385,3 +385,34 @@ def test_a_window_says_whether_replies_can_be_saved_to_the_session(server, folde
     assert own["writable"] is True
     (folder / "empty.jsonl").touch()
     assert server.http.get(f"{API}/empty/messages").json()["writable"] is True  # a new session is boundctx's
+
+
+def test_a_session_is_titled_by_its_first_question_until_a_title_is_set(server, folder):
+    h = server.http
+    with Transcript.open(str(folder / "t.jsonl"), create=True) as t:
+        t.append({"type": "message", "message": {"role": "system", "content": "be brief"}})
+        t.append({"type": "message", "message": {"role": "user", "content": "\n  Why does   the build fail?\nlog..."}})
+    (folder / "empty.jsonl").touch()
+    got = h.get(f"{API}/t").json()
+    assert (got["title"], got["title_source"]) == ("Why does the build fail?", "first_question")
+    assert h.get(f"{API}/empty").json()["title"] is None
+    # A long first line is cut at 80 characters, said with an ellipsis.
+    with Transcript.open(str(folder / "long.jsonl"), create=True) as t:
+        t.append({"type": "message", "message": {"role": "user", "content": "x" * 500}})
+    assert h.get(f"{API}/long").json()["title"] == "x" * 79 + "…"
+    # Set, listed, cleared; the transcript itself is never written.
+    before = (folder / "t.jsonl").read_bytes()
+    r = h.patch(f"{API}/t", json={"title": "  Build failure, step 377  "})
+    assert r.status_code == 200 and (r.json()["title"], r.json()["title_source"]) == ("Build failure, step 377", "set")
+    listed = {d["id"]: d for d in h.get(API).json()["data"]}
+    assert listed["t"]["title"] == "Build failure, step 377" and listed["long"]["title_source"] == "first_question"
+    assert (folder / "t.jsonl").read_bytes() == before
+    assert h.patch(f"{API}/t", json={"title": ""}).json()["title"] == "Why does the build fail?"
+    assert not (folder / "t.title").exists()
+    # Refused: not a session, unknown fields, too long, more than one line, not JSON.
+    assert_error(h.patch(f"{API}/nope", json={"title": "x"}), 404, "session_not_found")
+    assert_error(h.patch(f"{API}/t", json={"title": "x", "colour": "red"}), 400, "invalid_json")
+    assert_error(h.patch(f"{API}/t", json={"title": "x" * 201}), 400, "invalid_value")
+    assert_error(h.patch(f"{API}/t", json={"title": "two\nlines"}), 400, "invalid_value")
+    assert_error(h.patch(f"{API}/t", content=b"{"), 400, "invalid_json")
+    assert not (folder / "t.title").exists()

@@ -326,3 +326,33 @@ def test_another_agents_session_offers_no_edits(page, serve, folder, shared_file
     page.wait_for_selector("#read-only:not([hidden])")
     page.wait_for_selector("#messages .message[data-index]")
     assert page.locator("#messages .message-actions button").count() == 0
+
+
+def test_sessions_are_listed_by_title_searched_and_renamed(page, serve, folder):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    own_session(folder, "build", ["Why does the build fail?", "step 377"])
+    own_session(folder, "trip", ["Plan a trip to Lisbon", "ok"])
+    (folder / "blank.jsonl").touch()
+    open_app(page, server, "#/")
+    page.wait_for_selector("#session-list li a")
+    names = page.eval_on_selector_all("#session-list li a", "as => as.map(a => a.textContent)")
+    assert sorted(names) == ["Plan a trip to Lisbon", "Why does the build fail?", "blank"]
+    page.fill("#session-search", "BUILD fail")
+    visible = page.eval_on_selector_all("#session-list li:not([hidden]) a", "as => as.map(a => a.textContent)")
+    assert visible == ["Why does the build fail?"]
+    page.fill("#session-search", "nothing like it")
+    page.wait_for_selector("#search-note:has-text('No session')")
+    page.fill("#session-search", "")
+    assert page.locator("#session-list li:not([hidden])").count() == 3
+    # Renamed in the session's view: kept by the server, shown after a reload and listed.
+    page.goto(page.url.split("#")[0] + "#/s/build")
+    page.wait_for_selector("#session-title:has-text('Why does the build fail?')")
+    page.get_by_role("button", name="Rename").click()
+    page.fill("#rename-input", "Build failure, step 377")
+    page.press("#rename-input", "Enter")
+    page.wait_for_selector("#session-title:has-text('Build failure, step 377')")
+    page.reload()
+    page.wait_for_selector("#session-title:has-text('Build failure, step 377')")
+    assert (folder / "build.title").read_text() == "Build failure, step 377"
+    page.goto(page.url.split("#")[0] + "#/")
+    page.wait_for_selector("#session-list li a:has-text('Build failure, step 377')")

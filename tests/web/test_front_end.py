@@ -467,10 +467,11 @@ def test_the_sessions_list_shows_every_dialect_newest_first_with_counts(page, se
     open_app(page, server)
     page.wait_for_selector("#session-list a")
     rows = page.eval_on_selector_all("#session-list li", "ls => ls.map(l => l.textContent)")
-    assert [r.split()[0] for r in rows] == ["claude", "codex", "pi"]
+    ids = page.eval_on_selector_all("#session-list li a", "as => as.map(a => a.hash.slice(4))")
+    assert ids == ["claude", "codex", "pi"]
     for row, sid in zip(rows, names):
         assert f"{counts[sid]:,} messages" in row
-    page.get_by_role("link", name="codex").click()
+    page.click("#session-list a[href='#/s/codex']")
     page.wait_for_selector("#messages .message")
     assert not page.query_selector_all("#messages .message.corrupt")  # another agent's file reads as messages
 

@@ -20,8 +20,9 @@ import msgspec
 from boundctx.serve.http import ApiError
 
 __all__ = ["REFUSED", "SAMPLING_RANGES", "BadRequest", "ChatCompletionRequest", "CountRequest",
-           "SessionCreateRequest", "SessionReplyRequest", "UnderstandRequest", "check_messages", "check_tools",
-           "decode", "parse_chat_request", "parse_count_request", "parse_session_reply", "response_schema"]
+           "SessionCreateRequest", "SessionPatchRequest", "SessionReplyRequest", "UnderstandRequest",
+           "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
+           "parse_session_reply", "response_schema"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -105,6 +106,12 @@ class SessionCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     route, so any JSON value is taken here), or none for a random one."""
 
     id: Any = None
+
+
+class SessionPatchRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``PATCH /boundctx/v1/sessions/{id}``: the session's title (``""`` clears it)."""
+
+    title: str
 
 
 class CountRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -4,7 +4,8 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
 
     GET    /boundctx/v1/sessions?limit=&after=                  list, newest first
     POST   /boundctx/v1/sessions                                create ({"id"} optional)
-    GET    /boundctx/v1/sessions/{id}                           metadata
+    GET    /boundctx/v1/sessions/{id}                           metadata (with its title)
+    PATCH  /boundctx/v1/sessions/{id}                           {"title": "..."}: set or clear the title
     GET    /boundctx/v1/sessions/{id}/messages?message_before=&message_limit=&content_limit=&layout_version=
     POST   /boundctx/v1/sessions/{id}/messages                  lossless append
     GET    /boundctx/v1/sessions/{id}/messages/{index}          one message, uncapped
@@ -61,6 +62,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from boundctx import config
+from boundctx._atomic import replacing
 from boundctx.errors import (
     EntryInvalid,
     TranscriptChanged,
@@ -71,7 +73,7 @@ from boundctx.errors import (
 )
 from boundctx.serve.http import ApiError, read_body, read_json
 from boundctx.serve.http import json_response as _json
-from boundctx.serve.requests import BadRequest, SessionCreateRequest, decode
+from boundctx.serve.requests import BadRequest, SessionCreateRequest, SessionPatchRequest, decode
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
 from boundctx.transcript.dialects import dialect_of, display
@@ -85,6 +87,9 @@ T = TypeVar("T")
 #: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SUFFIX = ".jsonl"
+#: A session's title, when a person set one, sits beside it in ``<id>.title``.
+TITLE_SUFFIX = ".title"
+TITLE_MAX, TITLE_SHOWN = 200, 80
 LIST_DEFAULT, LIST_MAX = 50, 1000
 MESSAGE_LIMIT_MAX = 1000
 #: The largest per-message display budget a window may ask for: 1,000 messages of this
@@ -229,6 +234,7 @@ class Sessions:
         try:
             with Transcript.open(self._path(sid), within=self.real_dir) as t:
                 item["message_count"], item["compaction_count"] = t.message_count, t.compaction_count
+                item.update(self._title(sid, t))
         except Exception as exc:  # one unreadable file must not hide the others
             item["message_count"] = item["compaction_count"] = None
             item["error"] = self.public(f"{type(exc).__name__}: {exc}")
@@ -248,8 +254,48 @@ class Sessions:
 
     def get(self, sid: str) -> dict[str, Any]:
         path = self._existing(sid)
-        counts, version, st = self._read(path, lambda t, v: (t.message_count, t.compaction_count))
-        return _metadata(sid, counts, version, st)
+        (counts, title), version, st = self._read(
+            path, lambda t, v: ((t.message_count, t.compaction_count), self._title(sid, t)))
+        return {**_metadata(sid, counts, version, st), **title}
+
+    # -- titles ------------------------------------------------------------------------
+
+    def _title_path(self, sid: str) -> str:
+        return os.path.join(self.real_dir, sid + TITLE_SUFFIX)
+
+    def _title(self, sid: str, t: Transcript) -> dict[str, Any]:
+        """``title`` and where it comes from: the one a person set (``"set"``), else the
+        first line of the session's first question (``"first_question"``), else none."""
+        try:
+            fd = os.open(self._title_path(sid), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                data = os.read(fd, TITLE_MAX * 4)
+            finally:
+                os.close(fd)
+            title = data.decode("utf-8", "replace").strip()
+            if title:
+                return {"title": title, "title_source": "set"}
+        first = _first_question(t)
+        return {"title": first, "title_source": "first_question" if first else None}
+
+    def set_title(self, sid: str, title: str) -> dict[str, Any]:
+        """Set (or, with ``""``, clear) the title of session ``sid``: kept beside it as
+        ``<id>.title``, never in the transcript, so another agent's file stays as it was."""
+        path = self._existing(sid)
+        self._read(path, lambda t, v: None)  # the session is there (404 otherwise)
+        target = self._title_path(sid)
+        if title:
+            with replacing(target, resolve=False) as f:
+                f.write(title.encode())
+        else:
+            try:
+                os.unlink(target)
+            except FileNotFoundError:
+                pass
+        return self.get(sid)
 
     def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
         path = self._existing(sid)
@@ -419,6 +465,41 @@ def _writable(t: Transcript) -> dict[str, Any]:
     return {"writable": True, "format": dialect.name if dialect is not None else None}
 
 
+def _first_question(t: Transcript) -> str | None:
+    """The first line of the session's first question, at most :data:`TITLE_SHOWN`
+    characters: read from its first few messages, each at a small display budget."""
+    n = min(t.message_count, 8)
+    if not n:
+        return None
+    for entry in t.window(message_before=n, message_limit=n, content_limit=2048).messages:
+        if entry.record is None:
+            continue
+        role, text = display(entry)
+        if role != "user":
+            continue
+        line = next((" ".join(part.split()) for part in text.splitlines() if part.strip()), "")
+        if line:
+            return line if len(line) <= TITLE_SHOWN else line[: TITLE_SHOWN - 1] + "…"
+    return None
+
+
+def _title_of(body: bytes) -> str:
+    """The title a ``PATCH`` of a session sets: one line of at most :data:`TITLE_MAX`
+    characters (``""`` clears it)."""
+    try:
+        given = decode(body, SessionPatchRequest)
+    except BadRequest as exc:
+        raise BadRequest(f"{exc}; send {{\"title\": \"...\"}}", exc.param, "invalid_json") from None
+    title = given.title.strip()
+    if len(title) > TITLE_MAX:
+        raise ApiError(400, f"title must be at most {TITLE_MAX} characters, got {len(title):,}", "invalid_value",
+                       "title")
+    if any(ord(c) < 32 or c == "\x7f" for c in title):
+        raise ApiError(400, "title must be one line of text (no line breaks or control characters)",
+                       "invalid_value", "title")
+    return title
+
+
 def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result) -> dict[str, Any]:
     return {"id": sid, "object": "boundctx.session", "message_count": counts[0], "compaction_count": counts[1],
             "bytes": st.st_size, "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
@@ -546,7 +627,11 @@ def session_routes(sessions: Sessions) -> list:
         return await answer(201, lambda: s.create(sid))
 
     async def session(request):
-        return await answer(200, lambda: s.get(request.path_params["id"]))
+        sid = request.path_params["id"]
+        if request.method == "PATCH":
+            title = await read_json(request, s.max_body, _title_of)
+            return await answer(200, lambda: s.set_title(sid, title))
+        return await answer(200, lambda: s.get(sid))
 
     async def messages(request):
         sid = request.path_params["id"]
@@ -568,7 +653,7 @@ def session_routes(sessions: Sessions) -> list:
 
     return [
         Route("/sessions", sessions_, methods=["GET", "POST"]),
-        Route("/sessions/{id}", session, methods=["GET"]),
+        Route("/sessions/{id}", session, methods=["GET", "PATCH"]),
         Route("/sessions/{id}/messages", messages, methods=["GET", "POST"]),
         Route("/sessions/{id}/messages/{index}", message, methods=["GET", "PATCH", "DELETE"]),
     ]

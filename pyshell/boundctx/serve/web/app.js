@@ -22,7 +22,7 @@ import { API, api, apiKey, setApiKey } from "./api.js";
 import { draftChanged, fileChosen, leave, returned, send, sessionOpened, sessionSwitched, stop } from "./chat.js";
 import { watchMessages } from "./edits.js";
 import { $, failed, notice } from "./page.js";
-import { listSessions, newChat, newSession, onSessionView, openSession, scrolled } from "./session.js";
+import { filterSessions, listSessions, newChat, newSession, onSessionView, openSession, rename, scrolled } from "./session.js";
 import { loadSettings, saveSettings } from "./settings.js";
 
 function show(view) {
@@ -57,6 +57,8 @@ function start() {
     showModel();
   });
   $("new-session").addEventListener("submit", newSession);
+  $("session-search").addEventListener("input", filterSessions);
+  $("rename").addEventListener("click", rename);
   $("messages").addEventListener("scroll", scrolled);
   watchMessages();
   $("composer").addEventListener("submit", (event) => send(event).catch(failed));

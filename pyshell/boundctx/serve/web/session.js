@@ -44,10 +44,11 @@ export async function listSessions() {
     const li = document.createElement("li");
     const a = document.createElement("a");
     a.href = `#/s/${encodeURIComponent(s.id)}`;
-    a.textContent = s.id;
+    a.textContent = s.title || s.id;
     const small = document.createElement("small");
-    small.textContent = s.error ? ` cannot be read: ${s.error}`
-      : ` ${s.message_count.toLocaleString()} messages, ${new Date(s.modified * 1000).toLocaleString()}`;
+    small.textContent = (s.title ? ` ${s.id} ·` : "") + (s.error ? ` cannot be read: ${s.error}`
+      : ` ${s.message_count.toLocaleString()} messages, ${new Date(s.modified * 1000).toLocaleString()}`);
+    li.dataset.search = `${s.title || ""} ${s.id}`.toLocaleLowerCase();
     li.append(a, small);
     list.append(li);
   }
@@ -56,6 +57,20 @@ export async function listSessions() {
     li.textContent = "No sessions yet.";
     list.append(li);
   }
+  filterSessions();
+}
+
+// The sessions list narrowed to those whose title or id holds every word searched for.
+export function filterSessions() {
+  const words = $("session-search").value.toLocaleLowerCase().split(/\s+/).filter(Boolean);
+  let shown = 0;
+  for (const li of $("session-list").querySelectorAll("li[data-search]")) {
+    li.hidden = !words.every((w) => li.dataset.search.includes(w));
+    shown += li.hidden ? 0 : 1;
+  }
+  const note = $("search-note");
+  note.hidden = !words.length;
+  note.textContent = shown ? "" : "No session's title or id has these words.";
 }
 
 export async function newSession(event) {
@@ -197,10 +212,55 @@ function nodesOf(win) {
 
 // -- the view -------------------------------------------------------------------------------
 
+// -- the title ------------------------------------------------------------------------------
+
+function showTitle(sid, meta) {
+  $("session-title").textContent = (meta && meta.title) || sid;
+  $("session-title").title = sid;
+}
+
+// Rename: the title in a text box in place of the heading; Enter or Save keeps it, an
+// empty one goes back to the first question, Escape leaves it as it was.
+export function rename() {
+  const sid = view.sid;
+  const form = $("rename-form");
+  const input = $("rename-input");
+  input.value = $("session-title").textContent;
+  form.hidden = false;
+  $("session-heading").hidden = true;
+  input.focus();
+  input.select();
+  const done = () => {
+    form.hidden = true;
+    $("session-heading").hidden = false;
+    form.onsubmit = input.onkeydown = null;
+  };
+  input.onkeydown = (event) => {
+    if (event.key === "Escape") {
+      event.stopPropagation();
+      done();
+    }
+  };
+  form.onsubmit = async (event) => {
+    event.preventDefault();
+    try {
+      const meta = await api(`${API}/sessions/${encodeURIComponent(sid)}`,
+                             { method: "PATCH", body: { title: input.value } });
+      if (view.sid === sid) showTitle(sid, meta);
+      done();
+    } catch (err) {
+      failed(err);
+    }
+  };
+}
+
 export async function openSession(sid) {
   view.sid = sid;
   view.compactions = new Set();
   $("session-title").textContent = sid;
+  api(`${API}/sessions/${encodeURIComponent(sid)}`).then((meta) => {
+    if (view.sid === sid) showTitle(sid, meta);
+  }, () => {});  // the window's own request says what is wrong, if anything
   $("progress").replaceChildren();
   const box = $("messages");
   box.replaceChildren();
