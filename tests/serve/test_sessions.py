@@ -416,3 +416,36 @@ def test_a_session_is_titled_by_its_first_question_until_a_title_is_set(server, 
     assert_error(h.patch(f"{API}/t", json={"title": "two\nlines"}), 400, "invalid_value")
     assert_error(h.patch(f"{API}/t", content=b"{"), 400, "invalid_json")
     assert not (folder / "t.title").exists()
+
+
+def test_a_new_session_continues_another_agents_session_with_its_newest_messages(server, folder, shared_file):
+    import shutil
+
+    from boundctx.transcript.chat import chat_messages, history_start
+
+    h = server.http
+    src = folder / "agent.jsonl"
+    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"), src)
+    before = src.read_bytes()
+    r = h.post(API, json={"id": "next", "continue_from": "agent", "history": 20})
+    assert r.status_code == 201, r.text
+    got = r.json()
+    assert got["continued"]["from"] == "agent" and 0 < got["continued"]["messages"] <= 20
+    assert got["title"].endswith("(continued)") and got["message_count"] == got["continued"]["messages"]
+    # The new session holds, in boundctx's own lines, what a reply on the old one would read.
+    with Transcript.open(str(src)) as t:
+        n = t.message_count
+        start = history_start(n, 20)  # where a reply's history starts (it moves in half steps)
+        expected = chat_messages(t.window(message_before=n, message_limit=n - start, content_limit=None)).messages
+    with Transcript.open(str(folder / "next.jsonl")) as t:
+        w = t.window(message_limit=100, content_limit=None)
+        assert [m.record["type"] for m in w.messages] == ["message"] * len(w.messages)
+        assert chat_messages(w).messages == expected and len(expected) == got["continued"]["messages"]
+    assert h.get(f"{API}/next/messages").json()["writable"] is True
+    assert src.read_bytes() == before  # the agent's file is as it was
+    # Refused: a session that is not there (nothing created), a bad history, a taken id.
+    assert_error(h.post(API, json={"id": "x1", "continue_from": "nope"}), 404, "session_not_found")
+    assert not (folder / "x1.jsonl").exists()
+    assert_error(h.post(API, json={"id": "x2", "continue_from": "agent", "history": 0}), 400, "invalid_value")
+    assert_error(h.post(API, json={"id": "x3", "continue_from": 5}), 400, "invalid_value")
+    assert_error(h.post(API, json={"id": "next", "continue_from": "agent"}), 409, "session_exists")

@@ -242,9 +242,22 @@ def test_another_agents_session_is_asked_without_saving_and_says_so_in_the_page(
     # Advice meant for the CLI or the API never reaches the page.
     shown = page.inner_text("body")
     assert "--no-save" not in shown and '"save"' not in shown and "Refused" not in shown
+    # Continued in a new session of boundctx's own: its newest messages carried over, said,
+    # and a reply there is saved.
+    page.get_by_role("button", name="Continue in a new session").click()
+    page.wait_for_selector("#notice:has-text('Continued from claude')")
+    page.wait_for_function("() => location.hash.startsWith('#/s/') && location.hash !== '#/s/claude'")
+    page.wait_for_selector("#messages .message[data-index]")
+    assert page.is_hidden("#read-only")
+    sid = page.evaluate("() => decodeURIComponent(location.hash.slice(4))")
+    count = int(page.inner_text("#session-meta").split()[0].replace(",", ""))
+    assert count > 0 and f"newest {count} messages" in page.inner_text("#notice")
+    ask(page, "Go on.")
+    page.wait_for_selector(f"#session-meta:has-text('{count + 2:,} messages')")
+    assert path.read_bytes() == before and (folder / f"{sid}.jsonl").stat().st_size > 0
     # A boundctx session says nothing of the kind.
     (folder / "own.jsonl").touch()
-    page.goto(page.url.replace("#/s/claude", "#/s/own"))
+    page.goto(page.url.split("#")[0] + "#/s/own")
     page.wait_for_selector("#session-meta:has-text('0 messages')")
     assert page.is_hidden("#read-only")
 

@@ -103,9 +103,13 @@ class SessionReplyRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 class SessionCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
     """``POST /boundctx/v1/sessions``: an id to create (checked as a session id by the
-    route, so any JSON value is taken here), or none for a random one."""
+    route, so any JSON value is taken here), or none for a random one; with
+    ``continue_from``, the session whose newest ``history`` messages the new one starts
+    with (as a reply on it would read them)."""
 
     id: Any = None
+    continue_from: Any = None
+    history: int = 50
 
 
 class SessionPatchRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -3,7 +3,8 @@
 Routes (``shared/research/serving.md`` §3, §8.1)::
 
     GET    /boundctx/v1/sessions?limit=&after=                  list, newest first
-    POST   /boundctx/v1/sessions                                create ({"id"} optional)
+    POST   /boundctx/v1/sessions                                create ({"id"} optional; {"continue_from":
+                                                                id}: start with its newest messages)
     GET    /boundctx/v1/sessions/{id}                           metadata (with its title)
     PATCH  /boundctx/v1/sessions/{id}                           {"title": "..."}: set or clear the title
     GET    /boundctx/v1/sessions/{id}/messages?message_before=&message_limit=&content_limit=&layout_version=
@@ -73,7 +74,7 @@ from boundctx.errors import (
 )
 from boundctx.serve.http import ApiError, read_body, read_json
 from boundctx.serve.http import json_response as _json
-from boundctx.serve.requests import BadRequest, SessionCreateRequest, SessionPatchRequest, decode
+from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
 from boundctx.transcript.dialects import dialect_of, display
@@ -240,16 +241,39 @@ class Sessions:
             item["error"] = self.public(f"{type(exc).__name__}: {exc}")
         return item
 
-    def create(self, sid: str) -> dict[str, Any]:
+    def create(self, sid: str, continue_from: str | None = None, history: int = 50) -> dict[str, Any]:
+        """A new session ``sid``: empty, or, with ``continue_from``, starting with that
+        session's newest ``history`` messages as chat messages in boundctx's own lines
+        (read as a reply on it reads them: the same byte bound, what it leaves out said),
+        so another agent's session, which boundctx does not write into, can go on here."""
         path = self._path(sid)
         if not os.path.isdir(self.real_dir):
             raise ApiError(500, "the sessions folder does not exist (serve.sessions_dir)", "sessions_folder_missing",
                            type="server_error")
+        lines, carried, source = b"", None, None
+        if continue_from is not None:
+            source = self._id(continue_from)
+            conversation, _ = self.conversation(source, history, save=False)
+            lines = _writing(lambda: b"".join(encode_record({"type": "message", "message": m})
+                                              for m in conversation.messages))
+            carried = {"from": source, "messages": len(conversation.messages), "notices": conversation.notices}
         try:
             # O_EXCL refuses anything already at the name, a dangling symlink included.
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except FileExistsError:
             raise ApiError(409, f"session {sid!r} exists", "session_exists", "id") from None
+        try:
+            with os.fdopen(fd, "wb") as f:  # the carried lines whole, or no session
+                f.write(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(path)
+            raise
+        if source is not None:
+            title = self.get(source).get("title") or source
+            self.set_title(sid, f"{title} (continued)"[:TITLE_MAX])
+            return {**self.get(sid), "continued": carried}
         return self.get(sid)
 
     def get(self, sid: str) -> dict[str, Any]:
@@ -624,7 +648,12 @@ def session_routes(sessions: Sessions) -> list:
         assert request.method == "POST"
         given = await read_json(request, s.max_body, create_request)
         sid = s._id(given.id) if given.id is not None else secrets.token_hex(12)
-        return await answer(201, lambda: s.create(sid))
+        if not 1 <= given.history <= HISTORY_MAX:
+            raise BadRequest(f"history must be 1 to {HISTORY_MAX} messages, got {given.history}", "history",
+                             "invalid_value")
+        if given.continue_from is not None and not isinstance(given.continue_from, str):
+            raise BadRequest("continue_from must be a session id", "continue_from", "invalid_value")
+        return await answer(201, lambda: s.create(sid, given.continue_from, given.history))
 
     async def session(request):
         sid = request.path_params["id"]

@@ -18,10 +18,10 @@
 //   markdown.js  an answer's Markdown as DOM nodes, never as markup
 //   settings.js  the settings form
 
-import { API, api, apiKey, setApiKey } from "./api.js";
+import { api, apiKey, setApiKey } from "./api.js";
 import { draftChanged, fileChosen, leave, returned, send, sessionOpened, sessionSwitched, stop } from "./chat.js";
 import { watchMessages } from "./edits.js";
-import { $, failed, notice } from "./page.js";
+import { $, failed, notice, takeNext } from "./page.js";
 import { filterSessions, listSessions, newChat, newSession, onSessionView, openSession, rename, scrolled } from "./session.js";
 import { loadSettings, saveSettings } from "./settings.js";
 
@@ -30,7 +30,7 @@ function show(view) {
 }
 
 async function route() {
-  notice("");
+  notice(takeNext());
   const hash = location.hash || "#/";
   try {
     if (hash.startsWith("#/s/")) {

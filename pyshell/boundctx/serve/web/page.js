@@ -5,6 +5,20 @@ import { ApiError } from "./api.js";
 
 export const $ = (id) => document.getElementById(id);
 
+let next = "";
+
+// A notice for the view about to open (a route change clears the one shown).
+export function noticeNext(message) {
+  next = message;
+}
+
+// What a route change shows: the notice left for it, once.
+export function takeNext() {
+  const message = next;
+  next = "";
+  return message;
+}
+
 export function notice(message) {
   const n = $("notice");
   n.textContent = message || "";

@@ -5,7 +5,7 @@
 import { API, ApiError, api } from "./api.js";
 import { chip, sizeInWords, splitAttachment } from "./attach.js";
 import { renderMarkdown } from "./markdown.js";
-import { $, copyButton, failed, notice } from "./page.js";
+import { $, copyButton, failed, notice, noticeNext } from "./page.js";
 
 const PAGE = 100;                 // messages per window
 const DISPLAY_BYTES = 64 * 1024;  // the display budget of each message in a window
@@ -256,7 +256,9 @@ export function rename() {
 
 export async function openSession(sid) {
   view.sid = sid;
-  view.compactions = new Set();
+  // Nothing of the session before may page this one: until its own window is here there
+  // is nothing older to fetch (a scroll event meanwhile would ask with the other's cursor).
+  Object.assign(view, { start: 0, count: 0, version: null, more: false, compactions: new Set() });
   $("session-title").textContent = sid;
   api(`${API}/sessions/${encodeURIComponent(sid)}`).then((meta) => {
     if (view.sid === sid) showTitle(sid, meta);
@@ -296,7 +298,23 @@ function readOnly(win) {
   if (bar.hidden) return;
   const agent = AGENTS[win.format] || "another agent's";
   bar.textContent = `This is a ${agent} session: boundctx reads it but does not write into it. ` +
-    "You can still ask about it: each answer stays on this page and is not saved to the session.";
+    "You can still ask about it: each answer stays on this page and is not saved to the session. " +
+    "Or go on with it in a session of boundctx's own, which starts with its newest messages: ";
+  const go = document.createElement("button");
+  go.type = "button";
+  go.textContent = "Continue in a new session";
+  go.addEventListener("click", () => continueInNew(view.sid).catch(failed));
+  bar.append(go);
+}
+
+// A new session that starts with session `sid`'s newest messages, opened, and what was
+// carried over said.
+async function continueInNew(sid) {
+  const s = await api(`${API}/sessions`, { method: "POST", body: { continue_from: sid } });
+  const c = s.continued;
+  noticeNext(`Continued from ${sid}: its newest ${c.messages} messages were carried over.` +
+    (c.notices.length ? ` ${c.notices.join(" ")}` : ""));
+  location.hash = `#/s/${encodeURIComponent(s.id)}`;
 }
 
 function meta() {
@@ -314,8 +332,10 @@ async function olderPage() {
   if (view.loading || !view.more || !view.sid) return;
   view.loading = true;
   const box = $("messages");
+  const sid = view.sid;
   try {
-    const win = await windowOf(view.sid, { message_before: view.start, layout_version: view.version });
+    const win = await windowOf(sid, { message_before: view.start, layout_version: view.version });
+    if (view.sid !== sid) return;  // the reader went on to another session meanwhile
     // Keep what the reader looks at in place: the distance from the bottom stays.
     const fromBottom = box.scrollHeight - box.scrollTop;
     box.prepend(...nodesOf(win));
@@ -323,6 +343,7 @@ async function olderPage() {
     remember(win);
     meta();
   } catch (err) {
+    if (view.sid !== sid) return;  // about a session no longer shown
     if (err instanceof ApiError && err.status === 409) {
       notice("The session was rewritten (a message edited or deleted) since it was opened; it was read again from the end.");
       await openSession(view.sid);
