@@ -12,7 +12,7 @@ import pytest
 
 from boundctx.serve import create_app
 from boundctx.serve import sessions as sessions_module
-from boundctx.transcript.dialects import display
+from boundctx.transcript.dialects import display, display_kind
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.sample import write_sample
 from boundctx.transcript.store import Transcript
@@ -52,13 +52,14 @@ def sample(folder, sid="s1", **kw):
 
 def library_window(path, **kw):
     """The library's window as the API sends it: each entry with how it reads for a
-    person (``role``, ``text``) beside it."""
+    person (``role``, ``text``, ``kind``, ``tool``) beside it."""
     with Transcript.open(path) as t:
         w = t.window(**kw)
     out = json.loads(msgspec.json.encode(w))
     for key in ("messages", "compactions"):
         for entry, data in zip(getattr(w, key), out[key]):
             data["role"], data["text"] = display(entry)
+            data["kind"], data["tool"] = display_kind(entry)
     return out
 
 

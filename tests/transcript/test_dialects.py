@@ -40,8 +40,7 @@ LINES = {
     "codex": b'{"type":"response_item","payload":{"type":"message","role":"user",'
              b'"content":[{"type":"input_text","text":"why"}]}}\n',
 }
-SHOWN = {"boundctx": ("user", "hi"), "claude-code": ("assistant", 'yo\n{"type": "tool_use", "id": "t1", '
-                                                                  '"name": "ls", "input": {}}'),
+SHOWN = {"boundctx": ("user", "hi"), "claude-code": ("assistant", "yo\nls: {}"),  # a call as its tool and arguments
          "codex": ("user", "why")}
 
 

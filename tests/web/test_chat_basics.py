@@ -369,3 +369,29 @@ def test_sessions_are_listed_by_title_searched_and_renamed(page, serve, folder):
     assert (folder / "build.title").read_text() == "Build failure, step 377"
     page.goto(page.url.split("#")[0] + "#/")
     page.wait_for_selector("#session-list li a:has-text('Build failure, step 377')")
+
+
+def test_an_agents_tool_calls_and_results_are_folded_into_readable_blocks(page, serve, folder, shared_file):
+    import shutil
+
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
+                    folder / "agent.jsonl")
+    open_app(page, server, "#/s/agent")
+    page.wait_for_selector("#messages details.folded.tool_call")
+    summaries = page.eval_on_selector_all("#messages details.folded.tool_call summary",
+                                          "s => s.map(x => x.textContent)")
+    assert "Tool call · Bash · git status 2>&1" in summaries  # the command, not the call's JSON
+    assert not any('"type": "tool_use"' in s for s in summaries)
+    results = page.eval_on_selector_all("#messages details.folded.tool_result summary",
+                                        "s => s.map(x => x.textContent)")
+    assert results and all(r.startswith("Tool result · ") for r in results)
+    # Folded until opened; opened, the text is there as it is.
+    first = page.locator("#messages details.folded.tool_call").first
+    assert first.get_attribute("open") is None and not first.locator(".text").is_visible()
+    first.locator("summary").click()
+    assert first.locator(".text").is_visible()
+    # The person's and the model's own words are not folded.
+    texts = page.eval_on_selector_all("#messages .message.assistant:not(.tool) .text",
+                                      "ns => ns.map(n => n.textContent)")
+    assert any(t.startswith("All done.") for t in texts)

@@ -77,7 +77,7 @@ from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
-from boundctx.transcript.dialects import dialect_of, display
+from boundctx.transcript.dialects import dialect_of, display, display_kind
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
@@ -372,11 +372,13 @@ class Sessions:
         if text_limit is None:
             return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
         role, text = display(entry)
+        kind, tool = display_kind(entry)
         assert text_offset is not None
         if text_offset > len(text):
             raise ApiError(400, f"text_offset={text_offset} is past the end of the message's text "
                                 f"({len(text):,} characters)", "invalid_value", "text_offset")
-        return {"index": entry.index, "line": entry.line, "role": role, "text_length": len(text),
+        return {"index": entry.index, "line": entry.line, "role": role, "kind": kind, "tool": tool,
+                "text_length": len(text),
                 "text_offset": text_offset, "text": text[text_offset : text_offset + text_limit],
                 "layout_version": version}
 
@@ -467,8 +469,10 @@ class Sessions:
 
 def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
     """An entry as the API sends it: with ``role`` and ``text``, how it reads for a
-    person by its format's rule, so no client derives them again."""
+    person by its format's rule, and ``kind`` (text, tool_call with its ``tool``,
+    tool_result, reasoning), so no client derives them again."""
     data["role"], data["text"] = display(entry)
+    data["kind"], data["tool"] = display_kind(entry)
     return data
 
 

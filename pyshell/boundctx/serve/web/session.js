@@ -142,6 +142,7 @@ function messageNode(entry, { compaction = false } = {}) {
   const cut = entry.cut_bytes > 0;
   const node = messageCard(compaction ? "compaction" : role, label, text,
                            { line: entry.line, index: entry.index, cut });
+  if (!compaction && FOLDED[entry.kind]) fold(node, entry);
   if (cut) {
     const more = document.createElement("p");
     more.className = "cut";
@@ -156,6 +157,37 @@ function messageNode(entry, { compaction = false } = {}) {
     node.append(more);
   }
   return node;
+}
+
+// An agent's tool calls, their results and its reasoning, folded into a block whose
+// one-line summary says what it is (the tool and its first line); opened, the text is
+// shown as it is, never as Markdown.
+const FOLDED = {
+  tool_call: (e, first) => `Tool call · ${e.tool || "tool"}${first ? ` · ${first}` : ""}`,
+  tool_result: (e, first, lines) => `Tool result · ${lines.toLocaleString()} line${lines === 1 ? "" : "s"}` +
+    (first ? ` · ${first}` : ""),
+  reasoning: () => "Reasoning",
+};
+
+function fold(node, entry) {
+  const body = node.querySelector(".text");
+  body.classList.remove("markdown");
+  body.textContent = entry.text;
+  const lines = entry.text ? entry.text.split("\n").length : 0;
+  let first = entry.text.split("\n").find((l) => l.trim()) || "";
+  if (entry.kind === "tool_call") {  // its arguments on one line: "git status", or { "path": "…" }
+    const prefix = `${entry.tool}: `;
+    const args = entry.text.startsWith(prefix) ? entry.text.slice(prefix.length) : entry.text;
+    first = args.slice(0, 400).replace(/\s+/g, " ").trim();
+  }
+  if (first.length > 100) first = `${first.slice(0, 99)}…`;
+  const details = document.createElement("details");
+  details.className = `folded ${entry.kind}`;
+  const summary = document.createElement("summary");
+  summary.textContent = FOLDED[entry.kind](entry, first, lines);
+  body.replaceWith(details);
+  details.append(summary, body);
+  node.classList.add("tool");
 }
 
 // -- a long message, a page at a time -------------------------------------------------------

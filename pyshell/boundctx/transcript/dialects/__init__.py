@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from boundctx.transcript.entries import Entry
 
 __all__ = ["AUTO", "COMPACTION", "DIALECTS", "FORMATS", "MESSAGE", "NAMES", "Dialect", "QualifiedKind",
-           "classify_by_parse", "dialect_kinds", "dialect_of", "display", "native_table", "settle_undecided"]
+           "classify_by_parse", "dialect_kinds", "dialect_of", "display", "display_kind", "native_table",
+           "settle_undecided"]
 
 #: Every format, once (pi is boundctx's format under its own name).
 FORMATS: tuple[Dialect, ...] = (BOUNDCTX, CLAUDE_CODE, CODEX)
@@ -83,6 +84,14 @@ def display(entry: Entry) -> tuple[str, str]:
     if entry.record is None:
         return "corrupt", f"({entry.corrupt}) {entry.raw or ''}"
     return (dialect_of(entry.record) or BOUNDCTX).display(entry.record)
+
+
+def display_kind(entry: Entry) -> tuple[str, str | None]:
+    """What a window entry is for a person (:meth:`Dialect.kind`): ``"text"``,
+    ``"tool_call"`` with the tool's name, ``"tool_result"`` or ``"reasoning"``."""
+    if entry.record is None:
+        return "text", None
+    return (dialect_of(entry.record) or BOUNDCTX).kind(entry.record)
 
 
 @lru_cache(maxsize=None)

@@ -90,27 +90,97 @@ class Dialect:
 
     def display(self, record: dict[str, Any]) -> tuple[str, str]:
         """(role, text) of a line, for a person: the text blocks of its message."""
-        msg = record.get("message") if isinstance(record.get("message"), dict) else record.get("payload")
-        if not isinstance(msg, dict):
-            msg = record
+        msg = _message_of(record)
         role = msg.get("role") or record.get("type") or "?"
         content = msg.get("content", msg.get("summary", record.get("summary")))
-        return str(role), display_text(msg if content is None else content)
+        text = display_text(msg if content is None else content)
+        calls = msg.get("tool_calls")
+        if isinstance(calls, list):  # OpenAI-style calls beside (or instead of) the words
+            text = "\n".join([text] * bool(text) + [call_text(c["function"]) for c in calls
+                                                     if isinstance(c, dict) and isinstance(c.get("function"), dict)])
+        return str(role), text
+
+    def kind(self, record: dict[str, Any]) -> tuple[str, str | None]:
+        """What a line is for a person, beside its text: ``"tool_call"`` (with the tool's
+        name), ``"tool_result"``, ``"reasoning"`` or ``"text"``, so a front end can fold
+        an agent's tool traffic into blocks without reading its JSON."""
+        msg = _message_of(record)
+        if msg.get("type") in TOOL_CALLS:
+            return "tool_call", _name(msg)
+        if msg.get("type") in TOOL_RESULTS or msg.get("role") in ("tool", "toolResult"):
+            return "tool_result", _name(msg)
+        if msg.get("type") in REASONING:
+            return "reasoning", None
+        content = msg.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        types = {b.get("type") for b in blocks}
+        if blocks and types <= TOOL_CALLS | REASONING and types & TOOL_CALLS:
+            return "tool_call", next(_name(b) for b in blocks if b.get("type") in TOOL_CALLS)
+        if blocks and types <= TOOL_RESULTS:
+            return "tool_result", None
+        if blocks and types <= REASONING:
+            return "reasoning", None
+        if msg.get("tool_calls") and not (isinstance(content, str) and content.strip()):
+            calls = msg["tool_calls"]
+            first = calls[0] if isinstance(calls, list) and calls and isinstance(calls[0], dict) else {}
+            function = first.get("function")
+            return "tool_call", _name(function) if isinstance(function, dict) else None
+        return "text", None
 
     def __repr__(self) -> str:
         return f"<dialect {self.name}>"
 
 
+#: Block or payload types of a tool call, its result, and a model's reasoning, in the
+#: formats boundctx reads (Claude Code, Codex CLI, pi).
+TOOL_CALLS = frozenset({"tool_use", "toolCall", "function_call", "custom_tool_call", "local_shell_call"})
+TOOL_RESULTS = frozenset({"tool_result", "function_call_output", "custom_tool_call_output"})
+REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
+
+
+def _message_of(record: dict[str, Any]) -> dict[str, Any]:
+    msg = record.get("message") if isinstance(record.get("message"), dict) else record.get("payload")
+    return msg if isinstance(msg, dict) else record
+
+
+def _name(block: dict[str, Any]) -> str | None:
+    name = block.get("name", block.get("toolName"))
+    return name if isinstance(name, str) else None
+
+
+def call_text(block: dict[str, Any]) -> str:
+    """A tool call as a person reads it: the tool's name, then its arguments, a lone
+    string argument as it is (a shell command reads as the command), else as indented
+    JSON."""
+    args = block.get("input", block.get("arguments", block.get("action")))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    if isinstance(args, dict):
+        strings = [v for v in args.values() if isinstance(v, str)]
+        body = strings[0] if len(args) == 1 and strings else json.dumps(args, ensure_ascii=False, indent=2)
+    else:
+        body = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return f"{_name(block) or 'tool'}: {body}" if body else _name(block) or "tool"
+
+
 def display_text(content: Any) -> str:
-    """Content as a person reads it: a string as it is; a list of blocks one a line (a
-    block's text, thinking or output where it has one, else its JSON); anything else
-    as JSON."""
+    """Content as a person reads it: a string as it is; a tool call as its name and
+    arguments; a list of blocks one a line (a block's text, thinking or output where it
+    has one, a tool call as above, else its JSON); anything else as JSON."""
     if isinstance(content, str):
         return content
+    if isinstance(content, dict) and content.get("type") in TOOL_CALLS:
+        return call_text(content)
     if isinstance(content, list):
         parts = []
         for block in content:
             if isinstance(block, dict):
+                if block.get("type") in TOOL_CALLS:
+                    parts.append(call_text(block))
+                    continue
                 for key in ("text", "thinking", "output", "content"):
                     if isinstance(block.get(key), str):
                         parts.append(block[key])
@@ -120,6 +190,8 @@ def display_text(content: Any) -> str:
             else:
                 parts.append(str(block))
         return "\n".join(parts)
+    if isinstance(content, dict) and isinstance(content.get("output"), str):
+        return content["output"]  # a tool's output as a payload of its own (Codex)
     return json.dumps(content, ensure_ascii=False)
 
 
