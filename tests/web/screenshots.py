@@ -39,7 +39,11 @@ def main() -> int:
         page.screenshot(path=OUT / "session.png")
         page.goto(server.url + "/#/s/build-log")
         page.wait_for_selector("#session-meta")
-        page.get_by_label("Message", exact=True).fill("Which step failed?\n\n" + LOG)
+        log = folder.parent / "build.log"
+        log.write_text(LOG)
+        page.get_by_label("Attach a text file").set_input_files(str(log))
+        page.wait_for_selector("#attached .chip")
+        page.get_by_label("Message", exact=True).fill("Which step failed?")
         page.get_by_role("button", name="Send", exact=True).click()
         page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
         page.screenshot(path=OUT / "chat.png")

@@ -395,3 +395,12 @@ def test_an_agents_tool_calls_and_results_are_folded_into_readable_blocks(page, 
     texts = page.eval_on_selector_all("#messages .message.assistant:not(.tool) .text",
                                       "ns => ns.map(n => n.textContent)")
     assert any(t.startswith("All done.") for t in texts)
+
+
+def test_what_the_page_hides_is_not_shown_whatever_its_layout(page, serve, folder):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    open_empty_session(page, server, folder, "h")
+    hidden = page.eval_on_selector_all("[hidden]", "ns => ns.filter(n => getComputedStyle(n).display !== 'none')"
+                                                   ".map(n => n.id || n.className)")
+    assert hidden == []
+    assert page.is_hidden("#rename-form") and page.is_visible("#session-heading")
