@@ -119,14 +119,7 @@ class AnalysisProgress(msgspec.Struct, frozen=True, tag="analysis_progress"):
         evaluated and what they wrote; with the section's time, the paces the answer is
         estimated at.
     remaining_s : float or None
-        Seconds the rest of the whole reply is estimated to take from this event: the
-        sections left of every input, the reread step, the answer with its output at
-        the reply's token budget (:mod:`boundctx.analysis.time_left`), corrected by
-        every event. Count it down from the event's arrival: once it runs out with the
-        reply still going, the reply is running over its estimate. None when nothing
-        is measured yet to estimate from (no section read: a reply without section
-        analysis has none), or when the work left has run past its estimate; never 0
-        while work remains.
+        The whole reply's estimated seconds left from this event, as on :class:`Stage`.
     """
 
     section: int

@@ -40,3 +40,12 @@ def page(browser):
     opened.set_default_timeout(15_000)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """An empty sessions folder for the test's server."""
+    d = tmp_path / "sessions"
+    d.mkdir()
+    return d
+

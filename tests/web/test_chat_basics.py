@@ -28,11 +28,13 @@ for (const name of ["text", "arrayBuffer"]) {
 """
 
 
-@pytest.fixture
-def folder(tmp_path):
-    d = tmp_path / "sessions"
-    d.mkdir()
-    return d
+def claude_session(folder, shared_file, sid):
+    """A real Claude Code session (from ../shared/data) as session ``sid``; its path."""
+    import shutil
+
+    path = folder / f"{sid}.jsonl"
+    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"), path)
+    return path
 
 
 def attach(page, path):
@@ -221,13 +223,10 @@ def test_one_scrollbar_and_the_composer_in_reach_at_any_width(browser, serve, fo
 
 
 def test_another_agents_session_is_asked_without_saving_and_says_so_in_the_page(page, serve, folder, shared_file):
-    import shutil
-
     seen = []
     server = serve(ScriptedProvider(lambda r: seen.append(r) or "It ran the tests."), settings=settings(),
                    model_id=MODEL, sessions_dir=str(folder))
-    path = folder / "claude.jsonl"
-    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"), path)
+    path = claude_session(folder, shared_file, "claude")
     before = path.read_bytes()
     open_app(page, server, "#/s/claude")
     page.wait_for_selector("#read-only:has-text('This is a Claude Code session')")
@@ -330,11 +329,8 @@ def test_a_delete_the_person_declines_or_another_client_overtook_changes_nothing
 
 
 def test_another_agents_session_offers_no_edits(page, serve, folder, shared_file):
-    import shutil
-
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
-    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
-                    folder / "agent.jsonl")
+    claude_session(folder, shared_file, "agent")
     open_app(page, server, "#/s/agent")
     page.wait_for_selector("#read-only:not([hidden])")
     page.wait_for_selector("#messages .message[data-index]")
@@ -372,11 +368,8 @@ def test_sessions_are_listed_by_title_searched_and_renamed(page, serve, folder):
 
 
 def test_an_agents_tool_calls_and_results_are_folded_into_readable_blocks(page, serve, folder, shared_file):
-    import shutil
-
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
-    shutil.copyfile(shared_file("claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
-                    folder / "agent.jsonl")
+    claude_session(folder, shared_file, "agent")
     open_app(page, server, "#/s/agent")
     page.wait_for_selector("#messages details.folded.tool_call")
     summaries = page.eval_on_selector_all("#messages details.folded.tool_call summary",

@@ -20,13 +20,6 @@ from tests._support.scripted import LOG, MODEL, Slow, answer, settings
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
-@pytest.fixture
-def folder(tmp_path):
-    d = tmp_path / "sessions"
-    d.mkdir()
-    return d
-
-
 def open_app(page, server, hash_=""):
     errors = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -47,6 +40,16 @@ def ask(page, text):
     """Type ``text`` into the composer (set at once: typing 37 KB takes seconds) and send."""
     page.eval_on_selector("#question", "(q, text) => { q.value = text; }", text)
     page.get_by_role("button", name="Send", exact=True).click()
+
+
+def watch(page, selector, name):
+    """Call ``window[name](text)`` (exposed by the caller) with the text of ``selector``
+    under #progress each time the progress area changes."""
+    page.evaluate("""([selector, name]) => new MutationObserver(() => {
+        const node = document.querySelector(selector);
+        if (node) window[name](node.textContent);
+    }).observe(document.getElementById('progress'), {subtree: true, childList: true, characterData: true})""",
+                  [selector, name])
 
 
 # The assistant's card of a turn that ended without a saved answer: the reason is in it.
@@ -141,9 +144,7 @@ def test_a_reply_streams_with_progress_apart_and_lands_in_the_transcript(page, s
     errors = open_empty_session(page, server, folder, "chat")
     seen_progress = []
     page.expose_function("sawProgress", lambda text: seen_progress.append(text))
-    page.evaluate("""() => new MutationObserver(() => window.sawProgress(document.getElementById('progress')
-        .textContent)).observe(document.getElementById('progress'), {subtree: true, childList: true,
-        characterData: true})""")
+    watch(page, "#progress", "sawProgress")
     ask(page, "Which step failed?\n\n" + LOG)
     page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
     reply = page.inner_text("#messages .message.assistant .text")

@@ -9,18 +9,11 @@ import pytest
 from boundctx.providers import ScriptedProvider
 
 from tests._support.scripted import LOG, MODEL, Slow, answer, settings
-from tests.web.test_front_end import ask, open_empty_session
+from tests.web.test_front_end import ask, open_empty_session, watch
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 CLOCK = "#progress .clock"
-
-
-@pytest.fixture
-def folder(tmp_path):
-    d = tmp_path / "sessions"
-    d.mkdir()
-    return d
 
 
 def test_the_reply_clock_ticks_between_events_and_says_the_time_it_took(page, serve, folder):
@@ -41,10 +34,7 @@ def test_the_reply_clock_says_what_is_left_from_the_events_estimate(page, serve,
     errors = open_empty_session(page, server, folder, "left")
     seen = []
     page.expose_function("sawClock", lambda text: seen.append(text))
-    page.evaluate("""() => new MutationObserver(() => {
-        const clock = document.querySelector('#progress .clock');
-        if (clock) window.sawClock(clock.textContent);
-    }).observe(document.getElementById('progress'), {subtree: true, childList: true, characterData: true})""")
+    watch(page, "#progress .clock", "sawClock")
     ask(page, "Which step failed?\n\n" + LOG)  # read in sections: the events carry an estimate
     page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
     assert any(re.search(r"about [1-9]\d* s left", text) for text in seen), seen

@@ -17,13 +17,6 @@ QUESTION = f"{UNFINISHED.split()[0]} .message.user.unfinished"
 HTML = '<b>bold</b><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
 
-@pytest.fixture
-def folder(tmp_path):
-    d = tmp_path / "sessions"
-    d.mkdir()
-    return d
-
-
 def keep_limits(page):
     return page.evaluate("() => import('/ui/keep.js').then(m => m.KEEP)")
 
