@@ -449,4 +449,6 @@ def test_a_new_session_continues_another_agents_session_with_its_newest_messages
     assert not (folder / "x1.jsonl").exists()
     assert_error(h.post(API, json={"id": "x2", "continue_from": "agent", "history": 0}), 400, "invalid_value")
     assert_error(h.post(API, json={"id": "x3", "continue_from": 5}), 400, "invalid_value")
+    assert_error(h.post(API, json={"id": "x4", "history": 20}), 400, "invalid_value")  # nothing to carry over
+    assert not (folder / "x4.jsonl").exists()
     assert_error(h.post(API, json={"id": "next", "continue_from": "agent"}), 409, "session_exists")

@@ -109,7 +109,7 @@ class SessionCreateRequest(msgspec.Struct, forbid_unknown_fields=True):
 
     id: Any = None
     continue_from: Any = None
-    history: int = 50
+    history: int | None = None  # with continue_from only; 50 when it is left out
 
 
 class SessionPatchRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -78,7 +78,7 @@ from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateReques
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
 from boundctx.transcript.dialects import dialect_of, display, display_kind
-from boundctx.transcript.entries import Entry
+from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
 
@@ -272,8 +272,7 @@ class Sessions:
             raise
         if source is not None:
             title = self.get(source).get("title") or source
-            self.set_title(sid, f"{title} (continued)"[:TITLE_MAX])
-            return {**self.get(sid), "continued": carried}
+            return {**self.set_title(sid, f"{title} (continued)"[:TITLE_MAX]), "continued": carried}
         return self.get(sid)
 
     def get(self, sid: str) -> dict[str, Any]:
@@ -340,7 +339,7 @@ class Sessions:
                 raise ApiError(400, f"message_before={before} is past the last message; the session has "
                                     f"{t.message_count}", "invalid_value", "message_before")
             w = t.window(message_before=before, message_limit=limit, content_limit=content)
-            return w, _writable(t)
+            return w, _writable(t, w)
 
         (w, writable), version, _ = self._read(path, read)
         out = msgspec.to_builtins(w)
@@ -371,16 +370,14 @@ class Sessions:
         entry, version, _ = self._read(path, read)
         if text_limit is None:
             return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
-        role, text = display(entry)
-        kind, tool = display_kind(entry)
+        page = _shown(entry, {"index": entry.index, "line": entry.line})
+        text = page["text"]
         assert text_offset is not None
         if text_offset > len(text):
             raise ApiError(400, f"text_offset={text_offset} is past the end of the message's text "
                                 f"({len(text):,} characters)", "invalid_value", "text_offset")
-        return {"index": entry.index, "line": entry.line, "role": role, "kind": kind, "tool": tool,
-                "text_length": len(text),
-                "text_offset": text_offset, "text": text[text_offset : text_offset + text_limit],
-                "layout_version": version}
+        return {**page, "text_length": len(text), "text_offset": text_offset,
+                "text": text[text_offset : text_offset + text_limit], "layout_version": version}
 
     def append(self, sid: str, body: bytes) -> dict[str, Any]:
         path = self._existing(sid)
@@ -476,14 +473,18 @@ def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _writable(t: Transcript) -> dict[str, Any]:
+def _writable(t: Transcript, w: Window) -> dict[str, Any]:
     """Whether a reply on this session can be saved to it, and the format its newest
     record is in: ``{"writable": False, "format": "claude-code"}`` for another agent's
-    session, which a front end offers to ask without saving instead. Read from the
-    newest message's record alone (one bounded read)."""
+    session, which a front end offers to ask without saving instead. Judged by the
+    newest message's record: taken from window ``w`` when it holds it (the newest
+    window, which a view opens with), else one bounded read of it."""
     count = t.message_count
-    newest = t.window(message_before=count, message_limit=1, content_limit=4096) if count else None
-    record = newest.messages[0].record if newest is not None and newest.messages else None
+    if w.messages and w.messages[-1].index == count - 1:
+        newest: Window | None = w
+    else:
+        newest = t.window(message_before=count, message_limit=1, content_limit=4096) if count else None
+    record = newest.messages[-1].record if newest is not None and newest.messages else None
     dialect = dialect_of(record) if isinstance(record, dict) else None
     try:
         if newest is not None:
@@ -652,12 +653,16 @@ def session_routes(sessions: Sessions) -> list:
         assert request.method == "POST"
         given = await read_json(request, s.max_body, create_request)
         sid = s._id(given.id) if given.id is not None else secrets.token_hex(12)
-        if not 1 <= given.history <= HISTORY_MAX:
-            raise BadRequest(f"history must be 1 to {HISTORY_MAX} messages, got {given.history}", "history",
+        if given.continue_from is None and given.history is not None:
+            raise BadRequest("history says how many messages continue_from carries over: send it with "
+                             "continue_from, or leave it out", "history", "invalid_value")
+        history = 50 if given.history is None else given.history
+        if not 1 <= history <= HISTORY_MAX:
+            raise BadRequest(f"history must be 1 to {HISTORY_MAX} messages, got {history}", "history",
                              "invalid_value")
         if given.continue_from is not None and not isinstance(given.continue_from, str):
             raise BadRequest("continue_from must be a session id", "continue_from", "invalid_value")
-        return await answer(201, lambda: s.create(sid, given.continue_from, given.history))
+        return await answer(201, lambda: s.create(sid, given.continue_from, history))
 
     async def session(request):
         sid = request.path_params["id"]
