@@ -380,10 +380,11 @@ def test_an_agents_tool_calls_and_results_are_folded_into_readable_blocks(page, 
                                         "s => s.map(x => x.textContent)")
     assert results and all(r.startswith("Tool result · ") for r in results)
     # Folded until opened; opened, the text is there as it is.
-    first = page.locator("#messages details.folded.tool_call").first
-    assert first.get_attribute("open") is None and not first.locator(".text").is_visible()
-    first.locator("summary").click()
-    assert first.locator(".text").is_visible()
+    # The newest one: older pages load above it meanwhile, and a locator by position would move.
+    first = page.query_selector_all("#messages details.folded.tool_call")[-1]
+    assert first.get_attribute("open") is None and not first.query_selector(".text").is_visible()
+    first.query_selector("summary").click()
+    assert first.query_selector(".text").is_visible()
     # The person's and the model's own words are not folded.
     texts = page.eval_on_selector_all("#messages .message.assistant:not(.tool) .text",
                                       "ns => ns.map(n => n.textContent)")

@@ -8,7 +8,7 @@
 
 import { API, ApiError, api, postEvents } from "./api.js";
 import { AttachmentRefused, chip, readAttachment, sizeInWords, splitAttachment, withAttachment } from "./attach.js";
-import { $ } from "./page.js";
+import { $, button } from "./page.js";
 import { counted, showText, unsavedMessage, view } from "./session.js";
 import { ReplyClock } from "./clock.js";
 import { DRAFT_KEY, KEEP, TURN_KEY, cut, forget, keep, kept } from "./keep.js";
@@ -85,14 +85,6 @@ function finished(reason, detail = "") {
 }
 
 // -- one turn on the page -------------------------------------------------------------------
-
-function button(text, onClick) {
-  const b = document.createElement("button");
-  b.type = "button";
-  b.textContent = text;
-  b.addEventListener("click", onClick);
-  return b;
-}
 
 function paragraph(className, text) {
   const p = document.createElement("p");

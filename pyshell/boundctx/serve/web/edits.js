@@ -9,17 +9,14 @@
 
 import { API, api } from "./api.js";
 import { ask, editInComposer } from "./chat.js";
-import { $, failed, notice } from "./page.js";
+import { $, button, failed, notice } from "./page.js";
 import { openSession, view } from "./session.js";
 
 const SAVED = "#messages .message[data-index]:not(.unfinished):not(.unsaved):not(.sending)";
 
 function actionButton(action, text) {
-  const b = document.createElement("button");
-  b.type = "button";
-  b.className = "edit-action";
+  const b = button(text, null, "edit-action");  // pressed: the one listener on #messages acts
   b.dataset.action = action;
-  b.textContent = text;
   return b;
 }
 

@@ -52,12 +52,19 @@ export async function copyText(text) {
   if (!ok) throw new Error("this browser did not allow copying");
 }
 
-// A button that copies what `textOf()` gives when pressed, and says that it did.
-export function copyButton(textOf, label = "Copy") {
+// A plain button (not a form's submit) that runs `onClick` when pressed.
+export function button(text, onClick, className = "") {
   const b = document.createElement("button");
   b.type = "button";
-  b.className = "copy";
-  b.textContent = label;
+  b.textContent = text;
+  if (className) b.className = className;
+  if (onClick) b.addEventListener("click", onClick);
+  return b;
+}
+
+// A button that copies what `textOf()` gives when pressed, and says that it did.
+export function copyButton(textOf, label = "Copy") {
+  const b = button(label, null, "copy");
   b.addEventListener("click", async () => {
     try {
       await copyText(textOf());

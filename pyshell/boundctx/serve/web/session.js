@@ -5,7 +5,7 @@
 import { API, ApiError, api } from "./api.js";
 import { chip, sizeInWords, splitAttachment } from "./attach.js";
 import { renderMarkdown } from "./markdown.js";
-import { $, copyButton, failed, notice, noticeNext } from "./page.js";
+import { $, button, copyButton, failed, notice, noticeNext } from "./page.js";
 
 const PAGE = 100;                 // messages per window
 const DISPLAY_BYTES = 64 * 1024;  // the display budget of each message in a window
@@ -148,12 +148,7 @@ function messageNode(entry, { compaction = false } = {}) {
     more.className = "cut";
     more.textContent = `… ${sizeInWords(entry.cut_bytes)} more not shown (this message is ` +
       `${sizeInWords(entry.length)} in the session's file).`;
-    const open = document.createElement("button");
-    open.type = "button";
-    open.className = "whole";
-    open.textContent = "Read it in pages";
-    open.addEventListener("click", () => readInPages(node, entry, 0).catch(failed));
-    more.append(" ", open);
+    more.append(" ", button("Read it in pages", () => readInPages(node, entry, 0).catch(failed), "whole"));
     node.append(more);
   }
   return node;
@@ -213,13 +208,7 @@ async function readInPages(node, entry, offset) {
   bar.textContent = `Characters ${(page.text_offset + 1).toLocaleString()}–${end.toLocaleString()} of ` +
     `${page.text_length.toLocaleString()} (page ${Math.floor(page.text_offset / PAGE_CHARS) + 1} of ` +
     `${Math.max(1, Math.ceil(page.text_length / PAGE_CHARS))}). `;
-  const go = (text, to) => {
-    const b = document.createElement("button");
-    b.type = "button";
-    b.textContent = text;
-    b.addEventListener("click", () => readInPages(node, entry, to).catch(failed));
-    return b;
-  };
+  const go = (text, to) => button(text, () => readInPages(node, entry, to).catch(failed));
   if (page.text_offset > 0) bar.append(go("Previous page", Math.max(0, page.text_offset - PAGE_CHARS)));
   if (end < page.text_length) bar.append(" ", go("Next page", end));
   node.querySelector(".cut")?.remove();
@@ -332,11 +321,7 @@ function readOnly(win) {
   bar.textContent = `This is a ${agent} session: boundctx reads it but does not write into it. ` +
     "You can still ask about it: each answer stays on this page and is not saved to the session. " +
     "Or go on with it in a session of boundctx's own, which starts with its newest messages: ";
-  const go = document.createElement("button");
-  go.type = "button";
-  go.textContent = "Continue in a new session";
-  go.addEventListener("click", () => continueInNew(view.sid).catch(failed));
-  bar.append(go);
+  bar.append(button("Continue in a new session", () => continueInNew(view.sid).catch(failed)));
 }
 
 // A new session that starts with session `sid`'s newest messages, opened, and what was
