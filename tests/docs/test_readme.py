@@ -48,7 +48,7 @@ NOT_CODE = {"text", "toml", "json"}  # shown, not run
 
 # Segments of a shell line (split at `&&`) that are not run here. Each is a skip.
 NOT_RUN = [
-    (r"^pip install\b",
+    (r"^(?:\w+=(?:\"[^\"]*\"|\S+)\s+)*pip install\b",
      "installs into an environment: these tests run in the one the README's second set-up line "
      "makes, and CI runs that line and the checks build (.ci/run); the development install is "
      "run in a fresh venv by test_development_install_works_in_a_fresh_venv"),
@@ -341,6 +341,31 @@ def test_the_set_up_line_left_to_ci_is_the_one_ci_runs():
     left_to_ci = [strip_comment(line) for line in first.code.splitlines() if re.search(r"\bpython -m pytest\b", line)]
     ci_lines = {line.strip() for line in ci.read_text(encoding="utf-8").splitlines()}
     assert left_to_ci and all(line in ci_lines for line in left_to_ci), (left_to_ci, ci)
+
+
+def test_both_set_up_lines_build_llama_cpp_without_what_boundctx_never_loads():
+    """The two set-up lines give pip the same CMAKE_ARGS, which name a file of this
+    tree by an absolute path (CMake takes CMAKE_PROJECT_<name>_INCLUDE relative to the
+    build folder, which pip puts under /tmp), and that file turns llama.cpp's common
+    library off; each line says how long the build takes before it starts."""
+    block = next(b for b in readme_blocks(README.read_text(encoding="utf-8")) if b.lang in SHELL)
+    lines = [strip_comment(line) for line in block.code.splitlines() if line.strip()][:2]
+    args = set()
+    for line in lines:
+        segments = split_and(line)
+        install = next(i for i, s in enumerate(segments) if re.search(r"\bpip install \"\.\[", s))
+        assert any(re.match(r"echo .*minutes", s) for s in segments[:install]), line
+        words = shlex.split(segments[install])
+        assert words[0].startswith("CMAKE_ARGS="), line
+        args.add(words[0])
+    assert len(args) == 1, args
+    flags = args.pop().removeprefix("CMAKE_ARGS=").split()
+    assert "-DLLAVA_BUILD=OFF" in flags
+    include = next(f for f in flags if f.startswith("-DCMAKE_PROJECT_llama.cpp_INCLUDE="))
+    path = include.partition("=")[2]
+    assert path.startswith("$PWD/"), include
+    lean = ROOT / path.removeprefix("$PWD/")
+    assert re.search(r"^set\(LLAMA_BUILD_COMMON OFF\)$", lean.read_text(encoding="utf-8"), re.M), lean
 
 
 # -- the development install --------------------------------------------------------------

