@@ -17,11 +17,11 @@ asked one question per reply under six conditions on the same window:
 
 The scripted model is deterministic (exact by construction). A worker writes, for every
 ``The <attribute> of <Entity> is [now] <value>.`` sentence whole in its section, one line
-``<attribute> of <Entity>: <value> [S<k> <a>-<b>]`` (a-b: the sentence's characters in
-the original), or ``nothing relevant``; it never rewrites notes: keeping them within
+``<attribute> of <Entity>: <value> (characters <a>-<b>)`` (a-b: the sentence's characters
+in the original), or ``nothing relevant``; it never rewrites notes: keeping them within
 their budget is the engine's (values evicted oldest first, every key kept in an index
 with its range). The coordinator finds the asked key's latest range in the engine's
-rendering of the notes (a kept value, or an index line ``<key> [S<k> <a>-<b>]`` under
+rendering of the notes (a kept value, or an index line ``<key> (characters <a>-<b>)`` under
 "Values not kept here"); it answers a kept value, rereads an index-only one (C: a
 ``read_chat_section`` call; R: that range in the schema'd call, then the fact in the
 "Exact text read again" part of its prompt), and otherwise says "unknown". So any
@@ -256,7 +256,7 @@ def engine_sections(text: str, question: str, counter, settings) -> list[tuple[i
     quoted = worker_question(question)
 
     def prompt(section: str):
-        return worker_messages(quoted, "", section, number=top, total=top, source_id=f"src-planning-{'9' * 8}",
+        return worker_messages(quoted, "", section, number=top, total=top, source_id="document",
                                start=len(text), end=len(text))
 
     planned = plan_sections(text, counter=counter, prompt=prompt,
@@ -394,26 +394,27 @@ def at_budget_documents(seed: int, n_chars: int, counter, settings) -> list[tupl
 
 # -- the scripted model -----------------------------------------------------------------
 
-#: A line of the engine's notes: a kept value (``key: value [S2 10-40]``, maybe followed
-#: by a correction's mark) or an index line (``key [S2 10-40]``); the index may also
-#: come a section to a line (``S2: key 10-40; key 55-90``).
-NOTE = re.compile(r"^(\w+) of (\w+)(?:: (.+?))? \[S(\d+) (\d+)-(\d+)\]")
-INDEX_LINE = re.compile(r"^S(\d+): (.+)$")
-INDEX_ENTRY = re.compile(r"^(\w+) of (\w+) (\d+)-(\d+)$")
-SOURCE = re.compile(r"^Notes on .* \(id (src-[\w-]+), [\d,]+ characters[;)]")
+#: A line of the engine's notes: a kept value (``key: value (characters 10-40)``, maybe
+#: followed by a correction's mark) or an index line (``key (characters 10-40)``); the
+#: index may also come a range to a line (``characters 10-40: key; key``).
+NOTE = re.compile(r"^(\w+) of (\w+)(?:: (.+?))? \(characters (\d+)-(\d+)\)")
+INDEX_LINE = re.compile(r"^characters (\d+)-(\d+): (.+)$")
+INDEX_ENTRY = re.compile(r"^(\w+) of (\w+)$")
+SOURCE = re.compile(r"^Notes on (.+?) \([\d,]+ characters, read in sections ")
 EXACT = "Exact text read again"
 QUESTION = re.compile(r"What is the (\w+) of (\w+)\?")
 
 
 def worker_answer(k: int, start: int, section: str) -> str:
     """The scripted worker's whole answer for section ``k`` starting at ``start``."""
-    lines = [f"{attr} of {ent}: {value} [S{k} {start + a}-{start + b}]" for attr, ent, value, a, b in facts(section)]
+    lines = [f"{attr} of {ent}: {value} (characters {start + a}-{start + b})"
+             for attr, ent, value, a, b in facts(section)]
     return "\n".join(lines) or "nothing relevant"
 
 
 def _worker(request) -> str:
     body = request.messages[-1]["content"]
-    m = re.search(r"\n\nSection S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+    m = re.search(r"\n\nSection (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
     return worker_answer(int(m.group(1)), int(m.group(2)), m.group(4))
 
 
@@ -429,18 +430,18 @@ def read_notes(system: str) -> list[tuple[str, str, str | None, str, int, int]]:
             continue
         n = NOTE.match(line)
         if n:
-            out.append((n.group(1), n.group(2), n.group(3), oid, int(n.group(5)), int(n.group(6))))
+            out.append((n.group(1), n.group(2), n.group(3), oid, int(n.group(4)), int(n.group(5))))
             continue
         grouped = INDEX_LINE.match(line)
-        for entry in grouped.group(2).split("; ") if grouped else ():
+        for entry in grouped.group(3).split("; ") if grouped else ():
             e = INDEX_ENTRY.match(entry)
             if e:
-                out.append((e.group(1), e.group(2), None, oid, int(e.group(3)), int(e.group(4))))
+                out.append((e.group(1), e.group(2), None, oid, int(grouped.group(1)), int(grouped.group(2))))
     return out
 
 
 UNLISTED = re.compile(r"^\(\d+ more keys, .* are not listed", re.M)
-UNNOTED_RANGE = re.compile(r"^\[S\d+ (\d+)-(\d+)\]$", re.M)
+UNNOTED_RANGE = re.compile(r"^characters (\d+)-(\d+)$", re.M)
 
 
 def _reread_wanted(system: str, attr: str, ent: str) -> dict | None:
@@ -541,7 +542,7 @@ def record_requests(provider) -> None:
     provider.stream = stream
 
 
-SECTION_HEADER = re.compile(r"\n\nSection S\d+ of \d+ \(\S+, characters (\d+)-(\d+)\):\n")
+SECTION_HEADER = re.compile(r"\n\nSection \d+ of \d+ of .+?, characters (\d+)-(\d+):\n")
 
 
 def ask(condition: str, document: str, q: dict, counter, settings, provider=None) -> tuple[str, dict]:

@@ -36,24 +36,24 @@ class Model:
     def __call__(self, request):
         body = request.messages[-1]["content"] if request.messages else ""
         if is_worker(request):
-            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            m = re.search(r"Section (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
             notes = re.search(r"Your notes so far:\n(.*?)\n\nSection", body, re.S).group(1)
             notes = "" if notes == "(none yet)" else notes
-            k, start = int(m.group(1)), int(m.group(2))
+            start = int(m.group(2))
             hit = m.group(4).find("FAILED")
             if hit >= 0:
                 line_start = start + hit
-                notes += f"step failed [S{k} {line_start}-{line_start + 18}]"
+                notes += f"step failed (characters {line_start}-{line_start + 18})"
             return notes
         system = notes_text(request)
-        if self.reread and request.messages[-1]["role"] != "tool" and "[S" in system:
-            oid = re.search(r"id (src-\S+),", system).group(1)
-            start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
+        if self.reread and request.messages[-1]["role"] != "tool" and "(characters " in system:
+            oid = re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
+            start, end = map(int, re.search(r"\(characters (\d+)-(\d+)\)", system).groups())
             return [ToolCallChunk("c1", READ_TOOL_NAME, json.dumps({"section_id": oid, "start": start,
                                                                     "end": end + 12}))]
         if request.messages[-1]["role"] == "tool":
             return "The failing step: " + request.messages[-1]["content"]
-        return "answer: " + ("from notes" if "[S" in system else "direct")
+        return "answer: " + ("from notes" if "(characters " in system else "direct")
 
 
 def run(provider, messages, files=(), **over):
@@ -153,7 +153,7 @@ def test_an_input_too_big_for_the_context_is_read_in_sections_and_answered_from_
     # Workers are one-off work: a local model keeps the reply's state, not theirs.
     assert not any(r.keep_state for r in workers) and coordinator[0].keep_state
     system = notes_text(coordinator[0])
-    assert "step failed [S" in system  # the notes reached the coordinator
+    assert "step failed (characters " in system  # the notes reached the coordinator
     assert p.count_prompt(coordinator[0].messages) < p.counter.count_text(LOG)  # smaller than the input
     progress = [e for e in events if isinstance(e, AnalysisProgress)]
     replies = [e for e in events if isinstance(e, ReplyDelta)]
@@ -166,7 +166,7 @@ def test_a_voice_route_that_speaks_only_reply_text_never_speaks_notes():
     p = ScriptedProvider(Model(), context_window=8192)
     spoken = "".join(e.text for e in run(p, ASK, files=[("build.log", LOG)])
                      if isinstance(e, ReplyDelta))
-    assert "step failed [S" not in spoken and "[S" not in spoken
+    assert "step failed (characters " not in spoken and "[S" not in spoken
 
 
 def test_the_coordinator_rereads_exact_ranges_of_this_replys_originals():
@@ -183,23 +183,26 @@ def test_the_coordinator_rereads_exact_ranges_of_this_replys_originals():
     assert all(p.count_prompt(r.messages, tools=r.tools) + 256 <= 8192 for r in coordinator)
 
 
-def test_ids_from_another_reply_cannot_be_read():
+def test_an_original_of_another_reply_cannot_be_read():
+    """Originals are named for a reader (the file's name), and a name is looked up in
+    this reply's originals only: one the previous reply read is not there."""
     first = ScriptedProvider(Model(), context_window=8192)
     run(first, ASK, files=[("build.log", LOG)])
-    old_id = re.search(r"id (src-\S+),",
-                       [r for r in first.requests if not is_worker(r)][0].messages[0]["content"]).group(1)
+    old_name = re.search(r"Notes on (.+?) \([\d,]+ characters",
+                         [r for r in first.requests if not is_worker(r)][0].messages[0]["content"]).group(1)
+    assert old_name == "build.log"
 
-    def coordinator_tries_old_id(request):
+    def coordinator_tries_old_name(request):
         if is_worker(request):
             return "nothing"
         if request.messages[-1]["role"] == "tool":
             return "done"
-        return [ToolCallChunk("c1", READ_TOOL_NAME, json.dumps({"section_id": old_id, "start": 0, "end": 5}))]
+        return [ToolCallChunk("c1", READ_TOOL_NAME, json.dumps({"section_id": old_name, "start": 0, "end": 5}))]
 
-    second = ScriptedProvider(coordinator_tries_old_id, context_window=8192)
-    events = run(second, ASK, files=[("build.log", LOG)])
+    second = ScriptedProvider(coordinator_tries_old_name, context_window=8192)
+    events = run(second, ASK, files=[("deploy.log", LOG)])
     (result,) = [e for e in events if isinstance(e, ToolResult)]
-    assert result.content.startswith("error: no original")
+    assert result.content.startswith("error: no original 'build.log'") and "deploy.log" in result.content
 
 
 def test_with_analysis_off_tool_results_are_clipped_and_oversized_input_fails_clearly():
@@ -219,7 +222,7 @@ def test_with_analysis_off_tool_results_are_clipped_and_oversized_input_fails_cl
 
 
 def test_a_worker_failure_fails_the_reply_and_names_the_unread_sections():
-    p = ScriptedProvider(lambda r: ValueError("bad output") if is_worker(r) and "Section S2 " in
+    p = ScriptedProvider(lambda r: ValueError("bad output") if is_worker(r) and "Section 2 of " in
                          r.messages[-1]["content"] else Model()(r), context_window=8192)
     events = run(p, ASK, files=[("build.log", LOG)])
     assert isinstance(events[-1], Failed) and events[-1].kind == "IncompleteCoverage"
@@ -236,7 +239,7 @@ def test_cancelling_stops_before_another_section_runs():
     cancel = threading.Event()
 
     def respond(request):
-        if is_worker(request) and "Section S2 " in request.messages[-1]["content"]:
+        if is_worker(request) and "Section 2 of " in request.messages[-1]["content"]:
             cancel.set()
         return Model()(request)
 
@@ -290,7 +293,7 @@ UNIT_FACTS = "".join(f"Line {i}: the code of unit{i} is C{i:04d}.\n" + "filler w
 def note_units(request) -> str:
     """A worker's answer on UNIT_FACTS: one line per whole fact in its section."""
     body = request.messages[-1]["content"]
-    m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+    m = re.search(r"Section (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
     k, start = int(m.group(1)), int(m.group(2))
     return "\n".join(f"code of unit{f.group(1)}: C{int(f.group(1)):04d} [S{k} {start + f.start()}-{start + f.end()}]"
                      for f in re.finditer(r"the code of unit(\d+) is C\d+\.", m.group(4))) or "nothing relevant"
@@ -306,7 +309,7 @@ def test_notes_more_workers_write_than_the_window_holds_get_one_workers_room_and
         if request.messages[-1]["role"] == "tool":
             return "read: " + request.messages[-1]["content"]
         system = notes_text(request)
-        oid = re.search(r"id (src-\S+),", system).group(1)
+        oid = re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
         return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "code of unit3"}))]
 
     p = ScriptedProvider(model, context_window=3072)
@@ -330,7 +333,7 @@ def test_without_tools_the_notes_give_way_until_the_reread_step_can_ask_for_one_
         if is_worker(request):
             return note_units(request)
         if request.schema is not None:
-            oid = re.search(r"id (src-\S+),", notes_text(request)).group(1)
+            oid = re.search(r"Notes on (.+?) \([\d,]+ characters", notes_text(request)).group(1)
             return json.dumps({"reread": [{"id": oid, "key": "code of unit3"}]})
         return "answered"
 
@@ -360,10 +363,10 @@ def test_the_reread_step_offers_by_name_only_keys_a_servers_grammar_can_hold():
     def model(request):
         if is_worker(request):
             body = request.messages[-1]["content"]
-            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
-            k, start = int(m.group(1)), int(m.group(2))
-            return (f'json.dump({{"key": 1 [S{k} {start}-{start + 20}]\n'
-                    f"status: ok [S{k} {start + 31}-{start + 40}]\ntab\there: x [S{k} {start}-{start + 3}]")
+            m = re.search(r"Section (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
+            start = int(m.group(2))
+            return (f'json.dump({{"key": 1 (characters {start}-{start + 20})\n'
+                    f"status: ok (characters {start + 31}-{start + 40})\ntab\there: x (characters {start}-{start + 3})")
         if request.schema is not None:
             return json.dumps({"reread": []})
         return "answered"
@@ -386,7 +389,7 @@ def test_a_model_without_tools_or_reread_step_answers_from_the_notes():
     answering = [r for r in p.requests if not is_worker(r)]
     assert len(answering) == 1 and answering[0].schema is None
     system = notes_text(answering[0])
-    assert "Notes on build.log" in system and "step failed [S" in system
+    assert "Notes on build.log" in system and "step failed (characters " in system
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "answer: from notes"
 
 
@@ -416,7 +419,7 @@ def test_without_a_user_message_every_message_is_the_turn_and_a_long_one_is_read
     workers = [r for r in p.requests if is_worker(r)]
     assert workers and all("Which step failed, and with what id?" in r.messages[-1]["content"] for r in workers)
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "answer: from notes"
-    assert "step failed [S" in notes_text(p.requests[-1])
+    assert "step failed (characters " in notes_text(p.requests[-1])
 
 
 def test_without_a_user_message_files_follow_the_conversation():

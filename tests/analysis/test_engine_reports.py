@@ -128,7 +128,7 @@ def test_the_notes_take_the_place_of_what_they_note_and_the_prompt_before_it_is_
     # they are, byte for byte the start of the turn before's prompt (the start a model
     # still holds); the notes follow in the item's own message.
     big = "".join(f"line {i}: ok\n" for i in range(3000))
-    p = ScriptedProvider(lambda r: "noted" if "Section S" in str(r.messages[-1]["content"]) else "ok",
+    p = ScriptedProvider(lambda r: "noted" if "\n\nSection " in str(r.messages[-1]["content"]) else "ok",
                          context_window=4096)
     engine = Engine(p, settings={"chat.system_prompt": "Be brief.", "analysis.notes_max_tokens": 128},
                     max_reply_tokens=64)
@@ -151,7 +151,7 @@ def test_analysed_tool_results_are_named_by_the_callers_index():
         {"id": "t1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]}
     result = {"role": "tool", "tool_call_id": "t1", "content": "".join(f"hit {i}\n" for i in range(2500))}
     messages = history + [ASK, call, result]
-    p = ScriptedProvider(lambda r: "noted" if "Section S" in str(r.messages[-1]["content"]) else "ok",
+    p = ScriptedProvider(lambda r: "noted" if "\n\nSection " in str(r.messages[-1]["content"]) else "ok",
                          context_window=4096)
     events = list(Engine(p, settings={"analysis.notes_max_tokens": 128}, max_reply_tokens=64).reply(messages))
     (fitted,) = [e for e in events if isinstance(e, Fitted)]

@@ -39,7 +39,7 @@ class Model:
         first = notes_text(request)
         body = request.messages[-1]["content"]
         if request.messages[0]["content"] == WORKER_INSTRUCTIONS:
-            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            m = re.search(r"Section (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
             k, start, section = int(m.group(1)), int(m.group(2)), m.group(4)
             lines = [f"{f.group(1)}: {f.group(2)} [S{k} {start + f.start()}-{start + f.end()}]"
                      for f in re.finditer(r"The (code of unit\d+) is (.*?)\.\n", section)]
@@ -47,8 +47,8 @@ class Model:
         if request.schema is not None:
             if self.ask_for is not None:
                 return self.ask_for(first)
-            oid = re.search(r"id (src-\S+),", first).group(1)
-            cite = re.search(r"^code of unit0 \[S\d+ (\d+)-(\d+)\]$", first, re.M)
+            oid = re.search(r"Notes on (.+?) \([\d,]+ characters", first).group(1)
+            cite = re.search(r"^code of unit0 \(characters (\d+)-(\d+)\)$", first, re.M)
             wanted = [] if cite is None else [{"id": oid, "start": int(cite.group(1)), "end": int(cite.group(2))}]
             return json.dumps({"reread": wanted})
         reread = first.split(REREAD_HEADER)[1] if REREAD_HEADER in first else ""
@@ -69,7 +69,7 @@ def test_an_evicted_value_is_read_again_exactly_in_the_constrained_step():
     (step,) = [r for r in p.requests if r.schema is not None]
     assert INDEX_HEADER in notes_text(step)  # the value was evicted, its key kept
     ids = step.schema["properties"]["reread"]["items"]["properties"]["id"]["enum"]
-    assert len(ids) == 1 and ids[0].startswith("src-")
+    assert ids == ["doc"]  # the original is named as the file is
     calls = [e for e in events if isinstance(e, ToolCall)]
     results = [e for e in events if isinstance(e, ToolResult)]
     assert [c.name for c in calls] == [READ_TOOL_NAME] and calls[0].internal
@@ -80,12 +80,15 @@ def test_an_evicted_value_is_read_again_exactly_in_the_constrained_step():
 
 
 def test_a_range_the_engine_refuses_is_said_not_read_and_the_answer_does_not_guess():
-    p, events = run(Model(ask_for=lambda system: json.dumps(
-        {"reread": [{"id": re.search(r"id (src-\S+),", system).group(1), "start": 0, "end": 10**9}]})))
+    def name(system):
+        return re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
+
+    p, events = run(Model(ask_for=lambda system: json.dumps({"reread": [{"id": name(system), "start": 0,
+                                                                         "end": 10**9}]})))
     (result,) = [e for e in events if isinstance(e, ToolResult)]
     assert result.content.startswith("error:") and "outside" in result.content
     answer_prompt = notes_text(p.requests[-1])
-    assert "not read (" in answer_prompt
+    assert "could not be read again: " in answer_prompt
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "could not be confirmed"
 
 
@@ -163,7 +166,7 @@ def test_the_steps_output_room_holds_its_largest_answer_whole():
     from boundctx.analysis.engine import REREAD_MAX_RANGES
 
     def ask_widest(system):
-        oid = re.search(r"id (src-\S+),", system).group(1)
+        oid = re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
         return widest_answer(oid, REREAD_MAX_RANGES)
 
     p, events = run(Model(ask_for=ask_widest))
@@ -224,7 +227,7 @@ def test_a_key_the_notes_had_no_room_to_list_is_read_again_by_its_name():
         if last["role"] == "tool":
             found = re.search(r"The code of unit0 is (\S+)\.", last["content"])
             return found.group(1) if found else "could not be confirmed"
-        oid = re.search(r"id (src-\S+),", notes_text(request)).group(1)
+        oid = re.search(r"Notes on (.+?) \([\d,]+ characters", notes_text(request)).group(1)
         return [ToolCallChunk("k1", READ_TOOL_NAME, json.dumps({"section_id": oid, "key": "Code of unit0"}))]
 
     p = ScriptedProvider(respond, context_window=8192)
@@ -245,7 +248,7 @@ def test_a_model_without_tool_calls_rereads_a_key_the_notes_had_no_room_to_list(
         doc = doc[:at] + f"The {key} is {value}.\n" + doc[at:]
 
     def by_key(system):
-        oid = re.search(r"id (src-\S+),", system).group(1)
+        oid = re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
         return json.dumps({"reread": [{"id": oid, "key": "code of unit0"}]})
 
     model = Model(ask_for=by_key)

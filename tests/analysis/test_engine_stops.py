@@ -71,7 +71,8 @@ def test_only_the_answer_is_cut_never_the_workers_notes():
     assert workers and all(r.stop is None for r in workers)
     answering = p.requests[-1]
     notes = notes_text(answering)  # both lines of the worker's notes reached the answer
-    assert answering.stop == ["\n"] and "step 377 FAILED [S" in notes and "\nid=7f3a9c11 [S" in notes
+    assert answering.stop == ["\n"]
+    assert "step 377 FAILED (characters " in notes and "\nid=7f3a9c11 (characters " in notes
     assert answer_of(events) == "The failing step is 377." and events[-1].finish_reason == "stop"
 
 

@@ -60,7 +60,7 @@ def worker_or(answer):
         body = request.messages[-1]["content"]
         notes = re.search(r"Your notes so far:\n(.*?)\n\nSection", body, re.S).group(1)
         notes = "" if notes == "(none yet)" else notes
-        m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+        m = re.search(r"Section (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
         hit = m.group(4).find("FAILED")
         if hit < 0:
             return notes
@@ -73,8 +73,8 @@ def worker_or(answer):
 def reread_args(request, widen=12):
     """A read_chat_section call for the range the notes cite."""
     system = notes_text(request)
-    oid = re.search(r"id (src-\S+),", system).group(1)
-    start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
+    oid = re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
+    start, end = map(int, re.search(r"\(characters (\d+)-(\d+)\)", system).groups())
     return json.dumps({"section_id": oid, "start": start, "end": end + widen})
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from boundctx.analysis import READ_TOOL_NAME, Originals
+from boundctx.analysis.originals import MAX_NAME_CHARS
 from boundctx.errors import SectionReadError
 
 LOG = "line 1: ok\nline 2: id=7f3a9c11 failed\nline 3: ok\n" * 10
@@ -75,13 +76,16 @@ def test_a_key_is_read_from_the_range_noted_for_it_whatever_it_is_called_like():
     with pytest.raises(SectionReadError, match="a key or a range"):
         o.call({"section_id": oid, "key": "port of api", "start": 0, "end": 5})
     with pytest.raises(SectionReadError, match="no original"):
-        o.call({"section_id": "src-other-1", "key": "port of api"})
+        o.call({"section_id": "other.log", "key": "port of api"})
 
 
 def test_the_schema_counted_before_any_original_is_the_schema_once_they_are_kept():
     originals = Originals()
-    ahead = originals.tool_schema_for(3)
-    for k in range(3):
-        originals.add(f"text {k}", f"label {k}")
+    labels = ["build.log", "build.log", 'a "quoted"\\name\n', "x" * 200]
+    ahead = originals.tool_schema_for(labels)
+    names = [originals.add(f"text {k}", label) for k, label in enumerate(labels)]
     assert ahead == originals.tool_schema()
-    assert originals.tool_schema_for(0)["function"]["parameters"]["properties"]["section_id"]["enum"] == []
+    assert names[:3] == ["build.log", "build.log (2)", "a quoted name"]  # a grammar-safe name, never a quote
+    assert len(names[3]) == MAX_NAME_CHARS and names[3].startswith("x") and "…" in names[3]
+    assert originals.read(names[1], 0, 6) == "text 1"
+    assert originals.tool_schema_for([])["function"]["parameters"]["properties"]["section_id"]["enum"] == []

@@ -25,7 +25,7 @@ def settings(**over):
 def section_of(request):
     """(number, total, start, end, text) of the section in a worker prompt."""
     body = request.messages[-1]["content"]
-    m = re.search(r"Section S(\d+) of (\d+) \((\S+), characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+    m = re.search(r"Section (\d+) of (\d+) of (.+?), characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
     return int(m.group(1)), int(m.group(2)), int(m.group(4)), int(m.group(5)), m.group(6)
 
 
@@ -37,7 +37,7 @@ def note_taker(request):
     """A worker that notes one fact per section (only this section's: the engine keeps
     the notes)."""
     number, _, start, end, _ = section_of(request)
-    return f"section {number}: read [S{number} {start}-{end}]"
+    return f"section {number}: read (characters {start}-{end})"
 
 
 def read_completely(provider, text, **kw):
@@ -78,7 +78,7 @@ def test_assignments_rotate_and_each_worker_keeps_its_own_notes():
     total = len(p.requests)
     for n in notes:
         assert n.sections == list(range(n.worker + 1, total + 1, 3))
-        assert n.text.count("read [S") == len(n.sections)  # rewritten from its own notes only
+        assert n.text.count("read (characters ") == len(n.sections)  # rewritten from its own notes only
 
 
 def test_a_worker_sees_only_its_own_previous_notes():
@@ -185,11 +185,12 @@ def test_cancel_stops_before_the_next_section():
     assert result is None and len(p.requests) == 2
 
 
-def test_every_section_cites_the_id_its_original_is_kept_under():
+def test_every_section_names_the_original_it_is_kept_under():
     p = ScriptedProvider(note_taker, context_window=4096)
-    read_completely(p, LOG, question="q", source_id="src-0a1b2c3d-7", label="build.log", settings=settings())
+    read_completely(p, LOG, question="q", source_id="build.log (2)", label="build.log", settings=settings())
     assert section_of(p.requests[0])[2:4] == (0, section_of(p.requests[0])[3])
-    assert all("(src-0a1b2c3d-7, characters" in r.messages[-1]["content"] for r in p.requests)
+    assert all(re.search(r"\n\nSection \d+ of \d+ of build\.log \(2\), characters \d+-\d+:\n",
+                         r.messages[-1]["content"]) for r in p.requests)
 
 
 def test_notes_over_their_budget_stay_within_it_and_keep_every_key_with_its_range():

@@ -97,7 +97,7 @@ def test_a_worker_that_gets_no_further_leaves_the_rest_as_not_noted_never_droppe
     (section, start, end), = ledger.unnoted
     assert (section, start, end) == (1, 0, len(text))
     rendered = ledger.render(128, p.counter.count_text)
-    assert rendered.startswith(UNNOTED_HEADER) and f"[S1 0-{len(text)}]" in rendered
+    assert rendered.startswith(UNNOTED_HEADER) and f"\ncharacters 0-{len(text)}" in rendered
 
 
 def test_continuations_are_bounded_and_what_is_left_is_said():

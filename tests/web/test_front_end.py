@@ -376,15 +376,15 @@ def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(pag
             body = request.messages[-1]["content"]
             kept = re.search(r"Your notes so far:\n(.*?)\n\nSection", body, re.S).group(1)  # a worker rewrites them
             kept = "" if kept == "(none yet)" else kept
-            m = re.search(r"Section S(\d+) of \d+ \(\S+, characters (\d+)-(\d+)\):\n(.*)\Z", body, re.S)
+            m = re.search(r"Section (\d+) of \d+ of .+?, characters (\d+)-(\d+):\n(.*)\Z", body, re.S)
             hit = m.group(4).find("FAILED")
             at = int(m.group(2)) + hit
             return kept if hit < 0 else kept + f"step failed [S{m.group(1)} {at}-{at + 20}]"
         if request.messages[-1]["role"] == "tool":  # the reread came back: answer from it
             return "id=" + re.search(r"id=(\w+)", request.messages[-1]["content"]).group(1)
         system = "\n".join(str(m.get("content") or "") for m in request.messages)  # the notes are in the paste's place
-        oid = re.search(r"id (src-\S+),", system).group(1)
-        start, end = map(int, re.search(r"\[S\d+ (\d+)-(\d+)\]", system).groups())
+        oid = re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
+        start, end = map(int, re.search(r"\(characters (\d+)-(\d+)\)", system).groups())
         return [ToolCallChunk("r1", "read_chat_section", json.dumps({"section_id": oid, "start": start,
                                                                      "end": end + 10}))]
 

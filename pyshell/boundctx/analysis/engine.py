@@ -28,7 +28,7 @@ from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
-from boundctx.analysis.originals import READ_TOOL_NAME, Originals
+from boundctx.analysis.originals import READ_TOOL_NAME, Originals, name_originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.stops import StopCut, check_stops
 from boundctx.analysis.time_left import TimeLeft
@@ -48,11 +48,11 @@ __all__ = ["COORDINATOR_NOTES", "Engine"]
 
 COORDINATOR_NOTES = (
     "Part of this conversation was too long to show you whole. It was read completely, section by section, "
-    "by note-taking workers; their notes follow. Notes cite sections as [S<k> start-end], character ranges "
-    "of the original named by its id."
+    "by note-taking workers; their notes follow, each with the characters of the original it comes "
+    "from. Answer in your own words: the notes are for you, not for the answer."
 )
 _REREAD = (" When an exact string matters (an id, a number, a quote), call read_chat_section with the "
-           "original's id and a range the notes cite, or with key: the name of what you need (every key the "
+           "original's name and characters the notes give, or with key: the name of what you need (every key the "
            "workers saw can be read this way, even one the notes had no room to list), and answer from what "
            "it returns.")
 _NO_GUESS = (" Where a value the answer needs is only indexed (its range without the value) and was not "
@@ -60,11 +60,11 @@ _NO_GUESS = (" Where a value the answer needs is only indexed (its range without
 
 #: The constrained step that lets a model without tool calls ask for exact rereads.
 REREAD_ASK = (
-    "Before you answer: if an exact value the answer needs is not in the notes, but the notes cite where "
-    "it is, name those ranges to be read again exactly, or name the key (any key the workers saw, listed "
+    "Before you answer: if an exact value the answer needs is not in the notes, but the notes say where "
+    "it is, name those characters to be read again exactly, or name the key (any key the workers saw, listed "
     "in the notes or not). Reply with JSON only: "
-    '{{"reread": [{{"id": "<the original\'s id>", "start": <first character>, "end": <end character>}}, '
-    '{{"id": "<the original\'s id>", "key": "<the key>"}}]}}, '
+    '{{"reread": [{{"id": "<the original\'s name>", "start": <first character>, "end": <end character>}}, '
+    '{{"id": "<the original\'s name>", "key": "<the key>"}}]}}, '
     'at most {n} in all, or {{"reread": []}} when the notes are enough.'
 )
 #: Ranges one constrained step may ask for (fewer where its output would not fit).
@@ -102,6 +102,16 @@ REREAD_HEADER = "Exact text read again from the originals (it is what the text s
 #: Tokens allowed for where a text is joined to the prompt (a system message's end, a
 #: block's start): a tokenizer may merge across a join, never by more than this.
 _JOIN_TOKENS = 8
+
+
+def _label_of_message(item: Mapping[str, Any], at: int) -> str:
+    """What a message read in sections is called in its notes and placeholder (``at``:
+    its place among the caller's messages)."""
+    role = item.get("role")
+    return ("the user's message" if role == "user" else
+            f"assistant message {at}" if role == "assistant" else
+            f"system message {at}" if role == "system" else
+            f"tool result {at}")
 
 
 def _sections_said(sections: Sequence[int]) -> str:
@@ -422,13 +432,18 @@ class Engine:
                    + [_Origin("file", k) for k in range(len(files))]
                    + [_Origin("caller", c - shift) for c in range(files_at, len(messages))])
         originals = Originals()
+        # What could be read in sections (the current turn's messages and files), each as
+        # (label, the name its original would get): the rooms are counted on these.
+        labels = [files[origins[c].at][0] if origins[c].kind == "file" else _label_of_message(convo[c], origins[c].at)
+                  for c in range(turn_start, len(convo))]
+        candidates = list(zip(labels, name_originals(labels)))
         reread_room = 0
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed: its schema
             # (with an id for every item that could be) is kept free beside the notes.
-            schema = originals.tool_schema_for(len(files) + len(convo) - turn_start)
+            schema = originals.tool_schema_for([label for label, _ in candidates])
             reread_room = provider.count_prompt([], tools=callers + [schema]) - count([])
-        notes_room, item_room, framing = self._notes_rooms(workers, files, provider.supports_tools)
+        notes_room, item_room, framing = self._notes_rooms(workers, candidates, provider.supports_tools)
         notes_max = s.analysis.notes_max_tokens
         fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
                                notes_room=notes_room + reread_room, item_room=item_room,
@@ -447,12 +462,7 @@ class Engine:
                 # An attached file is kept (and reread) as the file itself, without its header.
                 return files[origin.at]
             item = final[index]
-            content = str(item.get("content") or "")
-            role = item.get("role")
-            return ("the user's message" if role == "user" else
-                    f"assistant message {origin.at}" if role == "assistant" else
-                    f"system message {origin.at}" if role == "system" else
-                    f"tool result {origin.at}", content)
+            return _label_of_message(item, origin.at), str(item.get("content") or "")
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.
@@ -487,7 +497,7 @@ class Engine:
             merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
             originals.set_keys(oid, [(e.key, e.start, e.end) for e in merged.entries()])
             final[index] = {**item, "content": f"[{label}: {len(text):,} characters, read completely by "
-                                               f"note-taking workers; see the notes on {oid}]"}
+                                               f"note-taking workers; see the notes on {oid} below]"}
             blocks.append((index, (oid, label, len(text), notes)))
         tools = base_tools
         notes_at = blocks[-1][0] if blocks else None
@@ -524,7 +534,7 @@ class Engine:
                     return
         yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked)
 
-    def _notes_rooms(self, workers: int, files: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
+    def _notes_rooms(self, workers: int, candidates: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
         once (the notes' instructions), and for each analysed item (its notes block: the
         header and the merged notes at their bound, and the line the item becomes), and
@@ -537,16 +547,16 @@ class Engine:
         s = self.settings
         text = self.provider.counter.count_text
         max_sections = s.analysis.max_sections
-        label = "x" * max([len("assistant message 999999999"), *(len(name) for name, _ in files)])
-        oid, length = "src-ffffffff-9999", f"{s.analysis.max_source_chars:,}"
+        length = f"{s.analysis.max_source_chars:,}"
         instructions = text(COORDINATOR_NOTES + (_REREAD if rereads else "") + _NO_GUESS + "\n\n") + _JOIN_TOKENS
         top = str(max_sections)
-        block = max(text(f"\n\nNotes on {label} (id {oid}, {length} characters; sections {top}, {top}, … {top} "
-                         "read):\n"),
-                    text(f"\n\nNotes on {label} (id {oid}, {length} characters; sections {top}, {top}, {top} "
-                         "read):\n")) + _JOIN_TOKENS
-        placeholder = text(f"[{label}: {length} characters, read completely by note-taking workers; see the "
-                           f"notes on {oid}]") + _JOIN_TOKENS
+        # Counted on the names and labels an item read in sections can have: a name
+        # given to fewer originals is the same or shorter (no " (2)").
+        widest = (f"{top}, {top}, … {top}", f"{top}, {top}, {top}")
+        block = max(text(f"\n\nNotes on {oid} ({length} characters, read in sections {said}):\n")
+                    for _, oid in candidates or [("", "")] for said in widest) + _JOIN_TOKENS
+        placeholder = max(text(f"[{label}: {length} characters, read completely by note-taking workers; see the "
+                               f"notes on {oid} below]") for label, oid in candidates or [("", "")]) + _JOIN_TOKENS
         per_item = block + placeholder + workers * s.analysis.notes_max_tokens
         return instructions, per_item, block + placeholder
 
@@ -561,7 +571,7 @@ class Engine:
         if not text:  # nothing noted, or no room to show what was
             text = ("(nothing relevant)" if not len(merged) and not merged.unnoted else
                     "(no room to show the notes here: read a key again by its name)")
-        return f"Notes on {label} (id {oid}, {length:,} characters; sections {_sections_said(read)} read):\n{text}"
+        return f"Notes on {oid} ({length:,} characters, read in sections {_sections_said(read)}):\n{text}"
 
     def _room_for_one_reread(self, with_notes: Callable[[int], list[dict[str, Any]]], room: int,
                              originals: Originals) -> int:
@@ -642,18 +652,19 @@ class Engine:
             given = {name: value for name, value in (("start", want.start), ("end", want.end), ("key", want.key))
                      if value is not None}
             arguments = msgspec.json.encode({"section_id": want.id, **given}).decode()
-            where = (f"{want.id} key {want.key!r}" if want.key is not None
-                     else f"{want.id} characters {want.start}-{want.end}")
+            # Said in words: a small model copies these lines into its answer.
+            where = (f"The value noted as {want.key!r} in {want.id}" if want.key is not None
+                     else f"Characters {want.start}-{want.end} of {want.id}")
             yield ToolCall(call_id, READ_TOOL_NAME, arguments)
             try:
                 text = originals.call({"section_id": want.id, **given})
             except SectionReadError as exc:
                 yield ToolResult(call_id, f"error: {exc}")
-                add(f"{where}: not read ({exc})")
+                add(f"{where} could not be read again: {exc}")
                 continue
-            if not add(f"{where}: «{text}»"):
+            if not add(f"{where}, exactly: «{text}»"):
                 yield ToolResult(call_id, f"error: {len(text)} characters do not fit the remaining context")
-                add(f"{where}: not read (it does not fit)")
+                add(f"{where} could not be read again: it does not fit")
                 continue
             yield ToolResult(call_id, text)
         return _added_to_notes(messages, notes_at, _reread_text(read_back)) if read_back else messages

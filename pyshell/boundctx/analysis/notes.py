@@ -1,8 +1,8 @@
 """Notes that keep every key: what workers report, kept by code within a token bound.
 
 A worker writes only what its section says that bears on the question, one fact per
-line: ``key: value [S<k> a-b]`` (the characters ``a-b`` of the original it comes
-from). The engine, not the model, keeps the notes. :class:`NoteLedger` merges each
+line: ``key: value (characters a-b)`` (the characters ``a-b`` of the original it comes
+from; the older ``[S<k> a-b]`` is read too). The engine, not the model, keeps the notes. :class:`NoteLedger` merges each
 section's lines. A key written again with another value is a correction: the latest
 value wins, and the earlier one is marked stale. :meth:`NoteLedger.render` writes the
 notes within a token bound as the model's tokenizer counts them.
@@ -22,6 +22,10 @@ A range a worker read but could not note whole (its answer was cut at its budget
 reading on made no progress) is kept as *not noted*: those lines come first in every
 rendering, before any value, so the coordinator always knows which characters to
 reread and that a value noted before them may have been corrected there.
+
+The notes are written for a reader, in words (decision 0041): a small model copies what
+it is shown into its answer, and ``[S2 2089-4144]`` or ``S3: key 10-40`` copied there
+reads as a fault of boundctx, where ``(characters 2089-4144)`` reads as a reference.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import msgspec
 
 from boundctx._search import longest_fitting
 
-__all__ = ["INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER", "NoteEntry", "NoteLedger", "cited_end",
+__all__ = ["INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER", "NoteEntry", "NoteLedger", "cite", "cited_end",
            "parse_worker_lines"]
 
 #: What a worker writes when its section has nothing that bears on the question.
@@ -43,7 +47,12 @@ INDEX_HEADER = "Values not kept here (reread the range to read them):"
 #: Heads the ranges read but not noted whole.
 UNNOTED_HEADER = "Not noted (reread; may correct values above):"
 
-_CITE = re.compile(r"\s*\[S(\d+)\s+(\d+)\s*-\s*(\d+)\]\s*(?:\(corrected[^)]*\))?\s*$")
+# A citation at the end of a worker's line, in words or in the older notation (with the
+# section's number), maybe followed by a correction's mark the worker copied.
+_CITE = re.compile(r"\s*(?:\((?:characters|chars?)\s+(\d+)\s*[-–]\s*(\d+)\)|\[S(\d+)\s+(\d+)\s*-\s*(\d+)\])"
+                   r"\s*(?:\(correct(?:ed|s)\b[^)]*\))?\s*$")
+# The form's placeholders copied as they stand (a small model's habit): said nowhere.
+_PLACEHOLDER = re.compile(r"\s*(?:\[S<k> start-end\]|\((?:characters )?start-end\))")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _KEY_MAX = 120
 
@@ -73,7 +82,12 @@ class NoteEntry(msgspec.Struct):
     stale: tuple[int, int, int] | None = None
 
     def cite(self) -> str:
-        return f"[S{self.section} {self.start}-{self.end}]"
+        return cite(self.start, self.end)
+
+
+def cite(start: int, end: int) -> str:
+    """Where a value is, as the coordinator reads it."""
+    return f"(characters {start}-{end})"
 
 
 def _norm(key: str) -> str:
@@ -91,14 +105,16 @@ def parse_worker_lines(text: str, *, section: int, start: int, end: int) -> list
 def _facts(text: str, *, section: int, start: int, end: int) -> list[tuple[str, str, int, int, bool]]:
     facts = []
     for raw in text.splitlines():
-        line = _BULLET.sub("", raw).strip()
+        line = _PLACEHOLDER.sub("", _BULLET.sub("", raw)).strip()
         if not line or line.casefold().strip(" .") == NOTHING_RELEVANT:
             continue
         a, b, own = start, end, False
         cite = _CITE.search(line)
         if cite:
-            k, x, y = (int(g) for g in cite.groups())
-            if k == section and start <= x <= y <= end:
+            words_x, words_y, k, old_x, old_y = cite.groups()
+            in_words = words_x is not None
+            x, y = int(words_x if in_words else old_x), int(words_y if in_words else old_y)
+            if (in_words or int(k) == section) and start <= x <= y <= end:
                 a, b, own = x, y, True
             line = line[:cite.start()].rstrip()
         if not line:
@@ -233,7 +249,7 @@ def _value_line(e: NoteEntry) -> str:
     line = f"{e.value} {e.cite()}" if e.key == e.value[:_KEY_MAX] else f"{e.key}: {e.value} {e.cite()}"
     if e.stale is not None:
         s, a, b = e.stale
-        line += f" (corrected; the value at [S{s} {a}-{b}] is stale)"
+        line += f" (corrects the value at characters {a}-{b})"
     return line
 
 
@@ -246,12 +262,15 @@ def _values_and_index(kept: Sequence[NoteEntry], evicted: Sequence[NoteEntry]) -
 
 
 def _compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]) -> str:
+    # A line per range, its keys after it: what a small model copies from here is a
+    # reference a person reads ("characters 0-2191"), and keys noted over one range (a
+    # worker that cited its whole section) say it once.
     lines = [INDEX_HEADER]
-    by_section: dict[int, list[NoteEntry]] = {}
+    by_range: dict[tuple[int, int], list[NoteEntry]] = {}
     for e in entries:
-        by_section.setdefault(e.section, []).append(e)
-    for section in sorted(by_section):
-        lines.append(f"S{section}: " + "; ".join(f"{e.key} {e.start}-{e.end}" for e in by_section[section]))
+        by_range.setdefault((e.start, e.end), []).append(e)
+    for start, end in sorted(by_range):
+        lines.append(f"characters {start}-{end}: " + "; ".join(e.key for e in by_range[(start, end)]))
     if dropped:
         sections = sorted({e.section for e in dropped})
         lo, hi = min(e.start for e in dropped), max(e.end for e in dropped)
@@ -264,7 +283,7 @@ def _unnoted_text(ranges: Sequence[tuple[int, int, int]], count: Callable[[str],
     """The ranges not noted, one a line; over ``budget``, one line for all of them."""
     if not ranges:
         return ""
-    text = UNNOTED_HEADER + "\n" + "\n".join(f"[S{k} {a}-{b}]" for k, a, b in ranges)
+    text = UNNOTED_HEADER + "\n" + "\n".join(f"characters {a}-{b}" for _, a, b in ranges)
     if count(text) <= budget:
         return text
     sections = sorted({k for k, _, _ in ranges})
@@ -273,4 +292,4 @@ def _unnoted_text(ranges: Sequence[tuple[int, int, int]], count: Callable[[str],
 
 
 def _sections(numbers: Sequence[int]) -> str:
-    return ", ".join(f"S{k}" for k in numbers) if len(numbers) <= 4 else f"S{numbers[0]}-S{numbers[-1]}"
+    return ", ".join(map(str, numbers)) if len(numbers) <= 4 else f"{numbers[0]} to {numbers[-1]}"

@@ -1,27 +1,60 @@
 """The originals of one reply, and the read-only tool that rereads them exactly.
 
 Workers read a long input once, in sections, and leave notes; notes lose exact strings.
-So the originals stay in memory for the rest of the reply under random ids that belong
-to this reply alone, and the coordinator can ask for an exact character range of one of
+So the originals stay in memory for the rest of the reply, each under a name that
+says what it is (its file's name, "the user's message", "tool result 3"; a second of
+the same name gets " (2)"), and the coordinator can ask for an exact character range of one of
 them with ``read_chat_section``, by a character range or by a key the workers noted
 (answered from the range the notes hold for that key's latest value, whether or not the
 notes had room to show it). The tool cannot open a path, reach another reply's
-originals, or return more than its bound.
+originals, or return more than its bound: a name is looked up among this reply's
+originals only, never as a path.
+
+The names were random ids (``src-36425d87-1``) until small models copied them into their
+answers, where they read as a fault of boundctx (decision 0041).
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from boundctx.errors import SectionReadError
 
-__all__ = ["READ_TOOL_NAME", "Originals"]
+__all__ = ["MAX_NAME_CHARS", "READ_TOOL_NAME", "Originals", "name_originals"]
 
 READ_TOOL_NAME = "read_chat_section"
+#: The longest name an original is given: a longer label keeps its start and end.
+MAX_NAME_CHARS = 48
+# What a name may not hold: a quote, a backslash or a control character, which
+# llama-cpp-python's server writes into a grammar unescaped when a name is in a schema's
+# enum (the constrained reread step's).
+_UNSAFE = re.compile(r'["\\\x00-\x1f\x7f]+')
+
+
+def _name(label: str) -> str:
+    name = " ".join(_UNSAFE.sub(" ", label).split()) or "input"
+    if len(name) > MAX_NAME_CHARS:
+        half = (MAX_NAME_CHARS - 1) // 2
+        name = f"{name[:half]}…{name[-(MAX_NAME_CHARS - 1 - half):]}"
+    return name
+
+
+def name_originals(labels: Sequence[str]) -> list[str]:
+    """The names originals with these labels get, added in this order: the label made
+    safe for a grammar and cut to :data:`MAX_NAME_CHARS`, with `` (2)``, `` (3)``… on a
+    name already given."""
+    names: list[str] = []
+    for label in labels:
+        base = name = _name(label)
+        n = 2
+        while name in names:
+            name, n = f"{base} ({n})", n + 1
+        names.append(name)
+    return names
 
 
 class Original(msgspec.Struct, frozen=True):
@@ -43,18 +76,15 @@ class Originals:
         if max_read_chars < 1:
             raise ValueError(f"max_read_chars must be >= 1, got {max_read_chars}")
         self.max_read_chars = max_read_chars
-        self._prefix = secrets.token_hex(4)  # differs between replies
         self._texts: dict[str, Original] = {}
         self._keys: dict[str, dict[str, tuple[str, int, int]]] = {}  # oid -> normalised key -> (key, start, end)
 
     def add(self, text: str, label: str) -> str:
-        """Keep ``text``; returns its id (``src-<reply>-<n>``)."""
-        oid = self._id(len(self._texts) + 1)
+        """Keep ``text``; returns its id, the name :func:`name_originals` gives ``label``
+        after the names already given."""
+        oid = name_originals([*(o.label for o in self._texts.values()), label])[-1]
         self._texts[oid] = Original(oid, label, text)
         return oid
-
-    def _id(self, n: int) -> str:
-        return f"src-{self._prefix}-{n}"
 
     def __contains__(self, oid: object) -> bool:
         return oid in self._texts
@@ -126,10 +156,11 @@ class Originals:
         """The OpenAI-style function tool the coordinator gets (counted in its prompt)."""
         return self._schema(list(self))
 
-    def tool_schema_for(self, n: int) -> dict[str, Any]:
-        """The tool as it will be once ``n`` originals are kept (their ids exactly as
-        wide): what the room kept free for it is counted on, before any is."""
-        return self._schema([self._id(k) for k in range(1, n + 1)])
+    def tool_schema_for(self, labels: Sequence[str]) -> dict[str, Any]:
+        """The tool as it will be if originals of every one of ``labels`` (in order) are
+        kept: what the room kept free for it is counted on, before any is. Those kept
+        are some of them, in the same order, so their names are these or shorter."""
+        return self._schema(name_originals(labels))
 
     def _schema(self, ids: list[str]) -> dict[str, Any]:
         return {"type": "function", "function": {

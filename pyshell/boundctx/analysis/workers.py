@@ -5,8 +5,8 @@ The input is planned into sections whose whole worker prompt fits the worker con
 headroom). Then ``workers`` logical workers take the sections in turn — section ``k``
 goes to worker ``k mod workers`` — strictly one generation at a time, on the same
 provider, with no tools. A worker reports what its section says that bears on the
-question, one fact per line with the characters it comes from (``key: value [S3
-1200-1260]``); the engine keeps each worker's notes (:mod:`boundctx.analysis.notes`):
+question, one fact per line with the characters it comes from (``key: value (characters
+1200-1260)``); the engine keeps each worker's notes (:mod:`boundctx.analysis.notes`):
 the latest value of every key, within ``notes_max_tokens``, with an index of the keys
 whose values did not fit, so the coordinator knows what to reread.
 
@@ -54,7 +54,7 @@ MAX_CONTINUATIONS = 8
 
 WORKER_INSTRUCTIONS = (
     "You read one section of a long text and note what bears on a question. Write one line per fact: "
-    "'key: value [S<k> start-end]', where the key names what the fact is about (for example 'timeout of "
+    "'key: value (characters start-end)', where the key names what the fact is about (for example 'timeout of "
     "db-7'), the value copies the exact string the text gives (ids, numbers, names, paths, error messages "
     "verbatim), and start-end are the characters it comes from, as numbered in the section's heading. "
     "Write only what this section says: your earlier notes are kept for you. When this section changes "
@@ -111,7 +111,7 @@ def worker_messages(question: str, notes: str, section: str, *, number: int, tot
         {"role": "user", "content": (
             f"Question: {question}\n\n"
             f"Your notes so far:\n{notes if notes else '(none yet)'}\n\n"
-            f"Section S{number} of {total} ({source_id}, characters {start}-{end}):\n{section}")},
+            f"Section {number} of {total} of {source_id}, characters {start}-{end}:\n{section}")},
     ]
 
 
@@ -152,8 +152,8 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
     question : str
         What the notes are for.
     source_id : str
-        The id ``text`` is kept under for exact rereads (its
-        :class:`~boundctx.analysis.originals.Originals` id), which the workers cite.
+        The name ``text`` is kept under for exact rereads (its
+        :class:`~boundctx.analysis.originals.Originals` id), which the workers' prompts say.
     label : str
         Where the text came from (a file name, "tool result 2"), for the prompts.
     settings : mapping
