@@ -244,6 +244,32 @@ def test_append_is_lossless_and_edit_and_delete_rewrite(server, folder):
     assert_error(h.patch(f"{API}/s1/messages/{n}", json=edit), 404, "message_not_found")
 
 
+def test_and_later_deletes_a_message_and_everything_after_it_in_one_rewrite(server, folder):
+    """An earlier question taken back to edit goes with every later message, in one
+    rewrite checked against the version the page read; the flag is refused where it
+    would mean nothing (an edit) or is not a yes or no."""
+    path = sample(folder, target_bytes=20_000)
+    h = server.http
+    with Transcript.open(path) as t:
+        n = t.message_count
+        kept = [m.record for m in t.window(message_before=3, message_limit=3).messages]
+    version = h.get(f"{API}/s1").json()["layout_version"]
+    r = h.delete(f"{API}/s1/messages/3", params={"and_later": "true", "layout_version": version})
+    assert r.status_code == 200, r.text
+    assert r.json()["message_count"] == 3 < n and r.json()["layout_version"] != version
+    with Transcript.open(path) as t:
+        assert [m.record for m in t.window(message_before=3, message_limit=3).messages] == kept
+    # the version read before is stale now: nothing more goes
+    assert_error(h.delete(f"{API}/s1/messages/1", params={"and_later": "true", "layout_version": version}),
+                 409, None)
+    assert_error(h.delete(f"{API}/s1/messages/1", params={"and_later": "yes"}), 400, "invalid_value")
+    edit = {"type": "message", "message": {"role": "user", "content": "edited"}}
+    assert_error(h.patch(f"{API}/s1/messages/1", params={"and_later": "true"}, json=edit), 400, "invalid_value")
+    assert_error(h.delete(f"{API}/s1/messages/3", params={"and_later": "true"}), 404, "message_not_found")
+    r = h.delete(f"{API}/s1/messages/1", params={"and_later": "false"})  # one message, as without the flag
+    assert r.status_code == 200 and r.json()["message_count"] == 2
+
+
 def test_one_message_whole_while_the_window_shows_it_cut(server, folder):
     path = sample(folder)
     w = server.http.get(f"{API}/s1/messages", params={"message_limit": 1000}).json()

@@ -287,7 +287,7 @@ def test_delete_regenerate_and_edit_and_resend_change_the_session_as_said(page, 
     page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
     open_app(page, server, "#/s/e")
     page.wait_for_selector('#messages .message[data-index="3"] .message-actions button')
-    assert buttons_of(page, 0) == ["Delete"] and buttons_of(page, 1) == ["Delete"]
+    assert buttons_of(page, 0) == ["Edit and resend", "Delete"] and buttons_of(page, 1) == ["Delete"]
     assert buttons_of(page, 2) == ["Edit and resend", "Delete"] and buttons_of(page, 3) == ["Regenerate", "Delete"]
     # Regenerate: the last answer is replaced by a new one, the question asked again.
     page.locator('#messages .message[data-index="3"]').get_by_role("button", name="Regenerate").click()
@@ -307,6 +307,25 @@ def test_delete_regenerate_and_edit_and_resend_change_the_session_as_said(page, 
     page.wait_for_selector("#session-meta:has-text('3 messages')")
     assert contents(folder, "e") == ["q0", "q2, better", "third answer"]
     assert any("cannot be undone" in d for d in dialogs)
+
+
+def test_an_earlier_question_edited_and_sent_again_replaces_the_conversation_it_started(page, serve, folder):
+    server = serve(ScriptedProvider(lambda r: "a new answer"), settings=settings(), model_id=MODEL,
+                   sessions_dir=str(folder))
+    own_session(folder, "h", ["q0", "a1", "q2", "a3", "q4", "a5"])
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    open_app(page, server, "#/s/h")
+    page.wait_for_selector('#messages .message[data-index="5"] .message-actions button')
+    page.locator('#messages .message[data-index="2"]').get_by_role("button", name="Edit and resend").click()
+    # what goes is said before it goes: the question and the 3 messages after it
+    page.wait_for_selector("#session-meta:has-text('2 messages')")
+    assert "the 3 messages after it" in dialogs[-1]
+    assert page.input_value("#question") == "q2" and contents(folder, "h") == ["q0", "a1"]
+    page.fill("#question", "q2, asked better")
+    page.get_by_role("button", name="Send", exact=True).click()
+    page.wait_for_selector("#session-meta:has-text('4 messages')")
+    assert contents(folder, "h") == ["q0", "a1", "q2, asked better", "a new answer"]
 
 
 def test_a_delete_the_person_declines_or_another_client_overtook_changes_nothing(page, serve, folder):

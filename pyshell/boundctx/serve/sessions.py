@@ -14,6 +14,9 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
                                                                 one page of its text
     PATCH  /boundctx/v1/sessions/{id}/messages/{index}          edit (full-history rewrite)
     DELETE /boundctx/v1/sessions/{id}/messages/{index}          delete (full-history rewrite)
+    DELETE /boundctx/v1/sessions/{id}/messages/{index}?and_later=true
+                                                                delete it and every later message
+                                                                (one rewrite: edit an earlier question)
 
 Every entry a window or the one-message route returns carries ``role`` and ``text``
 beside its record: how it reads for a person, by its format's rule
@@ -388,7 +391,12 @@ class Sessions:
         return {"line": line, "message_count": count}
 
     def rewrite(self, sid: str, index_text: str, query: Mapping[str, str], body: bytes | None) -> dict[str, Any]:
-        """Edit (``body``: the replacement record) or delete (``body`` None) one message."""
+        """Edit (``body``: the replacement record) or delete (``body`` None) one message;
+        with ``and_later=true``, delete it and every message after it, in one rewrite."""
+        later = _bool_param(query, "and_later")
+        if later and body is not None:
+            raise ApiError(400, "and_later is for DELETE only: an edit replaces one message", "invalid_value",
+                           "and_later")
         path = self._existing(sid)
         index = _index(index_text)
         record = _record(body) if body is not None else None
@@ -406,6 +414,8 @@ class Sessions:
         with self._opened(path) as t:
             if record is not None:
                 _writing(lambda: t.edit(index, record, lock_wait=LOCK_WAIT_S, check=check))
+            elif later:
+                _writing(lambda: t.truncate(index, lock_wait=LOCK_WAIT_S, check=check))
             else:
                 _writing(lambda: t.delete(index, lock_wait=LOCK_WAIT_S, check=check))
             # The answer is the file this rewrite made, as it is held open: a fresh read
@@ -600,6 +610,15 @@ def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum
         top = f" and at most {maximum:,}" if maximum is not None else ""
         raise ApiError(400, f"{name} must be at least {minimum}{top}, got {value}", "invalid_value", name)
     return value
+
+
+def _bool_param(query: Mapping[str, str], name: str) -> bool:
+    text = query.get(name)
+    if text is None or text == "false":
+        return False
+    if text == "true":
+        return True
+    raise ApiError(400, f"{name} must be true or false, got {text!r}", "invalid_value", name)
 
 
 def _index(text: str) -> int:

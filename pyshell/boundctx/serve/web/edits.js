@@ -1,11 +1,12 @@
 // What a person does to a session's saved messages: delete one, regenerate the last
-// answer, or take the last question back to edit and send again. Each change is the
-// server's delete (a rewrite of the session's file, checked against the layout version
-// the page read, so it never lands on a message another client moved), and the view is
-// read again after it. The buttons are given to the messages on the page as they come
-// (watched, so the session view need not know of them): Delete on every saved message,
-// Regenerate and "Edit and resend" on the last exchange. Another agent's session is
-// read, never written: it gets none.
+// answer, or take a question back to edit and send again (the last one or an earlier
+// one: everything after it goes with it, as the conversation it started is no longer
+// the one asked). Each change is the server's delete (one rewrite of the session's file,
+// checked against the layout version the page read, so it never lands on a message
+// another client moved), and the view is read again after it. The buttons are given to
+// the messages on the page as they come (watched, so the session view need not know of
+// them): Delete on every saved message, "Edit and resend" on every question, Regenerate
+// on the last answer. Another agent's session is read, never written: it gets none.
 
 import { API, api } from "./api.js";
 import { ask, editInComposer } from "./chat.js";
@@ -40,14 +41,14 @@ function give(node, actions) {
 // The buttons each saved message on the page should have, as things stand now.
 function refresh() {
   const nodes = [...document.querySelectorAll(SAVED)];
-  const wanted = new Map(nodes.map((n) => [n, view.writable ? ["delete"] : []]));
+  const wanted = new Map(nodes.map((n) => [n, !view.writable ? [] :
+    n.classList.contains("user") ? ["resend", "delete"] : ["delete"]]));
   if (view.writable && nodes.length >= 2) {
     const [question, answer] = nodes.slice(-2);
     const last = Number(answer.dataset.index);
     if (last === view.count - 1 && Number(question.dataset.index) === last - 1 &&
         question.classList.contains("user") && answer.classList.contains("assistant")) {
       wanted.get(answer).unshift("regenerate");
-      wanted.get(question).unshift("resend");
     }
   }
   for (const [node, actions] of wanted) give(node, actions);
@@ -71,16 +72,17 @@ export function watchMessages() {
   });
 }
 
-// Delete message `index` of the open session; the version it was read at must still hold.
-async function remove(index) {
+// Delete message `index` of the open session (with `andLater`, every message after it
+// too, in one rewrite); the version it was read at must still hold.
+async function remove(index, andLater = false) {
   const sid = encodeURIComponent(view.sid);
-  const after = await api(`${API}/sessions/${sid}/messages/${index}?layout_version=${encodeURIComponent(view.version)}`,
-                          { method: "DELETE" });
+  const after = await api(`${API}/sessions/${sid}/messages/${index}?layout_version=${encodeURIComponent(view.version)}` +
+                          (andLater ? "&and_later=true" : ""), { method: "DELETE" });
   view.version = after.layout_version;
   view.count = after.message_count;
 }
 
-// The question of the last exchange as it was asked (whole, though the view shows it cut).
+// A question as it was asked (whole, though the view shows it cut).
 async function questionOf(index) {
   const m = await api(`${API}/sessions/${encodeURIComponent(view.sid)}/messages/${index}?` +
                       `layout_version=${encodeURIComponent(view.version)}`);
@@ -98,13 +100,14 @@ async function act(action, node) {
     await openSession(sid);
     return;
   }
-  const [q, a] = action === "regenerate" ? [index - 1, index] : [index, index + 1];
+  const q = action === "regenerate" ? index - 1 : index;
+  const later = view.count - 1 - q;  // the messages after the question
   const words = action === "regenerate" ? "Replace this answer with a new one?"
-    : "Take this question back to edit? It and its answer are deleted from the session, and the question goes to the composer.";
+    : `Take this question back to edit? ${later === 0 ? "It is" : later === 1 ? "It and the answer after it are"
+      : `It and the ${later} messages after it are`} deleted from the session, and the question goes to the composer.`;
   if (!window.confirm(words)) return;
   const question = await questionOf(q);
-  await remove(a);
-  await remove(q);
+  await remove(q, true);
   await openSession(sid);
   if (view.sid !== sid) return;
   if (action === "regenerate") await ask(sid, question);
