@@ -11,12 +11,14 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["AnalysisProgress", "Done", "Event", "Failed", "FinishReason", "Fitted", "Phase", "ReplyDelta",
-           "Stage", "ToolCall", "ToolResult"]
+__all__ = ["AnalysisProgress", "CutPrompt", "Done", "Event", "Failed", "FinishReason", "Fitted", "ModelCall", "Phase",
+           "ReplyDelta", "Stage", "ToolCall", "ToolResult"]
 
 
 #: What a section's analysis is at (:class:`AnalysisProgress`).
 Phase = Literal["reading", "noted", "done"]
+#: Which of a reply's model calls (:class:`CutPrompt`).
+ModelCall = Literal["worker", "reread step", "answer"]
 #: How a reply ended (:class:`Done`).
 FinishReason = Literal["stop", "length", "repetition", "cancelled", "tool_rounds_exhausted", "tool_calls",
                        "content_filter"]
@@ -170,6 +172,27 @@ class ToolResult(msgspec.Struct, frozen=True, tag="tool_result"):
     content: str
 
 
+class CutPrompt(msgspec.Struct, frozen=True):
+    """A model call whose server evaluated fewer prompt tokens than were sent: it cut the
+    prompt (as Ollama does past its ``num_ctx``, keeping the end, answering 200), so
+    what that call answered from was not all of it (decision 0043).
+
+    Attributes
+    ----------
+    call : ModelCall
+        A note-taking worker's call, the constrained reread step's, or the answer's.
+    sent_at_least : int
+        The prompt's exact count where boundctx counts exactly, else a lower bound that
+        holds for any tokenizer that never makes one token of two words.
+    evaluated : int
+        What the server reported (``usage.prompt_tokens``).
+    """
+
+    call: ModelCall
+    sent_at_least: int
+    evaluated: int
+
+
 class Done(msgspec.Struct, frozen=True, tag="done"):
     """The reply finished.
 
@@ -189,6 +212,9 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
         Token counts reported or counted (``prompt_tokens``, ``completion_tokens``;
         ``cached_tokens``, the answering call's prompt tokens not evaluated again,
         where the model says); after a repetition stop also ``withheld_chars``.
+    cut_prompts : list of CutPrompt
+        The reply's model calls whose server cut their prompt (empty: none did, or the
+        model is local and evaluates what it is given).
     tool_calls : list of ToolCall
         The calls of the caller's tools the reply ended with, in the model's order,
         each as the model produced it (``internal`` False); empty otherwise.
@@ -197,6 +223,7 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
     finish_reason: FinishReason
     usage: dict[str, Any] = {}
     tool_calls: list[ToolCall] = []
+    cut_prompts: list[CutPrompt] = []
 
 
 class Failed(msgspec.Struct, frozen=True, tag="failed"):

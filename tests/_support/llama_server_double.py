@@ -7,6 +7,10 @@ with Jinja2. Switches reproduce older builds: endpoints that answer 404, a
 ``/tokenize`` that ignores ``parse_special``, or pieces that do not match the text.
 Every request body, and its ``Authorization`` header, is recorded so tests can check
 what the client sent.
+
+With ``keep_tokens`` it also answers ``POST /v1/chat/completions`` as Ollama does with a
+prompt longer than its ``num_ctx``: it keeps the prompt's last ``keep_tokens`` tokens,
+answers 200 all the same, and reports the tokens it kept as ``usage.prompt_tokens``.
 """
 
 from __future__ import annotations
@@ -39,16 +43,22 @@ class LlamaServerDouble:
         (builds before the ``parse_special`` option).
     corrupt_pieces : bool
         Return pieces unrelated to the text (a broken proxy).
+    keep_tokens : int, optional
+        Serve chat completions, cutting a longer prompt to its last ``keep_tokens``
+        tokens (see the module's docstring); ``cut`` counts the prompts it cut.
     """
 
     def __init__(self, *, n_ctx: int = 8192, slots: int = 2, missing: set[str] = frozenset(),
-                 ignore_parse_special: bool = False, corrupt_pieces: bool = False) -> None:
+                 ignore_parse_special: bool = False, corrupt_pieces: bool = False,
+                 keep_tokens: int | None = None) -> None:
         self.vocab = LlamaVocab()
         self.llm = self.vocab._llm
         self.n_ctx, self.slots = n_ctx, slots
         self.missing = set(missing)
         self.ignore_parse_special = ignore_parse_special
         self.corrupt_pieces = corrupt_pieces
+        self.keep_tokens = keep_tokens
+        self.cut = 0
         self.requests: list[tuple[str, str, object]] = []
         self.authorizations: list[str | None] = []  # each request's Authorization header
         self.byte_list_pieces = 0  # pieces sent as byte lists (not valid UTF-8 alone)
@@ -126,6 +136,15 @@ class LlamaServerDouble:
                     self.byte_list_pieces += 1
                 out.append({"id": i, "piece": piece})
             return 200, {"tokens": out}
+        if (method, path) == ("POST", "/v1/chat/completions") and self.keep_tokens is not None:
+            prompt = self.render(body["messages"], tools=body.get("tools"))
+            n = len(self.tokenize(prompt, add_special=True, parse_special=True))
+            kept = min(n, self.keep_tokens)
+            self.cut += kept < n
+            return 200, {"id": "chatcmpl-double", "object": "chat.completion", "model": body.get("model", ""),
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": "ok"}}],
+                         "usage": {"prompt_tokens": kept, "completion_tokens": 1, "total_tokens": kept + 1}}
         if path in ("/props", "/apply-template", "/tokenize"):
             return 405, {"error": {"code": 405, "message": "Method Not Allowed"}}
         return 404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}

@@ -141,7 +141,7 @@ def test_refusals_are_counted_before_they_join_the_notes_so_the_answer_fits_its_
                 {"role": "user", "content": ASK[0]["content"]}]
     limit = p.count_prompt(messages) + 12  # room for the notes as they are, and hardly a line more
     step = Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(messages, 0, originals, limit,
-                                                                                     None, 0.0)
+                                                                                     None, 0.0, [])
     events = []
     try:
         while True:
@@ -192,7 +192,7 @@ def test_the_step_asks_for_fewer_ranges_where_four_would_not_fit():
     notes = step.messages[:-1]
     at = next(i for i, m in enumerate(notes) if "Notes on doc" in m["content"])
     list(Engine(p, settings=settings(), max_reply_tokens=256)._constrained_rereads(notes, at, originals, window - 256,
-                                                                                    None, 0.0))
+                                                                                    None, 0.0, []))
     (asked,) = [r for r in p.requests if r.schema is not None]
     assert asked.schema["properties"]["reread"]["maxItems"] == 2
     assert "at most 2 in all" in asked.messages[-1]["content"]

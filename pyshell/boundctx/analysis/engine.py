@@ -41,8 +41,8 @@ from boundctx.errors import (
     SectionReadError,
     ToolOfferError,
 )
-from boundctx.events import Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
-from boundctx.providers.base import Finish, Provider, Sampling, TextChunk, ToolCallChunk, ToolChoice
+from boundctx.events import CutPrompt, Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
+from boundctx.providers.base import Finish, Provider, Sampling, TextChunk, ToolCallChunk, ToolChoice, noting_cuts
 
 __all__ = ["COORDINATOR_NOTES", "Engine"]
 
@@ -390,6 +390,7 @@ class Engine:
                started: float, shift: int, callers: list[dict[str, Any]],
                asked: _Asked) -> Generator[Event, None, None]:
         s = self.settings
+        cuts: list[CutPrompt] = []  # this reply's model calls whose server cut the prompt
         provider = self.provider
         workers = s.chat.analysis_workers
         limit = provider.context_window - self.max_reply_tokens
@@ -481,7 +482,8 @@ class Engine:
             try:
                 oid = originals.add(text, label)
                 notes = yield from iter_read_in_sections(provider, text, question=question, source_id=oid,
-                                                         label=label, settings=s, cancel=cancel, started=started)
+                                                         label=label, settings=s, cancel=cancel, started=started,
+                                                         cuts=cuts)
             except BoundctxError:
                 raise
             except ValueError as exc:
@@ -528,11 +530,12 @@ class Engine:
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
             elif stepping:
-                final = yield from self._constrained_rereads(final, blocks[-1][0], originals, limit, cancel, started)
+                final = yield from self._constrained_rereads(final, blocks[-1][0], originals, limit, cancel, started,
+                                                             cuts)
                 if final is None:
                     yield Done("cancelled")
                     return
-        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked)
+        yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked, cuts)
 
     def _notes_rooms(self, workers: int, candidates: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
@@ -590,7 +593,7 @@ class Engine:
         return longest_fitting(room, fits)
 
     def _constrained_rereads(self, messages: list[dict[str, Any]], notes_at: int, originals: Originals, limit: int,
-                             cancel: Any, started: float):
+                             cancel: Any, started: float, cuts: list[CutPrompt]):
         """For a model without tool calls: one step, held by its decoder to a JSON schema,
         in which it names the ranges of this reply's originals it needs exactly; the
         engine checks them as ``read_chat_section`` would and adds the exact text to the
@@ -626,7 +629,8 @@ class Engine:
                                **({"key": {"type": "string", "enum": keys}} if keys else {})}}}}}
         yield Stage("rereading", time.monotonic() - started, 1)
         pieces: list[str] = []
-        stream = provider.stream_chat(ask, schema=schema, max_tokens=room, temperature=0.0, cancel=cancel)
+        stream = noting_cuts(provider.stream_chat(ask, schema=schema, max_tokens=room, temperature=0.0, cancel=cancel),
+                             cuts, "reread step")
         with _model_call(stream, "the reread step"):
             for chunk in stream:
                 if isinstance(chunk, TextChunk):
@@ -671,7 +675,9 @@ class Engine:
 
     def _coordinate(self, messages: list[dict[str, Any]], notes_at: int | None, tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,
-                    started: float, asked: _Asked) -> Iterator[Event]:
+                    started: float, asked: _Asked, cuts: list[CutPrompt]) -> Iterator[Event]:
+        """The answering calls (and the rereads a tool-calling model makes between them);
+        the reply's Done carries ``cuts``, its calls whose server cut their prompt."""
         provider = self.provider
         temperature = self.settings.chat.temperature
         theirs = {_tool_name(t) for t in callers}
@@ -689,11 +695,11 @@ class Engine:
             # The stop strings are cut before the guard sees the text: what follows one is
             # not the answer, so it is neither shown nor judged.
             cut = StopCut(asked.stops)
-            stream = provider.stream_chat(messages, tools=offered, max_tokens=self.max_reply_tokens,
-                                          temperature=temperature, stop=asked.stops or None, cancel=cancel,
-                                          schema=asked.schema, sampling=asked.sampling,
-                                          tool_choice=asked.tool_choice if offered else None,
-                                          parallel_tool_calls=asked.parallel_tool_calls if offered else None)
+            stream = noting_cuts(provider.stream_chat(
+                messages, tools=offered, max_tokens=self.max_reply_tokens, temperature=temperature,
+                stop=asked.stops or None, cancel=cancel, schema=asked.schema, sampling=asked.sampling,
+                tool_choice=asked.tool_choice if offered else None,
+                parallel_tool_calls=asked.parallel_tool_calls if offered else None), cuts, "answer")
             with _model_call(stream, "the model call"):
                 for chunk in stream:
                     if isinstance(chunk, TextChunk):
@@ -716,7 +722,7 @@ class Engine:
             if guard.looping:
                 yield Done("repetition", {"prompt_tokens": finish.prompt_tokens,
                                           "completion_tokens": finish.completion_tokens,
-                                          "withheld_chars": guard.withheld_chars})
+                                          "withheld_chars": guard.withheld_chars}, cut_prompts=cuts)
                 return
             rest = guard.finish()
             if rest:
@@ -725,7 +731,7 @@ class Engine:
             if finish.cached_tokens is not None:
                 usage["cached_tokens"] = finish.cached_tokens
             if finish.reason == "cancelled" or not calls:
-                yield Done(finish.reason, usage)
+                yield Done(finish.reason, usage, cut_prompts=cuts)
                 return
             if any(c.name in theirs for c in calls):
                 # The caller's calls end the reply. A reread asked for in the same turn is
@@ -743,7 +749,7 @@ class Engine:
                         yield ToolResult(c.id, f"not run: the same turn called the caller's {called}, which "
                                                "ends the reply for the caller to run")
                 # A call cut at the output budget keeps "length": its arguments may be cut.
-                yield Done("length" if finish.reason == "length" else "tool_calls", usage, ended)
+                yield Done("length" if finish.reason == "length" else "tool_calls", usage, ended, cut_prompts=cuts)
                 return
             # The round (the model's calls and their results) joins the prompt only if it
             # fits, each part counted before it is added: a result that does not fit is
@@ -774,7 +780,7 @@ class Engine:
                                                        "indexed, say it could not be confirmed.")
             if provider.count_prompt(said, tools=tools) <= limit:
                 messages = said
-        yield Done("tool_rounds_exhausted")
+        yield Done("tool_rounds_exhausted", cut_prompts=cuts)
 
     @staticmethod
     def _run_tool(call: ToolCallChunk, originals: Originals, names: list[str]) -> str:

@@ -35,8 +35,8 @@ from boundctx._search import longest_fitting
 from boundctx.analysis.notes import NoteLedger, cited_end
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.errors import GenerationTimeout, IncompleteCoverage
-from boundctx.events import AnalysisProgress
-from boundctx.providers.base import Provider, TextChunk
+from boundctx.events import AnalysisProgress, CutPrompt
+from boundctx.providers.base import Provider, TextChunk, noting_cuts
 from boundctx.sections import plan as plan_sections
 
 __all__ = ["MAX_CONTINUATIONS", "TIMEOUT_TOKENS", "WORKER_INSTRUCTIONS", "Notes", "iter_read_in_sections",
@@ -138,7 +138,8 @@ def _timeout_advice(seconds: float, call_tokens: int) -> str:
 
 
 def iter_read_in_sections(provider: Provider, text: str, *, question: str, source_id: str, label: str,
-                          settings: config.Settings, cancel: Any = None, started: float | None = None):
+                          settings: config.Settings, cancel: Any = None, started: float | None = None,
+                          cuts: list[CutPrompt] | None = None):
     """Read ``text`` completely with sequential note-taking workers, yielding an
     :class:`AnalysisProgress` before and after each section; the generator's return
     value is the notes (``notes = yield from iter_read_in_sections(...)``).
@@ -160,6 +161,8 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
         ``chat.analysis_workers`` and the ``analysis.*`` keys (see ``boundctx.config``).
     cancel : threading.Event, optional
         Checked before each section and passed to the provider.
+    cuts : list of CutPrompt, optional
+        Where a worker call whose server cut its prompt is said (decision 0043).
 
     Returns
     -------
@@ -214,7 +217,8 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
             call_tokens = prompt_tokens + notes_max
             try:
                 answer, cut = _worker_call(provider, messages, notes_max, cancel,
-                                           timeout_s=worker_time_limit(analysis.worker_timeout_s, call_tokens))
+                                           timeout_s=worker_time_limit(analysis.worker_timeout_s, call_tokens),
+                                           cuts=cuts)
             except Exception as exc:  # noqa: BLE001 - any failure of the model (llama-cpp-python raises
                 # RuntimeError on a failed decode; a backend may run out of memory) leaves sections unread,
                 # and the reply must say which, not escape.
@@ -254,7 +258,7 @@ def iter_read_in_sections(provider: Provider, text: str, *, question: str, sourc
 
 
 def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: int, cancel: Any, *,
-                 timeout_s: float) -> tuple[str | None, bool]:
+                 timeout_s: float, cuts: list[CutPrompt] | None = None) -> tuple[str | None, bool]:
     """One worker call, within ``timeout_s``: ``(its answer, whether it was cut at its
     budget)``; ``(None, False)`` when cancelled. Notes that loop (a small model's habit) are stopped there:
     the section was read, and the rest of the budget would only repeat what they say."""
@@ -262,9 +266,9 @@ def _worker_call(provider: Provider, messages: list[dict[str, Any]], notes_max: 
     guard = RepetitionGuard()
     cut = False
     # One-off work: a local model keeps the reply's state, not this one (decision 0030).
-    stream = provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
-                                  timeout_s=timeout_s, cancel=cancel,
-                                  keep_state=False)
+    stream = noting_cuts(provider.stream_chat(messages, max_tokens=notes_max, temperature=0.2,
+                                              timeout_s=timeout_s, cancel=cancel, keep_state=False),
+                         [] if cuts is None else cuts, "worker")
     try:
         for chunk in stream:
             if isinstance(chunk, TextChunk):

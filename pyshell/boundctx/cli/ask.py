@@ -110,6 +110,8 @@ class Asked(msgspec.Struct, frozen=True):
         Repeated characters not shown (a reply stopped because it looped).
     saved : bool
         Whether the exchange was appended to the transcript.
+    cut_prompts : list of CutPrompt
+        ``Done.cut_prompts``: the model calls whose server cut their prompt.
     """
 
     answer: str
@@ -117,6 +119,7 @@ class Asked(msgspec.Struct, frozen=True):
     error: str | None = None
     withheld_chars: int = 0
     saved: bool = False
+    cut_prompts: list[Any] = []
 
 
 def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Continuation:
@@ -204,6 +207,7 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
     finish = error = None
     withheld = 0
     saved = False
+    cuts: list[Any] = []
     for event in engine.reply(messages, files=files, cancel=cancel):
         if on_event is not None:
             on_event(event)
@@ -212,12 +216,20 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
         elif isinstance(event, Done):
             finish = event.finish_reason
             withheld = int(event.usage.get("withheld_chars") or 0)
+            cuts = list(event.cut_prompts)
             if finish == "stop" and transcript is not None and transcript.style is not None:
                 _append(transcript, transcript.style, question, "".join(pieces), files)
                 saved = True
         elif isinstance(event, Failed):
             error = event.error
-    return Asked("".join(pieces), finish, error, withheld, saved)
+    return Asked("".join(pieces), finish, error, withheld, saved, cuts)
+
+
+def cut_prompt_warning(cut: Any) -> str:
+    """What ``ask`` says of a model call whose server cut its prompt (decision 0043)."""
+    return (f"boundctx ask: the server evaluated {cut.evaluated:,} prompt tokens of the {cut.call}'s "
+            f"{cut.sent_at_least:,} or more: it cut the prompt, so that call did not see all of it. Give the server "
+            "a context of at least chat.n_ctx (Ollama: num_ctx), or set chat.n_ctx to the server's")
 
 
 STDIN_LABEL = "stdin"
@@ -434,6 +446,8 @@ def run(args) -> int:
                   file=sys.stderr)
         elif finish == "cancelled":
             print("boundctx ask: stopped; the reply is not complete", file=sys.stderr)
+        for cut in asked.cut_prompts:
+            print(cut_prompt_warning(cut), file=sys.stderr)
         if not quiet:
             print(f"({status_line.elapsed():.1f} s)", file=sys.stderr)
     return status

@@ -10,10 +10,11 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from boundctx.errors import ContextOverflow
+from boundctx.events import CutPrompt, ModelCall
 from boundctx.tokens.base import Message, TokenCounter
 
 __all__ = ["ChatRequest", "ChunkStream", "Finish", "FinishReason", "Provider", "Reply", "Sampling", "TextChunk",
-           "ToolCallChunk", "ToolChoice", "finish_reason", "make_request"]
+           "ToolCallChunk", "ToolChoice", "finish_reason", "make_request", "noting_cuts"]
 
 #: Why a stream ended: the OpenAI set (a remote server's own reason is passed on), and
 #: ``"cancelled"`` when the caller's cancel event stopped it.
@@ -62,6 +63,11 @@ class Finish(msgspec.Struct, frozen=True):
         local model's kept state, counted exactly; a server's
         ``usage.prompt_tokens_details.cached_tokens`` or llama.cpp's ``timings.cache_n``);
         None where the backend does not say.
+    prompt_floor : int or None
+        The fewest tokens the prompt as sent can be (a remote provider's: its exact
+        count where it counts exactly, else :func:`boundctx.tokens.base.fewest_tokens`);
+        None where the provider evaluated the prompt itself. A reported
+        ``prompt_tokens`` below it means the server cut the prompt (:attr:`cut`).
     """
 
     reason: FinishReason
@@ -69,9 +75,31 @@ class Finish(msgspec.Struct, frozen=True):
     completion_tokens: int | None = None
     usage_estimated: bool = False
     cached_tokens: int | None = None
+    prompt_floor: int | None = None
+
+    @property
+    def cut(self) -> bool:
+        """The server said it evaluated fewer prompt tokens than were sent (decision 0043)."""
+        return (self.prompt_floor is not None and not self.usage_estimated and self.prompt_tokens is not None
+                and self.prompt_tokens < self.prompt_floor)
 
 
 Chunk = TextChunk | ToolCallChunk | Finish
+
+
+def noting_cuts(stream: Generator[Chunk, None, None], cuts: list[CutPrompt], call: ModelCall,
+                ) -> Generator[Chunk, None, None]:
+    """``stream``'s chunks as they come, with a :class:`~boundctx.events.CutPrompt` added
+    to ``cuts`` when its Finish says the server cut the prompt. Closing this closes
+    ``stream`` (the generation stops)."""
+    try:
+        for chunk in stream:
+            if isinstance(chunk, Finish) and chunk.cut:
+                assert chunk.prompt_floor is not None and chunk.prompt_tokens is not None
+                cuts.append(CutPrompt(call, chunk.prompt_floor, chunk.prompt_tokens))
+            yield chunk
+    finally:
+        stream.close()
 #: What a provider's stream is: a generator, so its reader can close it and end the generation.
 ChunkStream = Generator[Chunk, None, None]
 

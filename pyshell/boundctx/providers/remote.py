@@ -333,7 +333,7 @@ class OpenAICompatibleProvider(Provider):
                     response.read()
             finally:
                 response.close()
-            yield from _unstreamed_chunks(response, prompt_tokens, self)
+            yield from _unstreamed_chunks(response, prompt_tokens, self, request)
             return
         yield from state.close(self, request, prompt_tokens)
 
@@ -378,7 +378,7 @@ class OpenAICompatibleProvider(Provider):
                     await response.aread()
             finally:
                 await response.aclose()
-            for chunk in _unstreamed_chunks(response, prompt_tokens, self):
+            for chunk in _unstreamed_chunks(response, prompt_tokens, self, request):
                 yield chunk
             return
         for chunk in state.close(self, request, prompt_tokens):
@@ -397,8 +397,16 @@ def cached_tokens(usage: Any, timings: Any) -> int | None:
     return None
 
 
+def _prompt_floor(provider: OpenAICompatibleProvider, request: ChatRequest, prompt_tokens: int) -> int:
+    """The fewest tokens the prompt sent can be: the count made to send it where it is
+    exact, else the words it carries (decision 0043)."""
+    if provider.counter.exact:
+        return prompt_tokens
+    return provider.counter.prompt_floor(request.messages, tools=request.tools)
+
+
 def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,
-                       provider: OpenAICompatibleProvider) -> list[Chunk]:
+                       provider: OpenAICompatibleProvider, request: ChatRequest) -> list[Chunk]:
     """The chunks of a whole (non-streamed) chat completion."""
     try:
         body = response.json()
@@ -419,7 +427,8 @@ def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,
     out.append(Finish(finish_reason(choice.get("finish_reason")),
                       reported if isinstance(reported, int) else prompt_tokens, usage.get("completion_tokens"),
                       usage_estimated=not isinstance(reported, int),
-                      cached_tokens=cached_tokens(usage, body.get("timings"))))
+                      cached_tokens=cached_tokens(usage, body.get("timings")),
+                      prompt_floor=_prompt_floor(provider, request, prompt_tokens)))
     return out
 
 
@@ -506,7 +515,8 @@ class _StreamState:
             provider.llama_server = True
         out.append(Finish(self.reason, reported if isinstance(reported, int) else prompt_tokens,
                           self.usage.get("completion_tokens"), usage_estimated=not isinstance(reported, int),
-                          cached_tokens=cached_tokens(self.usage, self.timings)))
+                          cached_tokens=cached_tokens(self.usage, self.timings),
+                          prompt_floor=_prompt_floor(provider, request, prompt_tokens)))
         return out
 
 

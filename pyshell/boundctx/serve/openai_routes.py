@@ -148,6 +148,8 @@ def _done_extension(done: Done) -> dict[str, Any]:
                            "cancelled": done.finish_reason == "cancelled"}
     if done.finish_reason == "repetition":
         ext["withheld_chars"] = (done.usage or {}).get("withheld_chars", 0)
+    if done.cut_prompts:  # the server behind boundctx cut a call's prompt (decision 0043)
+        ext["cut_prompts"] = msgspec.to_builtins(done.cut_prompts)
     return ext
 
 

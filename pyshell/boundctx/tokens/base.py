@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Message", "TokenCounter", "message_text"]
+__all__ = ["Message", "TokenCounter", "fewest_tokens", "message_text"]
 
 #: A chat message as the OpenAI-compatible APIs spell it: ``{"role": ..., "content": ...}``
 #: where content is a string or a list of parts (``{"type": "text", "text": ...}``).
@@ -36,6 +37,27 @@ def message_text(message: Message) -> str:
         if isinstance(message.get(key), str):
             parts.append(message[key])
     return "".join(parts)
+
+
+_WORDS = re.compile(r"[^ \t\n\r\f\v]+")
+
+
+def fewest_tokens(messages: Sequence[Message]) -> int:
+    """A lower bound of the tokens ``messages`` take on any model whose tokenizer never
+    makes one token of two words: the words (runs of characters that are not
+    whitespace) of the text they carry.
+
+    Why it holds: byte-level BPE tokenizers (GPT-2, cl100k/o200k, Llama 3, Qwen,
+    SmolLM2) first split text into pieces of at most one word, with at most one space
+    before it, and merge only within a piece; SentencePiece splits at whitespace by
+    default (``split_by_whitespace``). So each word is one token at least, and the
+    template's own tokens only add to it. Parts of a message are joined without a space,
+    which can only join two words into one: fewer, never more. Words are split at
+    ASCII whitespace only: a tokenizer may not split at the other characters Python
+    calls whitespace (U+001C to U+001F are not Unicode White_Space), and splitting at
+    fewer places only lowers the bound.
+    """
+    return sum(len(_WORDS.findall(message_text(m))) for m in messages)
 
 
 class TokenCounter(ABC):
@@ -77,6 +99,16 @@ class TokenCounter(ABC):
                      tools: Sequence[Mapping[str, Any]] | None = None,
                      add_generation_prompt: bool = True) -> int:
         """Tokens of the whole rendered prompt for ``messages`` (and ``tools``)."""
+
+    def prompt_floor(self, messages: Sequence[Message], *,
+                     tools: Sequence[Mapping[str, Any]] | None = None) -> int:
+        """The fewest tokens the prompt for ``messages`` can be on the model: an exact
+        counter's count; otherwise :func:`fewest_tokens`, a bound that holds whatever
+        the tokenizer (see there). A server that reports evaluating fewer prompt
+        tokens than this cut the prompt (decision 0043)."""
+        if self.exact:
+            return self.count_prompt(messages, tools=tools)
+        return fewest_tokens(messages)
 
     @abstractmethod
     def piece_bytes(self, text: str) -> np.ndarray:
