@@ -19,6 +19,7 @@ from boundctx.events import CutPrompt, Done  # noqa: E402
 from boundctx.providers.remote import OpenAICompatibleProvider  # noqa: E402
 from boundctx.tokens.base import fewest_tokens  # noqa: E402
 from boundctx.tokens.server import LlamaServerCounter  # noqa: E402
+
 from tests._support.llama_server_double import LlamaServerDouble  # noqa: E402
 
 KEEP = 400  # the server's num_ctx
