@@ -224,8 +224,11 @@ def callgrind_instructions(module: str, *args: str) -> tuple[int, list[str], str
 
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "callgrind.out"
-        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", module,
-                   *args]
+        # A parent started with -S (no site: another checkout measured through
+        # PYTHONPATH, past an editable install's import hook) starts its child so too.
+        no_site = ["-S"] if sys.flags.no_site else []
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *no_site, "-m",
+                   module, *args]
         run = subprocess.run(command, capture_output=True, text=True, check=True,
                              cwd=ROOT, env=importable_env({**os.environ, "PYTHONHASHSEED": "0"}))
         (totals,) = [line for line in out.read_text().splitlines() if line.startswith("totals:")]

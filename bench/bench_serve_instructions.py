@@ -12,6 +12,8 @@ is one request's instructions, start-up and imports cancelled out.
 
 Cases: ``models`` (GET /v1/models), ``chat`` (a whole chat completion), ``chat_stream``
 (a streamed one, 20 pieces), ``window`` (a session window of 100 messages),
+``sessions`` (the list of 20 sessions, each with its title: the first line of its first
+question, one bounded read of its first messages),
 ``not_found`` (an unknown path, the one error handler), ``too_large`` (a body over the
 cap, refused from its declared length).
 
@@ -19,6 +21,10 @@ Usage::
 
     python -m bench.bench_serve_instructions --label after       # about 5 minutes
     python -m bench.bench_serve_instructions --label before --only chat
+    # another checkout's package, past this checkout's editable install (-S: no site
+    # hooks; its site-packages on PYTHONPATH for the dependencies):
+    PYTHONPATH=/tmp/old/pyshell:$(python -c "import site; print(site.getsitepackages()[0])") \
+        python -S -m bench.bench_serve_instructions --label before --only window
 
 Results: ``bench/results/serve-instructions.json`` (runs by label; the ratio of
 ``after`` to ``before`` when both are there).
@@ -37,7 +43,7 @@ import tempfile
 from bench._harness import ROOT, callgrind_instructions, command_output, labelled_run, run_facts
 
 MODEL = "bench"
-CASES = ("models", "chat", "chat_stream", "window", "not_found", "too_large")
+CASES = ("models", "chat", "chat_stream", "window", "sessions", "not_found", "too_large")
 ASK = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me about the build."}]}
 
 
@@ -52,6 +58,11 @@ def _app(folder: str):
             for i in range(100):
                 t.append({"type": "message", "id": f"m{i}", "message": {
                     "role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 20}})
+    for k in range(2, 21):  # the list shows 20 sessions
+        with Transcript.open(os.path.join(folder, f"s{k}.jsonl"), create=True) as t:
+            if t.message_count == 0:
+                t.append({"type": "message", "message": {"role": "user", "content": f"Question {k} of the list\nmore"}})
+                t.append({"type": "message", "message": {"role": "assistant", "content": "An answer."}})
     pieces = [f"piece {i} " for i in range(20)]
     settings = config.load(env={}, overrides={"serve.max_body_bytes": 64 * 1024, "serve.sse_ping_seconds": 0})
     return create_app(ScriptedProvider(lambda request: pieces), settings=settings, model_id=MODEL,
@@ -68,6 +79,8 @@ def _request(case: str) -> tuple[str, str, bytes, list[tuple[bytes, bytes]]]:
         return "POST", "/v1/chat/completions", json.dumps({**ASK, "stream": True}).encode(), json_type
     if case == "window":
         return "GET", "/boundctx/v1/sessions/s1/messages", b"", []
+    if case == "sessions":
+        return "GET", "/boundctx/v1/sessions", b"", []
     if case == "not_found":
         return "GET", "/nope", b"", []
     if case == "too_large":
@@ -129,8 +142,8 @@ def counted(case: str, count: int) -> tuple[int, str]:
     return total, printed.strip()
 
 
-EXPECTED = {"models": "200", "chat": "200", "chat_stream": "200", "window": "200", "not_found": "404",
-            "too_large": "413"}
+EXPECTED = {"models": "200", "chat": "200", "chat_stream": "200", "window": "200", "sessions": "200",
+            "not_found": "404", "too_large": "413"}
 
 
 def main() -> None:
@@ -146,7 +159,11 @@ def main() -> None:
         return
     if not args.label:
         parser.error("--label is required")
-    run = {"commit": command_output("git", "-C", str(ROOT), "rev-parse", "HEAD"),
+    import boundctx
+
+    # The commit of the package measured (another checkout's, run as the usage says).
+    package = pathlib.Path(boundctx.__file__).parent
+    run = {"commit": command_output("git", "-C", str(package), "rev-parse", "HEAD"), "package": str(package),
            "facts": run_facts(("starlette", "msgspec", "boundctx")),
            "valgrind": command_output("valgrind", "--version"), "requests": args.requests, "cases": {}}
     for case in args.only or CASES:
