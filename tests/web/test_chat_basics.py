@@ -417,3 +417,24 @@ def test_what_the_page_hides_is_not_shown_whatever_its_layout(page, serve, folde
                                                    ".map(n => n.id || n.className)")
     assert hidden == []
     assert page.is_hidden("#rename-form") and page.is_visible("#session-heading")
+
+
+def test_the_window_gauge_shows_the_last_prompt_and_a_draft_over_the_limit_is_said_before_sending(page, serve, folder):
+    provider = ScriptedProvider(lambda r: "short answer", context_window=1024)
+    server = serve(provider, settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    errors = open_empty_session(page, server, folder, "g")
+    assert page.is_hidden("#window-line")
+    ask(page, "a short question")
+    page.wait_for_selector("#window-line:not([hidden])")
+    said = page.text_content("#window-said")
+    limit = 1024 - 256  # a reply without max_tokens keeps a quarter of this window for its answer
+    assert f"of the {limit:,} tokens a prompt may take" in said, said
+    assert page.eval_on_selector("#window-gauge", "m => [m.value, m.max]") == [
+        pytest.approx(float(said.split(" took ")[1].split(" of ")[0].replace(",", ""))), limit]
+    # Typed (the input event), a draft over the limit is said to be read in sections before it is sent.
+    page.fill("#question", "word " * 2000)
+    page.wait_for_selector("#sections-note:not([hidden])")
+    assert "it will be read in sections" in page.text_content("#sections-note")
+    page.fill("#question", "a short one again")
+    page.wait_for_selector("#sections-note", state="hidden")
+    assert not errors

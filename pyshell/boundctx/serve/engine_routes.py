@@ -45,7 +45,10 @@ def engine_routes(service: ReplyService) -> list:
         return _json(200, {"object": "boundctx.count", "prompt_tokens": tokens,
                            "exact": bool(getattr(counter, "exact", False)),
                            "counter": type(counter).__name__, "context_window": provider.context_window,
-                           "fits": tokens < provider.context_window})
+                           "fits": tokens < provider.context_window,
+                           # a reply without max_tokens: its prompt may take this much, and a
+                           # message alone over it is read in sections
+                           "prompt_limit": service.default_prompt_limit()})
 
     async def understand(request):
         from boundctx.understanding import Catalog, Click, Understander

@@ -178,6 +178,11 @@ class ReplyService:
             return settings
         return with_values(settings, {"chat.temperature": temperature}, "the request")
 
+    def default_prompt_limit(self) -> int:
+        """Tokens a prompt may take in a reply that does not set ``max_tokens``: the
+        window less the default reply budget (what a front end compares a draft with)."""
+        return self.provider.context_window - self._max_tokens(None)
+
     def _max_tokens(self, asked: int | None) -> int:
         window = self.provider.context_window
         max_tokens = asked or min(DEFAULT_MAX_TOKENS, max(1, window // 4))

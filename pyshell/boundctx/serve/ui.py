@@ -19,8 +19,8 @@ _JS = "text/javascript; charset=utf-8"
 #: The only files served, and their types: a name not listed is a 404, never a path.
 #: The page's ES modules (app.js imports the others) are served alike.
 FILES = {"index.html": "text/html; charset=utf-8", "app.css": "text/css; charset=utf-8",
-         **{name: _JS for name in ("app.js", "api.js", "page.js", "keep.js", "session.js",
-                                   "chat.js", "clock.js", "settings.js", "attach.js", "markdown.js", "edits.js")}}
+         **{name: _JS for name in ("app.js", "api.js", "page.js", "keep.js", "session.js", "chat.js", "clock.js",
+                                   "gauge.js", "settings.js", "attach.js", "markdown.js", "edits.js")}}
 POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
           "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"content-security-policy": POLICY, "x-content-type-options": "nosniff", "cache-control": "no-cache",

@@ -12,8 +12,10 @@
 //   chat.js      sending a message and showing its reply as it streams; Stop; the
 //                unfinished turn and the draft this browser keeps
 //   edits.js     delete a saved message; regenerate the last answer, or edit and resend
-//                the last question
+//                a question
 //   clock.js     one ticking line of a reply's time: so far, and about how long is left
+//   gauge.js     how full the window is: the last prompt against its limit, and whether
+//                a draft will be read in sections
 //   attach.js    an attached file, checked (size, kind) before it is read; its chip
 //   markdown.js  an answer's Markdown as DOM nodes, never as markup
 //   settings.js  the settings form

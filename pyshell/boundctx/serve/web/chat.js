@@ -8,9 +8,10 @@
 
 import { API, ApiError, api, postEvents } from "./api.js";
 import { AttachmentRefused, chip, readAttachment, sizeInWords, splitAttachment, withAttachment } from "./attach.js";
-import { $, button } from "./page.js";
+import { $, button, notice } from "./page.js";
 import { counted, showText, unsavedMessage, view } from "./session.js";
 import { ReplyClock } from "./clock.js";
+import { draftToCount, fitted } from "./gauge.js";
 import { DRAFT_KEY, KEEP, TURN_KEY, cut, forget, keep, kept } from "./keep.js";
 
 let turn = null;      // the reply in flight, if any
@@ -28,6 +29,7 @@ function draftNote(text) {
 export function draftChanged() {
   const sid = view.sid;
   const text = $("question").value;
+  draftToCount(attached ? withAttachment(text, attached) : text);
   let note = text.length > KEEP.draft ? `This message has ${text.length.toLocaleString()} characters; this ` +
     `browser keeps only its first ${KEEP.draft.toLocaleString()} if the page is reloaded before it is sent.` : "";
   if (!sid) return;
@@ -279,6 +281,7 @@ const ON = {
     for (const n of data.notices) t.progress.append(progressLine(`Note: ${n}`));
   },
   fitted(t, data) {
+    fitted(data);
     if (data.dropped.length || data.analysed.length || data.clipped) {
       t.progress.replaceChildren(progressLine(`${data.dropped.length} older messages left out; ` +
         `${data.analysed.length} inputs to read in sections` + (data.clipped ? `; ${data.clipped} clipped` : "")));
@@ -310,6 +313,11 @@ const ON = {
   },
   done(t, data) {
     showText(t.text, "assistant", t.said);
+    for (const c of data.cut_prompts || []) {
+      // The model's server kept less of a prompt than was sent (decision 0043).
+      notice(`The model's server read ${c.evaluated.toLocaleString()} tokens of the ${c.call}'s prompt of ` +
+             `${c.sent_at_least.toLocaleString()} or more: it cut the prompt, so that call did not see all of it.`);
+    }
     if (data.saved) {
       t.end();
       forget(TURN_KEY, t.sid);
@@ -342,6 +350,7 @@ function attachNote(text) {
 
 function setAttachment(a) {
   attached = a;
+  draftToCount(a ? withAttachment($("question").value, a) : $("question").value);
   const box = $("attached");
   box.replaceChildren();
   if (!a) return;
