@@ -22,7 +22,8 @@ def test_the_readme_command_reads_the_example_in_sections_on_the_embedded_model(
                  "--json", "Which step failed, and what is its job id?"])
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert events[-1]["type"] == "done"
-    assert code == (3 if events[-1]["finish_reason"] == "length" else 0)  # 64 tokens may cut it: exit 3
+    # 64 tokens may cut it, and a small model may loop: both are incomplete, exit 3
+    assert code == (3 if events[-1]["finish_reason"] in ("length", "repetition") else 0)
     progress = [e for e in events if e["type"] == "analysis_progress"]
     total = progress[0]["sections"]
     assert total >= 2

@@ -488,6 +488,18 @@ def _cut_answer(tmp_path):
         server.server_close()
 
 
+def _looping_answer(tmp_path):
+    from tests._support.servers import Scripted, delta
+
+    server = Scripted([(200, [delta("The build failed.\n"), *[delta("It failed again.\n")] * 12,
+                              delta(finish="stop")])])
+    try:
+        return cli("ask", "--provider", "remote", "--base-url", server.url, "q", cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # One real case or more per documented code, run as a real `python -m boundctx` process.
 EXIT_CASES = {
     0: {"session get": _session_get},
@@ -498,7 +510,7 @@ EXIT_CASES = {
         "sample onto a file without --force": _sample_onto_a_file,
         "an empty question": lambda p: cli("ask", " ", cwd=p),
         "serve on a port in use": _serve_on_a_port_in_use},
-    3: {"an answer cut at its budget": _cut_answer},
+    3: {"an answer cut at its budget": _cut_answer, "an answer stopped in a loop": _looping_answer},
     130: {"sample interrupted": _interrupted_sample},
 }
 

@@ -433,7 +433,9 @@ def run(args) -> int:
         if transcript is not None and transcript.style is not None and not (asked and asked.saved):
             print("boundctx ask: nothing was appended to the transcript (no complete answer)", file=sys.stderr)
     finish, withheld = asked.finish_reason, asked.withheld_chars
-    status = 1 if finish is None else 130 if finish == "cancelled" else EXIT_CUT if finish == "length" else 0
+    # An answer cut at its budget or stopped in a loop is not complete: a script can tell.
+    status = (1 if finish is None else 130 if finish == "cancelled"
+              else EXIT_CUT if finish in ("length", "repetition") else 0)
     if not args.json:
         if answered:
             print()
