@@ -3,6 +3,7 @@ scripted provider: answers, progress apart from the answer, errors in the OpenAI
 with real statuses, cancellation, admission and the guard."""
 
 import json
+import re
 import threading
 import time
 
@@ -53,11 +54,17 @@ def test_a_stream_carries_progress_apart_from_the_answer_byte_for_byte(serve):
     # The reply's estimate of its time left travels with its progress, as on a session.
     assert all("remaining_s" in p for p in progress if p["type"] in ("analysis_progress", "stage"))
     assert next(p for p in progress if p["type"] == "stage")["remaining_s"] > 0
+    timed = 0
     for ch in chunks:  # a progress chunk never carries text, and says so for Open WebUI
         ext = (ch.model_extra or {}).get("boundctx")
         if ext and ext["type"] == "analysis_progress":
             assert not ch.choices[0].delta.content
             assert ch.model_extra["event"]["type"] == "status"
+            # and its time left, once the reply has an estimate, in the line a person reads there
+            said = ch.model_extra["event"]["data"]["description"]
+            assert bool(re.search(r" · about [\d,]+ s left$", said)) == (ext["remaining_s"] is not None), said
+            timed += ext["remaining_s"] is not None
+    assert timed > 0
 
 
 def test_usage_chunk_only_when_asked_and_the_stream_helper_works(serve):

@@ -153,6 +153,13 @@ def _done_extension(done: Done) -> dict[str, Any]:
     return ext
 
 
+def _time_left(remaining_s: float | None) -> str:
+    """The reply's estimate of its time left, as the status line says it (the CLI's words)."""
+    if remaining_s is None:
+        return ""
+    return f" · about {max(1, round(remaining_s)):,} s left"
+
+
 def _extension(event: Any) -> tuple[dict[str, Any], str | None]:
     """boundctx's extension object for a non-text event, and Open WebUI's status line."""
     if isinstance(event, Fitted):
@@ -164,10 +171,11 @@ def _extension(event: Any) -> tuple[dict[str, Any], str | None]:
         return ext, said
     if isinstance(event, AnalysisProgress):
         ext = {"type": "analysis_progress", **msgspec.to_builtins(event)}
-        return ext, f"Reading section {event.section} of {event.sections} (worker {event.worker + 1})"
+        return ext, (f"Reading section {event.section} of {event.sections} (worker {event.worker + 1})"
+                     + _time_left(event.remaining_s))
     if isinstance(event, Stage):
         return {"type": "stage", **msgspec.to_builtins(event)}, (
-            "Answering" if event.stage == "answering" else "Rereading the originals")
+            ("Answering" if event.stage == "answering" else "Rereading the originals") + _time_left(event.remaining_s))
     if isinstance(event, ToolCall):
         return {"type": "tool_call", **msgspec.to_builtins(event)}, None
     if isinstance(event, ToolResult):
