@@ -87,7 +87,33 @@ def test_the_estimates_floor_never_passes_the_real_count_and_catches_an_ollama_s
         [{"role": "user", "content": log}]) // 4
 
 
-def test_ask_says_a_cut_prompt_and_the_openai_route_carries_it(capsys):
+def test_ask_says_each_cut_prompt_on_stderr_and_in_its_json_done_event(tmp_path):
+    """The real command against the server that cuts: the answer is printed, and a line
+    says the server cut the answer's prompt (what it kept, of what was sent)."""
+    import json
+    import subprocess
+    import sys
+
+    double = LlamaServerDouble(keep_tokens=KEEP)
+    url = double.start()
+    question = " ".join(f"w{i}" for i in range(1500)) + "\nWhat is the last word?"
+    try:
+        base = [sys.executable, "-m", "boundctx", "ask", "--provider", "remote", "--base-url", url, "--n-ctx", "16384",
+                "--analysis-workers", "0", "--max-tokens", "16"]
+        said = subprocess.run([*base, question], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              stdin=subprocess.DEVNULL)
+        as_json = subprocess.run([*base, "--json", question], capture_output=True, text=True, timeout=120,
+                                 cwd=tmp_path, stdin=subprocess.DEVNULL)
+    finally:
+        double.stop()
+    assert said.returncode == 0 and said.stdout.strip() == "ok", said.stderr
+    assert f"the server evaluated {KEEP} prompt tokens of the answer's " in said.stderr, said.stderr
+    done = json.loads(as_json.stdout.splitlines()[-1])
+    (cut,) = done["cut_prompts"]
+    assert done["type"] == "done" and cut["call"] == "answer" and cut["evaluated"] == KEEP < cut["sent_at_least"]
+
+
+def test_the_openai_route_carries_a_cut_prompt_in_its_done_extension():
     from boundctx.cli.ask import cut_prompt_warning
 
     said = cut_prompt_warning(CutPrompt("worker", 2400, 400))
