@@ -48,3 +48,18 @@ def test_the_coordinator_sees_its_notes_in_words_and_originals_by_name():
     # nothing of the old notation, and no form the classifier counts, but the notes' own
     # headings and the placeholder the file became
     assert notation_in(prompt.replace("read completely by note-taking workers", "")) == []
+
+
+def test_each_original_gets_the_name_its_room_was_counted_on_whatever_order_it_is_read_in():
+    """Items are read largest first; each keeps the name of its place (the one the rooms
+    and the reread tool were counted on), never a longer one made in reading order."""
+    def model(request):
+        return "nothing relevant" if request.messages[0]["content"].startswith("You read one section") else "ok"
+
+    p = ScriptedProvider(model, context_window=4096)
+    p.supports_tools = False
+    small, big = "short\n" * 1500, "line of a log\n" * 2000
+    list(Engine(p, settings=load(env={}, overrides={"chat.n_ctx": 4096}), max_reply_tokens=128).reply(
+        [{"role": "user", "content": "q?"}], files=[("x", small), ("x (2)", small), ("x", big)]))
+    prompt = "\n".join(str(m["content"]) for m in p.requests[-1].messages)
+    assert re.findall(r"Notes on (.+?) \([\d,]+ characters", prompt) == ["x", "x (2)", "x (3)"]

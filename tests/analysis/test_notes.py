@@ -34,6 +34,10 @@ def test_a_citation_in_words_is_read_like_the_older_notation_and_an_unfilled_for
     # the form's own placeholders, copied as they stand, are said nowhere
     assert parse_worker_lines("port: 1 [S<k> start-end]\nhost: x (characters start-end)", section=1, start=0,
                               end=9) == [("port", "1", 0, 9), ("host", "x", 0, 9)]
+    # as a model may write it: capitalised, with a full stop; a value's own "(start-end)" stays
+    assert parse_worker_lines("Port: 1 (Characters 110-120).\nspan: (start-end) of it (characters 130-140)",
+                              section=2, start=100, end=200) == [("Port", "1", 110, 120),
+                                                                 ("span", "(start-end) of it", 130, 140)]
     # a rendered note given back (a worker repeating its notes) reads as it was noted
     assert parse_worker_lines("port: 2 (characters 150-160) (corrects the value at characters 110-120)",
                               section=2, start=100, end=200) == [("port", "2", 150, 160)]

@@ -123,3 +123,13 @@ def test_the_openai_route_carries_a_cut_prompt_in_its_done_extension():
     ext = _done_extension(Done("stop", {"prompt_tokens": 400}, cut_prompts=[CutPrompt("answer", 2400, 400)]))
     assert ext["cut_prompts"] == [{"call": "answer", "sent_at_least": 2400, "evaluated": 400}]
     assert "cut_prompts" not in _done_extension(Done("stop"))
+
+
+def test_a_report_of_zero_or_of_only_the_uncached_tokens_is_not_a_cut():
+    from boundctx.providers.base import Finish
+
+    assert Finish("stop", 400, 1, prompt_floor=900).cut
+    assert not Finish("stop", 0, 1, prompt_floor=900).cut  # nothing reported
+    assert not Finish("stop", 100, 1, cached_tokens=850, prompt_floor=900).cut  # the rest was cached
+    assert not Finish("stop", 400, 1, usage_estimated=True, prompt_floor=900).cut  # our own count, not the server's
+    assert not Finish("stop", 400, 1).cut  # a local model: no floor

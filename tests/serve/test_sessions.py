@@ -266,8 +266,15 @@ def test_and_later_deletes_a_message_and_everything_after_it_in_one_rewrite(serv
     edit = {"type": "message", "message": {"role": "user", "content": "edited"}}
     assert_error(h.patch(f"{API}/s1/messages/1", params={"and_later": "true"}, json=edit), 400, "invalid_value")
     assert_error(h.delete(f"{API}/s1/messages/3", params={"and_later": "true"}), 404, "message_not_found")
-    r = h.delete(f"{API}/s1/messages/1", params={"and_later": "false"})  # one message, as without the flag
+    # a message appended since the count the client saw is never deleted unseen
+    h.post(f"{API}/s1/messages", json={"type": "message", "message": {"role": "user", "content": "new"}})
+    assert_error(h.delete(f"{API}/s1/messages/1", params={"and_later": "true", "message_count": "3"}), 409,
+                 "stale_cursor")
+    assert_error(h.delete(f"{API}/s1/messages/1", params={"message_count": "4"}), 400, "invalid_value")
+    r = h.delete(f"{API}/s1/messages/2", params={"and_later": "true", "message_count": "4"})
     assert r.status_code == 200 and r.json()["message_count"] == 2
+    r = h.delete(f"{API}/s1/messages/1", params={"and_later": "false"})  # one message, as without the flag
+    assert r.status_code == 200 and r.json()["message_count"] == 1
 
 
 def test_one_message_whole_while_the_window_shows_it_cut(server, folder):

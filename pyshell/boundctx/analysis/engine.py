@@ -93,7 +93,8 @@ def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = ()
     longest key (escaped, the widest way to write it), every optional space written.
     Counted in bytes, one token each at least, so it holds on any tokenizer, whatever
     pieces the model picks (a model need not pick the ones its tokenizer would)."""
-    longest = json.dumps(max(ids, key=len), ensure_ascii=False)
+    # The longest in bytes: names are a file's, in any script.
+    longest = max((json.dumps(i, ensure_ascii=False) for i in ids), key=lambda s: len(s.encode()))
     key = f' , "key" : {max((json.dumps(k) for k in keys), key=len)}' if keys else ""
     item = f'{{ "id" : {longest} , "start" : {_WIDEST_INT} , "end" : {_WIDEST_INT}{key} }} '
     return len(f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '.encode())
@@ -455,7 +456,8 @@ class Engine:
         final = list(fit.messages)
         blocks: list[tuple[int, tuple[str, str, int, list]]] = []  # (index in final, _notes_block arguments)
         dropped = set(fit.dropped_at)
-        final_origins = [o for c, o in enumerate(origins) if c not in dropped]  # final[j] came from these
+        final_at = [c for c in range(len(origins)) if c not in dropped]  # final[j] is convo[final_at[j]]
+        final_origins = [origins[c] for c in final_at]
 
         def label_of(index: int) -> tuple[str, str]:
             origin = final_origins[index]
@@ -480,7 +482,9 @@ class Engine:
             item = final[index]
             label, text = label_of(index)
             try:
-                oid = originals.add(text, label)
+                # The name counted for this item's place (items are read largest first, and
+                # a name given in that order could be longer than the one counted).
+                oid = originals.add(text, label, name=candidates[final_at[index] - turn_start][1])
                 notes = yield from iter_read_in_sections(provider, text, question=question, source_id=oid,
                                                          label=label, settings=s, cancel=cancel, started=started,
                                                          cuts=cuts)

@@ -50,9 +50,10 @@ UNNOTED_HEADER = "Not noted (reread; may correct values above):"
 # A citation at the end of a worker's line, in words or in the older notation (with the
 # section's number), maybe followed by a correction's mark the worker copied.
 _CITE = re.compile(r"\s*(?:\((?:characters|chars?)\s+(\d+)\s*[-–]\s*(\d+)\)|\[S(\d+)\s+(\d+)\s*-\s*(\d+)\])"
-                   r"\s*(?:\(correct(?:ed|s)\b[^)]*\))?\s*$")
-# The form's placeholders copied as they stand (a small model's habit): said nowhere.
-_PLACEHOLDER = re.compile(r"\s*(?:\[S<k> start-end\]|\((?:characters )?start-end\))")
+                   r"\s*(?:\(correct(?:ed|s)\b[^)]*\))?\s*[.;,]?\s*$", re.I)
+# The form's placeholders copied as they stand (a small model's habit), where a citation
+# goes (at the end): said nowhere.
+_PLACEHOLDER = re.compile(r"\s*(?:\[S<k> start-end\]|\((?:characters )?start-end\))\s*[.;,]?\s*$", re.I)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _KEY_MAX = 120
 

@@ -79,10 +79,13 @@ class Originals:
         self._texts: dict[str, Original] = {}
         self._keys: dict[str, dict[str, tuple[str, int, int]]] = {}  # oid -> normalised key -> (key, start, end)
 
-    def add(self, text: str, label: str) -> str:
-        """Keep ``text``; returns its id, the name :func:`name_originals` gives ``label``
-        after the names already given."""
-        oid = name_originals([*(o.label for o in self._texts.values()), label])[-1]
+    def add(self, text: str, label: str, *, name: str | None = None) -> str:
+        """Keep ``text``; returns its id: ``name`` (a name :func:`name_originals` gave, so
+        the one a bound was counted on), else the name it gives ``label`` after the names
+        already given. A name already taken is refused."""
+        oid = name if name is not None else name_originals([*(o.label for o in self._texts.values()), label])[-1]
+        if oid in self._texts or _UNSAFE.search(oid):
+            raise ValueError(f"the name {oid!r} is taken, or holds a quote, backslash or control character")
         self._texts[oid] = Original(oid, label, text)
         return oid
 

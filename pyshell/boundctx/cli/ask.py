@@ -228,8 +228,9 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
 def cut_prompt_warning(cut: Any) -> str:
     """What ``ask`` says of a model call whose server cut its prompt (decision 0043)."""
     return (f"boundctx ask: the server evaluated {cut.evaluated:,} prompt tokens of the {cut.call}'s "
-            f"{cut.sent_at_least:,} or more: it cut the prompt, so that call did not see all of it. Give the server "
-            "a context of at least chat.n_ctx (Ollama: num_ctx), or set chat.n_ctx to the server's")
+            f"{cut.sent_at_least:,} or more: it cut the prompt, so that call did not see all of it (unless the "
+            "server counts only tokens it had not cached). Give the server a context of at least chat.n_ctx "
+            "(Ollama: num_ctx), or set chat.n_ctx to the server's")
 
 
 STDIN_LABEL = "stdin"

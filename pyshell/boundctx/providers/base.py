@@ -79,9 +79,13 @@ class Finish(msgspec.Struct, frozen=True):
 
     @property
     def cut(self) -> bool:
-        """The server said it evaluated fewer prompt tokens than were sent (decision 0043)."""
-        return (self.prompt_floor is not None and not self.usage_estimated and self.prompt_tokens is not None
-                and self.prompt_tokens < self.prompt_floor)
+        """The server said it evaluated fewer prompt tokens than were sent (decision 0043).
+        A report of 0 says nothing (some servers report 0 on a cache hit), and tokens the
+        server says it had cached count as read: a server that counts only what it
+        evaluated anew is not taken for one that cut."""
+        if self.prompt_floor is None or self.usage_estimated or not self.prompt_tokens:
+            return False
+        return self.prompt_tokens + (self.cached_tokens or 0) < self.prompt_floor
 
 
 Chunk = TextChunk | ToolCallChunk | Finish

@@ -14,9 +14,10 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
                                                                 one page of its text
     PATCH  /boundctx/v1/sessions/{id}/messages/{index}          edit (full-history rewrite)
     DELETE /boundctx/v1/sessions/{id}/messages/{index}          delete (full-history rewrite)
-    DELETE /boundctx/v1/sessions/{id}/messages/{index}?and_later=true
+    DELETE /boundctx/v1/sessions/{id}/messages/{index}?and_later=true&message_count=N
                                                                 delete it and every later message
-                                                                (one rewrite: edit an earlier question)
+                                                                (one rewrite: edit an earlier question),
+                                                                refused if the session no longer has N
 
 Every entry a window or the one-message route returns carries ``role`` and ``text``
 beside its record: how it reads for a person, by its format's rule
@@ -397,6 +398,13 @@ class Sessions:
         if later and body is not None:
             raise ApiError(400, "and_later is for DELETE only: an edit replaces one message", "invalid_value",
                            "and_later")
+        # An append keeps the layout version (cursors stay good), so what "every later
+        # message" covers is held to the count the client saw: one appended since is not
+        # deleted unseen.
+        seen = _int_param(query, "message_count", None, 0)
+        if seen is not None and not later:
+            raise ApiError(400, "message_count goes with and_later=true (the messages it deletes)", "invalid_value",
+                           "message_count")
         path = self._existing(sid)
         index = _index(index_text)
         record = _record(body) if body is not None else None
@@ -409,6 +417,10 @@ class Sessions:
             # rewritten: nothing can move the messages between this and the rename.
             if wanted is not None and wanted != layout_version(history.source):
                 raise _stale()
+            if seen is not None and seen != history.message_count:
+                raise ApiError(409, f"the session has {history.message_count:,} messages, not the {seen:,} this "
+                               "delete was asked for (a message was added since): read it again and ask again",
+                               "stale_cursor", "message_count")
             _check_index(index, history.message_count)
 
         with self._opened(path) as t:

@@ -11,7 +11,7 @@ import { AttachmentRefused, chip, readAttachment, sizeInWords, splitAttachment, 
 import { $, button, notice } from "./page.js";
 import { counted, showText, unsavedMessage, view } from "./session.js";
 import { ReplyClock } from "./clock.js";
-import { draftToCount, fitted } from "./gauge.js";
+import { draftToCount, fitted, gaugeFor } from "./gauge.js";
 import { DRAFT_KEY, KEEP, TURN_KEY, cut, forget, keep, kept } from "./keep.js";
 
 let turn = null;      // the reply in flight, if any
@@ -44,6 +44,8 @@ function restoreDraft(sid) {
   const draft = kept(DRAFT_KEY, sid);
   const text = draft && typeof draft.text === "string" ? draft.text : "";
   $("question").value = text;
+  gaugeFor(sid);
+  draftToCount(text);
   draftNote(draft && draft.length > text.length ? `Your unsent message had ${draft.length.toLocaleString()} ` +
     `characters; this browser kept its first ${text.length.toLocaleString()}, shown here: the rest was not kept.` : "");
 }

@@ -77,7 +77,7 @@ export function watchMessages() {
 async function remove(index, andLater = false) {
   const sid = encodeURIComponent(view.sid);
   const after = await api(`${API}/sessions/${sid}/messages/${index}?layout_version=${encodeURIComponent(view.version)}` +
-                          (andLater ? "&and_later=true" : ""), { method: "DELETE" });
+                          (andLater ? `&and_later=true&message_count=${view.count}` : ""), { method: "DELETE" });
   view.version = after.layout_version;
   view.count = after.message_count;
 }

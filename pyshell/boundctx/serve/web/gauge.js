@@ -12,6 +12,16 @@ let limit = null;     // tokens a prompt may take: the last reply's, else the se
 let timer = null;
 let asked = 0;        // the newest count asked for: an older answer is dropped
 
+let shownFor = null;  // the session the gauge is about
+
+// The view moved to session `sid`: what the gauge said was about another session's prompt.
+export function gaugeFor(sid) {
+  if (sid === shownFor) return;
+  shownFor = sid;
+  limit = null;
+  $("window-line").hidden = true;
+}
+
 // A reply's `fitted` event: its prompt as fitted against what the prompt may take.
 export function fitted(data) {
   if (!data.prompt_limit) return;
