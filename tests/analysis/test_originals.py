@@ -5,7 +5,7 @@ import json
 import pytest
 
 from boundctx.analysis import READ_TOOL_NAME, Originals
-from boundctx.analysis.originals import MAX_NAME_CHARS
+from boundctx.analysis.originals import MAX_NAME_CHARS, name_originals
 from boundctx.errors import SectionReadError
 
 LOG = "line 1: ok\nline 2: id=7f3a9c11 failed\nline 3: ok\n" * 10
@@ -82,7 +82,7 @@ def test_a_key_is_read_from_the_range_noted_for_it_whatever_it_is_called_like():
 def test_the_schema_counted_before_any_original_is_the_schema_once_they_are_kept():
     originals = Originals()
     labels = ["build.log", "build.log", 'a "quoted"\\name\n', "x" * 200]
-    ahead = originals.tool_schema_for(labels)
+    ahead = originals.tool_schema_for(name_originals(labels))
     names = [originals.add(f"text {k}", label) for k, label in enumerate(labels)]
     assert ahead == originals.tool_schema()
     assert names[:3] == ["build.log", "build.log (2)", "a quoted name"]  # a grammar-safe name, never a quote

@@ -443,7 +443,7 @@ class Engine:
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed: its schema
             # (with an id for every item that could be) is kept free beside the notes.
-            schema = originals.tool_schema_for([label for label, _ in candidates])
+            schema = originals.tool_schema_for([name for _, name in candidates])
             reread_room = provider.count_prompt([], tools=callers + [schema]) - count([])
         notes_room, item_room, framing = self._notes_rooms(workers, candidates, provider.supports_tools)
         notes_max = s.analysis.notes_max_tokens
@@ -457,15 +457,14 @@ class Engine:
         blocks: list[tuple[int, tuple[str, str, int, list]]] = []  # (index in final, _notes_block arguments)
         dropped = set(fit.dropped_at)
         final_at = [c for c in range(len(origins)) if c not in dropped]  # final[j] is convo[final_at[j]]
-        final_origins = [origins[c] for c in final_at]
 
         def label_of(index: int) -> tuple[str, str]:
-            origin = final_origins[index]
-            if origin.kind == "file":
+            """An analysed item's label and text (analysed items are of the current turn)."""
+            c = final_at[index]
+            if origins[c].kind == "file":
                 # An attached file is kept (and reread) as the file itself, without its header.
-                return files[origin.at]
-            item = final[index]
-            return _label_of_message(item, origin.at), str(item.get("content") or "")
+                return files[origins[c].at]
+            return labels[c - turn_start], str(final[index].get("content") or "")
 
         # An inserted system prompt is never dropped (the first system message is kept)
         # and is not one of the caller's messages.

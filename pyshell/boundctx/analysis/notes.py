@@ -37,7 +37,7 @@ import msgspec
 
 from boundctx._search import longest_fitting
 
-__all__ = ["INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER", "NoteEntry", "NoteLedger", "cite", "cited_end",
+__all__ = ["INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER", "NoteEntry", "NoteLedger", "cited_end",
            "parse_worker_lines"]
 
 #: What a worker writes when its section has nothing that bears on the question.
@@ -83,12 +83,8 @@ class NoteEntry(msgspec.Struct):
     stale: tuple[int, int, int] | None = None
 
     def cite(self) -> str:
-        return cite(self.start, self.end)
-
-
-def cite(start: int, end: int) -> str:
-    """Where a value is, as the coordinator reads it."""
-    return f"(characters {start}-{end})"
+        """Where the value is, as the coordinator reads it."""
+        return f"(characters {self.start}-{self.end})"
 
 
 def _norm(key: str) -> str:

@@ -159,11 +159,11 @@ class Originals:
         """The OpenAI-style function tool the coordinator gets (counted in its prompt)."""
         return self._schema(list(self))
 
-    def tool_schema_for(self, labels: Sequence[str]) -> dict[str, Any]:
-        """The tool as it will be if originals of every one of ``labels`` (in order) are
-        kept: what the room kept free for it is counted on, before any is. Those kept
-        are some of them, in the same order, so their names are these or shorter."""
-        return self._schema(name_originals(labels))
+    def tool_schema_for(self, names: Sequence[str]) -> dict[str, Any]:
+        """The tool as it will be if originals of every one of ``names`` (given by
+        :func:`name_originals`) are kept: what the room kept free for it is counted on,
+        before any is. Those kept are some of them, under the same names."""
+        return self._schema(list(names))
 
     def _schema(self, ids: list[str]) -> dict[str, Any]:
         return {"type": "function", "function": {

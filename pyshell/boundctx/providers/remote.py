@@ -45,7 +45,7 @@ from boundctx.providers.base import (
     finish_reason,
     make_request,
 )
-from boundctx.tokens.base import Message, TokenCounter
+from boundctx.tokens.base import Message, TokenCounter, fewest_tokens
 from boundctx.tokens.estimate import ByteEstimateCounter
 
 if TYPE_CHECKING:
@@ -400,9 +400,7 @@ def cached_tokens(usage: Any, timings: Any) -> int | None:
 def _prompt_floor(provider: OpenAICompatibleProvider, request: ChatRequest, prompt_tokens: int) -> int:
     """The fewest tokens the prompt sent can be: the count made to send it where it is
     exact, else the words it carries (decision 0043)."""
-    if provider.counter.exact:
-        return prompt_tokens
-    return provider.counter.prompt_floor(request.messages, tools=request.tools)
+    return prompt_tokens if provider.counter.exact else fewest_tokens(request.messages)
 
 
 def _unstreamed_chunks(response: httpx.Response, prompt_tokens: int,

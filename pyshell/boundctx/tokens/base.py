@@ -100,16 +100,6 @@ class TokenCounter(ABC):
                      add_generation_prompt: bool = True) -> int:
         """Tokens of the whole rendered prompt for ``messages`` (and ``tools``)."""
 
-    def prompt_floor(self, messages: Sequence[Message], *,
-                     tools: Sequence[Mapping[str, Any]] | None = None) -> int:
-        """The fewest tokens the prompt for ``messages`` can be on the model: an exact
-        counter's count; otherwise :func:`fewest_tokens`, a bound that holds whatever
-        the tokenizer (see there). A server that reports evaluating fewer prompt
-        tokens than this cut the prompt (decision 0043)."""
-        if self.exact:
-            return self.count_prompt(messages, tools=tools)
-        return fewest_tokens(messages)
-
     @abstractmethod
     def piece_bytes(self, text: str) -> np.ndarray:
         """UTF-8 byte length of each token of ``text``, in order (int64); they add up
