@@ -29,7 +29,7 @@ function draftNote(text) {
 export function draftChanged() {
   const sid = view.sid;
   const text = $("question").value;
-  draftToCount(attached ? withAttachment(text, attached) : text);
+  draftToCount(composed(text));
   let note = text.length > KEEP.draft ? `This message has ${text.length.toLocaleString()} characters; this ` +
     `browser keeps only its first ${KEEP.draft.toLocaleString()} if the page is reloaded before it is sent.` : "";
   if (!sid) return;
@@ -350,9 +350,14 @@ function attachNote(text) {
   note.hidden = !text;
 }
 
+// What sending `question` now would send: it, with the attachment if there is one.
+function composed(question) {
+  return attached ? withAttachment(question, attached) : question;
+}
+
 function setAttachment(a) {
   attached = a;
-  draftToCount(a ? withAttachment($("question").value, a) : $("question").value);
+  draftToCount(composed($("question").value));
   const box = $("attached");
   box.replaceChildren();
   if (!a) return;
@@ -383,7 +388,7 @@ export async function send(event) {
   if (turn || !view.sid) return;
   const question = $("question").value;
   if (!question.trim() && !attached) return;
-  const content = attached ? withAttachment(question, attached) : question;
+  const content = composed(question);
   // The question moves from the composer into the turn, which keeps it from here on.
   $("question").value = "";
   setAttachment(null);
