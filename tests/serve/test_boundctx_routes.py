@@ -302,7 +302,7 @@ def test_count_is_the_providers_own_count_of_the_prompt(serve):
     assert with_tools["prompt_tokens"] == provider.count_prompt(messages, tools=tools) > plain["prompt_tokens"]
     assert plain["context_window"] == 4096 and plain["fits"] is True
     # a reply without max_tokens keeps min(512, window / 4) tokens for its answer
-    assert plain["prompt_limit"] == 4096 - 512
+    assert plain["prompt_limit"] == 4096 - 512 and plain["reads_in_sections"] is True
     assert plain["exact"] is bool(provider.counter.exact)
     for bad in ({"messages": []}, {"messages": [{"role": "wizard", "content": "x"}]}, {"message": []},
                 {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}):

@@ -437,4 +437,11 @@ def test_the_window_gauge_shows_the_last_prompt_and_a_draft_over_the_limit_is_sa
     assert "it will be read in sections" in page.text_content("#sections-note")
     page.fill("#question", "a short one again")
     page.wait_for_selector("#sections-note", state="hidden")
+    # With section analysis off the server refuses such a message: the page says that instead.
+    import httpx
+
+    httpx.patch(f"{server.url}/boundctx/v1/settings", json={"chat.analysis_workers": 0}).raise_for_status()
+    page.fill("#question", "word " * 2000)
+    page.wait_for_selector("#sections-note:not([hidden])")
+    assert "so it will be refused" in page.text_content("#sections-note")
     assert not errors

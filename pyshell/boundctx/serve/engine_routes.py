@@ -47,8 +47,10 @@ def engine_routes(service: ReplyService) -> list:
                            "counter": type(counter).__name__, "context_window": provider.context_window,
                            "fits": tokens < provider.context_window,
                            # a reply without max_tokens: its prompt may take this much, and a
-                           # message alone over it is read in sections
-                           "prompt_limit": service.default_prompt_limit()})
+                           # message alone over it is read in sections where analysis is on
+                           # (chat.analysis_workers > 0), else refused
+                           "prompt_limit": service.default_prompt_limit(),
+                           "reads_in_sections": service.settings.chat.analysis_workers > 0})
 
     async def understand(request):
         from boundctx.understanding import Catalog, Click, Understander

@@ -60,8 +60,9 @@ async function count(content, mine) {
   }
   if (mine !== asked) return;
   const over = limit ?? c.prompt_limit;
-  sectionsNote(c.prompt_tokens > over
-    ? `This message is ${c.prompt_tokens.toLocaleString()} tokens, more than the ${over.toLocaleString()} a ` +
-      "prompt may take: it will be read in sections (notes first, then the answer from them)."
-    : "");
+  const more = `This message is ${c.prompt_tokens.toLocaleString()} tokens, more than the ` +
+    `${over.toLocaleString()} a prompt may take: `;
+  sectionsNote(c.prompt_tokens <= over ? "" : c.reads_in_sections
+    ? more + "it will be read in sections (notes first, then the answer from them)."
+    : more + "the server reads nothing in sections (chat.analysis_workers is 0), so it will be refused.");
 }
