@@ -69,6 +69,8 @@ import time
 from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis import READ_TOOL_NAME, Engine
+from boundctx.analysis.engine import REREAD_HEADER
+from boundctx.analysis.notes import ANSWER_INDEX_HEADER
 from boundctx.analysis.workers import WORKER_INSTRUCTIONS, worker_messages, worker_question
 from boundctx.events import Done, Failed, ReplyDelta, ToolCall
 from boundctx.providers import ScriptedProvider, ToolCallChunk
@@ -396,12 +398,14 @@ def at_budget_documents(seed: int, n_chars: int, counter, settings) -> list[tupl
 
 #: A line of the engine's notes: a kept value (``key: value (characters 10-40)``, maybe
 #: followed by a correction's mark) or an index line (``key (characters 10-40)``); the
-#: index may also come a range to a line (``characters 10-40: key; key``).
-NOTE = re.compile(r"^(\w+) of (\w+)(?:: (.+?))? \(characters (\d+)-(\d+)\)")
+#: index may also come a range to a line (``characters 10-40: key; key``). In the notes
+#: an answer no reread can follow is written from (decision 0044), a kept value has no
+#: range (``key: value``) and the keys not kept are one line (:data:`ANSWER_INDEX_HEADER`).
+NOTE = re.compile(r"^(\w+) of (\w+)(?:: (.+?))?(?: \(characters (\d+)-(\d+)\))?(?: \(corrects [^)]*\))?$")
 INDEX_LINE = re.compile(r"^characters (\d+)-(\d+): (.+)$")
 INDEX_ENTRY = re.compile(r"^(\w+) of (\w+)$")
-SOURCE = re.compile(r"^Notes on (.+?) \([\d,]+ characters, read in sections ")
-EXACT = "Exact text read again"
+SOURCE = re.compile(r"^Notes on (.+?) \([\d,]+ characters(?:, read in sections |\):)")
+EXACT = REREAD_HEADER
 QUESTION = re.compile(r"What is the (\w+) of (\w+)\?")
 
 
@@ -430,7 +434,14 @@ def read_notes(system: str) -> list[tuple[str, str, str | None, str, int, int]]:
             continue
         n = NOTE.match(line)
         if n:
-            out.append((n.group(1), n.group(2), n.group(3), oid, int(n.group(4)), int(n.group(5))))
+            at = (int(n.group(4)), int(n.group(5))) if n.group(4) else (-1, -1)  # no range: the latest value
+            out.append((n.group(1), n.group(2), n.group(3), oid, *at))
+            continue
+        if line.startswith(ANSWER_INDEX_HEADER):
+            for entry in line[len(ANSWER_INDEX_HEADER):].strip(" .").split("; "):
+                e = INDEX_ENTRY.match(entry)
+                if e:
+                    out.append((e.group(1), e.group(2), None, oid, -1, -1))
             continue
         grouped = INDEX_LINE.match(line)
         for entry in grouped.group(3).split("; ") if grouped else ():
@@ -440,7 +451,8 @@ def read_notes(system: str) -> list[tuple[str, str, str | None, str, int, int]]:
     return out
 
 
-UNLISTED = re.compile(r"^\(\d+ more keys, .* are not listed", re.M)
+UNLISTED = re.compile(r"^\(\d+ more keys, .* are not listed"
+                      r"|^" + re.escape(ANSWER_INDEX_HEADER) + r".*\b\d+ (?:more|keys)\.$", re.M)
 UNNOTED_RANGE = re.compile(r"^characters (\d+)-(\d+)$", re.M)
 
 
@@ -588,8 +600,7 @@ def ask(condition: str, document: str, q: dict, counter, settings, provider=None
                     "sections": sections, "kept": sum(n[2] is not None for n in notes),
                     "index_only": sum(n[2] is None for n in notes),
                     "listed": any(n[0] == q["attribute"] and n[1] == q["entity"] for n in notes),
-                    "keys_left_out": any(line.startswith("(") and "not" in line
-                                         for line in system.split(EXACT)[0].splitlines()),
+                    "keys_left_out": bool(UNLISTED.search(system.split(EXACT)[0])),
                     "max_active": getattr(provider, "max_active", 1), "wall_s": time.perf_counter() - started,
                     "over_window": sum(provider.count_prompt(r.messages, tools=r.tools) + r.max_tokens > window
                                        for r in requests)}

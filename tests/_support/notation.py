@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from boundctx.analysis.engine import REREAD_HEADER
+from boundctx.analysis.notes import ANSWER_INDEX_HEADER, ANSWER_UNNOTED
+
 __all__ = ["FORMS", "notation_in"]
+
+# The lines the engine writes around the notes today, as written (so a rewording is
+# counted too): a model that copies one into its answer copies the engine, not the text.
+_TODAY = "|".join(re.escape(line.rstrip(":.")) for line in (ANSWER_INDEX_HEADER, ANSWER_UNNOTED, REREAD_HEADER))
 
 FORMS = {
     # the section citations the notes used to give: [S2 2089-4144]
@@ -23,10 +30,13 @@ FORMS = {
     "placeholder": re.compile(r"S<k>|start-end"),
     # the random ids originals were kept under
     "original id": re.compile(r"\bsrc-[0-9a-f]{8}-\d+\b"),
-    # the notes' own headings and the placeholder an analysed item becomes
-    "notes heading": re.compile(r"Values not kept here|Not noted \(reread|read completely by note-taking workers"),
-    # the lines of the reread step's results as they were once written
-    "reread line": re.compile(r"(?:key '[^']*'|characters \d+-\d+): (?:not read \(|«)"),
+    # the notes' own headings (those once written, and today's), the line an index ends
+    # with when keys are left out, and the placeholder an analysed item becomes
+    "notes heading": re.compile(r"Values not kept here|Not noted \(reread|read completely by note-taking workers"
+                                r"|Notes on .{1,60}? \(\d[\d,]* characters|more keys, at characters|" + _TODAY),
+    # the lines of the reread step's results, as they were once written and as they are
+    "reread line": re.compile(r"(?:key '[^']*'|characters \d+-\d+): (?:not read \(|«)"
+                              r"|exactly: «|read again exactly|could not be read again|No exact text was read again"),
     # the constrained reread step's JSON
     "reread request": re.compile(r"\{\s*\"reread\"\s*:"),
 }

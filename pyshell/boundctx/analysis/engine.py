@@ -44,7 +44,7 @@ from boundctx.errors import (
 from boundctx.events import CutPrompt, Done, Event, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Finish, Provider, Sampling, TextChunk, ToolCallChunk, ToolChoice, noting_cuts
 
-__all__ = ["COORDINATOR_NOTES", "Engine"]
+__all__ = ["ANSWER_NOTES", "COORDINATOR_NOTES", "Engine"]
 
 COORDINATOR_NOTES = (
     "Part of this conversation was too long to show you whole. It was read completely, section by section, "
@@ -57,6 +57,16 @@ _REREAD = (" When an exact string matters (an id, a number, a quote), call read_
            "it returns.")
 _NO_GUESS = (" Where a value the answer needs is only indexed (its range without the value) and was not "
              "read again, say it could not be confirmed rather than guess it.")
+#: The instructions before notes an answer is written from when no reread can follow it
+#: (decision 0044): nothing in them or in the notes is there only for a reread, since
+#: what a small model is shown it copies into its answer. Never more tokens than the
+#: instructions counted for the notes' room (a test holds it).
+ANSWER_NOTES = (
+    "Part of this conversation was too long to show you whole. It was read completely, section by section, "
+    "by note-taking workers; their notes follow. Answer in your own words: the notes are for you, not for "
+    "the answer. Where a value the answer needs is not in the notes, say it could not be confirmed rather "
+    "than guess it."
+)
 
 #: The constrained step that lets a model without tool calls ask for exact rereads.
 REREAD_ASK = (
@@ -98,7 +108,7 @@ def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = ()
     key = f' , "key" : {max((json.dumps(k) for k in keys), key=len)}' if keys else ""
     item = f'{{ "id" : {longest} , "start" : {_WIDEST_INT} , "end" : {_WIDEST_INT}{key} }} '
     return len(f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '.encode())
-REREAD_HEADER = "Exact text read again from the originals (it is what the text says where the notes differ):"
+REREAD_HEADER = "Read again exactly, from the text itself (where the notes differ, this is right):"
 
 #: Tokens allowed for where a text is joined to the prompt (a system message's end, a
 #: block's start): a tokenizer may merge across a join, never by more than this.
@@ -508,15 +518,18 @@ class Engine:
         notes_at = blocks[-1][0] if blocks else None
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "") + _NO_GUESS
+            bare = list(final)  # the prompt the notes are added to, each time anew
 
-            def with_notes(room: int) -> list[dict[str, Any]]:
+            def with_notes(room: int, *, for_answer: bool = False) -> list[dict[str, Any]]:
                 """``final`` with every analysed item's notes rendered in ``room`` tokens, each
                 in the item's own place (the instructions before the first): the prompt
                 up to the first analysed item is the conversation's own, the start a
-                model still holds from the turns before (decision 0031)."""
-                out = list(final)
+                model still holds from the turns before (decision 0031). ``for_answer``:
+                as an answer no reread can follow is written from (decision 0044)."""
+                out = list(bare)
                 for k, (index, block) in enumerate(blocks):
-                    said = (instructions + "\n\n" if k == 0 else "") + self._notes_block(*block, room)
+                    said = ((ANSWER_NOTES if for_answer else instructions) + "\n\n" if k == 0 else "") \
+                        + self._notes_block(*block, room, for_answer=for_answer)
                     out[index] = {**out[index], "content": f"{out[index]['content']}\n\n{said}"}
                 return out
 
@@ -532,12 +545,23 @@ class Engine:
             final = with_notes(room)
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
-            elif stepping:
-                final = yield from self._constrained_rereads(final, blocks[-1][0], originals, limit, cancel, started,
-                                                             cuts)
-                if final is None:
-                    yield Done("cancelled")
-                    return
+            else:
+                # No reread can follow the answer: it is written from the notes in words
+                # (with what the step read again), when that fits where the notes as the
+                # step saw them did; else from those (decision 0044).
+                read_again, last = "", blocks[-1][0]  # what the step read joins the last notes
+                if stepping:
+                    read_again = yield from self._constrained_rereads(final, last, originals, limit, cancel,
+                                                                      started, cuts)
+                    if read_again is None:
+                        yield Done("cancelled")
+                        return
+                answering = with_notes(room, for_answer=True)
+                if read_again:
+                    answering, final = (_added_to_notes(answering, last, read_again),
+                                        _added_to_notes(final, last, read_again))
+                if provider.count_prompt(answering) <= limit:
+                    final = answering
         yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked, cuts)
 
     def _notes_rooms(self, workers: int, candidates: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
@@ -566,13 +590,23 @@ class Engine:
         per_item = block + placeholder + workers * s.analysis.notes_max_tokens
         return instructions, per_item, block + placeholder
 
-    def _notes_block(self, oid: str, label: str, length: int, notes: list[Notes], room: int) -> str:
+    def _notes_block(self, oid: str, label: str, length: int, notes: list[Notes], room: int, *,
+                     for_answer: bool = False) -> str:
         """The notes on one input for the coordinator: every worker's merged (the value
         from the later place in the text wins), within ``room`` tokens (what fitting left
-        them: at most every worker's budget, ``workers × analysis.notes_max_tokens``)."""
+        them: at most every worker's budget, ``workers × analysis.notes_max_tokens``).
+        ``for_answer``: in words, within the tokens the notes for a reread take (so
+        never more), for an answer no reread can follow (decision 0044)."""
+        count = self.provider.counter.count_text
         budget = min(room, self.settings.analysis.notes_max_tokens * max(len(notes), 1))
         merged = NoteLedger.merged(n.ledger for n in notes if n.ledger is not None)
-        text = merged.render(budget, self.provider.counter.count_text)
+        text = merged.render(budget, count)
+        if for_answer:
+            text = merged.render(count(text), count, for_answer=True) if text else ""
+            if not text:
+                text = ("Nothing in it bears on the question." if not len(merged) and not merged.unnoted else
+                        "There was no room to show its notes here.")
+            return f"Notes on {oid} ({length:,} characters):\n{text}"
         read = sorted(k for n in notes for k in n.sections)
         if not text:  # nothing noted, or no room to show what was
             text = ("(nothing relevant)" if not len(merged) and not merged.unnoted else
@@ -602,16 +636,17 @@ class Engine:
         engine checks them as ``read_chat_section`` would and adds the exact text to the
         notes, as far as the window allows (decision 0026). Each reread is a
         ``ToolCall``/``ToolResult`` pair; what could not be read says why. Returns the
-        messages to answer from (the generator's value), or None when cancelled."""
+        text to add to the notes for the answer, in words ("" for nothing; counted to
+        fit beside ``messages``), as the generator's value, or None when cancelled."""
         provider = self.provider
         ids = list(originals)
         keys = grammar_safe_keys(originals.noted_keys())
 
-        def noted(failure: str) -> list[dict[str, Any]]:
+        def noted(failure: str) -> str:
             # Say it in the notes when it fits; the instructions say it in any case.
-            said = _added_to_notes(messages, notes_at, f"No exact text was read again ({failure}): where a value the "
-                                             "answer needs is only indexed, say it could not be confirmed.")
-            return said if provider.count_prompt(said) <= limit else messages
+            said = (f"No exact text was read again ({failure}): a value the notes do not show could not be "
+                    "confirmed.")
+            return said if provider.count_prompt(_added_to_notes(messages, notes_at, said)) <= limit else ""
 
         # As many ranges as the step's largest answer leaves room for beside its prompt.
         ranges = REREAD_MAX_RANGES
@@ -659,9 +694,10 @@ class Engine:
             given = {name: value for name, value in (("start", want.start), ("end", want.end), ("key", want.key))
                      if value is not None}
             arguments = msgspec.json.encode({"section_id": want.id, **given}).decode()
-            # Said in words: a small model copies these lines into its answer.
+            # Said in words, with nothing a reread needs: no reread follows, and a small
+            # model copies these lines into its answer (decision 0044).
             where = (f"The value noted as {want.key!r} in {want.id}" if want.key is not None
-                     else f"Characters {want.start}-{want.end} of {want.id}")
+                     else f"A passage of {want.id}")
             yield ToolCall(call_id, READ_TOOL_NAME, arguments)
             try:
                 text = originals.call({"section_id": want.id, **given})
@@ -669,12 +705,12 @@ class Engine:
                 yield ToolResult(call_id, f"error: {exc}")
                 add(f"{where} could not be read again: {exc}")
                 continue
-            if not add(f"{where}, exactly: «{text}»"):
+            if not add(f"{where}, read again exactly: «{text}»"):
                 yield ToolResult(call_id, f"error: {len(text)} characters do not fit the remaining context")
                 add(f"{where} could not be read again: it does not fit")
                 continue
             yield ToolResult(call_id, text)
-        return _added_to_notes(messages, notes_at, _reread_text(read_back)) if read_back else messages
+        return _reread_text(read_back) if read_back else ""
 
     def _coordinate(self, messages: list[dict[str, Any]], notes_at: int | None, tools: list[dict[str, Any]] | None,
                     callers: list[dict[str, Any]], originals: Originals, limit: int, cancel: Any,

@@ -26,6 +26,9 @@ reread and that a value noted before them may have been corrected there.
 The notes are written for a reader, in words (decision 0041): a small model copies what
 it is shown into its answer, and ``[S2 2089-4144]`` or ``S3: key 10-40`` copied there
 reads as a fault of boundctx, where ``(characters 2089-4144)`` reads as a reference.
+Where no reread can follow (an answer from a model without tool calls), the notes are
+rendered without what a reread needs: values without ranges, the keys not kept on one
+line (decision 0044).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ import msgspec
 
 from boundctx._search import longest_fitting
 
-__all__ = ["INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER", "NoteEntry", "NoteLedger", "cited_end",
-           "parse_worker_lines"]
+__all__ = ["ANSWER_INDEX_HEADER", "ANSWER_UNNOTED", "INDEX_HEADER", "NOTHING_RELEVANT", "UNNOTED_HEADER",
+           "NoteEntry", "NoteLedger", "cited_end", "parse_worker_lines"]
 
 #: What a worker writes when its section has nothing that bears on the question.
 NOTHING_RELEVANT = "nothing relevant"
@@ -46,6 +49,11 @@ NOTHING_RELEVANT = "nothing relevant"
 INDEX_HEADER = "Values not kept here (reread the range to read them):"
 #: Heads the ranges read but not noted whole.
 UNNOTED_HEADER = "Not noted (reread; may correct values above):"
+#: In notes an answer is written from (no reread can follow): heads the keys whose values
+#: are not kept, on one line.
+ANSWER_INDEX_HEADER = "Also noted, with no room here for the value:"
+#: In notes an answer is written from: says that part was read but not noted whole.
+ANSWER_UNNOTED = "Part of the text was read but could not be noted whole, so a value from there may be missing."
 
 # A citation at the end of a worker's line, in words or in the older notation (with the
 # section's number), maybe followed by a correction's mark the worker copied.
@@ -193,31 +201,41 @@ class NoteLedger:
 
     # -- rendering within a bound ----------------------------------------------------
 
-    def render(self, budget: int, count: Callable[[str], int]) -> str:
+    def render(self, budget: int, count: Callable[[str], int], *, for_answer: bool = False) -> str:
         """The notes as text of at most ``budget`` tokens by ``count`` (exact: the
         result is counted). Empty when there are no notes. The ranges not noted come
         first, whatever else must give way (in one line by sections if they do not fit
-        one a line)."""
-        unnoted = _unnoted_text(self.unnoted, count, budget)
+        one a line).
+
+        ``for_answer``: the notes an answer is written from when no reread can follow
+        it (decision 0044). What serves only a reread (the ranges, the sections, the
+        corrections' places, the advice to read again) is left out, since a small model
+        copies it into its answer; the values and the keys not kept are said in words."""
+        if for_answer:
+            unnoted = ANSWER_UNNOTED if self._unnoted else ""
+        else:
+            unnoted = _unnoted_text(self.unnoted, count, budget)
         if not unnoted:
-            return self._render_entries(budget, count)
+            return self._render_entries(budget, count, for_answer)
         if count(unnoted) > budget:  # a bound too small even for the summary line: as much of it as fits
             return unnoted[:longest_fitting(len(unnoted), lambda k: count(unnoted[:k]) <= budget)]
-        rest = self._render_entries(max(budget - count(unnoted + "\n"), 0), count)
+        rest = self._render_entries(max(budget - count(unnoted + "\n"), 0), count, for_answer)
         joined = f"{unnoted}\n{rest}" if rest else unnoted
         return joined if count(joined) <= budget else unnoted
 
-    def _render_entries(self, budget: int, count: Callable[[str], int]) -> str:
+    def _render_entries(self, budget: int, count: Callable[[str], int], for_answer: bool) -> str:
         entries = self.entries()
         if not entries:
             return ""
+        values_and_index, compact_index = ((_answer_values_and_index, _answer_compact_index) if for_answer else
+                                           (_values_and_index, _compact_index))
         by_age = sorted(entries, key=lambda e: e.seq)  # evicted in this order
         n = len(by_age)
 
         def with_values(evicted: int) -> str:
             gone = {id(e) for e in by_age[:evicted]}
-            return _values_and_index([e for e in entries if id(e) not in gone],
-                                     [e for e in entries if id(e) in gone])
+            return values_and_index([e for e in entries if id(e) not in gone],
+                                    [e for e in entries if id(e) in gone])
 
         # The fewest values evicted (oldest first) that fit, if any: all of them kept
         # is tried first. Each candidate is counted once; longest_fitting assumes k = 0
@@ -227,23 +245,27 @@ class NoteLedger:
             return with_values(n - keep)
         # Not even every key with its range fits: a compact index by section, then the
         # newest keys only, saying how many are not listed.
-        compact = _compact_index(entries, dropped=[])
+        compact = compact_index(entries, dropped=[])
         if count(compact) <= budget:
             return compact
         newest_first = sorted(entries, key=lambda e: e.seq, reverse=True)
 
         def listing(k: int) -> str:
             kept = {id(e) for e in newest_first[:k]}
-            return _compact_index([e for e in entries if id(e) in kept],
-                                  dropped=[e for e in entries if id(e) not in kept])
+            return compact_index([e for e in entries if id(e) in kept],
+                                 dropped=[e for e in entries if id(e) not in kept])
 
         k = longest_fitting(n, lambda k: count(listing(k)) <= budget)
         text = listing(k)
         return text if k > 0 or count(text) <= budget else ""  # k > 0 was counted to fit
 
 
+def _fact(e: NoteEntry) -> str:
+    return e.value if e.key == e.value[:_KEY_MAX] else f"{e.key}: {e.value}"
+
+
 def _value_line(e: NoteEntry) -> str:
-    line = f"{e.value} {e.cite()}" if e.key == e.value[:_KEY_MAX] else f"{e.key}: {e.value} {e.cite()}"
+    line = f"{_fact(e)} {e.cite()}"
     if e.stale is not None:
         s, a, b = e.stale
         line += f" (corrects the value at characters {a}-{b})"
@@ -274,6 +296,22 @@ def _compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]
         lines.append(f"({len(dropped)} more keys, at characters {lo}-{hi} (sections {_sections(sections)}), "
                      "are not listed: read any of them again by its key)")
     return "\n".join(lines)
+
+
+def _answer_values_and_index(kept: Sequence[NoteEntry], evicted: Sequence[NoteEntry]) -> str:
+    # The latest value of each key, in the order of the text, in the key's own words; a
+    # value corrected later is not shown at all (its correction is).
+    lines = [_fact(e) for e in kept]
+    if evicted:
+        lines.append(f"{ANSWER_INDEX_HEADER} " + "; ".join(e.key for e in evicted) + ".")
+    return "\n".join(lines)
+
+
+def _answer_compact_index(entries: Sequence[NoteEntry], *, dropped: Sequence[NoteEntry]) -> str:
+    keys = "; ".join(e.key for e in entries)
+    if dropped:
+        keys += f"; and {len(dropped)} more" if keys else f"{len(dropped)} keys"
+    return f"{ANSWER_INDEX_HEADER} {keys}."
 
 
 def _unnoted_text(ranges: Sequence[tuple[int, int, int]], count: Callable[[str], int], budget: int) -> str:
