@@ -9,6 +9,7 @@ would already catch for that kind of failure. This module imports nothing from b
     ├── ConfigError(ValueError)                  a setting has a value outside its range
     ├── PromptTemplateError(ValueError)          a model's chat template refused or failed
     ├── ToolOfferError(ValueError)               tools given to a reply cannot be offered as given
+    ├── ResponseSchemaError(ValueError)          an answer cannot be held to the schema given
     ├── SectionPlanError(ValueError)             a source cannot be cut into sections as asked
     │   ├── SourceTooLarge                          more characters than analysis.max_source_chars
     │   ├── TooManySections                         more sections than analysis.max_sections
@@ -71,6 +72,7 @@ __all__ = [
     "TaskOutputInvalid",
     "TooManySections",
     "ToolOfferError",
+    "ResponseSchemaError",
     "TranscriptChanged",
     "TranscriptCorrupt",
     "TranscriptError",
@@ -111,6 +113,18 @@ class ToolOfferError(BoundctxError, ValueError):
     def __init__(self, message: str, about: str = "tools") -> None:
         super().__init__(message)
         self.about = about
+
+
+class ResponseSchemaError(BoundctxError, ValueError):
+    """The JSON schema given to ``Engine.reply`` is one the model's answer cannot be held
+    to: the local model's grammar would not hold a keyword of it (``minimum``, a string
+    format it does not know), or it cannot be made a grammar at all. Raised at the call,
+    before any model call; ``at`` is where in the schema (``properties.n.minimum``, or
+    ``""`` for the whole)."""
+
+    def __init__(self, message: str, at: str = "") -> None:
+        super().__init__(message)
+        self.at = at
 
 
 class SectionPlanError(BoundctxError, ValueError):

@@ -219,6 +219,52 @@ def test_a_field_boundctx_cannot_honour_is_accepted_neutral_and_refused_otherwis
     assert len(provider.requests) == 1
 
 
+@pytest.mark.parametrize("field, neutral, asked", [
+    ("functions", [], [{"name": "read_log", "parameters": {"type": "object"}}]),
+    ("function_call", None, {"name": "read_log"}), ("grammar", None, 'root ::= "yes"'),
+    ("json_schema", None, {"type": "object"}), ("guided_json", None, {"type": "object"}),
+    ("guided_choice", None, ["yes", "no"]), ("repeat_penalty", 1.0, 1.3), ("repetition_penalty", 1, 1.2),
+    ("typical_p", 1.0, 0.5), ("mirostat", 0, 2), ("min_tokens", 0, 10), ("ignore_eos", False, True),
+    ("best_of", 1, 3), ("n_predict", None, 16),
+])
+def test_legacy_and_other_servers_fields_that_change_an_answer_are_refused_unless_neutral(serve, field, neutral,
+                                                                                          asked):
+    # What a client sends to llama.cpp's or vLLM's server, or OpenAI's legacy function
+    # API: it expects the effect, so it is told, never answered as if it had one.
+    provider = ScriptedProvider(lambda r: "ok")
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    assert post(server, **{field: neutral}).status_code == 200
+    error = refused(server, field, **{field: asked})
+    assert error["code"] == "unsupported_parameter" and error["message"].startswith(f"{field}: ")
+    assert len(provider.requests) == 1
+
+
+class _Grammarless(ScriptedProvider):
+    """A provider whose decoder cannot hold ``minimum`` (as the local model's grammar)."""
+
+    def check_schema(self, schema):
+        from boundctx.errors import ResponseSchemaError
+        if "minimum" in json.dumps(schema):
+            raise ResponseSchemaError("the grammar cannot hold properties.n.minimum", at="properties.n.minimum")
+
+
+def test_a_schema_keyword_the_model_cannot_be_held_to_is_a_400_naming_where_before_any_call(serve):
+    provider = _Grammarless(lambda r: '{"n": 4}')
+    server = serve(provider, settings=settings(), model_id=MODEL)
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}}}
+    for stream in (False, True):
+        r = post(server, stream=stream, response_format={"type": "json_schema",
+                                                         "json_schema": {"name": "n", "schema": schema}})
+        assert r.status_code == 400, r.text  # before the first byte, streamed or not
+        error = r.json()["error"]
+        assert error["param"] == "response_format.json_schema.schema.properties.n.minimum", error
+        assert error["code"] == "invalid_response_format"
+    assert provider.requests == []
+    del schema["properties"]["n"]["minimum"]
+    assert post(server, response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+                ).status_code == 200
+
+
 def test_the_official_client_sees_logprobs_refused_not_answered_with_none(serve):
     server = serve(ScriptedProvider(lambda r: "ok"), settings=settings(), model_id=MODEL)
     with pytest.raises(openai.BadRequestError) as caught:

@@ -345,6 +345,9 @@ class Engine:
 
         Raises
         ------
+        ResponseSchemaError
+            At the call, before any event: the provider cannot hold the answer to
+            ``response_schema`` (a keyword its grammar would not hold).
         ToolOfferError
             At the call, before any event: ``tools`` is not a list of function tools, a
             name is missing, given twice or ``read_chat_section``, parameters are not an
@@ -368,6 +371,8 @@ class Engine:
             raise ToolOfferError(f"{self.provider.name} cannot call tools (decision 0010), so the tools offered "
                                  f"({names}) could never be called; use a tool-capable model (a remote one, or a "
                                  "local one whose chat template renders tools) or send no tools")
+        if response_schema is not None:
+            self.provider.check_schema(response_schema)  # ResponseSchemaError, before any event
         asked = _Asked(stops, dict(response_schema) if response_schema is not None else None, sampling,
                        choice if offered else None, parallel_tool_calls if offered else None)
         return self._events(messages, files, cancel, offered, asked)

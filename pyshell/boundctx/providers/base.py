@@ -229,6 +229,11 @@ class Provider(ABC):
         """Tokens the prompt for ``messages`` takes (exact where the counter is)."""
         return self.counter.count_prompt(messages, tools=tools)
 
+    def check_schema(self, schema: Mapping[str, Any]) -> None:
+        """Raise :class:`~boundctx.errors.ResponseSchemaError` when an answer cannot be
+        held to ``schema`` here. A server is sent the schema and holds it or refuses it
+        itself, so by default there is nothing to check before the call."""
+
     def stream_chat(self, messages: Sequence[Message], *,
                     tools: Sequence[Mapping[str, Any]] | None = None, max_tokens: int = 256,
                     temperature: float = 0.2, stop: Sequence[str] | None = None,

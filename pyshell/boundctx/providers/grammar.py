@@ -16,7 +16,24 @@ from typing import Any
 
 from boundctx.tokens.llama import _llama_cpp  # ImportError with the install hint; routes llama.cpp's log
 
-__all__ = ["checked_grammar", "schema_grammar"]
+__all__ = ["checked_grammar", "schema_grammar", "unheld_keywords"]
+
+#: The keywords llama-cpp-python 0.3.36's converter makes a grammar of (where a schema
+#: holds several, the converter may still honour one: see :func:`unheld_keywords`).
+HELD = frozenset({"type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
+                  "maxItems", "minLength", "maxLength", "pattern", "enum", "const", "anyOf", "oneOf", "allOf",
+                  "$ref", "$defs", "definitions", "format"})
+#: Keywords that say something of a value without constraining it.
+ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+                         "readOnly", "writeOnly"})
+#: The string formats the converter holds.
+FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
+#: A JSON string's characters: none of the control characters JSON forbids unescaped
+#: (the converter's ``[^"\\]`` let a model write a raw newline, and the answer was not
+#: JSON), and in a pattern's ``.`` no quote or backslash either, which would end or escape
+#: the string the pattern is in.
+_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+_DOT = r'[^"\\\x7F\x00-\x1F]'
 
 
 # GBNF's escapes inside a "..." literal (llama.cpp's grammar-parser.cpp, parse_char).
@@ -69,6 +86,13 @@ def _schema_converter():
         def _generate_constant_rule(self, value: Any) -> str:
             return _gbnf_literal(_json_text(value))
 
+        def _add_rule(self, name: str, rule: str) -> str:
+            if name == "char":
+                rule = _CHAR
+            elif name == "dot":
+                rule = _DOT
+            return super()._add_rule(name, rule)
+
         def visit(self, schema: Any, name: str) -> str:
             if not name and self._root_taken:
                 name = "empty"  # the rule's name only; the key the model writes stays ""
@@ -91,9 +115,41 @@ def schema_grammar(schema: Mapping[str, Any]) -> str:
         pattern) or what the converter does not support.
     """
     converter = _schema_converter()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-    resolved = converter.resolve_refs(json.loads(json.dumps(schema, allow_nan=False)), "stdin")
-    converter.visit(resolved, "")
+    try:
+        resolved = converter.resolve_refs(json.loads(json.dumps(schema, allow_nan=False)), "stdin")
+        converter.visit(resolved, "")
+    except (AssertionError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+        # The converter asserts on what it does not know ({"type": "bogus"}, "not").
+        raise ValueError(f"the schema cannot be made a grammar: {type(exc).__name__}: {exc}") from None
     return converter.format_grammar()
+
+
+def unheld_keywords(schema: Any, at: str = "") -> list[str]:
+    """Where ``schema`` asks for what a grammar from it would not hold, as paths into
+    it (``properties.n.minimum``): a keyword the converter does not make a grammar of
+    (``minimum``, ``multipleOf``, ``uniqueItems``, ``not``...), a string format it does
+    not know (``email``), or ``minLength``/``maxLength`` beside a ``pattern`` (the
+    pattern wins). Annotations (``title``, ``description``, ``default``...) are not
+    constraints. Empty: every constraint is held."""
+    if isinstance(schema, bool) or not isinstance(schema, dict):
+        return []
+    where = f"{at}." if at else ""
+    out = [f"{where}{key}" for key in schema if key not in HELD and key not in ANNOTATIONS]
+    if "format" in schema and schema["format"] not in FORMATS:
+        out.append(f"{where}format")
+    if "pattern" in schema:
+        out += [f"{where}{key}" for key in ("minLength", "maxLength") if key in schema]
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            for name, sub in schema[key].items():
+                out += unheld_keywords(sub, f"{where}{key}.{name}")
+    for key in ("items", "additionalProperties"):
+        out += unheld_keywords(schema.get(key), f"{where}{key}")
+    for key in ("prefixItems", "anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list):
+            for k, sub in enumerate(schema[key]):
+                out += unheld_keywords(sub, f"{where}{key}[{k}]")
+    return out
 
 
 def checked_grammar(llm: Any, text: str):

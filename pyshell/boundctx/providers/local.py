@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from boundctx._llama_log import expect_abort
-from boundctx.errors import GenerationError, GenerationTimeout
+from boundctx.errors import GenerationError, GenerationTimeout, ResponseSchemaError
 from boundctx.providers import cpu
 from boundctx.providers.base import (
     ChatRequest,
@@ -39,7 +39,7 @@ from boundctx.providers.base import (
     TextChunk,
     finish_reason,
 )
-from boundctx.providers.grammar import checked_grammar, schema_grammar
+from boundctx.providers.grammar import checked_grammar, schema_grammar, unheld_keywords
 from boundctx.providers.kept_state import StateCache
 
 if TYPE_CHECKING:
@@ -426,6 +426,21 @@ class LlamaCppProvider(Provider):
                 self._abort_fn = None
             if self.state_cache is not None:
                 self.state_cache.clear()
+
+    def check_schema(self, schema: Mapping[str, Any]) -> None:
+        """The answer is held to ``schema`` by a grammar: a constraint the grammar would
+        not hold is refused rather than dropped, as is a schema it cannot be made of."""
+        unheld = unheld_keywords(schema)
+        if unheld:
+            raise ResponseSchemaError(
+                f"the local model's grammar cannot hold {unheld[0]} (of {len(unheld)}: {', '.join(unheld[:6])}), so an "
+                "answer could break it; leave it out of the schema and check it in your code, or use a remote model "
+                "that holds it", at=unheld[0])
+        try:
+            schema_grammar(schema)
+        except ValueError as exc:
+            raise ResponseSchemaError(f"{exc}; send a JSON schema of objects, arrays, strings, numbers, booleans "
+                                      "and null") from None
 
     def reusable_prefix(self, messages, *, tools=None) -> int:
         """Prompt tokens of ``messages`` this model's context holds evaluated now (0

@@ -127,6 +127,9 @@ class GatedProvider(Provider):
     def reusable_prefix(self, messages, *, tools=None) -> int | None:
         return self.inner.reusable_prefix(messages, tools=tools)
 
+    def check_schema(self, schema) -> None:
+        self.inner.check_schema(schema)
+
     def stream(self, request, *, cancel=None, timeout_s=None) -> ChunkStream:
         # Every model call of the reply comes here (stream_chat builds the request and
         # calls this): the first waits for the reply's turn. A caller with a token of its

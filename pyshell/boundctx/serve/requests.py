@@ -4,9 +4,11 @@ On ``POST /v1/chat/completions`` every field of OpenAI's that changes the answer
 honoured (sampling, ``stop``, ``tool_choice``, ``response_format``...) or, where boundctx
 cannot honour it, refused at any value but its neutral one with the field named
 (:data:`REFUSED`, ``n > 1``, image parts, a tool message with no id): nothing a client
-asks for is dropped without a word. Fields that only label a request (``user``,
-``metadata``, ``store``, ``service_tier``) and vendors' own extras are ignored, as
-OpenAI-compatible servers do; the README's table lists every field. boundctx's own routes
+asks for is dropped without a word; so are OpenAI's legacy ``functions`` and other
+servers' fields that change an answer (:data:`EXTRAS`: ``grammar``, ``guided_json``,
+``repeat_penalty``...). Fields that only label a request (``user``, ``metadata``,
+``store``, ``service_tier``) are ignored, as OpenAI-compatible servers do; the README's
+table lists every field. boundctx's own routes
 refuse unknown fields: no front end sends them by habit, and a misspelt option ignored is
 a surprise.
 """
@@ -19,7 +21,7 @@ import msgspec
 
 from boundctx.serve.http import ApiError
 
-__all__ = ["REFUSED", "SAMPLING_RANGES", "BadRequest", "ChatCompletionRequest", "CountRequest",
+__all__ = ["EXTRAS", "REFUSED", "SAMPLING_RANGES", "BadRequest", "ChatCompletionRequest", "CountRequest",
            "SessionCreateRequest", "SessionPatchRequest", "SessionReplyRequest", "UnderstandRequest",
            "check_messages", "check_tools", "decode", "parse_chat_request", "parse_count_request",
            "parse_session_reply", "response_schema"]
@@ -68,6 +70,26 @@ class ChatCompletionRequest(msgspec.Struct, forbid_unknown_fields=False):
     modalities: list[str] | None = None
     audio: Any = None
     prediction: Any = None
+    # OpenAI's legacy function calling, and other servers' fields that change an answer
+    # (EXTRAS): refused unless neutral, never ignored.
+    functions: Any = None
+    function_call: Any = None
+    grammar: Any = None
+    json_schema: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    repeat_penalty: Any = None
+    repetition_penalty: Any = None
+    typical_p: Any = None
+    tfs_z: Any = None
+    mirostat: Any = None
+    min_tokens: Any = None
+    ignore_eos: Any = None
+    best_of: Any = None
+    use_beam_search: Any = None
+    n_predict: Any = None
 
 
 #: Sampling fields and their accepted ranges (OpenAI's; llama.cpp's for top_k, min_p).
@@ -85,6 +107,35 @@ REFUSED: dict[str, str] = {
     "modalities": "boundctx serve answers in text only; send [\"text\"] or leave modalities out",
     "audio": "boundctx serve answers in text only; leave audio out",
     "prediction": "predicted outputs are not used; leave prediction out",
+}
+
+
+_SCHEMA = "hold the answer to a JSON schema with response_format"
+#: Fields that OpenAI's legacy API or other servers (llama.cpp's, vLLM's) read and that
+#: change an answer, with the values that mean "none" (besides absent or null) and what
+#: to send instead: a client that sends one expects its effect, so it is refused, not
+#: ignored as the fields that only label a request are.
+EXTRAS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "functions": ((), "the legacy function API is not read; send the functions as tools"),
+    "function_call": ((), "the legacy function API is not read; send tool_choice (with tools)"),
+    "grammar": ((), f"a llama.cpp grammar is not applied; {_SCHEMA}"),
+    "json_schema": ((), f"llama.cpp's json_schema field is not read; {_SCHEMA}"),
+    "guided_json": ((), f"vLLM's guided decoding is not applied; {_SCHEMA}"),
+    "guided_regex": ((), "vLLM's guided decoding is not applied; hold a string to a pattern with "
+                         "response_format"),
+    "guided_choice": ((), f"vLLM's guided decoding is not applied; {_SCHEMA} (an enum)"),
+    "guided_grammar": ((), f"vLLM's guided decoding is not applied; {_SCHEMA}"),
+    "repeat_penalty": ((1, 1.0), "not applied per request; send frequency_penalty or presence_penalty, or set "
+                                 "local.repeat_penalty for the server"),
+    "repetition_penalty": ((1, 1.0), "not applied; send frequency_penalty or presence_penalty"),
+    "typical_p": ((1, 1.0), "locally typical sampling is not applied; send top_p or min_p"),
+    "tfs_z": ((1, 1.0), "tail-free sampling is not applied; send top_p or min_p"),
+    "mirostat": ((0, False), "mirostat sampling is not applied; send temperature and top_p"),
+    "min_tokens": ((0,), "a least reply length is not applied"),
+    "ignore_eos": ((False,), "the model's end of text always ends the reply"),
+    "best_of": ((1,), "one reply is generated; send best_of 1 or leave it out"),
+    "use_beam_search": ((False,), "beam search is not applied"),
+    "n_predict": ((), "send max_tokens (or max_completion_tokens)"),
 }
 
 
@@ -228,6 +279,11 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     for name, ok in neutral.items():
         if not ok:
             raise BadRequest(f"{name}: {REFUSED[name]}", param=name, code="unsupported_parameter")
+    for name, (neutral_values, advice) in EXTRAS.items():
+        value = getattr(req, name)
+        if value is not None and value not in ([], {}) and not any(value == v and type(value) is type(v)
+                                                                   for v in neutral_values):
+            raise BadRequest(f"{name}: {advice}", param=name, code="unsupported_parameter")
     for name, (low, high) in SAMPLING_RANGES.items():
         value = getattr(req, name)
         if value is not None and not low <= value <= high:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from boundctx import config
 from boundctx.analysis import Engine
-from boundctx.errors import ConfigError, ToolOfferError
+from boundctx.errors import ConfigError, ResponseSchemaError, ToolOfferError
 from boundctx.events import Failed
 from boundctx.providers.base import Provider, Sampling, ToolChoice
 from boundctx.serve.http import ApiError, busy
@@ -120,6 +120,10 @@ class ReplyService:
             ticket.release()
             param = "tool_choice" if exc.about == "tool_choice" else "tools"
             raise ApiError(400, str(exc), f"invalid_{param}", param) from None
+        except ResponseSchemaError as exc:
+            ticket.release()
+            where = "response_format.json_schema.schema" + (f".{exc.at}" if exc.at else "")
+            raise ApiError(400, f"{where}: {exc}", "invalid_response_format", where) from None
         run = ReplyRun(lambda: events, cancel, asyncio.get_running_loop(), on_end=ticket.release)
         self._replies[reply_id] = run
         try:
