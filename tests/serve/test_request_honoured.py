@@ -206,7 +206,7 @@ def test_a_remote_model_is_sent_what_the_caller_asked_and_nothing_it_did_not(ser
 
 
 @pytest.mark.parametrize("field, neutral, asked", [
-    ("logprobs", False, True), ("top_logprobs", None, 5), ("logit_bias", {}, {"50256": -100}),
+    ("logprobs", False, True), ("top_logprobs", 0, 5), ("logit_bias", {}, {"50256": -100}),
     ("modalities", ["text"], ["text", "audio"]), ("audio", None, {"voice": "alloy", "format": "wav"}),
     ("prediction", None, {"type": "content", "content": "x"}),
 ])

@@ -273,7 +273,7 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     req = decode(body, ChatCompletionRequest)
     if req.n != 1:
         raise BadRequest(f"n = {req.n}: boundctx serve returns one choice; send n = 1", param="n")
-    neutral = {"logprobs": req.logprobs in (None, False), "top_logprobs": req.top_logprobs is None,
+    neutral = {"logprobs": req.logprobs in (None, False), "top_logprobs": req.top_logprobs in (None, 0),
                "logit_bias": not req.logit_bias, "modalities": req.modalities in (None, ["text"]),
                "audio": req.audio is None, "prediction": req.prediction is None}
     for name, ok in neutral.items():
