@@ -223,6 +223,18 @@ KEYS: dict[str, Key] = _declare(
         "ask for exact rereads of the ranges the notes cite, in one step its decoder holds to a "
         "JSON schema, before it answers (one more model call when something was analysed)",
         label="Exact rereads without tool calls"),
+    # Decision 0046: history dropped to fit stays one search away, within these bounds.
+    Key("analysis.history_search", "bool", True, "when old history is dropped to fit, the model may search "
+        "the dropped messages and read them exactly (read_chat_section, or the constrained step of a model "
+        "without tool calls); needs chat.analysis_workers above 0", label="Search dropped history"),
+    Key("analysis.search_max_chars", "int", 16_000_000, "most characters one search reads, newest "
+        "first: what lies before is said not to have been searched", minimum=1_000, maximum=LARGEST,
+        label="Most characters one search reads"),
+    Key("analysis.search_max_hits", "int", 6, "most passages one search returns (each at most 400 "
+        "characters, all within one reread's 4,000)", minimum=1, maximum=50, label="Passages per search"),
+    Key("analysis.search_max_seconds", "float", 5.0, "wall-clock limit of one search; what it had not "
+        "read by then is said not to have been searched", minimum=0, exclusive_minimum=True,
+        maximum=MAX_SECONDS, label="Search time limit (seconds)"),
     Key("understanding.max_model_calls", "int", 24, "most model calls one turn of understanding "
         "makes (repairs, votes and escalations included)", minimum=1, maximum=LARGEST,
         label="Most model calls per turn"),
@@ -369,6 +381,10 @@ class AnalysisSettings(_View, frozen=True, kw_only=True):
     max_sections: int
     overlap_chars: int
     constrained_rereads: bool
+    history_search: bool
+    search_max_chars: int
+    search_max_hits: int
+    search_max_seconds: float
 
 
 class UnderstandingSettings(_View, frozen=True, kw_only=True):

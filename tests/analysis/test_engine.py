@@ -106,6 +106,7 @@ def test_a_drop_goes_down_to_the_low_water_and_the_next_turns_keep_its_start():
     limit = 2048 - 256
 
     def chat(**over):
+        over = {"analysis__history_search": False, **over}  # the drop alone (its search: test_history_search)
         p = ScriptedProvider(lambda r: "noted " * 30, context_window=2048)
         convo = [{"role": "user", "content": "first " * 60}]
         sent, fitted = [], []
@@ -113,7 +114,8 @@ def test_a_drop_goes_down_to_the_low_water_and_the_next_turns_keep_its_start():
             events = run(p, convo, **over)
             fitted.append(events[0])
             sent.append(p.requests[-1].messages)
-            assert fitted[-1].prompt_tokens == p.count_prompt(sent[-1]) <= limit
+            # (what is sent includes the notice of the dropped messages and their tool)
+            assert fitted[-1].prompt_tokens == p.count_prompt(sent[-1], tools=p.requests[-1].tools) <= limit
             convo = convo + [{"role": "assistant", "content": "".join(e.text for e in events if hasattr(e, "text"))},
                              {"role": "user", "content": f"turn {turn} " + "more " * 50}]
         changed = [t for t in range(1, 30) if sent[t][:len(sent[t - 1])] != sent[t - 1]]

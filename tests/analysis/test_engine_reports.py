@@ -30,7 +30,8 @@ def reply(provider, messages, *, max_reply_tokens=64, **settings):
 def test_a_reply_says_which_old_messages_were_dropped_to_fit():
     history = chat(50)
     p = ScriptedProvider(lambda r: "ok", context_window=2048)
-    events = reply(p, history + [ASK])
+    # What was dropped, alone: no notice of it and no search of it (decision 0046).
+    events = reply(p, history + [ASK], **{"analysis.history_search": False})
     (fitted,) = [e for e in events if isinstance(e, Fitted)]
     sent = p.requests[-1].messages
     assert fitted.messages == 101 and fitted.sent == len(sent) < 101
@@ -42,7 +43,7 @@ def test_a_reply_says_which_old_messages_were_dropped_to_fit():
 def test_dropped_indexes_are_the_callers_even_with_a_system_prompt_added():
     history = chat(50)
     p = ScriptedProvider(lambda r: "ok", context_window=2048)
-    events = reply(p, history + [ASK], **{"chat.system_prompt": "Be brief."})
+    events = reply(p, history + [ASK], **{"chat.system_prompt": "Be brief.", "analysis.history_search": False})
     (fitted,) = [e for e in events if isinstance(e, Fitted)]
     sent = p.requests[-1].messages
     assert sent[0] == {"role": "system", "content": "Be brief."}

@@ -221,7 +221,9 @@ def test_the_callers_tool_schemas_are_counted_when_history_is_fitted():
     p = ScriptedProvider(lambda r: "ok", context_window=2048 + 64)
     limit = 2048
     assert p.count_prompt(history + ASK) <= limit < p.count_prompt(history + ASK, tools=[big])
-    events = list(engine(p, max_reply_tokens=64).reply(history + ASK, tools=[big]))
+    # (The dropped history unsearched: its tool would take room of its own, decision 0046.)
+    events = list(engine(p, max_reply_tokens=64, **{"analysis.history_search": False}).reply(history + ASK,
+                                                                                             tools=[big]))
     (fitted,) = [e for e in events if isinstance(e, Fitted)]
     assert events[-1].finish_reason == "stop" and fitted.dropped
     sent = p.requests[-1]
@@ -307,7 +309,9 @@ def test_old_research_is_dropped_first_with_the_callers_tools_offered():
     # Without the schema nothing would need to go; with it, the research does, and only it.
     assert p.count_prompt(history + ASK) <= limit < p.count_prompt(history + ASK, tools=[big])
     # Only what must go (a low water of 1): which step that is depends on the schema.
-    events = list(engine(p, max_reply_tokens=64, **{"chat.low_water": 1.0}).reply(history + ASK, tools=[big]))
+    # (The dropped history unsearched: its tool would take room of its own, decision 0046.)
+    events = list(engine(p, max_reply_tokens=64, **{"chat.low_water": 1.0, "analysis.history_search": False}
+                         ).reply(history + ASK, tools=[big]))
     (fitted,) = [e for e in events if isinstance(e, Fitted)]
     assert fitted.dropped == [3, 4] and fitted.dropped_research == 2
     sent = p.requests[-1]

@@ -49,7 +49,7 @@ def test_it_cannot_be_pointed_at_a_path_or_given_other_arguments(tmp_path):
     secret.write_text("do not read")
     with pytest.raises(SectionReadError, match="no original"):
         o.call({"section_id": str(secret), "start": 0, "end": 5})
-    with pytest.raises(SectionReadError, match="takes section_id with start and end, or with key"):
+    with pytest.raises(SectionReadError, match="takes section_id with start and end, with key, or with search"):
         o.call({"section_id": "x", "start": 0, "end": 5, "path": str(secret)})
     with pytest.raises(SectionReadError, match="not JSON"):
         o.call("{nope")

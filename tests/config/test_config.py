@@ -24,6 +24,10 @@ DESIGN_LIMITS = {
     "analysis.overlap_chars": (64, -1),
     # Issue 16: exact rereads for models without tool calls (decision 0026).
     "analysis.constrained_rereads": (True, "maybe"),
+    "analysis.history_search": (True, "sometimes"),
+    "analysis.search_max_chars": (16_000_000, 999),
+    "analysis.search_max_hits": (6, 51),
+    "analysis.search_max_seconds": (5.0, 0),
     "understanding.max_model_calls": (24, 0),
     "understanding.max_chain_depth": (12, 0),
     "understanding.max_parallel": (4, 65),

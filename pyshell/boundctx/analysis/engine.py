@@ -16,6 +16,7 @@ run and send back as a ``tool`` message.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import time
@@ -28,7 +29,7 @@ from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
-from boundctx.analysis.originals import READ_TOOL_NAME, Originals, name_originals
+from boundctx.analysis.originals import MAX_SEARCH_CHARS, READ_TOOL_NAME, Originals, name_originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.stops import StopCut, check_stops
 from boundctx.analysis.time_left import TimeLeft
@@ -75,8 +76,29 @@ REREAD_ASK = (
     "in the notes or not). Reply with JSON only: "
     '{{"reread": [{{"id": "<the original\'s name>", "start": <first character>, "end": <end character>}}, '
     '{{"id": "<the original\'s name>", "key": "<the key>"}}]}}, '
-    'at most {n} in all, or {{"reread": []}} when the notes are enough.'
+    'at most {n} in all, or {{"reread": []}} when the notes are enough.{search}'
 )
+#: Added to :data:`REREAD_ASK` when earlier messages were dropped to fit (decision 0046).
+REREAD_ASK_SEARCH = (' To find something said in the earlier messages, which are not shown, add '
+                     '{{"id": "{name}", "search": "<a few words to look for>"}}.')
+#: What the engine calls the messages dropped to fit when it keeps them to search.
+EARLIER_LABEL = "earlier messages"
+#: Said where the kept history starts when messages were dropped to fit and can be
+#: searched (decision 0046): to a model that calls tools, and to one without (its
+#: constrained step is asked to search at the end of its prompt, and its answer, which no
+#: search can follow, is given nothing for a search: decision 0044). One text for every
+#: call of a reply, and for the turns after it until more is dropped: the prompt's start
+#: stays what the model holds.
+EARLIER_NOTICE = {
+    "tools": ('({n} earlier messages of this conversation are not shown. To find something said in them, call '
+              'read_chat_section with section_id "{name}" and search: a few words; it returns the passages '
+              "exactly.)"),
+    "plain": "({n} earlier messages of this conversation are not shown here.)",
+}
+#: What a search the constrained step asks for may hold: a few words with no quote,
+#: backslash or control character, so its JSON text is the words themselves and its
+#: room can be counted (at most 4 bytes a character).
+SEARCH_PATTERN = f'^[^"\\\\\\x00-\\x1f\\x7f]{{1,{MAX_SEARCH_CHARS}}}$'
 #: Ranges one constrained step may ask for (fewer where its output would not fit).
 REREAD_MAX_RANGES = 4
 # The widest integer the JSON grammar lets a model write (a sign and 16 digits: the
@@ -97,16 +119,21 @@ def grammar_safe_keys(keys: Sequence[str]) -> list[str]:
     return [k for k in keys if _GRAMMAR_SAFE_KEY.fullmatch(k)]
 
 
-def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = ()) -> int:
+def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = (), *, search: bool = False) -> int:
     """Tokens the constrained step's answer may take, counted from the real JSON of its
     largest request: ``ranges`` ranges of the longest id, every number at its widest, the
-    longest key (escaped, the widest way to write it), every optional space written.
-    Counted in bytes, one token each at least, so it holds on any tokenizer, whatever
-    pieces the model picks (a model need not pick the ones its tokenizer would)."""
+    longest key (escaped, the widest way to write it), every optional space written; with
+    ``search``, an item may be a search instead, of :data:`MAX_SEARCH_CHARS` characters
+    of 4 bytes each (its pattern leaves nothing to escape). Counted in bytes, one token
+    each at least, so it holds on any tokenizer, whatever pieces the model picks (a model
+    need not pick the ones its tokenizer would)."""
     # The longest in bytes: names are a file's, in any script.
     longest = max((json.dumps(i, ensure_ascii=False) for i in ids), key=lambda s: len(s.encode()))
     key = f' , "key" : {max((json.dumps(k) for k in keys), key=len)}' if keys else ""
     item = f'{{ "id" : {longest} , "start" : {_WIDEST_INT} , "end" : {_WIDEST_INT}{key} }} '
+    if search:
+        looked_for = f'{{ "id" : {longest} , "search" : "{"𝕏" * MAX_SEARCH_CHARS}" }} '
+        item = max(item, looked_for, key=lambda text: len(text.encode()))
     return len(f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '.encode())
 REREAD_HEADER = "Read again exactly, from the text itself (where the notes differ, this is right):"
 
@@ -448,26 +475,42 @@ class Engine:
                    + [_Origin("caller", c - shift) for c in range(shift, files_at)]
                    + [_Origin("file", k) for k in range(len(files))]
                    + [_Origin("caller", c - shift) for c in range(files_at, len(messages))])
-        originals = Originals()
+        originals = Originals(search_max_chars=s.analysis.search_max_chars, search_max_hits=s.analysis.search_max_hits,
+                              search_max_seconds=s.analysis.search_max_seconds)
+        # Messages dropped to fit stay one search away (decision 0046), where the model
+        # can ask: by the tool, or in the constrained step.
+        searchable = bool(workers) and s.analysis.history_search and (
+            provider.supports_tools or s.analysis.constrained_rereads)
         # What could be read in sections (the current turn's messages and files), each as
         # (label, the name its original would get): the rooms are counted on these.
         labels = [files[origins[c].at][0] if origins[c].kind == "file" else _label_of_message(convo[c], origins[c].at)
                   for c in range(turn_start, len(convo))]
-        candidates = list(zip(labels, name_originals(labels)))
+        names = name_originals(labels + [EARLIER_LABEL])
+        candidates = list(zip(labels, names))
+        earlier_name = names[-1]
         reread_room = 0
         if workers and provider.supports_tools:
-            # read_chat_section joins the tools only if something is analysed: its schema
-            # (with an id for every item that could be) is kept free beside the notes.
-            schema = originals.tool_schema_for([name for _, name in candidates])
+            # read_chat_section joins the tools only if something is analysed or dropped:
+            # its schema (with an id for every item that could be) is kept free beside.
+            schema = originals.tool_schema_for([name for _, name in candidates] + [earlier_name] * searchable)
             reread_room = provider.count_prompt([], tools=callers + [schema]) - count([])
         notes_room, item_room, framing = self._notes_rooms(workers, candidates, provider.supports_tools)
         notes_max = s.analysis.notes_max_tokens
-        fit = fit_conversation(convo, count=count, limit=limit, analysis_on=workers > 0,
-                               notes_room=notes_room + reread_room, item_room=item_room,
-                               item_room_least=framing + notes_max,
-                               clip_chars=s.chat.tool_result_clip_chars, turn_start=turn_start,
-                               low_water=s.chat.low_water, memo=DROPS,
-                               salt=_count_salt(provider, base_tools))
+        fitting = functools.partial(fit_conversation, convo, count=count, analysis_on=workers > 0, item_room=item_room,
+                                    item_room_least=framing + notes_max, clip_chars=s.chat.tool_result_clip_chars,
+                                    turn_start=turn_start, low_water=s.chat.low_water, memo=DROPS,
+                                    salt=_count_salt(provider, base_tools))
+        fit = fitting(limit=limit, notes_room=notes_room + reread_room)
+        searching = searchable and bool(fit.dropped_at)
+        if searching:
+            # History goes: fit again with room for the notice that says so and for the
+            # tool (always kept free, as it is offered whether or not anything is analysed).
+            room = self._earlier_room(len(convo), earlier_name, provider.supports_tools,
+                                      not provider.supports_tools and s.analysis.constrained_rereads) + reread_room
+            try:
+                fit = fitting(limit=limit - room, notes_room=notes_room)
+            except ContextOverflow:
+                searching = False  # no room to say it: the history goes unsearched, as before
         final = list(fit.messages)
         blocks: list[tuple[int, tuple[str, str, int, list]]] = []  # (index in final, _notes_block arguments)
         dropped = set(fit.dropped_at)
@@ -485,12 +528,24 @@ class Engine:
         # and is not one of the caller's messages.
         # What the model holds of this prompt already (a local model's kept state): a
         # front end can say why a turn starts at once or must evaluate the window.
+        earlier: str | None = None
+        if searching:
+            # Dropped to fit, kept to search: the notice that says so opens the kept
+            # history, and the tool that searches is offered from here on.
+            earlier = originals.add(_earlier_text(convo, fit.dropped_at, origins), EARLIER_LABEL, name=earlier_name)
+            said = EARLIER_NOTICE["tools" if provider.supports_tools else "plain"].format(n=len(fit.dropped_at),
+                                                                                          name=earlier)
+            first = final[0]
+            final[0] = {**first, "content": (f"{first.get('content') or ''}\n\n{said}" if first.get("role") == "system"
+                                             else f"{said}\n\n{first.get('content') or ''}")}
+        shown_tools = callers + [originals.tool_schema()] if earlier is not None and provider.supports_tools \
+            else base_tools
         fitted_prompt = [({**m, "content": ""} if j in fit.analysed_at else m) for j, m in enumerate(final)]
-        prompt_tokens = count(fitted_prompt)
+        prompt_tokens = provider.count_prompt(fitted_prompt, tools=shown_tools)
         yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift,
                      [origins[i].at for i in fit.dropped_at],
                      fit.dropped_research, len(fit.clipped), [label_of(i)[0] for i in fit.analysed_at], limit,
-                     prompt_tokens, provider.reusable_prefix(fitted_prompt, tools=base_tools),
+                     prompt_tokens, provider.reusable_prefix(fitted_prompt, tools=shown_tools),
                      [len(label_of(i)[1]) for i in fit.analysed_at])
         for index in fit.analysed_at:
             item = final[index]
@@ -521,6 +576,9 @@ class Engine:
             blocks.append((index, (oid, label, len(text), notes)))
         tools = base_tools
         notes_at = blocks[-1][0] if blocks else None
+        stepping = not provider.supports_tools and s.analysis.constrained_rereads
+        # The question's place in the prompt: what the step reads, without notes, joins it.
+        ask_at = final_at.index(question_at + (len(files) if files_at <= question_at else 0))
         if blocks:
             instructions = COORDINATOR_NOTES + (_REREAD if provider.supports_tools else "") + _NO_GUESS
             bare = list(final)  # the prompt the notes are added to, each time anew
@@ -542,11 +600,17 @@ class Engine:
             # fit, else one worker's (the rest evicted to the index, each key still one
             # reread away by its name).
             room = fit.item_room - framing
-            stepping = not provider.supports_tools and s.analysis.constrained_rereads
             if stepping:
                 # The step must have room to ask for one reread at least: the notes give
                 # way to it (what they no longer show stays readable by key).
-                room = self._room_for_one_reread(with_notes, room, originals)
+                room = self._room_for_one_reread(with_notes, room, originals, search=earlier is not None)
+        else:
+            bare, room = list(final), 0
+
+            def with_notes(room: int, *, for_answer: bool = False) -> list[dict[str, Any]]:
+                return list(bare)
+
+        if blocks or earlier is not None:
             final = with_notes(room)
             if provider.supports_tools:
                 tools = callers + [originals.tool_schema()]  # this reply's only: a fresh list
@@ -554,10 +618,11 @@ class Engine:
                 # No reread can follow the answer: it is written from the notes in words
                 # (with what the step read again), when that fits where the notes as the
                 # step saw them did; else from those (decision 0044).
-                read_again, last = "", blocks[-1][0]  # what the step read joins the last notes
+                # What the step read joins the last notes (the question, without notes).
+                read_again, last = "", notes_at if notes_at is not None else ask_at
                 if stepping:
                     read_again = yield from self._constrained_rereads(final, last, originals, limit, cancel,
-                                                                      started, cuts)
+                                                                      started, cuts, earlier)
                     if read_again is None:
                         yield Done("cancelled")
                         return
@@ -568,6 +633,20 @@ class Engine:
                 if provider.count_prompt(answering) <= limit:
                     final = answering
         yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked, cuts)
+
+    def _earlier_room(self, messages: int, name: str, tools: bool, stepping: bool) -> int:
+        """Tokens searching the earlier messages may add to the prompt: the notice (with
+        the most messages there can be), and for a model without tools, the constrained
+        step's request with its answer for one search (the notes, if any, give way to
+        more: :meth:`_room_for_one_reread`)."""
+        text = self.provider.counter.count_text
+        said = EARLIER_NOTICE["tools" if tools else "plain"].format(n=messages, name=name)
+        room = text("\n\n" + said) + _JOIN_TOKENS
+        if stepping:
+            ask = REREAD_ASK.format(n=1, search=REREAD_ASK_SEARCH.format(name=name))
+            room += self.provider.count_prompt([{"role": "user", "content": ask}]) - self.provider.count_prompt([]) \
+                + reread_output_room([name], 1, search=True) + _JOIN_TOKENS
+        return room
 
     def _notes_rooms(self, workers: int, candidates: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
@@ -619,15 +698,16 @@ class Engine:
         return f"Notes on {oid} ({length:,} characters, read in sections {_sections_said(read)}):\n{text}"
 
     def _room_for_one_reread(self, with_notes: Callable[[int], list[dict[str, Any]]], room: int,
-                             originals: Originals) -> int:
+                             originals: Originals, *, search: bool = False) -> int:
         """``room``, or the most notes room below it that leaves the constrained step
         room to ask for one reread (its largest answer for one item, counted as the step
         counts it); 0 when none does (the step then says it had no room)."""
         provider = self.provider
-        need = reread_output_room(list(originals), 1, grammar_safe_keys(originals.noted_keys()))
+        need = reread_output_room(list(originals), 1, grammar_safe_keys(originals.noted_keys()), search=search)
+        clause = REREAD_ASK_SEARCH.format(name=EARLIER_LABEL + " (99)") if search else ""
 
         def fits(r: int) -> bool:
-            ask = with_notes(r) + [{"role": "user", "content": REREAD_ASK.format(n=1)}]
+            ask = with_notes(r) + [{"role": "user", "content": REREAD_ASK.format(n=1, search=clause)}]
             return provider.count_prompt(ask) + need <= provider.context_window
 
         if fits(room):
@@ -635,17 +715,20 @@ class Engine:
         return longest_fitting(room, fits)
 
     def _constrained_rereads(self, messages: list[dict[str, Any]], notes_at: int, originals: Originals, limit: int,
-                             cancel: Any, started: float, cuts: list[CutPrompt]):
+                             cancel: Any, started: float, cuts: list[CutPrompt], earlier: str | None = None):
         """For a model without tool calls: one step, held by its decoder to a JSON schema,
-        in which it names the ranges of this reply's originals it needs exactly; the
-        engine checks them as ``read_chat_section`` would and adds the exact text to the
-        notes, as far as the window allows (decision 0026). Each reread is a
+        in which it names the ranges of this reply's originals it needs exactly (and,
+        where ``earlier`` names the messages dropped to fit, words to search them for);
+        the engine checks them as ``read_chat_section`` would and adds the exact text to
+        the notes, as far as the window allows (decisions 0026, 0046). Each reread is a
         ``ToolCall``/``ToolResult`` pair; what could not be read says why. Returns the
         text to add to the notes for the answer, in words ("" for nothing; counted to
         fit beside ``messages``), as the generator's value, or None when cancelled."""
         provider = self.provider
         ids = list(originals)
         keys = grammar_safe_keys(originals.noted_keys())
+        searching = earlier is not None
+        search_clause = REREAD_ASK_SEARCH.format(name=earlier) if searching else ""
 
         def noted(failure: str) -> str:
             # Say it in the notes when it fits; the instructions say it in any case.
@@ -656,20 +739,24 @@ class Engine:
         # As many ranges as the step's largest answer leaves room for beside its prompt.
         ranges = REREAD_MAX_RANGES
         while True:
-            ask = messages + [{"role": "user", "content": REREAD_ASK.format(n=ranges)}]
-            room = reread_output_room(ids, ranges, keys)
+            ask = messages + [{"role": "user", "content": REREAD_ASK.format(n=ranges, search=search_clause)}]
+            room = reread_output_room(ids, ranges, keys, search=searching)
             if provider.count_prompt(ask) + room <= provider.context_window:
                 break
             ranges -= 1
             if not ranges:
                 return noted("there was no room to ask for exact rereads")
-        schema = {"type": "object", "additionalProperties": False, "required": ["reread"], "properties": {
-            "reread": {"type": "array", "maxItems": ranges, "items": {
-                "type": "object", "additionalProperties": False, "required": ["id"],
+        item = {"type": "object", "additionalProperties": False, "required": ["id"],
                 "properties": {"id": {"type": "string", "enum": ids},
                                "start": {"type": "integer", "minimum": 0},
                                "end": {"type": "integer", "minimum": 0},
-                               **({"key": {"type": "string", "enum": keys}} if keys else {})}}}}}
+                               **({"key": {"type": "string", "enum": keys}} if keys else {})}}
+        if searching:
+            item = {"anyOf": [item, {"type": "object", "additionalProperties": False, "required": ["id", "search"],
+                                     "properties": {"id": {"type": "string", "enum": ids},
+                                                    "search": {"type": "string", "pattern": SEARCH_PATTERN}}}]}
+        schema = {"type": "object", "additionalProperties": False, "required": ["reread"], "properties": {
+            "reread": {"type": "array", "maxItems": ranges, "items": item}}}
         yield Stage("rereading", time.monotonic() - started, 1)
         pieces: list[str] = []
         stream = noting_cuts(provider.stream_chat(ask, schema=schema, max_tokens=room, temperature=0.0, cancel=cancel),
@@ -696,22 +783,28 @@ class Engine:
 
         for k, want in enumerate(asked.reread[:ranges]):
             call_id = f"reread-{k + 1}"
-            given = {name: value for name, value in (("start", want.start), ("end", want.end), ("key", want.key))
-                     if value is not None}
+            given = {name: value for name, value in (("start", want.start), ("end", want.end), ("key", want.key),
+                                                     ("search", want.search)) if value is not None}
             arguments = msgspec.json.encode({"section_id": want.id, **given}).decode()
             # Said in words, with nothing a reread needs: no reread follows, and a small
             # model copies these lines into its answer (decision 0044).
             where = (f"The value noted as {want.key!r} in {want.id}" if want.key is not None
+                     else f"Searched for in {want.id}" if want.search is not None
                      else f"A passage of {want.id}")
             yield ToolCall(call_id, READ_TOOL_NAME, arguments)
             try:
-                text = originals.call({"section_id": want.id, **given})
+                if want.search is not None and not given.keys() - {"search"}:
+                    text = originals.search(want.id, want.search)
+                    said = f"{where}: {originals.search(want.id, want.search, cite=False)}"
+                else:
+                    text = originals.call({"section_id": want.id, **given})
+                    said = f"{where}, read again exactly: «{text}»"
             except SectionReadError as exc:
                 yield ToolResult(call_id, f"error: {exc}")
                 add(f"{where} could not be read again: {exc}")
                 continue
-            if not add(f"{where}, read again exactly: «{text}»"):
-                yield ToolResult(call_id, f"error: {len(text)} characters do not fit the remaining context")
+            if not add(said):
+                yield ToolResult(call_id, f"error: {len(said)} characters do not fit the remaining context")
                 add(f"{where} could not be read again: it does not fit")
                 continue
             yield ToolResult(call_id, text)
@@ -842,10 +935,27 @@ class _Range(msgspec.Struct, forbid_unknown_fields=True):
     start: int | None = None
     end: int | None = None
     key: str | None = None
+    search: str | None = None
 
 
 class _RereadAsk(msgspec.Struct, forbid_unknown_fields=True):
     reread: list[_Range]
+
+
+def _earlier_text(convo: Sequence[Mapping[str, Any]], dropped: Sequence[int], origins: Sequence[_Origin]) -> str:
+    """The messages dropped to fit, as one text to search and read exactly: each headed
+    by its place among the caller's messages and its role, its tool calls written out."""
+    parts = []
+    for i in dropped:
+        m = convo[i]
+        text = m.get("content")
+        body = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False) if text else ""
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping):
+                body += f"\n(called {fn.get('name')} with {fn.get('arguments')})"
+        parts.append(f"[message {origins[i].at}, {m.get('role')}]\n{body}")
+    return "\n\n".join(parts)
 
 
 def _reread_text(lines: Sequence[str]) -> str:

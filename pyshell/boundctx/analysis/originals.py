@@ -17,6 +17,7 @@ answers, where they read as a fault of boundctx (decision 0041).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,8 @@ import msgspec
 
 from boundctx.errors import SectionReadError
 
-__all__ = ["MAX_NAME_CHARS", "READ_TOOL_NAME", "Originals", "name_originals"]
+__all__ = ["MAX_NAME_CHARS", "MAX_SEARCH_CHARS", "READ_TOOL_NAME", "SEARCH_PASSAGE_CHARS", "Originals",
+           "described", "name_originals"]
 
 READ_TOOL_NAME = "read_chat_section"
 #: The longest name an original is given: a longer label keeps its start and end.
@@ -33,6 +35,12 @@ MAX_NAME_CHARS = 48
 # llama-cpp-python's server writes into a grammar unescaped when a name is in a schema's
 # enum (the constrained reread step's).
 _UNSAFE = re.compile(r'["\\\x00-\x1f\x7f]+')
+#: The longest search a model may ask for, in characters (a few words).
+MAX_SEARCH_CHARS = 32
+#: The most characters of one passage a search returns (its line, around the first word).
+SEARCH_PASSAGE_CHARS = 400
+# Characters one step of a search reads before it looks at the clock.
+_SEARCH_BLOCK = 1 << 18
 
 
 def _name(label: str) -> str:
@@ -70,12 +78,19 @@ class Originals:
     ----------
     max_read_chars : int
         The most characters one ``read_chat_section`` call returns.
+    search_max_chars, search_max_hits, search_max_seconds
+        One search's bounds: the characters it reads (the newest first), the passages it
+        returns, its wall-clock time (``analysis.search_*``).
     """
 
-    def __init__(self, *, max_read_chars: int = 4000) -> None:
+    def __init__(self, *, max_read_chars: int = 4000, search_max_chars: int = 16_000_000,
+                 search_max_hits: int = 6, search_max_seconds: float = 5.0) -> None:
         if max_read_chars < 1:
             raise ValueError(f"max_read_chars must be >= 1, got {max_read_chars}")
         self.max_read_chars = max_read_chars
+        self.search_max_chars = search_max_chars
+        self.search_max_hits = search_max_hits
+        self.search_max_seconds = search_max_seconds
         self._texts: dict[str, Original] = {}
         self._keys: dict[str, dict[str, tuple[str, int, int]]] = {}  # oid -> normalised key -> (key, start, end)
 
@@ -155,6 +170,74 @@ class Originals:
                                    f"most {self.max_read_chars}: ask for a narrower range")
         return original.text[start:end]
 
+    def search(self, oid: str, query: str, *, cite: bool = True) -> str:
+        """The passages of original ``oid`` that hold words of ``query``, each as its
+        exact text with its characters: the lines with the most of the words first (the
+        newest of equals), at most ``search_max_hits`` of them, each cut to
+        :data:`SEARCH_PASSAGE_CHARS` around its first word, all within one read's
+        ``max_read_chars``. Words are matched case-insensitively, as parts of words too.
+
+        Bounded whatever the original's size: at most ``search_max_chars`` characters
+        are read, the newest (the end) first, for at most ``search_max_seconds``; what
+        was not read is said in the result, never left unsaid. ``cite=False``: the
+        passages without their characters, for an answer no reread can follow
+        (decision 0044).
+
+        Raises
+        ------
+        SectionReadError
+            An unknown id, or a query that is not a few words.
+        """
+        original = self._get(oid)
+        if not isinstance(query, str) or not query.strip() or len(query) > MAX_SEARCH_CHARS:
+            raise SectionReadError(f"search must be a few words (1 to {MAX_SEARCH_CHARS} characters), "
+                                   f"got {query!r}"[:200])
+        words = sorted(set(query.casefold().split()), key=len, reverse=True)
+        each = [re.compile(re.escape(w), re.I) for w in words]
+        anyone = re.compile("|".join(p.pattern for p in each), re.I)
+        text = original.text
+        deadline = time.monotonic() + self.search_max_seconds
+        lo = _line_at_or_after(text, len(text) - self.search_max_chars)
+        found: dict[int, tuple[int, int]] = {}  # line start -> (line end, its first match)
+        reached = len(text)
+        # Backwards a block of whole lines at a time: the newest is searched first, and
+        # the clock is read between blocks. No word holds a line break, so no match
+        # crosses a block's edge; within a block, a line with a match is passed over
+        # after its first.
+        while reached > lo and not (found and time.monotonic() > deadline):
+            start = max(lo, text.rfind("\n", lo, max(lo, reached - _SEARCH_BLOCK)) + 1)
+            at = start
+            while (m := anyone.search(text, at, reached)) is not None:
+                a = text.rfind("\n", start, m.start()) + 1 or start
+                e = text.find("\n", m.end(), reached)
+                end = reached if e < 0 else e
+                found[a] = (end, m.start())
+                at = end + 1
+            reached = start
+            if time.monotonic() > deadline:
+                break
+        # A line's rank: how many of the words it holds, each looked for alone.
+        held = {a: sum(1 for p in each if p.search(text, a, end)) for a, (end, _) in found.items()}
+        ranked = sorted(found.items(), key=lambda kv: (held[kv[0]], kv[0]), reverse=True)
+        passages, used = [], 0
+        for a, (end, first) in ranked[:self.search_max_hits]:
+            a, end = _around(a, end, first)
+            line = f"characters {a}-{end}: «{text[a:end]}»" if cite else f"«{text[a:end]}»"
+            if used + len(line) > self.max_read_chars:
+                break
+            passages.append((a, line))
+            used += len(line) + 1
+        said = [line for _, line in sorted(passages)]
+        head = (f"{len(said)} passage{'s' * (len(said) != 1)} of {oid} hold{'s' * (len(said) == 1)} words of "
+                f"{query!r}" if said else f"No passage of {oid} holds any of the words of {query!r}")
+        if reached > 0 and not cite:
+            head += f"; its oldest {reached:,} characters were not searched"
+        elif reached > 0:
+            why = ("the search's time ran out: analysis.search_max_seconds" if reached > lo else
+                   "one search reads at most analysis.search_max_chars characters")
+            head += f"; characters 0-{reached} were not searched ({why})"
+        return head + (":\n" + "\n".join(said) if said else ".")
+
     def tool_schema(self) -> dict[str, Any]:
         """The OpenAI-style function tool the coordinator gets (counted in its prompt)."""
         return self._schema(list(self))
@@ -168,18 +251,18 @@ class Originals:
     def _schema(self, ids: list[str]) -> dict[str, Any]:
         return {"type": "function", "function": {
             "name": READ_TOOL_NAME,
-            "description": ("Return the exact text of a character range of one of this reply's originals "
-                            f"(at most {self.max_read_chars} characters), or of the value the workers noted "
-                            "for a key. Use it to check exact strings, ids and numbers: give start and end "
-                            "from a range the notes cite, or key: a key's name (any key the workers saw, "
-                            "listed in the notes or not)."),
+            "description": ("Return exactly a character range of one of this reply's originals (at most "
+                            f"{self.max_read_chars} characters), the value the workers noted for a key, or the "
+                            "passages holding some words. Give start and end from a range the notes cite, key: "
+                            "a key's name (any key the workers saw, listed or not), or search: a few words."),
             "parameters": {"type": "object", "additionalProperties": False,
                            "required": ["section_id"],
                            "properties": {
                                "section_id": {"type": "string", "enum": ids},
                                "start": {"type": "integer", "minimum": 0},
                                "end": {"type": "integer", "minimum": 0},
-                               "key": {"type": "string"}}}}}
+                               "key": {"type": "string"},
+                               "search": {"type": "string", "maxLength": MAX_SEARCH_CHARS}}}}}
 
     def call(self, arguments: str | Mapping[str, Any]) -> str:
         """Run the tool on a call's arguments (JSON text or a mapping)."""
@@ -190,15 +273,55 @@ class Originals:
                 raise SectionReadError(f"{READ_TOOL_NAME} arguments are not JSON: {exc}") from None
         if not isinstance(arguments, Mapping):
             raise SectionReadError(f"{READ_TOOL_NAME} arguments must be an object")
-        extra = set(arguments) - {"section_id", "start", "end", "key"}
+        extra = set(arguments) - {"section_id", "start", "end", "key", "search"}
         if extra:
-            raise SectionReadError(f"{READ_TOOL_NAME} takes section_id with start and end, or with key, "
-                                   f"not {sorted(extra)}")
+            raise SectionReadError(f"{READ_TOOL_NAME} takes section_id with start and end, with key, or with "
+                                   f"search, not {sorted(extra)}")
+        if "search" in arguments:
+            if set(arguments) - {"section_id", "search"}:
+                raise SectionReadError(f"{READ_TOOL_NAME} takes a search alone (with section_id), not with a "
+                                       "range or a key")
+            return self.search(_argument(arguments, "section_id"), _argument(arguments, "search"))
         if "key" in arguments:
             if "start" in arguments or "end" in arguments:
                 raise SectionReadError(f"{READ_TOOL_NAME} takes a key or a range (start and end), not both")
             return self.read_key(_argument(arguments, "section_id"), _argument(arguments, "key"))
         return self.read(_argument(arguments, "section_id"), _argument(arguments, "start"), _argument(arguments, "end"))
+
+
+def described(arguments: str) -> str:
+    """What a ``read_chat_section`` call does, for a person watching the progress:
+    ``searching earlier messages for 'deploy key'``, ``rereading characters 10-40 of
+    build.log``, ``rereading the value noted as 'job id' in build.log``; the arguments
+    as they came when they are not a call's."""
+    try:
+        args = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return f"rereading: {arguments}"
+    if not isinstance(args, dict):
+        return f"rereading: {arguments}"
+    name = args.get("section_id")
+    if "search" in args:
+        return f"searching {name} for {args['search']!r}"
+    if "key" in args:
+        return f"rereading the value noted as {args['key']!r} in {name}"
+    return f"rereading characters {args.get('start')}-{args.get('end')} of {name}"
+
+
+def _line_at_or_after(text: str, at: int) -> int:
+    """Where the first line starting at or after ``at`` starts (``len(text)`` if none)."""
+    if at <= 0:
+        return 0
+    nl = text.find("\n", at - 1)
+    return len(text) if nl < 0 else nl + 1
+
+
+def _around(start: int, end: int, first: int) -> tuple[int, int]:
+    """A line's characters cut to :data:`SEARCH_PASSAGE_CHARS` around its first match."""
+    if end - start <= SEARCH_PASSAGE_CHARS:
+        return start, end
+    a = max(start, min(first - SEARCH_PASSAGE_CHARS // 4, end - SEARCH_PASSAGE_CHARS))
+    return a, a + SEARCH_PASSAGE_CHARS
 
 
 def _norm(key: str) -> str:

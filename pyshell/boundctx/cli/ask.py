@@ -354,6 +354,7 @@ def _refuse(message: str, kind: str, *, as_json: bool) -> int:
 
 
 def run(args) -> int:
+    from boundctx.analysis.originals import described
     from boundctx.errors import BoundctxError
     from boundctx.events import Failed, Fitted, ReplyDelta, ToolCall
 
@@ -407,7 +408,7 @@ def run(args) -> int:
             sys.stdout.flush()
         elif isinstance(event, ToolCall):
             if not quiet:
-                status_line.note(f"[rereading: {event.arguments}]")
+                status_line.note(f"[{described(event.arguments)}]")
         else:
             progress.on(event)
         if isinstance(event, Failed):
