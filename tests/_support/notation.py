@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from boundctx.analysis.engine import REREAD_HEADER
+from boundctx.analysis.engine import AS_THE_TEXT_HAS_IT, REREAD_HEADER
 from boundctx.analysis.notes import ANSWER_INDEX_HEADER, ANSWER_UNNOTED
 
 __all__ = ["FORMS", "notation_in"]
@@ -36,7 +36,8 @@ FORMS = {
                                 r"|Notes on .{1,60}? \(\d[\d,]* characters|more keys, at characters|" + _TODAY),
     # the lines of the reread step's results, as they were once written and as they are
     "reread line": re.compile(r"(?:key '[^']*'|characters \d+-\d+): (?:not read \(|«)"
-                              r"|exactly: «|read again exactly|could not be read again|No exact text was read again"),
+                              r"|exactly: «|read again exactly|could not be read again|No exact text was read again"
+                              r"|passages? of .{1,60}? holds? words of|" + re.escape(AS_THE_TEXT_HAS_IT)),
     # the constrained reread step's JSON
     "reread request": re.compile(r"\{\s*\"reread\"\s*:"),
 }

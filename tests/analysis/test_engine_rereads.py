@@ -79,7 +79,7 @@ def test_an_evicted_value_is_read_again_exactly_in_the_constrained_step():
     assert stages == ["rereading", "answering"] and isinstance(events[-1], Done)
 
 
-def test_a_range_the_engine_refuses_is_said_not_read_and_the_answer_does_not_guess():
+def test_a_range_the_engine_refuses_is_said_to_the_caller_and_the_answer_does_not_guess():
     def name(system):
         return re.search(r"Notes on (.+?) \([\d,]+ characters", system).group(1)
 
@@ -88,15 +88,18 @@ def test_a_range_the_engine_refuses_is_said_not_read_and_the_answer_does_not_gue
     (result,) = [e for e in events if isinstance(e, ToolResult)]
     assert result.content.startswith("error:") and "outside" in result.content
     answer_prompt = notes_text(p.requests[-1])
-    assert "could not be read again: " in answer_prompt
+    # The answer is told nothing of the step's refusal (decision 0044): a small model
+    # copies it; its instructions already say to call what the notes lack unconfirmed.
+    assert "outside" not in answer_prompt and "could not be read" not in answer_prompt
     assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "could not be confirmed"
 
 
-def test_a_reread_request_that_is_not_valid_is_said_in_the_notes():
+def test_a_reread_request_that_is_not_valid_reads_nothing_and_adds_nothing_to_the_answers_notes():
     p, events = run(Model(ask_for=lambda system: '{"reread": "everything"}'))
     assert not any(isinstance(e, ToolCall) for e in events)
-    assert ("No exact text was read again (the request for rereads was not valid"
-            in notes_text(p.requests[-1]))
+    answer_prompt = notes_text(p.requests[-1])
+    assert REREAD_HEADER not in answer_prompt and "not valid" not in answer_prompt
+    assert "".join(e.text for e in events if isinstance(e, ReplyDelta)) == "could not be confirmed"
 
 
 def test_the_step_is_off_when_the_setting_says_so_and_for_models_with_tools():

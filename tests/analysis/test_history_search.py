@@ -135,3 +135,56 @@ def test_the_notice_opens_the_kept_history_and_keeps_the_prompts_start_between_d
     drops = [t for t in range(1, 25) if fitted[t].dropped != fitted[t - 1].dropped]
     changed = [t for t in range(1, 25) if sent[t][:len(sent[t - 1])] != sent[t - 1]]
     assert drops and changed == drops  # the start changes only where more is dropped
+
+
+# -- a transcript's older messages ------------------------------------------------------
+
+
+def _transcript(path, n, facts):
+    from boundctx.transcript.lineformat import encode_record
+    with open(path, "wb") as f:  # a transcript another process wrote: lines as pi writes them
+        f.write(encode_record({"type": "session", "version": 3, "id": "long"}) + b"\n")
+        for i in range(n):
+            text = facts.get(i, f"message {i}: {FILLER}")
+            f.write(encode_record({"type": "message", "message": {"role": "user" if i % 2 == 0 else "assistant",
+                                                                  "content": text}}) + b"\n")
+
+
+def test_a_transcripts_older_messages_are_searched_only_when_asked_and_within_the_bound(tmp_path, monkeypatch):
+    from boundctx.cli.ask import ask, read_transcript
+    from boundctx.transcript import chat
+
+    path = tmp_path / "long.jsonl"
+    _transcript(path, 2000, {10: "remember: the deploy key is K-1010", 1500: "the deploy key is K-1500 now"})
+    reads = []
+    real = chat.earlier_text
+    monkeypatch.setattr(chat, "earlier_text", lambda *a: reads.append(a) or real(*a))
+    settings = load(env={}, overrides={"chat.n_ctx": 2048})
+    continued = read_transcript(str(path), history=50, save=False)
+    assert continued.conversation.start == 1950
+    # A model that does not search reads nothing of the file beyond its history.
+    quiet = ScriptedProvider(lambda r: "fine", context_window=2048)
+    ask("How are you?", provider=quiet, settings=settings, transcript=continued, max_tokens=128)
+    said = int(re.match(r"\((\d+) earlier messages", quiet.requests[-1].messages[0]["content"]).group(1))
+    assert reads == [] and said == 1950 + (50 - len(quiet.requests[-1].messages) + 1)  # older, and dropped to fit
+    # One that searches finds the newest value, in one bounded read.
+    p = ScriptedProvider(tool_model, context_window=2048)
+    asked = ask("What is the deploy key?", provider=p, settings=settings, transcript=continued, max_tokens=128)
+    assert asked.answer == "K-1500" and len(reads) == 1
+    # With a bound that holds only the newest older messages, the oldest are said unread,
+    # and a search reads no more of the file than the bound.
+    for bound, found in ((20_000, None), (200_000, "K-1500")):
+        p = ScriptedProvider(tool_model, context_window=2048)
+        events = []
+        ask("What is the deploy key?", provider=p, on_event=events.append, transcript=continued, max_tokens=128,
+            settings=load(env={}, overrides={"chat.n_ctx": 2048, "analysis.search_max_chars": bound}))
+        (result,) = [e.content for e in events if isinstance(e, ToolResult)]
+        said = re.search(r"the oldest ([\d,]+) earlier messages were not read", result)
+        unread = int(said.group(1).replace(",", ""))
+        path_, before, asked_chars = reads[-1]
+        assert before == 1950 and asked_chars <= bound
+        assert "K-1010" not in result and 10 < unread < 1950
+        if found is None:
+            assert unread > 1500 and result.startswith("No passage") and "not searched" not in result
+        else:
+            assert unread < 1500 and found in result

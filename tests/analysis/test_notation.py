@@ -5,7 +5,7 @@ import json
 import re
 
 from boundctx.analysis import Engine
-from boundctx.analysis.engine import _NO_GUESS, ANSWER_NOTES, COORDINATOR_NOTES, REREAD_HEADER
+from boundctx.analysis.engine import _NO_GUESS, ANSWER_NOTES, AS_THE_TEXT_HAS_IT, COORDINATOR_NOTES, REREAD_HEADER
 from boundctx.analysis.notes import ANSWER_INDEX_HEADER, INDEX_HEADER, UNNOTED_HEADER
 from boundctx.config import load
 from boundctx.providers.scripted import ScriptedProvider
@@ -31,6 +31,8 @@ def test_the_classifier_finds_each_form_and_passes_prose():
     assert notation_in("The step: Notes on build.log (5,577 characters): failed") == ["notes heading"]
     assert notation_in(f"{ANSWER_INDEX_HEADER} job id.") == ["notes heading"]
     assert notation_in("A passage of build.log, read again exactly: «FAILED»") == ["reread line"]
+    assert notation_in(f"job id{AS_THE_TEXT_HAS_IT}7f3a9c11»") == ["reread line"]
+    assert notation_in("2 passages of earlier messages hold words of 'job'") == ["reread line"]
 
 
 def test_the_coordinator_sees_its_notes_in_words_and_originals_by_name():
@@ -97,7 +99,7 @@ def test_an_answer_no_reread_can_follow_sees_values_and_what_was_read_again_with
     notes = notes_text(answer)
     assert ANSWER_NOTES in notes and COORDINATOR_NOTES not in notes
     assert ANSWER_INDEX_HEADER in notes and INDEX_HEADER not in notes and UNNOTED_HEADER not in notes
-    assert f"{REREAD_HEADER}\nA passage of build.log, read again exactly: «{SHORT_LOG[4000:4020]}»" in notes
+    assert f"{REREAD_HEADER}\nFrom build.log{AS_THE_TEXT_HAS_IT}{SHORT_LOG[4000:4020]}»" in notes
     said = notes.partition("Notes on build.log")[2].replace(SHORT_LOG[4000:4020], "")
     assert not re.search(r"characters \d|\d+-\d+|section|reread", said), said
     # and it is never more than the step's own prompt held

@@ -3,6 +3,7 @@ events, saved only once complete), cancelling a reply by id, exact counts,
 understanding, the settings a Settings screen reads and changes, and CORS."""
 
 import json
+import re
 import threading
 import time
 
@@ -117,11 +118,18 @@ def test_a_session_reply_streams_named_events_and_saves_the_exchange_once_comple
     assert any("Which step failed?" in m["content"] for request in seen[:-1] for m in request)
 
 
+def without_notice(content):
+    """A message's text without the notice of the earlier messages that opens the kept
+    history (decision 0046): ``(N earlier messages ...)``."""
+    return re.sub(r"^\(\d+ earlier messages of this conversation are not shown[^)]*\)\n\n", "", content)
+
+
 def test_history_bounds_what_a_session_reply_starts_from(serve):
     seen = []
 
     def respond(request):
-        seen.append([m["content"] for m in request.messages])
+        seen.append([without_notice(m["content"]) for m in request.messages])
+        assert request.messages[0]["content"].startswith("(6 earlier messages")  # the session's older ones
         return "ok"
 
     server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL)
@@ -137,7 +145,7 @@ def test_the_history_a_session_reply_starts_from_keeps_its_start_for_half_the_hi
     seen = []
 
     def respond(request):
-        seen.append([m["content"] for m in request.messages])
+        seen.append([without_notice(m["content"]) for m in request.messages])
         return "ok"
 
     server = serve(ScriptedProvider(respond), settings=settings(), model_id=MODEL)
@@ -148,6 +156,32 @@ def test_the_history_a_session_reply_starts_from_keeps_its_start_for_half_the_hi
         sent.append(events[0][1]["history_messages"])
     starts = [request[0] for request in seen]
     assert starts == ["m4", "m4", "m8", "m8", "q1", "q1"] and all(4 < n <= 8 for n in sent)
+
+
+def test_a_session_reply_searches_the_sessions_older_messages_when_the_model_asks(serve, tmp_path):
+    # The reply reads the newest 20 messages; the fact is in message 7 of 120, found by
+    # the model's search of the earlier messages and answered exactly (decision 0046).
+    from boundctx.providers import ToolCallChunk
+
+    def respond(request):
+        last = request.messages[-1]
+        if last["role"] == "tool":
+            found = re.findall(r"deploy key is (K-\d+)", last["content"])
+            return found[-1] if found else "unknown"
+        if request.tools and "earlier messages of this conversation are not shown" in request.messages[0]["content"]:
+            return [ToolCallChunk("s1", "read_chat_section",
+                                  json.dumps({"section_id": "earlier messages", "search": "deploy key"}))]
+        return "unknown"
+
+    server = serve(ScriptedProvider(respond, context_window=4096), settings=settings(), model_id=MODEL)
+    new_session(server, "old", [message("user" if i % 2 == 0 else "assistant",
+                                        "remember: the deploy key is K-707" if i == 7 else f"m{i} chat")
+                                for i in range(120)])
+    events = reply(server, "old", content="What is the deploy key?", history=20)
+    calls = [d for n, d in events if n == "tool_call"]
+    assert [json.loads(c["arguments"])["search"] for c in calls] == ["deploy key"]
+    assert "".join(d["text"] for n, d in events if n == "reply_delta") == "K-707"
+    assert events[-1][1]["saved"] is True
 
 
 def test_a_cancelled_session_reply_saves_nothing_and_the_cancel_route_names_it(serve, tmp_path):

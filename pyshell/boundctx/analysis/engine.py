@@ -29,7 +29,7 @@ from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
-from boundctx.analysis.originals import MAX_SEARCH_CHARS, READ_TOOL_NAME, Originals, name_originals
+from boundctx.analysis.originals import MAX_SEARCH_CHARS, READ_TOOL_NAME, Earlier, Originals, name_originals
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.stops import StopCut, check_stops
 from boundctx.analysis.time_left import TimeLeft
@@ -135,7 +135,10 @@ def reread_output_room(ids: Sequence[str], ranges: int, keys: Sequence[str] = ()
         looked_for = f'{{ "id" : {longest} , "search" : "{"𝕏" * MAX_SEARCH_CHARS}" }} '
         item = max(item, looked_for, key=lambda text: len(text.encode()))
     return len(f'{{ "reread" : [ {" , ".join([item] * ranges)} ] }} '.encode())
-REREAD_HEADER = "Read again exactly, from the text itself (where the notes differ, this is right):"
+REREAD_HEADER = "From the text itself (where the notes differ, this is right):"
+#: How a value or passage the step read again is given to the answer: as the text's own,
+#: never as a reread (decision 0044), e.g. ``job id, as the text has it: «7f3a9c11»``.
+AS_THE_TEXT_HAS_IT = ", as the text has it: «"
 
 #: Tokens allowed for where a text is joined to the prompt (a system message's end, a
 #: block's start): a tokenizer may merge across a join, never by more than this.
@@ -313,7 +316,7 @@ class Engine:
               cancel: Any = None, tools: Sequence[Mapping[str, Any]] | None = None,
               stop: str | Sequence[str] | None = None, tool_choice: ToolChoice | None = None,
               parallel_tool_calls: bool | None = None, sampling: Sampling | None = None,
-              response_schema: Mapping[str, Any] | None = None) -> Iterator[Event]:
+              response_schema: Mapping[str, Any] | None = None, earlier: Earlier | None = None) -> Iterator[Event]:
         """Answer the last user message of ``messages`` (with ``files`` attached to it);
         in a conversation without one (a system message alone, as a title request
         sends), answer the conversation as it stands, ``files`` after it.
@@ -356,6 +359,11 @@ class Engine:
             Whether the model may call several tools in one reply (forwarded).
         sampling : Sampling, optional
             The answer's seed, cut-offs and penalties; note-taking workers keep theirs.
+        earlier : Earlier, optional
+            Messages before ``messages`` the caller keeps (a transcript's older ones):
+            with history search on, the model may search them with those dropped to fit
+            (decision 0046); they are read only if it does, within
+            ``analysis.search_max_chars``.
         response_schema : dict, optional
             A JSON schema the answer is held to: a local model's decoder by a grammar,
             a server by its ``response_format``. Only the answer: the workers' notes and
@@ -402,10 +410,10 @@ class Engine:
             self.provider.check_schema(response_schema)  # ResponseSchemaError, before any event
         asked = _Asked(stops, dict(response_schema) if response_schema is not None else None, sampling,
                        choice if offered else None, parallel_tool_calls if offered else None)
-        return self._events(messages, files, cancel, offered, asked)
+        return self._events(messages, files, cancel, offered, asked, earlier)
 
     def _events(self, messages: Sequence[Mapping[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
-                callers: list[dict[str, Any]], asked: _Asked) -> Iterator[Event]:
+                callers: list[dict[str, Any]], asked: _Asked, older: Earlier | None) -> Iterator[Event]:
         started = time.monotonic()
         conversation = [dict(m) for m in messages]
         system = self.settings.chat.system_prompt
@@ -420,7 +428,7 @@ class Engine:
         clock = TimeLeft(max_reply_tokens=self.max_reply_tokens,
                          reread_step=bool(s.chat.analysis_workers) and not self.provider.supports_tools
                          and s.analysis.constrained_rereads)
-        events = self._reply(conversation, files, cancel, started, shift, callers, asked)
+        events = self._reply(conversation, files, cancel, started, shift, callers, asked, older)
         try:
             for event in events:
                 yield clock.stamped(event, getattr(event, "elapsed_s", time.monotonic() - started))
@@ -431,7 +439,7 @@ class Engine:
 
     def _reply(self, messages: list[dict[str, Any]], files: Sequence[tuple[str, str]], cancel: Any,
                started: float, shift: int, callers: list[dict[str, Any]],
-               asked: _Asked) -> Generator[Event, None, None]:
+               asked: _Asked, older: Earlier | None) -> Generator[Event, None, None]:
         s = self.settings
         cuts: list[CutPrompt] = []  # this reply's model calls whose server cut the prompt
         provider = self.provider
@@ -501,7 +509,8 @@ class Engine:
                                     turn_start=turn_start, low_water=s.chat.low_water, memo=DROPS,
                                     salt=_count_salt(provider, base_tools))
         fit = fitting(limit=limit, notes_room=notes_room + reread_room)
-        searching = searchable and bool(fit.dropped_at)
+        older_count = older.count if older is not None else 0
+        searching = searchable and (bool(fit.dropped_at) or older_count > 0)
         if searching:
             # History goes: fit again with room for the notice that says so and for the
             # tool (always kept free, as it is offered whether or not anything is analysed).
@@ -532,9 +541,14 @@ class Engine:
         if searching:
             # Dropped to fit, kept to search: the notice that says so opens the kept
             # history, and the tool that searches is offered from here on.
-            earlier = originals.add(_earlier_text(convo, fit.dropped_at, origins), EARLIER_LABEL, name=earlier_name)
-            said = EARLIER_NOTICE["tools" if provider.supports_tools else "plain"].format(n=len(fit.dropped_at),
-                                                                                          name=earlier)
+            dropped_text = _earlier_text(convo, fit.dropped_at, origins)
+            if older is None or older_count <= 0:
+                earlier = originals.add(dropped_text, EARLIER_LABEL, name=earlier_name)
+            else:
+                earlier = originals.add_later(_with_older(older, dropped_text, s.analysis.search_max_chars),
+                                              EARLIER_LABEL, name=earlier_name)
+            said = EARLIER_NOTICE["tools" if provider.supports_tools else "plain"].format(
+                n=len(fit.dropped_at) + older_count, name=earlier)
             first = final[0]
             final[0] = {**first, "content": (f"{first.get('content') or ''}\n\n{said}" if first.get("role") == "system"
                                              else f"{said}\n\n{first.get('content') or ''}")}
@@ -730,12 +744,6 @@ class Engine:
         searching = earlier is not None
         search_clause = REREAD_ASK_SEARCH.format(name=earlier) if searching else ""
 
-        def noted(failure: str) -> str:
-            # Say it in the notes when it fits; the instructions say it in any case.
-            said = (f"No exact text was read again ({failure}): a value the notes do not show could not be "
-                    "confirmed.")
-            return said if provider.count_prompt(_added_to_notes(messages, notes_at, said)) <= limit else ""
-
         # As many ranges as the step's largest answer leaves room for beside its prompt.
         ranges = REREAD_MAX_RANGES
         while True:
@@ -745,7 +753,10 @@ class Engine:
                 break
             ranges -= 1
             if not ranges:
-                return noted("there was no room to ask for exact rereads")
+                # No room to ask: the answer is told nothing of the step (a small model
+                # copies what it is told); its instructions say to call what the notes
+                # do not show unconfirmed.
+                return ""
         item = {"type": "object", "additionalProperties": False, "required": ["id"],
                 "properties": {"id": {"type": "string", "enum": ids},
                                "start": {"type": "integer", "minimum": 0},
@@ -769,13 +780,12 @@ class Engine:
                     return None
         try:
             asked = msgspec.json.decode("".join(pieces).strip() or "null", type=_RereadAsk)
-        except msgspec.DecodeError as exc:
-            return noted(f"the request for rereads was not valid ({exc})")
+        except msgspec.DecodeError:
+            return ""  # not a request the step can act on: as above, nothing is said
         read_back: list[str] = []
 
         def add(line: str) -> bool:
-            # Every line, a refusal too, is counted before it joins the notes; a refusal
-            # that does not fit is left to the instructions, which say it in any case.
+            # Every line is counted before it joins the notes.
             if provider.count_prompt(_added_to_notes(messages, notes_at, _reread_text(read_back + [line]))) > limit:
                 return False
             read_back.append(line)
@@ -786,26 +796,24 @@ class Engine:
             given = {name: value for name, value in (("start", want.start), ("end", want.end), ("key", want.key),
                                                      ("search", want.search)) if value is not None}
             arguments = msgspec.json.encode({"section_id": want.id, **given}).decode()
-            # Said in words, with nothing a reread needs: no reread follows, and a small
-            # model copies these lines into its answer (decision 0044).
-            where = (f"The value noted as {want.key!r} in {want.id}" if want.key is not None
-                     else f"Searched for in {want.id}" if want.search is not None
-                     else f"A passage of {want.id}")
+            # Said as the text's own, with nothing of the reread: no reread follows, and a
+            # small model copies these lines into its answer (decision 0044).
+            where = want.key if want.key is not None else f"From {want.id}"
             yield ToolCall(call_id, READ_TOOL_NAME, arguments)
             try:
                 if want.search is not None and not given.keys() - {"search"}:
                     text = originals.search(want.id, want.search)
-                    said = f"{where}: {originals.search(want.id, want.search, cite=False)}"
+                    said = originals.search(want.id, want.search, cite=False)
                 else:
                     text = originals.call({"section_id": want.id, **given})
-                    said = f"{where}, read again exactly: «{text}»"
+                    said = f"{where}{AS_THE_TEXT_HAS_IT}{text}»"
             except SectionReadError as exc:
+                # Said to the caller (the event), not to the answer: its instructions say
+                # to call a value the notes do not show unconfirmed.
                 yield ToolResult(call_id, f"error: {exc}")
-                add(f"{where} could not be read again: {exc}")
                 continue
             if not add(said):
                 yield ToolResult(call_id, f"error: {len(said)} characters do not fit the remaining context")
-                add(f"{where} could not be read again: it does not fit")
                 continue
             yield ToolResult(call_id, text)
         return _reread_text(read_back) if read_back else ""
@@ -956,6 +964,22 @@ def _earlier_text(convo: Sequence[Mapping[str, Any]], dropped: Sequence[int], or
                 body += f"\n(called {fn.get('name')} with {fn.get('arguments')})"
         parts.append(f"[message {origins[i].at}, {m.get('role')}]\n{body}")
     return "\n\n".join(parts)
+
+
+def _with_older(older: Earlier, dropped: str, max_chars: int) -> Callable[[], tuple[str, str | None]]:
+    """How the earlier messages are read when first searched: the caller's older ones
+    (within what one search reads), then those dropped to fit."""
+    def load() -> tuple[str, str | None]:
+        try:
+            # Within what one search reads, with those dropped to fit (the newest) in it.
+            text, first = older.read(max(0, max_chars - len(dropped) - 2))
+        except (OSError, ValueError, BoundctxError) as exc:
+            raise SectionReadError(f"the earlier messages could not be read ({type(exc).__name__}: {exc}); "
+                                   "answer from what is shown") from None
+        unread = (f"the oldest {first:,} earlier messages were not read (one search reads at most "
+                  "analysis.search_max_chars characters)" if first > 0 else None)
+        return "\n\n".join(part for part in (text, dropped) if part), unread
+    return load
 
 
 def _reread_text(lines: Sequence[str]) -> str:

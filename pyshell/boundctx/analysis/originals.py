@@ -16,16 +16,17 @@ answers, where they read as a fault of boundctx (decision 0041).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from boundctx.errors import SectionReadError
 
-__all__ = ["MAX_NAME_CHARS", "MAX_SEARCH_CHARS", "READ_TOOL_NAME", "SEARCH_PASSAGE_CHARS", "Originals",
+__all__ = ["MAX_NAME_CHARS", "MAX_SEARCH_CHARS", "READ_TOOL_NAME", "SEARCH_PASSAGE_CHARS", "Earlier", "Originals",
            "described", "name_originals"]
 
 READ_TOOL_NAME = "read_chat_section"
@@ -65,6 +66,27 @@ def name_originals(labels: Sequence[str]) -> list[str]:
     return names
 
 
+@dataclasses.dataclass(frozen=True)
+class Earlier:
+    """Messages before the conversation a reply is given, kept where the caller can read
+    them again (a transcript's older messages): how many, and how to read the newest of
+    them within a number of characters, as one text to search (decision 0046).
+
+    Attributes
+    ----------
+    count : int
+        How many messages come before the conversation.
+    read : callable
+        ``read(max_chars) -> (text, first)``: the text of the newest of them that fit
+        ``max_chars`` (each headed by its place and role), and the index of the first
+        message it holds (0 when it holds them all). Called once, when a search or a
+        read first needs it, never before.
+    """
+
+    count: int
+    read: Callable[[int], tuple[str, int]]
+
+
 class Original(msgspec.Struct, frozen=True):
     id: str
     label: str
@@ -92,6 +114,10 @@ class Originals:
         self.search_max_hits = search_max_hits
         self.search_max_seconds = search_max_seconds
         self._texts: dict[str, Original] = {}
+        # Originals whose text is read when first needed, and what each could not read.
+        self._pending: dict[str, tuple[str, Callable[[], tuple[str, str | None]]]] = {}
+        self._unread: dict[str, str] = {}
+        self._order: list[str] = []  # every id, in the order added, read or not
         self._keys: dict[str, dict[str, tuple[str, int, int]]] = {}  # oid -> normalised key -> (key, start, end)
 
     def add(self, text: str, label: str, *, name: str | None = None) -> str:
@@ -99,22 +125,39 @@ class Originals:
         the one a bound was counted on), else the name it gives ``label`` after the names
         already given. A name already taken is refused."""
         oid = name if name is not None else name_originals([*(o.label for o in self._texts.values()), label])[-1]
-        if oid in self._texts or _UNSAFE.search(oid):
+        if oid in self or _UNSAFE.search(oid):
             raise ValueError(f"the name {oid!r} is taken, or holds a quote, backslash or control character")
         self._texts[oid] = Original(oid, label, text)
+        self._order.append(oid)
         return oid
 
+    def add_later(self, load: Callable[[], tuple[str, str | None]], label: str, *, name: str) -> str:
+        """Keep an original whose text is read only when a search or a read first needs
+        it: ``load()`` gives the text and what it could not read (said in every search
+        of it), or raises :class:`~boundctx.errors.SectionReadError`."""
+        if name in self or _UNSAFE.search(name):
+            raise ValueError(f"the name {name!r} is taken, or holds a quote, backslash or control character")
+        self._pending[name] = (label, load)
+        self._order.append(name)
+        return name
+
     def __contains__(self, oid: object) -> bool:
-        return oid in self._texts
+        return oid in self._texts or oid in self._pending
 
     def __len__(self) -> int:
-        return len(self._texts)
+        return len(self._order)
 
     def __iter__(self):
         """The ids, in the order they were added."""
-        return iter(self._texts)
+        return iter(list(self._order))
 
     def _get(self, oid: str) -> Original:
+        if isinstance(oid, str) and oid in self._pending:
+            label, load = self._pending.pop(oid)
+            text, unread = load()
+            self._texts[oid] = Original(oid, label, text)
+            if unread:
+                self._unread[oid] = unread
         if not isinstance(oid, str) or oid not in self._texts:
             known = ", ".join(self) or "none"
             raise SectionReadError(f"no original {oid!r} in this reply (its originals: {known})")
@@ -230,6 +273,8 @@ class Originals:
         said = [line for _, line in sorted(passages)]
         head = (f"{len(said)} passage{'s' * (len(said) != 1)} of {oid} hold{'s' * (len(said) == 1)} words of "
                 f"{query!r}" if said else f"No passage of {oid} holds any of the words of {query!r}")
+        if oid in self._unread:
+            head += f"; {self._unread[oid]}"
         if reached > 0 and not cite:
             head += f"; its oldest {reached:,} characters were not searched"
         elif reached > 0:

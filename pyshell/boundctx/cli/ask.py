@@ -198,17 +198,25 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
     Asked
     """
     from boundctx.analysis import Engine
+    from boundctx.analysis.originals import Earlier
     from boundctx.events import Done, Failed, ReplyDelta
+    from boundctx.transcript.chat import earlier_text
 
     engine = Engine(provider, settings=settings, max_reply_tokens=max_tokens)
     history = transcript.conversation.messages if transcript is not None else []
+    earlier = None
+    if transcript is not None and transcript.conversation.start > 0:
+        # The transcript's messages before the history read: searched only if the model
+        # asks, within analysis.search_max_chars (decision 0046).
+        path, start = transcript.path, transcript.conversation.start
+        earlier = Earlier(start, lambda max_chars: earlier_text(path, start, max_chars))
     messages = [*history, {"role": "user", "content": question}]
     pieces: list[str] = []
     finish = error = None
     withheld = 0
     saved = False
     cuts: list[Any] = []
-    for event in engine.reply(messages, files=files, cancel=cancel):
+    for event in engine.reply(messages, files=files, cancel=cancel, earlier=earlier):
         if on_event is not None:
             on_event(event)
         if isinstance(event, ReplyDelta):

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from boundctx import config
 from boundctx.analysis import Engine
+from boundctx.analysis.originals import Earlier
 from boundctx.errors import ConfigError, ResponseSchemaError, ToolOfferError
 from boundctx.events import Failed
 from boundctx.providers.base import Provider, Sampling, ToolChoice
@@ -88,10 +89,10 @@ class ReplyService:
                     temperature: float | None = None, tools: list[dict[str, Any]] | None = None,
                     stop: str | Sequence[str] | None = None, tool_choice: ToolChoice | None = None,
                     parallel_tool_calls: bool | None = None, sampling: Sampling | None = None,
-                    response_schema: dict[str, Any] | None = None) -> Started:
+                    response_schema: dict[str, Any] | None = None, earlier: Earlier | None = None) -> Started:
         """Admit and start one reply, and read its first event. The run can be cancelled
         by ``reply_id`` until :meth:`end`. ``stop``, ``tool_choice``,
-        ``parallel_tool_calls``, ``sampling`` and ``response_schema`` are
+        ``parallel_tool_calls``, ``sampling``, ``response_schema`` and ``earlier`` are
         :meth:`~boundctx.analysis.Engine.reply`'s.
 
         Raises
@@ -115,7 +116,7 @@ class ReplyService:
             # The tools are checked here, before any event: a bad one is a 400.
             events = engine.reply(messages, cancel=cancel, tools=tools, stop=stop, tool_choice=tool_choice,
                                   parallel_tool_calls=parallel_tool_calls, sampling=sampling,
-                                  response_schema=response_schema)
+                                  response_schema=response_schema, earlier=earlier)
         except ToolOfferError as exc:
             ticket.release()
             param = "tool_choice" if exc.about == "tool_choice" else "tools"

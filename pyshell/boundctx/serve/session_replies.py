@@ -115,8 +115,10 @@ def session_reply_routes(service: ReplyService, sessions: Sessions) -> list:
         conversation, style = await sessions.run(lambda: sessions.conversation(sid, req.history, req.save))
         messages = conversation.messages + [{"role": "user", "content": req.content}]
         reply_id = f"reply-{secrets.token_hex(12)}"
+        # The session's messages before the history read: searched only if the model asks.
+        earlier = sessions.earlier(sid, conversation.start) if conversation.start > 0 else None
         run, first = await service.begin(messages, reply_id=reply_id, max_tokens=req.max_tokens,
-                                         temperature=req.temperature, stop=req.stop)
+                                         temperature=req.temperature, stop=req.stop, earlier=earlier)
 
         async def save(done: Done, answer: str) -> dict[str, Any]:
             if style is None:

@@ -68,6 +68,7 @@ import msgspec
 
 from boundctx import config
 from boundctx._atomic import replacing
+from boundctx.analysis.originals import Earlier
 from boundctx.errors import (
     EntryInvalid,
     TranscriptChanged,
@@ -80,7 +81,14 @@ from boundctx.serve.http import ApiError, read_body, read_json
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
 from boundctx.serve.settings import LiveSettings
-from boundctx.transcript.chat import Conversation, append_exchange, chat_messages, history_start, writable_style
+from boundctx.transcript.chat import (
+    Conversation,
+    append_exchange,
+    chat_messages,
+    earlier_text,
+    history_start,
+    writable_style,
+)
 from boundctx.transcript.dialects import dialect_of, display, display_kind
 from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
@@ -472,6 +480,12 @@ class Sessions:
 
         (conversation, style), _, _ = self._read(path, read)
         return conversation, style
+
+    def earlier(self, sid: str, before: int) -> Earlier:
+        """Session ``sid``'s messages before message ``before``, for a reply to search
+        (decision 0046): read, in the reply's own thread, only if the model asks."""
+        path = self._existing(sid)
+        return Earlier(before, lambda max_chars: earlier_text(path, before, max_chars))
 
     def save_exchange(self, sid: str, question: str, answer: str, style: str, parent_id: str | None) -> dict[str, Any]:
         """Append a complete exchange to session ``sid``: its lines and the new count."""

@@ -39,11 +39,11 @@ from typing import Any, Callable
 
 import msgspec
 
-from boundctx.transcript.dialects import FORMATS, dialect_of
+from boundctx.transcript.dialects import FORMATS, dialect_of, display
 from boundctx.transcript.dialects.base import SUMMARY, Notes, said
 from boundctx.transcript.entries import Entry, Window
 
-__all__ = ["Conversation", "append_exchange", "chat_messages", "history_start", "writable_style"]
+__all__ = ["Conversation", "append_exchange", "chat_messages", "earlier_text", "history_start", "writable_style"]
 
 
 def history_start(total: int, history: int) -> int:
@@ -61,6 +61,34 @@ def history_start(total: int, history: int) -> int:
     return -(-(total - history) // step) * step
 
 
+def earlier_text(path: str, before: int, max_chars: int) -> tuple[str, int]:
+    """The messages of the transcript at ``path`` before message ``before``, as one text
+    a reply can search (decision 0046): the newest of them whose lines hold at most
+    ``max_chars`` bytes together, each headed ``[transcript message N, role]`` and written
+    as a person reads it. Returns the text and the index of the first message it holds.
+
+    Bounded whatever the file's size: the sizes come from the layout, and only the lines
+    chosen are read.
+    """
+    from boundctx.transcript import Transcript
+
+    with Transcript.open(path) as transcript:
+        before = min(before, transcript.message_count)
+        sizes = transcript.message_bytes(0, before)
+        first, used = before, 0
+        while first > 0 and used + sizes[first - 1] <= max_chars:
+            first -= 1
+            used += sizes[first]
+        if first == before:
+            return "", before
+        window = transcript.window(message_before=before, message_limit=before - first, content_limit=None)
+    parts = []
+    for k, entry in enumerate(window.messages):
+        role, text = display(entry)
+        parts.append(f"[transcript message {window.message_start + k}, {role}]\n{text}")
+    return "\n\n".join(parts), window.message_start
+
+
 class Conversation(msgspec.Struct):
     """Chat messages read from a transcript window.
 
@@ -72,11 +100,15 @@ class Conversation(msgspec.Struct):
         What could not be sent to a model, one line each.
     last_id : str or None
         The ``id`` of the newest message record, for a reply's ``parentId``.
+    start : int
+        The transcript message the window read starts at: how many older messages the
+        transcript holds before these (a reply may search them: decision 0046).
     """
 
     messages: list[dict[str, Any]]
     notices: list[str]
     last_id: str | None = None
+    start: int = 0
 
 
 #: The roles of the messages read (every provider takes these).
@@ -305,7 +337,8 @@ def chat_messages(window: Window) -> Conversation:
         messages += sent
         top.notices += noted
     notices = top.notices
-    return Conversation(_drop_orphans(_merge_tool_calls(messages), notices, unsent_calls), notices, last_id)
+    return Conversation(_drop_orphans(_merge_tool_calls(messages), notices, unsent_calls), notices, last_id,
+                        window.message_start)
 
 
 # What a file that is not a transcript often begins with (its first line, decoded with
