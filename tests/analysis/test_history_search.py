@@ -188,3 +188,21 @@ def test_a_transcripts_older_messages_are_searched_only_when_asked_and_within_th
             assert unread > 1500 and result.startswith("No passage") and "not searched" not in result
         else:
             assert unread < 1500 and found in result
+
+
+def test_a_search_that_does_not_fit_gives_the_best_of_what_it_found_that_fits():
+    # Six long lines hold the words; all six do not fit beside the prompt. The newest
+    # (the correction) ranks first among equals, so it is never the one cut.
+    said = {i: f"note {i}: the deploy key is K-{1000 + i} " + "and more about it " * 25
+            for i in (3, 10, 20, 30, 40, 50)}
+    said[0] = "a chat of its own"  # no earlier reply's cut to keep (decision 0029): the drop goes to its low water
+    for model, window in ((tool_model, 4096), (step_model, 2048)):  # (a byte a token: the tool's schema is long)
+        p = ScriptedProvider(model, context_window=window)
+        p.supports_tools = model is tool_model
+        events = reply(p, conversation(200, said) + [ASK], **{"chat.n_ctx": window})
+        (result,) = [e.content for e in events if isinstance(e, ToolResult)]
+        best = re.search(r"\(the best (\d) of 6 found\)", result)
+        assert best and 1 <= int(best.group(1)) < 6, result
+        assert answer(events) == "K-1050", model.__name__
+        for r in p.requests:
+            assert p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= window

@@ -180,6 +180,7 @@ def test_a_session_reply_searches_the_sessions_older_messages_when_the_model_ask
     events = reply(server, "old", content="What is the deploy key?", history=20)
     calls = [d for n, d in events if n == "tool_call"]
     assert [json.loads(c["arguments"])["search"] for c in calls] == ["deploy key"]
+    assert [c["said"] for c in calls] == ["searching earlier messages for 'deploy key'"]  # the page's words
     assert "".join(d["text"] for n, d in events if n == "reply_delta") == "K-707"
     assert events[-1][1]["saved"] is True
 

@@ -395,7 +395,8 @@ def test_a_reread_of_the_original_is_shown_as_such_and_apart_from_the_answer(pag
     page.wait_for_selector("#messages .message.assistant:not([aria-busy])")
     assert page.inner_text("#messages .message.assistant .text") == "id=7f3a9c11"
     reread = page.inner_text("#progress .reread")
-    assert reread.startswith("Reread of the original:") and "section_id" in reread
+    # Said as the CLI says it, from the server's words for the call.
+    assert re.fullmatch(r"Rereading characters \d+-\d+ of the user's message", reread), reread
 
 
 def test_a_server_that_goes_away_mid_reply_shows_an_error_not_a_hang(page, folder):

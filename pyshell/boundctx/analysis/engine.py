@@ -784,9 +784,12 @@ class Engine:
             return ""  # not a request the step can act on: as above, nothing is said
         read_back: list[str] = []
 
+        def fits(line: str) -> bool:
+            return provider.count_prompt(_added_to_notes(messages, notes_at, _reread_text(read_back + [line]))) <= limit
+
         def add(line: str) -> bool:
             # Every line is counted before it joins the notes.
-            if provider.count_prompt(_added_to_notes(messages, notes_at, _reread_text(read_back + [line]))) > limit:
+            if not fits(line):
                 return False
             read_back.append(line)
             return True
@@ -813,8 +816,13 @@ class Engine:
                 yield ToolResult(call_id, f"error: {exc}")
                 continue
             if not add(said):
-                yield ToolResult(call_id, f"error: {len(said)} characters do not fit the remaining context")
-                continue
+                # A search gives the best of what it found that fits; a range is refused.
+                fewer = _fewest_hits_that_fit(arguments, originals, fits, cite=False) if want.search else None
+                if fewer is None:
+                    yield ToolResult(call_id, f"error: {len(said)} characters do not fit the remaining context")
+                    continue
+                add(fewer)
+                text = fewer
             yield ToolResult(call_id, text)
         return _reread_text(read_back) if read_back else ""
 
@@ -909,8 +917,12 @@ class Engine:
                 result = self._run_tool(c, originals, names)
                 trial = with_round + [{"role": "tool", "tool_call_id": c.id, "content": result}]
                 if provider.count_prompt(trial, tools=tools) > limit:
-                    result = (f"error: {len(result)} characters do not fit the remaining context; "
-                              "ask for a narrower range")
+                    # A search gives the best of what it found that fits; a range is refused.
+                    fewer = _fewest_hits_that_fit(c.arguments, originals, lambda text: provider.count_prompt(
+                        with_round + [{"role": "tool", "tool_call_id": c.id, "content": text}], tools=tools) <= limit)
+                    result = fewer if fewer is not None else (
+                        f"error: {len(result)} characters do not fit the remaining context; "
+                        + ("search for rarer words" if _is_search(c.arguments) else "ask for a narrower range"))
                     trial = with_round + [{"role": "tool", "tool_call_id": c.id, "content": result}]
                 yield ToolResult(c.id, result)
                 with_round = trial
@@ -964,6 +976,33 @@ def _earlier_text(convo: Sequence[Mapping[str, Any]], dropped: Sequence[int], or
                 body += f"\n(called {fn.get('name')} with {fn.get('arguments')})"
         parts.append(f"[message {origins[i].at}, {m.get('role')}]\n{body}")
     return "\n\n".join(parts)
+
+
+def _is_search(arguments: str) -> bool:
+    try:
+        args = msgspec.json.decode(arguments)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(args, dict) and isinstance(args.get("search"), str) and isinstance(args.get("section_id"), str)
+
+
+def _fewest_hits_that_fit(arguments: str, originals: Originals, fits: Callable[[str], bool], *,
+                          cite: bool = True) -> str | None:
+    """For a search that does not fit: the most of its best-ranked passages that do
+    (``fits`` of the result; each try is the same search, not read again), or None when
+    it is no search, or not even one passage fits."""
+    if not _is_search(arguments):
+        return None
+    args = msgspec.json.decode(arguments)
+    try:
+        def result(k: int) -> str:
+            return originals.search(args["section_id"], args["search"], cite=cite, hits=k)
+
+        most = originals.search_max_hits
+        k = longest_fitting(most - 1, lambda k: k == 0 or fits(result(k)))
+    except SectionReadError:
+        return None
+    return result(k) if k > 0 else None
 
 
 def _with_older(older: Earlier, dropped: str, max_chars: int) -> Callable[[], tuple[str, str | None]]:

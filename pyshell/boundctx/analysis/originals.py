@@ -118,6 +118,7 @@ class Originals:
         self._pending: dict[str, tuple[str, Callable[[], tuple[str, str | None]]]] = {}
         self._unread: dict[str, str] = {}
         self._order: list[str] = []  # every id, in the order added, read or not
+        self._searches: dict[tuple[str, str], tuple[str, list[tuple[int, int]], int, int]] = {}
         self._keys: dict[str, dict[str, tuple[str, int, int]]] = {}  # oid -> normalised key -> (key, start, end)
 
     def add(self, text: str, label: str, *, name: str | None = None) -> str:
@@ -213,28 +214,58 @@ class Originals:
                                    f"most {self.max_read_chars}: ask for a narrower range")
         return original.text[start:end]
 
-    def search(self, oid: str, query: str, *, cite: bool = True) -> str:
+    def search(self, oid: str, query: str, *, cite: bool = True, hits: int | None = None) -> str:
         """The passages of original ``oid`` that hold words of ``query``, each as its
         exact text with its characters: the lines with the most of the words first (the
-        newest of equals), at most ``search_max_hits`` of them, each cut to
-        :data:`SEARCH_PASSAGE_CHARS` around its first word, all within one read's
+        newest of equals), at most ``search_max_hits`` of them (or ``hits``, fewer), each
+        cut to :data:`SEARCH_PASSAGE_CHARS` around its first word, all within one read's
         ``max_read_chars``. Words are matched case-insensitively, as parts of words too.
 
         Bounded whatever the original's size: at most ``search_max_chars`` characters
         are read, the newest (the end) first, for at most ``search_max_seconds``; what
         was not read is said in the result, never left unsaid. ``cite=False``: the
         passages without their characters, for an answer no reread can follow
-        (decision 0044).
+        (decision 0044). The same search again (fewer hits, another form) reads nothing
+        again.
 
         Raises
         ------
         SectionReadError
             An unknown id, or a query that is not a few words.
         """
-        original = self._get(oid)
+        text, ranked, reached, lo = self._found(oid, query)
+        passages, used = [], 0
+        for a, end in ranked[:min(hits or self.search_max_hits, self.search_max_hits)]:
+            line = f"characters {a}-{end}: «{text[a:end]}»" if cite else f"«{text[a:end]}»"
+            if used + len(line) > self.max_read_chars:
+                break
+            passages.append((a, line))
+            used += len(line) + 1
+        said = [line for _, line in sorted(passages)]
+        head = (f"{len(said)} passage{'s' * (len(said) != 1)} of {oid} hold{'s' * (len(said) == 1)} words of "
+                f"{query!r}" if said else f"No passage of {oid} holds any of the words of {query!r}")
+        if len(said) < min(len(ranked), self.search_max_hits):
+            head += f" (the best {len(said)} of {min(len(ranked), self.search_max_hits)} found)"
+        if oid in self._unread:
+            head += f"; {self._unread[oid]}"
+        if reached > 0 and not cite:
+            head += f"; its oldest {reached:,} characters were not searched"
+        elif reached > 0:
+            why = ("the search's time ran out: analysis.search_max_seconds" if reached > lo else
+                   "one search reads at most analysis.search_max_chars characters")
+            head += f"; characters 0-{reached} were not searched ({why})"
+        return head + (":\n" + "\n".join(said) if said else ".")
+
+    def _found(self, oid: str, query: str) -> tuple[str, list[tuple[int, int]], int, int]:
+        """The search itself, once per original and query: the text, the passages ranked
+        (each cut around its first word), where reading stopped, and where it could."""
         if not isinstance(query, str) or not query.strip() or len(query) > MAX_SEARCH_CHARS:
             raise SectionReadError(f"search must be a few words (1 to {MAX_SEARCH_CHARS} characters), "
                                    f"got {query!r}"[:200])
+        original = self._get(oid)
+        memo = self._searches.get((oid, query))
+        if memo is not None:
+            return memo
         words = sorted(set(query.casefold().split()), key=len, reverse=True)
         each = [re.compile(re.escape(w), re.I) for w in words]
         anyone = re.compile("|".join(p.pattern for p in each), re.I)
@@ -262,26 +293,9 @@ class Originals:
         # A line's rank: how many of the words it holds, each looked for alone.
         held = {a: sum(1 for p in each if p.search(text, a, end)) for a, (end, _) in found.items()}
         ranked = sorted(found.items(), key=lambda kv: (held[kv[0]], kv[0]), reverse=True)
-        passages, used = [], 0
-        for a, (end, first) in ranked[:self.search_max_hits]:
-            a, end = _around(a, end, first)
-            line = f"characters {a}-{end}: «{text[a:end]}»" if cite else f"«{text[a:end]}»"
-            if used + len(line) > self.max_read_chars:
-                break
-            passages.append((a, line))
-            used += len(line) + 1
-        said = [line for _, line in sorted(passages)]
-        head = (f"{len(said)} passage{'s' * (len(said) != 1)} of {oid} hold{'s' * (len(said) == 1)} words of "
-                f"{query!r}" if said else f"No passage of {oid} holds any of the words of {query!r}")
-        if oid in self._unread:
-            head += f"; {self._unread[oid]}"
-        if reached > 0 and not cite:
-            head += f"; its oldest {reached:,} characters were not searched"
-        elif reached > 0:
-            why = ("the search's time ran out: analysis.search_max_seconds" if reached > lo else
-                   "one search reads at most analysis.search_max_chars characters")
-            head += f"; characters 0-{reached} were not searched ({why})"
-        return head + (":\n" + "\n".join(said) if said else ".")
+        memo = (text, [_around(a, end, first) for a, (end, first) in ranked[:self.search_max_hits]], reached, lo)
+        self._searches[(oid, query)] = memo
+        return memo
 
     def tool_schema(self) -> dict[str, Any]:
         """The OpenAI-style function tool the coordinator gets (counted in its prompt)."""

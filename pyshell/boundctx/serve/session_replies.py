@@ -47,7 +47,8 @@ from typing import Any
 
 import msgspec
 
-from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta
+from boundctx.analysis.originals import described
+from boundctx.events import AnalysisProgress, Done, Failed, ReplyDelta, ToolCall
 from boundctx.serve.http import ApiError, read_json
 from boundctx.serve.requests import parse_session_reply
 from boundctx.serve.service import ReplyService
@@ -95,6 +96,8 @@ class _SessionFrames:
         elif isinstance(event, AnalysisProgress) and not self.progress.due(event):
             return b"", False
         data = msgspec.to_builtins(event)
+        if isinstance(event, ToolCall) and event.internal:
+            data["said"] = described(event.arguments)  # what a page shows, in the CLI's words
         if isinstance(event, Done):
             data.update(await self.finish(event, "".join(self.answer)))
             return self._named("done", data), True

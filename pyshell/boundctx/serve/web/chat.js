@@ -303,7 +303,9 @@ const ON = {
     t.line("stage").textContent = data.stage === "answering" ? "Answering" : "Rereading the originals";
   },
   tool_call(t, data) {
-    t.progress.append(progressLine(`Reread of the original: ${data.arguments}`, "reread"));
+    // The server says what the call does ("searching earlier messages for 'deploy key'").
+    const said = data.said || `rereading: ${data.arguments}`;
+    t.progress.append(progressLine(said.charAt(0).toUpperCase() + said.slice(1), "reread"));
   },
   reply_delta(t, data) {
     t.said += data.text;
