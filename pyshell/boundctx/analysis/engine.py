@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -29,7 +30,14 @@ from boundctx import config
 from boundctx._search import longest_fitting
 from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
-from boundctx.analysis.originals import MAX_SEARCH_CHARS, READ_TOOL_NAME, Earlier, Originals, name_originals
+from boundctx.analysis.originals import (
+    MAX_SEARCH_CHARS,
+    READ_TOOL_NAME,
+    SEARCH_PASSAGE_CHARS,
+    Earlier,
+    Originals,
+    name_originals,
+)
 from boundctx.analysis.repetition import RepetitionGuard
 from boundctx.analysis.stops import StopCut, check_stops
 from boundctx.analysis.time_left import TimeLeft
@@ -514,11 +522,20 @@ class Engine:
         if searching:
             # History goes: fit again with room for the notice that says so and for the
             # tool (always kept free, as it is offered whether or not anything is analysed).
-            room = self._earlier_room(len(convo), earlier_name, provider.supports_tools,
-                                      not provider.supports_tools and s.analysis.constrained_rereads) + reread_room
-            try:
-                fit = fitting(limit=limit - room, notes_room=notes_room)
-            except ContextOverflow:
+            sample = "\n".join(str(convo[i].get("content") or "") for i in fit.dropped_at[:50])
+            rooms = self._earlier_rooms(len(convo) + (older.count if older is not None else 0), earlier_name,
+                                        provider.supports_tools,
+                                        not provider.supports_tools and s.analysis.constrained_rereads, sample)
+            # With room for a search's result where the window has it, else without.
+            for room in rooms:
+                if limit - room - reread_room < 1:
+                    continue
+                try:
+                    fit = fitting(limit=limit - room - reread_room, notes_room=notes_room)
+                    break
+                except ContextOverflow:
+                    continue
+            else:
                 searching = False  # no room to say it: the history goes unsearched, as before
         final = list(fit.messages)
         blocks: list[tuple[int, tuple[str, str, int, list]]] = []  # (index in final, _notes_block arguments)
@@ -648,19 +665,38 @@ class Engine:
                     final = answering
         yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked, cuts)
 
-    def _earlier_room(self, messages: int, name: str, tools: bool, stepping: bool) -> int:
-        """Tokens searching the earlier messages may add to the prompt: the notice (with
-        the most messages there can be), and for a model without tools, the constrained
-        step's request with its answer for one search (the notes, if any, give way to
-        more: :meth:`_room_for_one_reread`)."""
-        text = self.provider.counter.count_text
+    def _earlier_rooms(self, messages: int, name: str, tools: bool, stepping: bool, sample: str) -> tuple[int, int]:
+        """Tokens searching the earlier messages may add to the prompt, with room for a
+        search's result and without. Without: the notice (with the most messages there
+        can be) and, for a model without tools, the constrained step's request with its
+        answer for one search (the notes, if any, give way to more:
+        :meth:`_room_for_one_reread`). With: also the result of one search of one passage
+        (and a tool call's round for a model with tools), so a search has room to give
+        what it finds best even at the window's edge. A passage's tokens are estimated
+        from ``sample``, text of the history (its tokens a character there): a denser
+        passage may still not fit, and the search then says so."""
+        count_text, count = self.provider.counter.count_text, self.provider.count_prompt
         said = EARLIER_NOTICE["tools" if tools else "plain"].format(n=messages, name=name)
-        room = text("\n\n" + said) + _JOIN_TOKENS
+        room = count_text("\n\n" + said) + _JOIN_TOKENS
         if stepping:
             ask = REREAD_ASK.format(n=1, search=REREAD_ASK_SEARCH.format(name=name))
-            room += self.provider.count_prompt([{"role": "user", "content": ask}]) - self.provider.count_prompt([]) \
+            room += count([{"role": "user", "content": ask}]) - count([]) \
                 + reread_output_room([name], 1, search=True) + _JOIN_TOKENS
-        return room
+        # One passage, with the search's heading (its longest wording) and its characters.
+        heading = (f"1 passage of {name} holds words of {'x' * MAX_SEARCH_CHARS!r} (the best 1 of 50 found); the "
+                   f"oldest {10**12:,} earlier messages were not read (one search reads at most "
+                   f"analysis.search_max_chars characters); characters 0-{10**12} were not searched (the "
+                   f"search's time ran out: analysis.search_max_seconds):\ncharacters {10**12}-{10**12}: «»")
+        sample = sample[:8000]
+        per_char = count_text(sample) / len(sample) if sample else 1.0
+        result = count_text(heading) + math.ceil(per_char * SEARCH_PASSAGE_CHARS) + _JOIN_TOKENS
+        if tools:
+            arguments = json.dumps({"section_id": name, "search": "x" * MAX_SEARCH_CHARS})
+            call = {"id": "call_0123456789abcdef", "type": "function",
+                    "function": {"name": READ_TOOL_NAME, "arguments": arguments}}
+            result += count([{"role": "assistant", "content": "", "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": call["id"], "content": ""}]) - count([])
+        return room + result, room
 
     def _notes_rooms(self, workers: int, candidates: Sequence[tuple[str, str]], rereads: bool) -> tuple[int, int, int]:
         """Upper bounds, in the coordinator's tokens, of what analysis adds to the prompt:
