@@ -441,7 +441,7 @@ def embedded(n: int, seed: int) -> dict:
     and without (D): reported, not gated. A reply is right when it holds the value."""
     from boundctx.providers.registry import from_settings
 
-    _, messages, questions = make_conversation(seed * 1000 + 200, 200)
+    messages, questions = make_conversation(seed * 1000 + 200, 200)
     asked = [q for q in questions if q["bucket"] in DROPPED_BUCKETS][:n]
     settings = condition_settings(WINDOW)
     provider = from_settings(settings["S"])

@@ -67,6 +67,34 @@ def test_a_stream_carries_progress_apart_from_the_answer_byte_for_byte(serve):
     assert timed > 0
 
 
+def test_a_chat_completions_dropped_history_is_searched_and_the_stream_says_so(serve):
+    # A front end sends the whole chat; what does not fit is dropped, and the model
+    # searches it by the engine's tool, which the caller never sees (decision 0046).
+    from boundctx.providers import ToolCallChunk
+
+    def respond(request):
+        last = request.messages[-1]
+        if last["role"] == "tool":
+            return re.findall(r"deploy key is (K-\d+)", last["content"])[-1]
+        return [ToolCallChunk("s1", "read_chat_section",
+                              json.dumps({"section_id": "earlier messages", "search": "deploy key"}))]
+
+    server = serve(ScriptedProvider(respond, context_window=4096),
+                   settings=settings(**{"serve.progress_max_hz": 1000.0}), model_id=MODEL)
+    history = []
+    for i in range(200):
+        history += [{"role": "user", "content": "the deploy key is K-42" if i == 3 else f"message {i} " + "x" * 80},
+                    {"role": "assistant", "content": "noted"}]
+    chunks = list(client(server).chat.completions.create(
+        model=MODEL, stream=True, max_tokens=64,
+        messages=history + [{"role": "user", "content": "What is the deploy key?"}]))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "K-42"
+    calls = [ch for ch in chunks if ((ch.model_extra or {}).get("boundctx") or {}).get("type") == "tool_call"]
+    assert [c.model_extra["boundctx"]["said"] for c in calls] == ["searching earlier messages for 'deploy key'"]
+    assert calls[0].model_extra["event"]["data"]["description"] == "Searching earlier messages for 'deploy key'"
+    assert all(not (ch.choices and ch.choices[0].delta.tool_calls) for ch in chunks)  # never the caller's
+
+
 def test_usage_chunk_only_when_asked_and_the_stream_helper_works(serve):
     server = serve(ScriptedProvider(answer, context_window=8192), settings=settings(), model_id=MODEL)
     chunks = list(client(server).chat.completions.create(model=MODEL, messages=ASK, stream=True))

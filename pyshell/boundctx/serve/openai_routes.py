@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from boundctx import config
+from boundctx.analysis.originals import described
 from boundctx.events import AnalysisProgress, Done, Failed, Fitted, ReplyDelta, Stage, ToolCall, ToolResult
 from boundctx.providers.base import Sampling
 from boundctx.serve.http import ApiError, client_closed, read_json
@@ -177,7 +178,10 @@ def _extension(event: Any) -> tuple[dict[str, Any], str | None]:
         return {"type": "stage", **msgspec.to_builtins(event)}, (
             ("Answering" if event.stage == "answering" else "Rereading the originals") + _time_left(event.remaining_s))
     if isinstance(event, ToolCall):
-        return {"type": "tool_call", **msgspec.to_builtins(event)}, None
+        if not event.internal:
+            return {"type": "tool_call", **msgspec.to_builtins(event)}, None
+        said = described(event.arguments)  # "searching earlier messages for 'deploy key'"
+        return {"type": "tool_call", **msgspec.to_builtins(event), "said": said}, said[:1].upper() + said[1:]
     if isinstance(event, ToolResult):
         return {"type": "tool_result", "id": event.id, "chars": len(event.content)}, None
     return {"type": type(event).__name__}, None
