@@ -682,11 +682,10 @@ class Engine:
             ask = REREAD_ASK.format(n=1, search=REREAD_ASK_SEARCH.format(name=name))
             room += count([{"role": "user", "content": ask}]) - count([]) \
                 + reread_output_room([name], 1, search=True) + _JOIN_TOKENS
-        # One passage, with the search's heading (its longest wording) and its characters.
-        heading = (f"1 passage of {name} holds words of {'x' * MAX_SEARCH_CHARS!r} (the best 1 of 50 found); the "
-                   f"oldest {10**12:,} earlier messages were not read (one search reads at most "
-                   f"analysis.search_max_chars characters); characters 0-{10**12} were not searched (the "
-                   f"search's time ran out: analysis.search_max_seconds):\ncharacters {10**12}-{10**12}: «»")
+        # One passage, with the search's usual heading and its characters (a search that
+        # also says what it did not read says it in a few tokens more).
+        heading = (f"1 passage of {name} holds words of {'x' * MAX_SEARCH_CHARS!r} (the best 1 of 50 found):\n"
+                   f"characters {10**9}-{10**9}: «»")
         sample = sample[:8000]
         per_char = count_text(sample) / len(sample) if sample else 1.0
         result = count_text(heading) + math.ceil(per_char * SEARCH_PASSAGE_CHARS) + _JOIN_TOKENS
