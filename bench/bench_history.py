@@ -446,7 +446,7 @@ def embedded(n: int, seed: int) -> dict:
     settings = condition_settings(WINDOW)
     provider = from_settings(settings["S"])
     rows = {c: {"asked": 0, "right": 0, "stale": 0, "searched": 0, "found_in_search": 0, "wall_s": 0.0,
-                "answers": []} for c in ("D", "S")}
+                "answers": [], "searches": [], "asked_for": [question_text(q) for q in asked]} for c in ("D", "S")}
     try:
         for q in asked:
             for c in ("D", "S"):
@@ -463,6 +463,8 @@ def embedded(n: int, seed: int) -> dict:
                 row["found_in_search"] += any(q["answer"] in r for r in results)
                 row["wall_s"] += time.perf_counter() - started
                 row["answers"].append(answer[:200])
+                row["searches"] += [json.loads(e.arguments).get("search") for e in events
+                                    if isinstance(e, ToolCall) and e.name == READ_TOOL_NAME]
     finally:
         provider.close()
     return rows
