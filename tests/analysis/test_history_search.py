@@ -96,7 +96,8 @@ def test_a_model_without_tools_searches_in_the_constrained_step_and_answers_with
     assert len(step) == 1
     items = step[0].schema["properties"]["reread"]["items"]["anyOf"]
     assert any("search" in i["properties"] for i in items)
-    assert "To find something said in the earlier messages" in step[0].messages[-1]["content"]
+    # shown an example drawn from the question, which a small model may copy as it stands
+    assert '{"id": "earlier messages", "search": "deploy key"}' in step[0].messages[-1]["content"]
     answering = p.requests[-1]
     said = "\n".join(str(m.get("content")) for m in answering.messages)
     assert "remember: the deploy key is K-4471" in said
@@ -206,3 +207,14 @@ def test_a_search_that_does_not_fit_gives_the_best_of_what_it_found_that_fits():
         assert answer(events) == "K-1050", model.__name__
         for r in p.requests:
             assert p.count_prompt(r.messages, tools=r.tools) + r.max_tokens <= window
+
+
+def test_the_steps_example_search_is_the_questions_own_words_within_the_longest_search():
+    from boundctx.analysis.engine import SEARCH_PATTERN, search_example
+    from boundctx.analysis.originals import MAX_SEARCH_CHARS
+    assert search_example("What is the door code of project Sharenpim? Answer with the value only.") == \
+        "door code project Sharenpim"
+    assert search_example("Which step failed, and what is its job id?") == "step failed job id"
+    for question in ("?", "", "x" * 80, 'a "quoted" \\ back\x00slash', "日本語の質問です " * 20, "long " * 10_000):
+        example = search_example(question)
+        assert 1 <= len(example) <= MAX_SEARCH_CHARS and re.fullmatch(SEARCH_PATTERN, example), example

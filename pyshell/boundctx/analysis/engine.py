@@ -88,7 +88,29 @@ REREAD_ASK = (
 )
 #: Added to :data:`REREAD_ASK` when earlier messages were dropped to fit (decision 0046).
 REREAD_ASK_SEARCH = (' To find something said in the earlier messages, which are not shown, add '
-                     '{{"id": "{name}", "search": "<a few words to look for>"}}.')
+                     '{{"id": "{name}", "search": "{example}"}} with the words to look for.')
+# Words a search for the question's subject leaves out of its example (see search_example).
+_NOT_SEARCHED = frozenset(
+    "a an and answer any are as at be been but by can could did do does for from give had has have how i in "
+    "is it its me my no not of on only or our please say says tell that the their them then there these this "
+    "those to us value was we were what when where which who whom whose why will with would you your".split())
+
+
+def search_example(question: str) -> str:
+    """The example the constrained step is shown for a search (decision 0046): the
+    question's own words that say what it is about, in its order, within the longest
+    search (:data:`MAX_SEARCH_CHARS`), "what is the door code of project Sharenpim?"
+    giving ``door code project Sharenpim``. A small model copies the example it is
+    shown; this one is then a search worth making, where ``<a few words>`` was copied
+    as it stood."""
+    words = [w for w in re.findall(r"[^\W_][\w.\-/]*[^\W_]|[^\W_]", question[:1000])  # a paste's start
+             if w.casefold() not in _NOT_SEARCHED and len(w) > 1]
+    picked: list[str] = []
+    for w in words:
+        if len(" ".join(picked + [w])) > MAX_SEARCH_CHARS:
+            break
+        picked.append(w)
+    return _UNSEARCHABLE.sub(" ", " ".join(picked)).strip() or "a few words"
 #: What the engine calls the messages dropped to fit when it keeps them to search.
 EARLIER_LABEL = "earlier messages"
 #: Said where the kept history starts when messages were dropped to fit and can be
@@ -103,6 +125,8 @@ EARLIER_NOTICE = {
               "exactly.)"),
     "plain": "({n} earlier messages of this conversation are not shown here.)",
 }
+# What the step's pattern lets no search hold (so an example never breaks it).
+_UNSEARCHABLE = re.compile(r'["\\\x00-\x1f\x7f]+')
 #: What a search the constrained step asks for may hold: a few words with no quote,
 #: backslash or control character, so its JSON text is the words themselves and its
 #: room can be counted (at most 4 bytes a character).
@@ -504,6 +528,8 @@ class Engine:
         names = name_originals(labels + [EARLIER_LABEL])
         candidates = list(zip(labels, names))
         earlier_name = names[-1]
+        # What the constrained step is told of a search, its example drawn from the question.
+        search_clause = REREAD_ASK_SEARCH.format(name=earlier_name, example=search_example(question))
         reread_room = 0
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed or dropped:
@@ -525,7 +551,8 @@ class Engine:
             sample = "\n".join(str(convo[i].get("content") or "") for i in fit.dropped_at[:50])
             rooms = self._earlier_rooms(len(convo) + (older.count if older is not None else 0), earlier_name,
                                         provider.supports_tools,
-                                        not provider.supports_tools and s.analysis.constrained_rereads, sample)
+                                        not provider.supports_tools and s.analysis.constrained_rereads, sample,
+                                        search_clause)
             # With room for a search's result where the window has it, else without.
             for room in rooms:
                 if limit - room - reread_room < 1:
@@ -634,7 +661,8 @@ class Engine:
             if stepping:
                 # The step must have room to ask for one reread at least: the notes give
                 # way to it (what they no longer show stays readable by key).
-                room = self._room_for_one_reread(with_notes, room, originals, search=earlier is not None)
+                room = self._room_for_one_reread(with_notes, room, originals,
+                                                 clause=search_clause if earlier is not None else "")
         else:
             bare, room = list(final), 0
 
@@ -652,8 +680,9 @@ class Engine:
                 # What the step read joins the last notes (the question, without notes).
                 read_again, last = "", notes_at if notes_at is not None else ask_at
                 if stepping:
-                    read_again = yield from self._constrained_rereads(final, last, originals, limit, cancel,
-                                                                      started, cuts, earlier)
+                    read_again = yield from self._constrained_rereads(
+                        final, last, originals, limit, cancel, started, cuts, earlier,
+                        search_clause if earlier is not None else "")
                     if read_again is None:
                         yield Done("cancelled")
                         return
@@ -665,7 +694,8 @@ class Engine:
                     final = answering
         yield from self._coordinate(final, notes_at, tools, callers, originals, limit, cancel, started, asked, cuts)
 
-    def _earlier_rooms(self, messages: int, name: str, tools: bool, stepping: bool, sample: str) -> tuple[int, int]:
+    def _earlier_rooms(self, messages: int, name: str, tools: bool, stepping: bool, sample: str,
+                       clause: str) -> tuple[int, int]:
         """Tokens searching the earlier messages may add to the prompt, with room for a
         search's result and without. Without: the notice (with the most messages there
         can be) and, for a model without tools, the constrained step's request with its
@@ -679,7 +709,7 @@ class Engine:
         said = EARLIER_NOTICE["tools" if tools else "plain"].format(n=messages, name=name)
         room = count_text("\n\n" + said) + _JOIN_TOKENS
         if stepping:
-            ask = REREAD_ASK.format(n=1, search=REREAD_ASK_SEARCH.format(name=name))
+            ask = REREAD_ASK.format(n=1, search=clause)
             room += count([{"role": "user", "content": ask}]) - count([]) \
                 + reread_output_room([name], 1, search=True) + _JOIN_TOKENS
         # One passage, with the search's usual heading and its characters (a search that
@@ -747,13 +777,12 @@ class Engine:
         return f"Notes on {oid} ({length:,} characters, read in sections {_sections_said(read)}):\n{text}"
 
     def _room_for_one_reread(self, with_notes: Callable[[int], list[dict[str, Any]]], room: int,
-                             originals: Originals, *, search: bool = False) -> int:
+                             originals: Originals, *, clause: str = "") -> int:
         """``room``, or the most notes room below it that leaves the constrained step
         room to ask for one reread (its largest answer for one item, counted as the step
         counts it); 0 when none does (the step then says it had no room)."""
         provider = self.provider
-        need = reread_output_room(list(originals), 1, grammar_safe_keys(originals.noted_keys()), search=search)
-        clause = REREAD_ASK_SEARCH.format(name=EARLIER_LABEL + " (99)") if search else ""
+        need = reread_output_room(list(originals), 1, grammar_safe_keys(originals.noted_keys()), search=bool(clause))
 
         def fits(r: int) -> bool:
             ask = with_notes(r) + [{"role": "user", "content": REREAD_ASK.format(n=1, search=clause)}]
@@ -764,7 +793,8 @@ class Engine:
         return longest_fitting(room, fits)
 
     def _constrained_rereads(self, messages: list[dict[str, Any]], notes_at: int, originals: Originals, limit: int,
-                             cancel: Any, started: float, cuts: list[CutPrompt], earlier: str | None = None):
+                             cancel: Any, started: float, cuts: list[CutPrompt], earlier: str | None = None,
+                             search_clause: str = ""):
         """For a model without tool calls: one step, held by its decoder to a JSON schema,
         in which it names the ranges of this reply's originals it needs exactly (and,
         where ``earlier`` names the messages dropped to fit, words to search them for);
@@ -777,7 +807,6 @@ class Engine:
         ids = list(originals)
         keys = grammar_safe_keys(originals.noted_keys())
         searching = earlier is not None
-        search_clause = REREAD_ASK_SEARCH.format(name=earlier) if searching else ""
 
         # As many ranges as the step's largest answer leaves room for beside its prompt.
         ranges = REREAD_MAX_RANGES
