@@ -83,3 +83,10 @@ def notes_text(request) -> str:
     notes, joined in order ("" when nothing was analysed)."""
     return "\n\n".join(m["content"] for m in request.messages
                        if isinstance(m.get("content"), str) and ANALYSED_MARK in m["content"])
+
+
+def without_notice(content: str) -> str:
+    """A message's text without the notice of the earlier messages that opens the kept
+    history when older ones are left out (decision 0046): ``(N earlier messages ...)``."""
+    import re
+    return re.sub(r"^\(\d+ earlier messages of this conversation are not shown[^)]*\)\n\n", "", content)

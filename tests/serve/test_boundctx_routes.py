@@ -16,6 +16,7 @@ from boundctx.providers import ScriptedProvider
 from boundctx.serve import ServeError, create_app
 from boundctx.transcript.store import Transcript
 
+from tests._support import without_notice
 from tests._support.scripted import ASK, LOG, MODEL, WITH_LOG, Slow, answer, client, settings
 
 API = "/boundctx/v1"
@@ -116,12 +117,6 @@ def test_a_session_reply_streams_named_events_and_saves_the_exchange_once_comple
     assert not any(LOG in m["content"] for m in last)
     assert any(m["content"] == "Noted." for m in last)  # the conversation before the paste stays (0023)
     assert any("Which step failed?" in m["content"] for request in seen[:-1] for m in request)
-
-
-def without_notice(content):
-    """A message's text without the notice of the earlier messages that opens the kept
-    history (decision 0046): ``(N earlier messages ...)``."""
-    return re.sub(r"^\(\d+ earlier messages of this conversation are not shown[^)]*\)\n\n", "", content)
 
 
 def test_history_bounds_what_a_session_reply_starts_from(serve):

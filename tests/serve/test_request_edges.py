@@ -20,6 +20,7 @@ from boundctx.serve.sessions import CONTENT_LIMIT_MAX, MESSAGE_LIMIT_MAX
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
 
+from tests._support import without_notice
 from tests._support.scripted import MODEL, settings
 
 API = "/boundctx/v1/sessions"
@@ -390,8 +391,10 @@ def test_a_session_reply_reads_its_history_within_a_byte_bound_and_says_what_it_
     opening = json.loads(data[0][6:])
     assert opening["history_messages"] == fits
     assert any(f"{20 - fits} of the newest 20 messages were not read" in n for n in opening["notices"])
-    sent = [text[:2] for text in seen[-1] if text.endswith("x" * 10)]
+    sent = [without_notice(text)[:2] for text in seen[-1] if text.endswith("x" * 10)]
     assert sent == [f"{i:02d}" for i in range(20 - fits, 20)]  # the newest, in order
+    # and those left out are one search away: the notice opens the history sent
+    assert seen[-1][0].startswith(f"({20 - fits} earlier messages of this conversation are not shown.")
 
 
 TWO_REWRITES = textwrap.dedent("""
