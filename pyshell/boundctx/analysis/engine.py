@@ -31,6 +31,7 @@ from boundctx._search import longest_fitting
 from boundctx.analysis.fitting import DROPS, fit_conversation
 from boundctx.analysis.notes import NoteLedger
 from boundctx.analysis.originals import (
+    GRAMMAR_UNSAFE,
     MAX_SEARCH_CHARS,
     READ_TOOL_NAME,
     SEARCH_PASSAGE_CHARS,
@@ -110,7 +111,9 @@ def search_example(question: str) -> str:
         if len(" ".join(picked + [w])) > MAX_SEARCH_CHARS:
             break
         picked.append(w)
-    return _UNSEARCHABLE.sub(" ", " ".join(picked)).strip() or "a few words"
+    return GRAMMAR_UNSAFE.sub(" ", " ".join(picked)).strip() or "a few words"
+
+
 #: What the engine calls the messages dropped to fit when it keeps them to search.
 EARLIER_LABEL = "earlier messages"
 #: Said where the kept history starts when messages were dropped to fit and can be
@@ -125,8 +128,6 @@ EARLIER_NOTICE = {
               "exactly.)"),
     "plain": "({n} earlier messages of this conversation are not shown here.)",
 }
-# What the step's pattern lets no search hold (so an example never breaks it).
-_UNSEARCHABLE = re.compile(r'["\\\x00-\x1f\x7f]+')
 #: What a search the constrained step asks for may hold: a few words with no quote,
 #: backslash or control character, so its JSON text is the words themselves and its
 #: room can be counted (at most 4 bytes a character).
@@ -528,8 +529,10 @@ class Engine:
         names = name_originals(labels + [EARLIER_LABEL])
         candidates = list(zip(labels, names))
         earlier_name = names[-1]
+        stepping = not provider.supports_tools and s.analysis.constrained_rereads
         # What the constrained step is told of a search, its example drawn from the question.
-        search_clause = REREAD_ASK_SEARCH.format(name=earlier_name, example=search_example(question))
+        search_clause = (REREAD_ASK_SEARCH.format(name=earlier_name, example=search_example(question))
+                         if searchable and stepping else "")
         reread_room = 0
         if workers and provider.supports_tools:
             # read_chat_section joins the tools only if something is analysed or dropped:
@@ -549,10 +552,8 @@ class Engine:
             # History goes: fit again with room for the notice that says so and for the
             # tool (always kept free, as it is offered whether or not anything is analysed).
             sample = "\n".join(str(convo[i].get("content") or "") for i in fit.dropped_at[:50])
-            rooms = self._earlier_rooms(len(convo) + (older.count if older is not None else 0), earlier_name,
-                                        provider.supports_tools,
-                                        not provider.supports_tools and s.analysis.constrained_rereads, sample,
-                                        search_clause)
+            rooms = self._earlier_rooms(len(convo) + older_count, earlier_name, provider.supports_tools, stepping,
+                                        sample, search_clause)
             # With room for a search's result where the window has it, else without.
             for room in rooms:
                 if limit - room - reread_room < 1:
@@ -577,10 +578,6 @@ class Engine:
                 return files[origins[c].at]
             return labels[c - turn_start], str(final[index].get("content") or "")
 
-        # An inserted system prompt is never dropped (the first system message is kept)
-        # and is not one of the caller's messages.
-        # What the model holds of this prompt already (a local model's kept state): a
-        # front end can say why a turn starts at once or must evaluate the window.
         earlier: str | None = None
         if searching:
             # Dropped to fit, kept to search: the notice that says so opens the kept
@@ -598,6 +595,10 @@ class Engine:
                                              else f"{said}\n\n{first.get('content') or ''}")}
         shown_tools = callers + [originals.tool_schema()] if earlier is not None and provider.supports_tools \
             else base_tools
+        # An inserted system prompt is never dropped (the first system message is kept)
+        # and is not one of the caller's messages.
+        # What the model holds of this prompt already (a local model's kept state): a
+        # front end can say why a turn starts at once or must evaluate the window.
         fitted_prompt = [({**m, "content": ""} if j in fit.analysed_at else m) for j, m in enumerate(final)]
         prompt_tokens = provider.count_prompt(fitted_prompt, tools=shown_tools)
         yield Fitted(len(convo) - shift, len(final) - len(fit.analysed_at) - shift,
@@ -634,7 +635,6 @@ class Engine:
             blocks.append((index, (oid, label, len(text), notes)))
         tools = base_tools
         notes_at = blocks[-1][0] if blocks else None
-        stepping = not provider.supports_tools and s.analysis.constrained_rereads
         # The question's place in the prompt: what the step reads, without notes, joins it.
         ask_at = final_at.index(question_at + (len(files) if files_at <= question_at else 0))
         if blocks:
@@ -986,7 +986,7 @@ class Engine:
                         with_round + [{"role": "tool", "tool_call_id": c.id, "content": text}], tools=tools) <= limit)
                     result = fewer if fewer is not None else (
                         f"error: {len(result)} characters do not fit the remaining context; "
-                        + ("search for rarer words" if _is_search(c.arguments) else "ask for a narrower range"))
+                        + ("search for rarer words" if _search_of(c.arguments) else "ask for a narrower range"))
                     trial = with_round + [{"role": "tool", "tool_call_id": c.id, "content": result}]
                 yield ToolResult(c.id, result)
                 with_round = trial
@@ -1042,12 +1042,15 @@ def _earlier_text(convo: Sequence[Mapping[str, Any]], dropped: Sequence[int], or
     return "\n\n".join(parts)
 
 
-def _is_search(arguments: str) -> bool:
+def _search_of(arguments: str) -> tuple[str, str] | None:
+    """``(section_id, search)`` of a call's arguments that ask for a search, else None."""
     try:
         args = msgspec.json.decode(arguments)
     except msgspec.DecodeError:
-        return False
-    return isinstance(args, dict) and isinstance(args.get("search"), str) and isinstance(args.get("section_id"), str)
+        return None
+    if isinstance(args, dict) and isinstance(args.get("search"), str) and isinstance(args.get("section_id"), str):
+        return args["section_id"], args["search"]
+    return None
 
 
 def _fewest_hits_that_fit(arguments: str, originals: Originals, fits: Callable[[str], bool], *,
@@ -1055,12 +1058,13 @@ def _fewest_hits_that_fit(arguments: str, originals: Originals, fits: Callable[[
     """For a search that does not fit: the most of its best-ranked passages that do
     (``fits`` of the result; each try is the same search, not read again), or None when
     it is no search, or not even one passage fits."""
-    if not _is_search(arguments):
+    asked = _search_of(arguments)
+    if asked is None:
         return None
-    args = msgspec.json.decode(arguments)
+    oid, query = asked
     try:
         def result(k: int) -> str:
-            return originals.search(args["section_id"], args["search"], cite=cite, hits=k)
+            return originals.search(oid, query, cite=cite, hits=k)
 
         most = originals.search_max_hits
         k = longest_fitting(most - 1, lambda k: k == 0 or fits(result(k)))

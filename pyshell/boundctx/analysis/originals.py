@@ -26,16 +26,16 @@ import msgspec
 
 from boundctx.errors import SectionReadError
 
-__all__ = ["MAX_NAME_CHARS", "MAX_SEARCH_CHARS", "READ_TOOL_NAME", "SEARCH_PASSAGE_CHARS", "Earlier", "Originals",
-           "described", "name_originals"]
+__all__ = ["GRAMMAR_UNSAFE", "MAX_NAME_CHARS", "MAX_SEARCH_CHARS", "READ_TOOL_NAME", "SEARCH_PASSAGE_CHARS",
+           "Earlier", "Originals", "described", "name_originals"]
 
 READ_TOOL_NAME = "read_chat_section"
 #: The longest name an original is given: a longer label keeps its start and end.
 MAX_NAME_CHARS = 48
-# What a name may not hold: a quote, a backslash or a control character, which
-# llama-cpp-python's server writes into a grammar unescaped when a name is in a schema's
-# enum (the constrained reread step's).
-_UNSAFE = re.compile(r'["\\\x00-\x1f\x7f]+')
+#: What a name (or the constrained step's search) may not hold: a quote, a backslash or a
+#: control character, which llama-cpp-python's server writes into a grammar unescaped
+#: when a name is in a schema's enum (the constrained reread step's).
+GRAMMAR_UNSAFE = re.compile(r'["\\\x00-\x1f\x7f]+')
 #: The longest search a model may ask for, in characters (a few words).
 MAX_SEARCH_CHARS = 32
 #: The most characters of one passage a search returns (its line, around the first word).
@@ -45,7 +45,7 @@ _SEARCH_BLOCK = 1 << 18
 
 
 def _name(label: str) -> str:
-    name = " ".join(_UNSAFE.sub(" ", label).split()) or "input"
+    name = " ".join(GRAMMAR_UNSAFE.sub(" ", label).split()) or "input"
     if len(name) > MAX_NAME_CHARS:
         half = (MAX_NAME_CHARS - 1) // 2
         name = f"{name[:half]}…{name[-(MAX_NAME_CHARS - 1 - half):]}"
@@ -126,7 +126,7 @@ class Originals:
         the one a bound was counted on), else the name it gives ``label`` after the names
         already given. A name already taken is refused."""
         oid = name if name is not None else name_originals([*(o.label for o in self._texts.values()), label])[-1]
-        if oid in self or _UNSAFE.search(oid):
+        if oid in self or GRAMMAR_UNSAFE.search(oid):
             raise ValueError(f"the name {oid!r} is taken, or holds a quote, backslash or control character")
         self._texts[oid] = Original(oid, label, text)
         self._order.append(oid)
@@ -136,7 +136,7 @@ class Originals:
         """Keep an original whose text is read only when a search or a read first needs
         it: ``load()`` gives the text and what it could not read (said in every search
         of it), or raises :class:`~boundctx.errors.SectionReadError`."""
-        if name in self or _UNSAFE.search(name):
+        if name in self or GRAMMAR_UNSAFE.search(name):
             raise ValueError(f"the name {name!r} is taken, or holds a quote, backslash or control character")
         self._pending[name] = (label, load)
         self._order.append(name)
@@ -278,7 +278,7 @@ class Originals:
         # the clock is read between blocks. No word holds a line break, so no match
         # crosses a block's edge; within a block, a line with a match is passed over
         # after its first.
-        while reached > lo and not (found and time.monotonic() > deadline):
+        while reached > lo:
             start = max(lo, text.rfind("\n", lo, max(lo, reached - _SEARCH_BLOCK)) + 1)
             at = start
             while (m := anyone.search(text, at, reached)) is not None:
