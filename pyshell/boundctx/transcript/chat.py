@@ -74,11 +74,19 @@ def earlier_text(path: str, before: int, max_chars: int) -> tuple[str, int]:
 
     with Transcript.open(path) as transcript:
         before = min(before, transcript.message_count)
-        sizes = transcript.message_bytes(0, before)
         first, used = before, 0
-        while first > 0 and used + sizes[first - 1] <= max_chars:
-            first -= 1
-            used += sizes[first]
+        # The sizes a block at a time, newest first: as many as the bound takes, not every
+        # older message's (a transcript may hold millions).
+        while first > 0:
+            sizes = transcript.message_bytes(max(0, first - 1024), first)
+            taken = 0
+            for size in reversed(sizes):
+                if used + size > max_chars:
+                    break
+                used, taken = used + size, taken + 1
+            first -= taken
+            if taken < len(sizes):
+                break
         if first == before:
             return "", before
         window = transcript.window(message_before=before, message_limit=before - first, content_limit=None)
