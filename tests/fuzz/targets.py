@@ -16,16 +16,18 @@ The same targets are driven by Hypothesis (``test_fuzz_native.py``) and by ather
 from __future__ import annotations
 
 import array
+import json
 import os
 
 import numpy as np
 
-from boundctx._native import filescan, lineindex, projection, sections, tokenmap
+from boundctx._native import filescan, lineindex, linetree, projection, sections, tokenmap
 
 from . import twins
 from tests._support.strategies import BOM, HARD_PIECES, PI_DIALECT
 from tests.reference import graphemes
 from tests.reference import lineindex as ref_lineindex
+from tests.reference import linetree as ref_linetree
 from tests.reference import sections as ref_sections
 from tests.reference import tokenmap as ref_tokenmap
 
@@ -104,6 +106,8 @@ class Source:
 
 
 _JSON_PIECES = [
+    b'"uuid":"a"', b'"parentUuid":"a"', b'"parentUuid":null', b'"id":"b"', b'"parentId":"b"',
+    b'"logicalParentUuid":"a"', b'"sourceToolAssistantUUID":"a"', b'"\\ud83d\\ude00"',
     b"{", b"}", b"[", b"]", b'"', b":", b",", b" ", b"\t", b"\r", b"\n", b"\\", b'\\"', b"\\u0070",
     b'{"type":"message"', b'{"type":"compaction"', b'"type"', b'"message"', b'"session"',
     b'"ty\\u0070e"', b'{"type":', b'{"a":1,"type":"message"}', b'"x":"' + b"y" * 40 + b'"',
@@ -339,6 +343,112 @@ def fuzz_escape_line_separators(src: Source) -> None:
         raise Mismatch(f"escape_line_separators({data!r}) = {got!r}")
 
 
+# -- linetree ----------------------------------------------------------------------
+
+_LINK_KEYS = [(b"uuid", 0), (b"id", 0), (b"parentUuid", 1), (b"parentId", 1), (b"logicalParentUuid", 2),
+              (b"sourceToolAssistantUUID", 3)]
+_LINK_POOL = [0, 0, 1, 2, 3, 2**63, 2**64 - 1, ref_linetree.id_hash("a"), ref_linetree.id_hash("b")]
+
+
+def _lines_of(data: bytes) -> list[int]:
+    return [0] + [i + 1 for i, b in enumerate(data) if b == 10 and i + 1 < len(data)]
+
+
+def fuzz_line_links(src: Source) -> None:
+    data = src.jsonish(600)
+    starts = _lines_of(data)
+    if src.int(0, 7) == 0:  # hostile ranges: refused, never read
+        bad = list(starts)
+        bad[src.int(0, len(bad) - 1)] = src.int64()
+        try:
+            linetree.line_links(data, _i64(bad), 0, len(bad), len(data), 0, _LINK_KEYS)
+        except ValueError:
+            return
+        if not all(0 <= x <= len(data) for x in bad) or bad != sorted(bad):
+            raise Mismatch(f"line_links read lines {bad} of {len(data)} bytes")
+        return
+    got = np.frombuffer(linetree.line_links(data, _i64(starts), 0, len(starts), len(data), 0, _LINK_KEYS),
+                        dtype=np.uint64).reshape(-1, 4)
+    ends = starts[1:] + [len(data)]
+    for k, (a, b) in enumerate(zip(starts, ends)):
+        line = data[a:b]
+        try:
+            json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            continue  # not JSON: any links, but no crash
+        want = ref_linetree.links_of_line(line, _LINK_KEYS)
+        if tuple(int(v) for v in got[k]) != want:
+            raise Mismatch(f"line_links({line!r}) = {got[k].tolist()}, twin {want}")
+
+
+def _link_rows(src: Source, n: int) -> list[tuple[int, int, int, int]]:
+    rows = []
+    for _ in range(n):
+        parent = src.choice(_LINK_POOL)
+        rows.append((src.choice(_LINK_POOL), parent, src.choice(_LINK_POOL),
+                     parent if src.bool() else src.choice(_LINK_POOL)))
+    return rows
+
+
+def fuzz_hang_lines(src: Source) -> None:
+    rows = _link_rows(src, src.int(0, 30))
+    kinds = [src.int(0, 7) for _ in rows]
+    table = linetree.IdTable()
+    ids, up = linetree.hang_lines(np.array(rows, dtype=np.uint64).reshape(-1), table, 0,
+                                  np.empty(0, dtype=np.int64), -1)
+    want = ref_linetree.hang(rows)
+    if np.frombuffer(up, dtype=np.int64).tolist() != want:
+        raise Mismatch(f"hang_lines({rows}) = {np.frombuffer(up, dtype=np.int64).tolist()}, twin {want}")
+    pos, tip, comp = linetree.place_lines(_i64(want), bytes(kinds), 0, _i64([]), _i64([]), _i64([]), _i64([]))
+    if [np.frombuffer(x, dtype=np.int64).tolist() for x in (pos, tip, comp)] != list(ref_linetree.place(want, kinds)):
+        raise Mismatch(f"place_lines({want}, {kinds}) disagrees with the twin")
+    twin_pos, _tip, twin_comp = ref_linetree.place(want, kinds)
+    if linetree.reads_as_list(bytes(kinds), _i64(twin_pos), _i64(twin_comp), 0, 0, -1) != \
+            ref_linetree.reads_as_list(kinds, twin_pos, twin_comp):
+        raise Mismatch(f"reads_as_list({kinds}, {twin_pos}, {twin_comp}) disagrees with the twin")
+    for k, row in enumerate(rows):
+        if row[0] >= 2 and table.lookup(row[0]) != next(j for j, r in enumerate(rows) if r[0] == row[0]):
+            raise Mismatch(f"IdTable does not keep the first line of id {row[0]}")
+
+
+def fuzz_place_lines(src: Source) -> None:
+    """Hostile ``up`` arrays: later lines, lines not given, copies hung on: refused."""
+    n = src.int(0, 12)
+    up = [src.choice([-3, -2, -1, 0, 1, 5, 11, 12, INT64_MAX, INT64_MIN]) for _ in range(n)]
+    line0 = src.choice([0, 3])
+    refs = sorted({src.int(0, 2) for _ in range(src.int(0, 3))}) if line0 else []
+    kinds = bytes(src.int(0, 7) for _ in range(n))
+    try:
+        linetree.place_lines(_i64(up), kinds, line0, _i64(refs), _i64([0] * len(refs)),
+                             _i64([-1] * len(refs)), _i64([-1] * len(refs)))
+    except ValueError:
+        return
+    for k, u in enumerate(up):
+        if u >= line0 + k or (u >= 0 and u < line0 and u not in refs):
+            raise Mismatch(f"place_lines accepted line {line0 + k} hung on {u} (refs {refs})")
+
+
+def fuzz_branch_lines(src: Source) -> None:
+    n = src.int(0, 16)
+    up = [src.choice([-3, -1, src.int(-2, 20), src.int64()]) for _ in range(n)]
+    tip = [src.choice([-1, src.int(-2, 20), src.int64()]) for _ in range(n)]
+    lo = src.choice([0, 2, src.int64()])
+    start = src.choice([src.int(-2, 20), src.int64()])
+    limit = src.choice([0, 1, 5, 40, -1])
+    try:
+        out, _short = linetree.branch_lines(_i64(tip), _i64(up), lo, start, limit)
+    except (ValueError, OverflowError):
+        if limit >= 0 and 0 <= lo <= 2**62 - n:
+            raise Mismatch(f"branch_lines refused a limit of {limit} from line {lo}") from None
+        return
+    if limit < 0 or not 0 <= lo <= 2**62 - n:
+        raise Mismatch(f"branch_lines accepted a limit of {limit} from line {lo}")
+    lines = np.frombuffer(out, dtype=np.int64).tolist()
+    if len(lines) > max(limit, 0) or any(not lo <= x < lo + n for x in lines):
+        raise Mismatch(f"branch_lines walked outside the lines it was given: {lines} (lo {lo}, n {n})")
+
+
+
 # -- sections ----------------------------------------------------------------------
 
 
@@ -487,6 +597,11 @@ TARGETS = {
     "lineindex.sequence_lines": fuzz_sequence_lines,
     "lineindex.DialectTable": fuzz_dialect_table,
     "lineindex.QualifiedKind": fuzz_qualified_kind,
+    "linetree.line_links": fuzz_line_links,
+    "linetree.hang_lines": fuzz_hang_lines,
+    "linetree.place_lines": fuzz_place_lines,
+    "linetree.reads_as_list": fuzz_hang_lines,
+    "linetree.branch_lines": fuzz_branch_lines,
     "projection.project_display": fuzz_project_display,
     "projection.escape_line_separators": fuzz_escape_line_separators,
     "sections.next_cut": fuzz_next_cut,
@@ -500,7 +615,8 @@ TARGETS = {
 }
 #: Names in the stubs that are not called directly: results, checked through the calls
 #: that return them.
-CHECKED_THROUGH = {"lineindex.ScanResult": ("lineindex.scan_bytes", "filescan.scan_fd")}
+CHECKED_THROUGH = {"lineindex.ScanResult": ("lineindex.scan_bytes", "filescan.scan_fd"),
+                   "linetree.IdTable": ("linetree.hang_lines",)}
 _ORDER = sorted(TARGETS)
 
 

@@ -45,7 +45,7 @@ def test_sidecar_arrays_are_aligned_little_endian_int64(tmp_path):
     Transcript.open(path).close()
     data = Path(str(path) + ".layout").read_bytes()
     hlen, _crc = struct.unpack_from("<II", data, 8)
-    header = msgspec.msgpack.decode(data[16 : 16 + hlen].rstrip(b"\0"))
+    header = msgspec.structs.asdict(layout_mod.decode_header(data[16 : 16 + hlen]))
     assert hlen % 8 == 0 and (16 + hlen) % 8 == 0
     starts = np.frombuffer(data, dtype="<i8", count=header["n"], offset=16 + hlen)
     raw = path.read_bytes()
@@ -240,19 +240,23 @@ def test_reindex_scans_once_even_without_a_sidecar(tmp_path, monkeypatch):
 
 # -- sidecars whose numbers lie: crafted segment by segment -----------------------------
 
+TREE = ("ids", "up", "pos", "tip", "comp")
+
+
 def read_segments(side):
-    """The segments of a sidecar: [header dict, starts, kinds, messages, compactions]."""
+    """The segments of a sidecar: [header dict, starts, kinds, messages, compactions,
+    ids, up, pos, tip, comp]."""
     data = Path(side).read_bytes()
     assert data[:8] == MAGIC
     pos, segs = 8, []
     while pos < len(data):
         hlen, _crc = struct.unpack_from("<II", data, pos)
-        header = msgspec.msgpack.decode(data[pos + 8 : pos + 8 + hlen].rstrip(b"\0"))
+        header = msgspec.structs.asdict(layout_mod.decode_header(data[pos + 8 : pos + 8 + hlen]))
         pos += 8 + hlen
         n, m, c = header["n"], header["m"], header["c"]
         arrays = []
         for dtype, count, width in (("<i8", n, 8 * n), ("u1", n, (n + 7) & ~7),
-                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c)):
+                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c), *[("<i8", n, 8 * n)] * len(TREE)):
             arrays.append(np.frombuffer(data, dtype=dtype, count=count, offset=pos).copy())
             pos += width
         segs.append([header, *arrays])
@@ -263,7 +267,7 @@ def write_segments(side, segs, *, path=None):
     """Write segments back (the arrays as they are, the header as told; ``path`` makes
     the sidecar belong to that transcript), with a header checksum that checks out."""
     out = [MAGIC]
-    for header, starts, kinds, messages, compactions in segs:
+    for header, starts, kinds, messages, compactions, *tree in segs:
         header = dict(header)
         if path is not None:
             header["path"] = os.path.realpath(path)
@@ -272,7 +276,8 @@ def write_segments(side, segs, *, path=None):
         k = np.asarray(kinds, "u1").tobytes()
         k += b"\0" * (-len(k) % 8)
         out += [struct.pack("<II", len(h), zlib.crc32(h)), h, np.asarray(starts, "<i8").tobytes(), k,
-                np.asarray(messages, "<i8").tobytes(), np.asarray(compactions, "<i8").tobytes()]
+                np.asarray(messages, "<i8").tobytes(), np.asarray(compactions, "<i8").tobytes(),
+                *(np.asarray(a, "<i8").tobytes() for a in tree)]
     Path(side).write_bytes(b"".join(out))
 
 
@@ -281,7 +286,7 @@ I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 
 def lie(segs, damage, size):
     """Apply one damage to the (single) segment of a sidecar for a file of ``size`` bytes."""
-    header, starts, kinds, messages, compactions = segs[0]
+    header, starts, kinds, messages, compactions, *_tree = segs[0]
     n = len(starts)
     mid = n // 2
     # A huge positive then a huge negative offset, chosen so that every int64
@@ -410,17 +415,17 @@ def test_random_lies_in_a_large_sidecar_never_escape_as_exceptions(tmp_path, big
     honest = [a.copy() for a in segs[0][1:]]
     size = path.stat().st_size
     for _ in range(25):
-        starts, kinds, messages, compactions = (a.copy() for a in honest)
+        starts, kinds, messages, compactions, *tree = (a.copy() for a in honest)
         at = int(rng.integers(1, n - 2))
-        which = int(rng.integers(0, 3))
+        which = int(rng.integers(0, 5))
         values = rng.choice([I64_MAX, I64_MIN, -1, 0, size, size + 1, int(rng.integers(-size, 2 * size)),
                              int(rng.integers(I64_MIN, I64_MAX, dtype=np.int64))], size=2)
-        target = (starts, messages, kinds)[which]
+        target = (starts, messages, kinds, tree[1], tree[3])[which]  # tree: up, tip
         if which == 2:
             kinds[at] = int(rng.integers(0, 256))
         else:
             target[at : at + 2] = values
-        write_segments(str(path) + ".layout", [[segs[0][0], starts, kinds, messages, compactions]], path=path)
+        write_segments(str(path) + ".layout", [[segs[0][0], starts, kinds, messages, compactions, *tree]], path=path)
         check_reads_give_the_file(path, n, near=min(at, n - 1))
 
 
@@ -502,7 +507,7 @@ _ints = st.one_of(st.integers(-2**63, 2**64 - 1), st.integers(-300, 300),
     # str8/16/32 forms: a 2-byte character 40,000 times is 80,000 bytes
     "path": st.one_of(st.text(max_size=300), st.integers(0, 3).map(lambda k: "\u00fc" * (40000 + k))),
     "start": _ints, "end": _ints, "scanned": _ints, "line0": _ints, "n": _ints, "m": _ints,
-    "c": _ints, "identity": st.tuples(_ints, _ints, _ints, _ints),
+    "c": _ints, "as_list": st.sampled_from([0, 1]), "identity": st.tuples(_ints, _ints, _ints, _ints),
     "head": st.text(max_size=40), "tail": st.text(max_size=40),
     "bad": st.one_of(st.lists(_ints, max_size=20), st.integers(65530, 65540).map(lambda k: list(range(k)))),
 }))
@@ -516,7 +521,7 @@ def test_encode_header_writes_what_msgspec_writes_and_reads(fields):
 
 def test_encode_header_refuses_other_fields_and_values():
     fields = dict(v=2, dialect="auto", window=1, path="/p", start=0, end=0, scanned=0,
-                  line0=0, n=0, m=0, c=0, identity=(0, 0, 0, 0), head="", tail="", bad=[])
+                  line0=0, n=0, m=0, c=0, as_list=1, identity=(0, 0, 0, 0), head="", tail="", bad=[])
     with pytest.raises(ValueError, match="fields"):
         sidecar.encode_header(**{k: v for k, v in fields.items() if k != "bad"})
     with pytest.raises(OverflowError):

@@ -70,7 +70,7 @@ def test_same_size_rewrite_in_place_with_a_new_mtime_is_rebuilt_not_extended(tmp
 def _sidecar_arrays(path):
     data = bytearray(Path(str(path) + ".layout").read_bytes())
     hlen, _ = struct.unpack_from("<II", data, 8)
-    header = msgspec.msgpack.decode(bytes(data[16 : 16 + hlen]).rstrip(b"\0"))
+    header = msgspec.structs.asdict(layout_mod.decode_header(bytes(data[16 : 16 + hlen])))
     base = 16 + hlen
     n = header["n"]
     return data, header, {"starts": base, "kinds": base + 8 * n,

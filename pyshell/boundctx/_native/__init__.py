@@ -9,7 +9,7 @@ fallback.
 
 import importlib
 
-__all__ = ["filescan", "lineindex", "projection", "sections", "tokenmap"]
+__all__ = ["filescan", "lineindex", "linetree", "projection", "sections", "tokenmap"]
 
 #: Compiled modules: filescan (reading a file into the line index, on threads),
 #: lineindex (framing and classification of JSONL), projection (the display projection

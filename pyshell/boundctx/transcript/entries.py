@@ -78,7 +78,7 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     message_start : int
         Index of the first message; pass it as ``message_before`` for the page before.
     message_count : int
-        Messages in the whole transcript.
+        Messages in the whole transcript (on the branch read).
     has_more_before : bool
         True when messages older than ``message_start`` exist.
     compactions : list of Entry
@@ -89,6 +89,9 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
         Compactions among the window's lines left out by that bound.
     content_limit : int or None
         The per-message display budget this window was read with.
+    leaf : int or None
+        The line of the branch's leaf the window follows (pass it as ``leaf`` to stay on
+        this branch while the file grows on another); None for an empty transcript.
     """
 
     messages: list[Entry]
@@ -98,6 +101,7 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     compactions: list[Entry]
     content_limit: int | None
     compactions_omitted: int = 0
+    leaf: int | None = None
 
 
 class RawLine(msgspec.Struct, frozen=True):

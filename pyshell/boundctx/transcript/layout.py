@@ -21,7 +21,7 @@ from typing import Literal, NamedTuple
 import msgspec
 import numpy as np
 
-from boundctx._native import filescan, lineindex
+from boundctx._native import filescan, lineindex, linetree
 from boundctx.transcript.arrays import (
     Chunked,
     FileArray,
@@ -44,6 +44,7 @@ from boundctx.transcript.sidecar import (
     sidecar_paths,
     write_first_place,
 )
+from boundctx.transcript.tree import grow, link_keys, read_links
 
 __all__ = [
     "Judgement",
@@ -51,6 +52,7 @@ __all__ = [
     "Outcome",
     "Verdict",
     "build_layout",
+    "decode_header",
     "extend_layout",
     "judge",
     "load_layout",
@@ -121,6 +123,13 @@ class Layout:
         Kind byte per line, chunked like ``starts``.
     messages, compactions : Chunked
         Line numbers of the message sequence and of compaction lines.
+    ids, up, pos, tip, comp : Chunked
+        The tree of the entries (:mod:`boundctx.transcript.tree`): per line its id's
+        hash (as int64 bits), the line it hangs on, the messages above it, the nearest
+        message and compaction at or above it.
+    reads_as_list : bool
+        Every message follows the one before it in the file: the tree is a list, read
+        as one (the message arrays above are its only branch).
     indexed_end : int
         Offset just past the last ``\\n`` indexed.
     scanned_end : int
@@ -134,6 +143,12 @@ class Layout:
     kinds: Chunked = field(default_factory=Chunked)
     messages: Chunked = field(default_factory=Chunked)
     compactions: Chunked = field(default_factory=Chunked)
+    ids: Chunked = field(default_factory=Chunked)
+    up: Chunked = field(default_factory=Chunked)
+    pos: Chunked = field(default_factory=Chunked)
+    tip: Chunked = field(default_factory=Chunked)
+    comp: Chunked = field(default_factory=Chunked)
+    reads_as_list: bool = True
     indexed_end: int = 0
     scanned_end: int = 0
     head_hash: str = ""
@@ -153,6 +168,9 @@ class Layout:
     bad_dirty: bool = False
     #: a layout from a sidecar may lie; one scanned in this process from this file may not
     from_sidecar: bool = False
+    #: the line of every entry id (a linetree.IdTable), built on the first extension and
+    #: kept, so an append does not read every earlier id again
+    id_table: object = None
 
     @property
     def line_count(self) -> int:
@@ -206,12 +224,14 @@ class Layout:
 
     # -- building -----------------------------------------------------------------
 
-    def add_scan(self, fd: int, res, *, identity: Identity) -> None:
-        """Append the lines of one scan (which began at ``indexed_end``)."""
+    def add_scan(self, fd: int, res, *, identity: Identity, written: bytes | None = None) -> None:
+        """Append the lines of one scan (which began at ``indexed_end``; ``written``: its
+        bytes, when it scanned them from memory)."""
         kinds_b = settle_undecided(fd, res, self.dialect)
         starts = np.frombuffer(res.starts, dtype=_i8)
         kinds = np.frombuffer(kinds_b, dtype=np.uint8)
         line0 = len(self.starts)
+        self._grow_tree(fd, res.starts, kinds_b, line0, res.indexed_end, written)
         self.starts.extend(starts)
         self.kinds.extend(kinds)
         messages, compactions = lines_of_kinds(kinds_b, line0)
@@ -221,6 +241,48 @@ class Layout:
         self.scanned_end = res.scanned_end
         self.identity = identity
         self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
+
+    def _grow_tree(self, fd: int, starts_b: bytes, kinds_b: bytes, line0: int, end: int,
+                   written: bytes | None) -> None:
+        """Where the new lines ``line0...`` hang (before the other arrays take them)."""
+        n = len(kinds_b)
+        if not n:
+            return
+        links = read_links(fd, starts_b, 0, n, end, link_keys(self.dialect), data=written,
+                           base=self.indexed_end)
+        table = self.id_table
+        if table is None:
+            table = linetree.IdTable()
+            if line0:
+                table.add_ids(np.ascontiguousarray(self.ids.all(), dtype=_i8).view(np.uint64), 0)
+        tail = min(linetree.FANOUT_SPAN, line0)
+        tree = grow(links, kinds_b, line0, table,
+                    up_before=np.ascontiguousarray(self.up.slice(line0 - tail, line0), dtype=_i8).tobytes(),
+                    last_kept=self._last_kept(line0), refs=self._places,
+                    messages_before=len(self.messages),
+                    compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1)
+        self.id_table = table
+        for arr, data in ((self.ids, tree.ids), (self.up, tree.up), (self.pos, tree.pos),
+                          (self.tip, tree.tip), (self.comp, tree.comp)):
+            arr.extend(np.frombuffer(data, dtype=_i8))
+        self.reads_as_list = self.reads_as_list and tree.reads_as_list
+
+    def _last_kept(self, line0: int) -> int:
+        """The newest line before ``line0`` that is not a replayed copy (-1: none)."""
+        hi = line0
+        while hi > 0:
+            lo = max(0, hi - 256)
+            kept = np.flatnonzero(self.up.slice(lo, hi) != linetree.COPY)
+            if len(kept):
+                return lo + int(kept[-1])
+            hi = lo
+        return -1
+
+    def _places(self, lines: bytes) -> tuple[bytes, bytes, bytes]:
+        """``(pos, tip, comp)`` of earlier ``lines`` (int64 bytes), for the tree's growth."""
+        idx = np.frombuffer(lines, dtype=_i8)
+        return tuple(np.ascontiguousarray(a.take(idx), dtype=_i8).tobytes()
+                     for a in (self.pos, self.tip, self.comp))  # type: ignore[return-value]
 
 
 def build_layout(fd: int, *, dialect: str, classify_window: int = DEFAULT_CLASSIFY_WINDOW,
@@ -239,7 +301,9 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
     # appended meanwhile are then beyond the recorded size, and the next read sees the
     # file grew. (Taken after, they would be recorded as seen without being indexed.)
     st = os.fstat(fd)
-    if written is not None and st.st_size == layout.indexed_end + len(written):
+    if written is not None and st.st_size != layout.indexed_end + len(written):
+        written = None  # the file holds more than this process wrote: scan the file
+    if written is not None:
         res = lineindex.scan_bytes(written, native_table(layout.dialect), base_offset=layout.indexed_end,
                                    classify_window=layout.classify_window)
     else:
@@ -249,7 +313,7 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judge again
-    layout.add_scan(fd, res, identity=ident)
+    layout.add_scan(fd, res, identity=ident, written=written)
 
 
 # -- sidecar ------------------------------------------------------------------------
@@ -270,6 +334,7 @@ class SegmentHeader(msgspec.Struct, forbid_unknown_fields=False):
     n: int
     m: int
     c: int
+    as_list: int
     identity: tuple[int, int, int, int]
     head: str
     tail: str
@@ -288,10 +353,12 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
     header = encode_header(
         v=FORMAT_VERSION, dialect=layout.dialect, window=layout.classify_window, path=path,
         start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
-        n=n, m=len(messages), c=len(compactions), identity=tuple(ident),
+        n=n, m=len(messages), c=len(compactions), as_list=int(layout.reads_as_list), identity=tuple(ident),
         head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
+    tree = [np.ascontiguousarray(a.slice(line0, line0 + n), dtype=_i8).tobytes()
+            for a in (layout.ids, layout.up, layout.pos, layout.tip, layout.comp)]
     return encode_segment(header, starts.tobytes(), kinds.tobytes(), messages.tobytes(),
-                          compactions.tobytes())
+                          compactions.tobytes(), tree)
 
 
 def save_layout(layout: Layout, real: str, fd: int) -> str | None:
@@ -405,7 +472,7 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
         hbytes = f.pread(pos, hlen)
         if zlib.crc32(hbytes) != crc:
             raise ValueError("segment header checksum mismatch")
-        h = msgspec.msgpack.decode(hbytes.rstrip(b"\0"), type=SegmentHeader)
+        h = decode_header(hbytes)
         pos += hlen
         if h.v != FORMAT_VERSION or h.dialect != dialect or h.window != classify_window:
             raise ValueError("made by another format, dialect or classify window")
@@ -414,12 +481,13 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
         if min(h.n, h.m, h.c, h.start, h.line0) < 0 or h.end < h.start or h.scanned < h.end \
                 or h.m + h.c > h.n:
             raise ValueError("inconsistent counts")
-        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c
+        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c + 5 * 8 * h.n
         if pos + need > size:
             raise ValueError("truncated arrays")
         stored: list[FileArray] = []
         for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, pad8(h.n), False),
-                                                (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True)):
+                                                (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True),
+                                                *[(_i8, h.n, 8 * h.n, False)] * 5):
             stored.append(FileArray(f, pos, count, dtype, increasing=increasing))
             pos += width
         arrays: list[FileArray | np.ndarray] = list(stored)
@@ -429,17 +497,22 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
         elif len(stored[3]) <= SMALL_SEGMENT:
             # Compactions are few: hold them, for the binary searches every window does.
             arrays[3] = stored[3].read(0, len(stored[3]))
-        starts, kinds, messages, compactions = arrays
+        starts, kinds, messages, compactions = arrays[:4]
+        tree = arrays[4:]
         if layout is None:
             layout = Layout(dialect=dialect, classify_window=classify_window, identity=Identity(*h.identity))
         # Segments must tile the file and the line numbering without gaps.
         if h.start != layout.indexed_end or h.line0 != len(layout.starts):
             raise ValueError("segments do not join up")
         _check_segment(h, starts, kinds, messages, compactions)
+        _check_tree(layout, h, kinds, tree)
         layout.starts.extend(starts)
         layout.kinds.extend(kinds)
         layout.messages.extend(messages)
         layout.compactions.extend(compactions)
+        for arr, part in zip((layout.ids, layout.up, layout.pos, layout.tip, layout.comp), tree):
+            arr.extend(part)
+        layout.reads_as_list = layout.reads_as_list and bool(h.as_list)
         layout.indexed_end = h.end
         layout.scanned_end = h.scanned
         layout.identity = Identity(*h.identity)
@@ -451,6 +524,21 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
     layout.from_sidecar = True
     _mark_persisted(layout, f.path, size, segments)
     return layout
+
+
+def decode_header(padded: bytes) -> SegmentHeader:
+    """A segment header without its zero padding. The padding cannot simply be stripped:
+    the header itself may end in a zero byte (a last value of 0), so each length from the
+    stripped one up is tried; MessagePack is self-delimiting, and only the header's own
+    length decodes."""
+    bare = len(padded.rstrip(b"\0"))
+    for length in range(bare, min(len(padded), bare + 8) + 1):
+        try:
+            return msgspec.msgpack.decode(padded[:length], type=SegmentHeader)
+        except msgspec.DecodeError as exc:
+            if length >= min(len(padded), bare + 8) or isinstance(exc, msgspec.ValidationError):
+                raise
+    raise ValueError("an empty segment header")
 
 
 def _check_segment(h: SegmentHeader, starts, kinds, messages, compactions) -> None:
@@ -468,6 +556,34 @@ def _check_segment(h: SegmentHeader, starts, kinds, messages, compactions) -> No
     for name, arr in (("messages", messages), ("compactions", compactions)):
         if len(arr) and not (lo <= int(arr[0]) and int(arr[len(arr) - 1]) < hi):
             raise ValueError(f"{name} outside the segment")
+
+
+def _check_tree(layout: Layout, h: SegmentHeader, kinds, tree) -> None:
+    """What a segment's tree arrays claim, checked whole where they are held in memory:
+    every line hangs on an earlier one (or is a root or a copy), and the places follow
+    from where lines hang, as a fresh build would have placed them. Arrays read on
+    demand are checked where windows read them."""
+    ids, up, pos, tip, comp = tree
+    if not isinstance(up, np.ndarray):
+        return
+    lines = np.arange(h.line0, h.line0 + h.n, dtype=_i8)
+    if not bool(np.all((up < lines) & ((up >= 0) | (up == linetree.ROOT) | (up == linetree.COPY)))):
+        raise ValueError("a line hangs on a later line, or on nothing a tree allows")
+    earlier = np.unique(up[(up >= 0) & (up < h.line0)])
+    if len(earlier) and int(earlier[-1]) >= len(layout.up):
+        raise ValueError("a line hangs on a line the earlier segments do not hold")
+    up_b = np.ascontiguousarray(up, dtype=_i8)
+    places = [np.frombuffer(b, dtype=_i8) for b in layout._places(earlier.tobytes())]
+    want = linetree.place_lines(up_b, np.ascontiguousarray(kinds, dtype=np.uint8), h.line0,
+                                earlier, *places)
+    for name, got, expected in zip(("pos", "tip", "comp"), (pos, tip, comp), want):
+        if not np.array_equal(got, np.frombuffer(expected, dtype=_i8)):
+            raise ValueError(f"the tree's {name} array disagrees with where its lines hang")
+    comp_before = layout.compactions[len(layout.compactions) - 1] if len(layout.compactions) else -1
+    as_list = linetree.reads_as_list(np.ascontiguousarray(kinds, dtype=np.uint8), pos, comp, h.line0,
+                                     len(layout.messages), comp_before)
+    if bool(h.as_list) != (as_list and layout.reads_as_list):
+        raise ValueError("the segment says whether its tree reads as a list, and is wrong")
 
 
 def judge(layout: Layout, fd: int) -> Judgement:

@@ -15,8 +15,14 @@ read. The format::
       kinds        uint8[n]   padded to a multiple of 8
       messages     int64[m]   line numbers of the message sequence
       compactions  int64[c]   line numbers of compaction lines
+      ids          int64[n]   the hash of each line's entry id (0: none)
+      up           int64[n]   the line each line hangs on (-1: a root; -3: a replayed copy)
+      pos          int64[n]   messages above each line on its branch
+      tip          int64[n]   the nearest message at or above each line (-1: none)
+      comp         int64[n]   the nearest compaction at or above each line (-1: none)
 
-The header says which byte range the segment covers (``start``..``end``), the line
+The last five are the tree of the entries (``tree.py``); the header's ``as_list`` says
+whether the tree, up to the segment's end, still reads as a list. The header says which byte range the segment covers (``start``..``end``), the line
 number of its first line, the counts, the file identity ``(dev, ino, size, mtime_ns)``
 seen when it was written, and hashes of the first 4 KiB and of the 4 KiB before
 ``end``.
@@ -58,12 +64,14 @@ __all__ = [
 ]
 
 MAGIC = b"BCTXLAY\x01"
-FORMAT_VERSION = 2  # 2: Claude Code compact_boundary and Codex user_message lines (decision 0018)
+# 2: Claude Code compact_boundary and Codex user_message lines (decision 0018);
+# 3: the tree of the entries (decision 0047)
+FORMAT_VERSION = 3
 HASH_SPAN = 4096
 SEG_HEAD = struct.Struct("<II")
 #: The header's keys, in the order they are written (layout.SegmentHeader's fields).
 HEADER_FIELDS = ("v", "dialect", "window", "path", "start", "end", "scanned", "line0", "n",
-                 "m", "c", "identity", "head", "tail", "bad")
+                 "m", "c", "as_list", "identity", "head", "tail", "bad")
 
 if sys.byteorder != "little":  # the arrays are written as the native scan makes them
     raise ImportError("boundctx's layout sidecar is little-endian; this platform is not")
@@ -156,15 +164,16 @@ def pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def encode_segment(header: bytes, starts, kinds, messages, compactions) -> bytes:
-    """One segment: the header (from :func:`encode_header`) and the four arrays (buffers
-    of little-endian int64, of uint8 for ``kinds``), padded as the format says."""
+def encode_segment(header: bytes, starts, kinds, messages, compactions, tree) -> bytes:
+    """One segment: the header (from :func:`encode_header`), the four arrays and the
+    five of ``tree`` (buffers of little-endian int64, of uint8 for ``kinds``), padded as
+    the format says."""
     head = header
     head += b"\0" * (pad8(len(head)) - len(head))
     kinds_b = bytes(kinds)
     kinds_b += b"\0" * (pad8(len(kinds_b)) - len(kinds_b))
     return b"".join([SEG_HEAD.pack(len(head), zlib.crc32(head)), head, starts, kinds_b,
-                     messages, compactions])
+                     messages, compactions, *tree])
 
 
 def pread_exact(fd: int, offset: int, length: int) -> bytes:

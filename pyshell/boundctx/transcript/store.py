@@ -22,6 +22,7 @@ import numpy as np
 from boundctx import config as _config
 from boundctx._files import kind_of
 from boundctx.errors import PartialHistoryRewrite, TranscriptChanged, TranscriptLocked, TranscriptNotAFile
+from boundctx.transcript import branches as _branches
 from boundctx.transcript.arrays import SidecarGone
 from boundctx.transcript.dialects import dialect_kinds
 from boundctx.transcript.entries import Entry, Window
@@ -46,6 +47,7 @@ from boundctx.transcript.opening import (
 )
 from boundctx.transcript.reading import LineReader, StaleLayout
 from boundctx.transcript.sidecar import sidecar_paths
+from boundctx.transcript.tree import id_hash
 from boundctx.transcript.writing import (
     History,
     file_identity,
@@ -133,6 +135,8 @@ class Transcript:
         self._closed = False
         #: side files holding torn tails this Transcript moved aside
         self.torn_files: list[str] = []
+        #: the last branch walked whole, for the next page of it
+        self._branch_cache: _branches.BranchCache | None = None
 
     # -- opening ------------------------------------------------------------------
 
@@ -205,8 +209,42 @@ class Transcript:
 
     @property
     def message_count(self) -> int:
-        """Messages in the transcript (message lines and corrupt lines)."""
-        return self._layout.message_count
+        """Messages in the transcript (message lines and corrupt lines) on the branch reads
+        follow by default: every one of them, unless the file is a tree that forks
+        (:meth:`branches`)."""
+        layout = self._layout
+        if layout.reads_as_list:
+            return layout.message_count
+        return _branches.branch_size(layout, _branches.active_leaf(layout))[0]
+
+    @property
+    def in_file_order(self) -> bool:
+        """Whether every message line of the file is on the branch reads follow, once, in
+        the order written (a list, or a tree that never forked). False when a rewind left
+        another branch in the file (:meth:`branches` lists them) or an entry was appended
+        again (read once)."""
+        return self._layout.reads_as_list
+
+    def branches(self) -> list[_branches.Branch]:
+        """Every branch of messages, the active one first, then the others newest first:
+        a file without forks has one. Costs a pass over the layout's arrays (not the file)."""
+        self._check_open()
+
+        def read() -> list[_branches.Branch]:
+            return _branches.list_branches(self._layout, self._entry_ids)
+
+        return self._checked_read(read)
+
+    def _entry_ids(self, lines: list[int]) -> list[str | None]:
+        """The own ids of the entries at ``lines`` (read whole, up to a few hundred)."""
+        from boundctx.transcript.tree import entry_id
+
+        reader = self._reader()
+        out: list[str | None] = []
+        for line in lines:
+            [entry] = reader.entries(np.array([line], dtype=np.int64), 4096, first_index=None, any_kind=True)
+            out.append(entry_id(entry.record, self.dialect) if entry.record is not None else None)
+        return out
 
     def stat(self) -> os.stat_result:
         """``fstat`` of the file open now (the one the last read used)."""
@@ -251,8 +289,17 @@ class Transcript:
                message_limit: int | None | msgspec.UnsetType = UNSET,
                content_limit: int | None | msgspec.UnsetType = UNSET,
                preset: Literal["renderer"] | None = None,
-               settings: Mapping[str, Any] | None = None) -> Window:
+               settings: Mapping[str, Any] | None = None,
+               leaf: int | str | None = None) -> Window:
         """Read a bounded window of consecutive messages.
+
+        In a transcript whose entries name their parents (Claude Code, pi), the messages
+        are those of one branch: the path from the root to the newest message (what the
+        agent holds current: a rewind's abandoned branch is left out, a parallel call's
+        results and the chain across a compaction are kept), or to ``leaf``. A message's
+        index is its place on the branch, counted from the root: stable while the branch
+        grows, and the same on every branch through it. A file without parents is one
+        branch, in file order.
 
         Parameters
         ----------
@@ -273,6 +320,9 @@ class Transcript:
             With ``preset``: the settings to read, resolved :class:`~boundctx.config.Settings`
             or a partial mapping applied over them (default
             :func:`boundctx.config.load`, read only when a limit is unset).
+        leaf : int or str, optional
+            The branch to read, by its leaf: a line number (``Branch.leaf``, ``Entry.line``)
+            or an entry's own id (``uuid``, ``id``). Default: the newest message's branch.
 
         Returns
         -------
@@ -281,7 +331,7 @@ class Transcript:
         Raises
         ------
         ValueError
-            For a limit out of range.
+            For a limit out of range, or a leaf that is no line or entry of the transcript.
         ConfigError
             With ``preset``, for settings that cannot be resolved (a value of the wrong
             type or out of range; the message names where it came from).
@@ -306,8 +356,10 @@ class Transcript:
         _check_limit("message_before", message_before, 0)
         _check_limit("message_limit", message_limit, 0)
         _check_limit("content_limit", content_limit, 0)
+        if leaf is not None and not isinstance(leaf, (int, str)) or isinstance(leaf, bool):
+            raise TypeError(f"leaf must be a line number or an entry id, not {type(leaf).__name__}")
         self._check_open()
-        return self._checked_read(lambda: self._read_window(message_before, message_limit, content_limit))
+        return self._checked_read(lambda: self._read_window(message_before, message_limit, content_limit, leaf))
 
     def _checked_read(self, read: Callable[[], Any]) -> Any:
         """Run ``read`` on a fresh view of the file; if a line does not match the
@@ -335,8 +387,10 @@ class Transcript:
             self._layout.known_bad |= reader.bad_lines
             self._layout.bad_dirty = True
 
-    def _read_window(self, before, limit, content_limit) -> Window:
+    def _read_window(self, before, limit, content_limit, leaf=None) -> Window:
         layout = self._layout
+        if leaf is not None or not layout.reads_as_list:
+            return self._read_branch_window(before, limit, content_limit, leaf)
         reader = self._reader()
         total = layout.message_count
         if before is None:
@@ -370,7 +424,67 @@ class Transcript:
         self._note_bad(reader)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
-                      compactions_omitted=inside - keep, content_limit=content_limit)
+                      compactions_omitted=inside - keep, content_limit=content_limit,
+                      leaf=_branches.active_leaf(layout) if total else None)
+
+    def _leaf_line(self, leaf: int | str | None) -> int:
+        """The line of the leaf a read follows (-1: an empty transcript)."""
+        layout = self._layout
+        if isinstance(leaf, str):
+            h = id_hash(leaf)
+            found = np.flatnonzero(layout.ids.all() == h) if h else np.empty(0, dtype=np.int64)
+            kept = [int(x) for x in found if layout.up[int(x)] != _branches.linetree.COPY]
+            if not kept:
+                raise ValueError(f"leaf={leaf!r} is the id of no entry of {self.path!r}")
+            return kept[0]
+        return _branches.resolve_leaf(layout, leaf)
+
+    def _branch_lines(self, leaf_line: int, lo_index: int, hi_index: int) -> np.ndarray:
+        """Message lines ``lo_index..hi_index - 1`` of the branch ending at ``leaf_line``."""
+        layout = self._layout
+        count, top = _branches.branch_size(layout, leaf_line)
+        if hi_index == count:
+            lines, cache = _branches.branch_lines(layout, top, count, lo_index=lo_index,
+                                                  cache=self._branch_cache, leaf=leaf_line)
+        else:
+            # Older pages: the branch whole, walked once and kept.
+            lines, cache = _branches.branch_lines(layout, top, count, lo_index=0,
+                                                  cache=self._branch_cache, leaf=leaf_line)
+            if cache is None:
+                cache = _branches.BranchCache(leaf_line, layout.line_count, lines)
+            lines = cache.lines[lo_index:hi_index]
+        self._branch_cache = cache
+        return lines
+
+    def _read_branch_window(self, before, limit, content_limit, leaf) -> Window:
+        layout = self._layout
+        reader = self._reader()
+        leaf_line = self._leaf_line(leaf)
+        total, _top = _branches.branch_size(layout, leaf_line)
+        if before is None:
+            before = total
+        elif before > total:
+            raise ValueError(
+                f"message_before={before} is past the last message; the branch has {total}")
+        start = 0 if limit is None else max(0, before - limit)
+        lines = self._branch_lines(leaf_line, start, before)
+        reader.check_lines(lines, complete=False)
+        pos = layout.pos.take(lines) if len(lines) else lines
+        if not np.array_equal(pos, np.arange(start, start + len(lines))):
+            raise StaleLayout("the tree's message positions disagree with its branch")
+        messages = reader.entries(lines, content_limit, first_index=start)
+        if len(lines):
+            comp_lines, omitted = _branches.branch_compactions(layout, int(lines[0]), int(lines[-1]), -1, limit)
+        else:
+            anchor = self._branch_lines(leaf_line, before, before + 1)[0] if before < total else leaf_line
+            comp_lines, omitted = _branches.branch_compactions(layout, -1, -1, int(anchor), limit)
+        reader.check_lines(comp_lines, kind=LineKind.COMPACTION, complete=False)
+        compactions = reader.entries(comp_lines, content_limit, first_index=None)
+        self._note_bad(reader)
+        return Window(messages=messages, message_start=start, message_count=total,
+                      has_more_before=start > 0, compactions=compactions,
+                      compactions_omitted=omitted, content_limit=content_limit,
+                      leaf=leaf_line if leaf_line >= 0 else None)
 
     def message_bytes(self, message_start: int, message_stop: int) -> list[int]:
         """The size in bytes of each of messages ``message_start:message_stop`` as the file
@@ -381,7 +495,12 @@ class Transcript:
         self._check_open()
         self._refresh()
         layout = self._layout
-        lines = layout.messages.slice(message_start, message_stop)
+        if layout.reads_as_list:
+            lines = layout.messages.slice(message_start, message_stop)
+        else:
+            leaf = _branches.active_leaf(layout)
+            count = _branches.branch_size(layout, leaf)[0]
+            lines = self._branch_lines(leaf, min(message_start, count), min(message_stop, count))
         if not len(lines):
             return []
         starts = layout.starts.take(lines)
@@ -673,18 +792,32 @@ class Transcript:
     def _index_in(self, history: History, message: int | Entry) -> int:
         if not isinstance(message, Entry):
             _check_limit("message index", message, 0)
-            return message
+            return self._file_index(message)
         # The same offset is not the same line: a rewrite that deleted an earlier message
         # of the same length puts the next one there. A whole record must be the same
         # record too (a record cut for display can only be held to its offset).
-        if (message.index is None or message.index >= history.message_count
-                or history.offset_of(message.index) != message.offset
+        at = None if message.index is None else self._file_index(message.index)
+        if (at is None or at >= history.message_count
+                or history.offset_of(at) != message.offset
                 or (message.record is not None and not message.cut_bytes
-                    and history.message(message.index) != message.record)):
+                    and history.message(at) != message.record)):
             raise TranscriptChanged(
                 f"message {message.index} of {self.path!r} is no longer the line it was read "
                 "from; read the window again before editing")
-        return message.index
+        return at
+
+    def _file_index(self, index: int) -> int:
+        """The place in the file's message sequence of message ``index`` of the active
+        branch (the same number unless the file forks; past the branch: unchanged, and
+        refused by the history as out of range)."""
+        layout = self._layout
+        if layout.reads_as_list:
+            return index
+        leaf = _branches.active_leaf(layout)
+        if index >= _branches.branch_size(layout, leaf)[0]:
+            return layout.message_count + index  # out of range for the history
+        line = int(self._branch_lines(leaf, index, index + 1)[0])
+        return layout.messages.bisect_right(line - 1)
 
 
 #: Opens tried when the path keeps being replaced between an open and the check of

@@ -56,11 +56,18 @@ class Dialect:
     writable : bool
         Whether boundctx appends replies to a file of this format (it writes its own
         lines; another agent's files are read, never written).
+    links : mapping
+        Top-level key -> what it links (``"id"``: the entry's own id; ``"parent"``: the
+        entry it follows; ``"logical_parent"``: the entry a compaction boundary follows
+        when its parent is null; ``"answers"``: the entry whose tool call a result
+        answers). A format without parents has none, and its files read as lists
+        (:mod:`boundctx.transcript.tree`).
     """
 
     name: str = ""
     kinds: Mapping[str, int] = {}
     writable: bool = False
+    links: Mapping[str, str] = {}
 
     def messages(self, record: dict[str, Any], where: str, notes: Notes) -> list[dict[str, Any]]:
         """The chat messages of one message line (a record whose type is in ``kinds``)."""

@@ -28,6 +28,7 @@ __all__ = ["BOUNDCTX", "PI", "BoundctxDialect"]
 class BoundctxDialect(Dialect):
     kinds = {"message": MESSAGE, "compaction": COMPACTION}
     writable = True
+    links = {"id": "id", "parentId": "parent"}
 
     def __init__(self, name: str) -> None:
         self.name = name

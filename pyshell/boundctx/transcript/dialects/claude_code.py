@@ -31,6 +31,8 @@ class ClaudeCodeDialect(Dialect):
     name = "claude-code"
     kinds = {"user": MESSAGE, "assistant": MESSAGE,
              "system": QualifiedKind(COMPACTION, "subtype", "compact_boundary")}
+    links = {"uuid": "id", "parentUuid": "parent", "logicalParentUuid": "logical_parent",
+             "sourceToolAssistantUUID": "answers"}
 
     def messages(self, record: dict[str, Any], where: str, notes: Notes) -> list[dict[str, Any]]:
         return _claude_message(record, where, notes)

@@ -1,0 +1,662 @@
+"""The tree a transcript's entries make: each line's links, read from its raw bytes, and
+where each line hangs, resolved into arrays a window walks.
+
+Agents that keep sessions as trees (Claude Code's ``uuid``/``parentUuid``, pi's
+``id``/``parentId``) append every entry in order and name its parent; a rewind starts a
+new child of an older entry and leaves the old branch in the file. A reader that walks
+the file in order shows abandoned branches as current. This module gives each line:
+
+- its **links** (:func:`line_links`): 64-bit hashes of the decoded string values of the
+  top-level keys a dialect names as the entry's own id, its parent, its logical parent
+  (Claude Code's compaction boundary, whose ``parentUuid`` is null) and the entry whose
+  tool call it answers (Claude Code's ``sourceToolAssistantUUID``). A slot is ``LINK_ABSENT``
+  when the key is absent or holds neither a string nor null, ``LINK_NULL`` for null, else the
+  hash (never below 2). A line that is not one JSON object has no links at all.
+- its **place** (:class:`LineTree`): the line it hangs on (``up``), resolved by these
+  rules, which the slow twin ``tests/reference/linetree.py`` states plainly:
+
+  1. A line whose own id an earlier line already had is a replayed copy (``COPY``): it is
+     read once, as the earlier line, and hangs nowhere.
+  2. A named parent that some earlier line has is where the line hangs (for a null
+     parent, the logical parent, when one is named and some earlier line has it).
+  3. Otherwise (no parent key, a parent no earlier line has, a null parent) the line
+     hangs on the line before it: the newest earlier line that is not a copy, or nothing
+     (``ROOT``) for the first. A list is a tree in which every line hangs on the one
+     before, so files without parents read as they always have; a broken chain loses
+     nothing; and a null parent in the middle of a file (a writer that lost track of its
+     leaf) continues the file instead of hiding everything before it. A tree has one
+     root, its first line.
+  4. A tool result that names as its source the very entry it hangs on (a parallel
+     call's result, written as a child of its call while the chain went on through the
+     next call) hangs instead on the newest earlier line that descends from that entry,
+     searched at most ``FANOUT_SPAN`` lines back, so the fan-out stays on the branch.
+
+  and, from ``up``: ``pos`` (the messages above the line on its branch: a message's
+  stable index on any branch through it), ``tip`` (the nearest message at or above it)
+  and ``comp`` (the nearest compaction at or above it).
+
+Nothing here decodes JSON into Python objects; the lexer is ``jsonlex.pxd``'s.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy
+
+from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
+from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_value, skip_ws
+
+cdef enum:
+    KEY_CAP = 48       # the longest key name a dialect may give
+    MAX_KEYS = 16
+    _SLOTS = 4
+    _ABSENT = 0
+    _NULL = 1
+    _ROOT = -1
+    _COPY = -3
+    _FANOUT_SPAN = 4096
+
+# Line numbers stay far below int64's end, so sums of them never wrap.
+cdef int64_t _MAX_LINE = 1LL << 62
+
+#: Link slots, in the order each line's four links are stored.
+SLOT_ID = 0
+SLOT_PARENT = 1
+SLOT_LOGICAL = 2
+SLOT_SOURCE = 3
+SLOTS = _SLOTS
+#: A slot's key is absent (or holds neither a string nor null).
+LINK_ABSENT = _ABSENT
+#: A slot's key holds null.
+LINK_NULL = _NULL
+#: ``up`` of a root, of a replayed copy.
+ROOT = _ROOT
+COPY = _COPY
+#: How far back a parallel call's result looks for the newest line below its call.
+FANOUT_SPAN = _FANOUT_SPAN
+
+cdef uint64_t FNV_OFFSET = 14695981039346656037ULL
+cdef uint64_t FNV_PRIME = 1099511628211ULL
+
+
+# -- links ------------------------------------------------------------------------------
+
+cdef inline uint64_t _fnv(uint64_t h, unsigned int c) noexcept nogil:
+    return (h ^ c) * FNV_PRIME
+
+
+cdef inline uint64_t _fnv_code_point(uint64_t h, unsigned int cp) noexcept nogil:
+    """Hash one code point as UTF-8 (a lone surrogate as its three bytes, as Python's
+    ``surrogatepass`` writes it), so an escaped id hashes as its decoded text."""
+    if cp < 0x80:
+        return _fnv(h, cp)
+    if cp < 0x800:
+        h = _fnv(h, 0xC0 | (cp >> 6))
+        return _fnv(h, 0x80 | (cp & 0x3F))
+    if cp < 0x10000:
+        h = _fnv(h, 0xE0 | (cp >> 12))
+        h = _fnv(h, 0x80 | ((cp >> 6) & 0x3F))
+        return _fnv(h, 0x80 | (cp & 0x3F))
+    h = _fnv(h, 0xF0 | (cp >> 18))
+    h = _fnv(h, 0x80 | ((cp >> 12) & 0x3F))
+    h = _fnv(h, 0x80 | ((cp >> 6) & 0x3F))
+    return _fnv(h, 0x80 | (cp & 0x3F))
+
+
+cdef inline int _hex4(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    """The value of the four hex digits at p[i:i+4]; RAN_OUT or MALFORMED."""
+    cdef int a, b, c, d
+    if i + 4 > n:
+        return RAN_OUT
+    a = hexval(p[i]); b = hexval(p[i + 1]); c = hexval(p[i + 2]); d = hexval(p[i + 3])
+    if a < 0 or b < 0 or c < 0 or d < 0:
+        return MALFORMED
+    return (a << 12) | (b << 8) | (c << 4) | d
+
+
+cdef Py_ssize_t _hash_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                             uint64_t *out) noexcept nogil:
+    """Hash the decoded text of the JSON string whose opening quote is at p[i-1] (FNV-1a
+    over its UTF-8); return the index after the closing quote, RAN_OUT or MALFORMED."""
+    cdef uint64_t h = FNV_OFFSET
+    cdef unsigned char c, e
+    cdef int cp, low
+    # Invariant: h is the hash of the decoding of p[i0:i], whole characters and escapes.
+    while i < n:
+        c = p[i]
+        if c == 34:  # '"'
+            out[0] = h
+            return i + 1
+        if c == 92:  # '\\'
+            if i + 1 >= n:
+                return RAN_OUT
+            e = p[i + 1]
+            if e == 117:  # \uXXXX, a surrogate pair joined as one code point
+                cp = _hex4(p, n, i + 2)
+                if cp < 0:
+                    return cp
+                i += 6
+                if 0xD800 <= cp < 0xDC00 and i + 1 < n and p[i] == 92 and p[i + 1] == 117:
+                    low = _hex4(p, n, i + 2)
+                    if 0xDC00 <= low < 0xE000:
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00)
+                        i += 6
+                h = _fnv_code_point(h, <unsigned int>cp)
+                continue
+            if e == 34 or e == 92 or e == 47:
+                h = _fnv(h, e)
+            elif e == 98:
+                h = _fnv(h, 8)
+            elif e == 102:
+                h = _fnv(h, 12)
+            elif e == 110:
+                h = _fnv(h, 10)
+            elif e == 114:
+                h = _fnv(h, 13)
+            elif e == 116:
+                h = _fnv(h, 9)
+            else:
+                return MALFORMED
+            i += 2
+        elif c < 32:
+            return MALFORMED
+        else:
+            h = _fnv(h, c)  # UTF-8 bytes stand for themselves
+            i += 1
+    return RAN_OUT
+
+
+cdef Py_ssize_t _read_key(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                          unsigned char *key, Py_ssize_t *klen) noexcept nogil:
+    """Read the key whose opening quote is at p[i-1] into ``key`` as written (escapes
+    included; a key longer than KEY_CAP matches nothing: ``*klen`` KEY_CAP + 1)."""
+    cdef unsigned char c
+    klen[0] = 0
+    while i < n:
+        c = p[i]
+        if c == 34:
+            return i + 1
+        if c == 92:
+            # An escaped key never equals a dialect's plain name: read past it, unmatched.
+            if i + 1 >= n:
+                return RAN_OUT
+            klen[0] = KEY_CAP + 1
+            i += 2
+            continue
+        if c < 32:
+            return MALFORMED
+        if klen[0] < KEY_CAP:
+            key[klen[0]] = c
+            klen[0] += 1
+        else:
+            klen[0] = KEY_CAP + 1
+        i += 1
+    return RAN_OUT
+
+
+cdef struct KeyTable:
+    int count
+    int slot[MAX_KEYS]
+    Py_ssize_t length[MAX_KEYS]
+    unsigned char name[MAX_KEYS][KEY_CAP]
+
+
+cdef int _slot_of(const KeyTable *t, const unsigned char *key, Py_ssize_t klen) noexcept nogil:
+    cdef int k
+    cdef Py_ssize_t j
+    if klen > KEY_CAP:
+        return -1
+    for k in range(t.count):
+        if t.length[k] != klen:
+            continue
+        for j in range(klen):
+            if t.name[k][j] != key[j]:
+                break
+        else:
+            return t.slot[k]
+    return -1
+
+
+cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t,
+                         uint64_t *out) noexcept nogil:
+    """The four links of one line (p[0:n], without its newline). Where a key appears
+    twice, the last one counts, as a JSON parser keeps it."""
+    cdef unsigned char key[KEY_CAP]
+    cdef Py_ssize_t i, r, klen
+    cdef int slot
+    cdef uint64_t h
+    cdef uint64_t found[4]
+    found[0] = _ABSENT; found[1] = _ABSENT; found[2] = _ABSENT; found[3] = _ABSENT
+    out[0] = _ABSENT; out[1] = _ABSENT; out[2] = _ABSENT; out[3] = _ABSENT
+    i = 0
+    if n >= 3 and p[0] == 0xEF and p[1] == 0xBB and p[2] == 0xBF:
+        i = 3  # a byte-order mark, which readers skip
+    i = skip_ws(p, n, i)
+    if i >= n or p[i] != 123:
+        return
+    i = skip_ws(p, n, i + 1)
+    if i < n and p[i] == 125:
+        i += 1
+    else:
+        while True:
+            if i >= n or p[i] != 34:
+                return
+            r = _read_key(p, n, i + 1, key, &klen)
+            if r < 0:
+                return
+            i = skip_ws(p, n, r)
+            if i >= n or p[i] != 58:
+                return
+            i = skip_ws(p, n, i + 1)
+            if i >= n:
+                return
+            slot = _slot_of(t, key, klen)
+            if slot >= 0 and p[i] == 34:
+                r = _hash_string(p, n, i + 1, &h)
+                if r < 0:
+                    return
+                found[slot] = h if h >= 2 else h + 2
+                i = r
+            else:
+                # A scalar that runs to the line's end (RAN_OUT) has no "}" after it:
+                # not an object either way.
+                r = skip_value(p, n, i)
+                if r < 0:
+                    return
+                if slot >= 0:
+                    found[slot] = _NULL if (r - i == 4 and p[i] == 110 and p[i + 1] == 117
+                                           and p[i + 2] == 108 and p[i + 3] == 108) else _ABSENT
+                i = r
+            i = skip_ws(p, n, i)
+            if i >= n:
+                return
+            if p[i] == 44:
+                i = skip_ws(p, n, i + 1)
+                continue
+            if p[i] == 125:
+                i += 1
+                break
+            return
+    i = skip_ws(p, n, i)
+    if i != n:
+        return  # something after the object: not one record
+    out[0] = found[0]; out[1] = found[1]; out[2] = found[2]; out[3] = found[3]
+
+
+cdef int _fill_keys(KeyTable *t, keys) except -1:
+    cdef bytes name
+    cdef int slot
+    t.count = 0
+    for name, slot in keys:
+        if t.count >= MAX_KEYS:
+            raise ValueError(f"at most {MAX_KEYS} link keys")
+        if not 0 < len(name) <= KEY_CAP:
+            raise ValueError(f"a link key is 1..{KEY_CAP} bytes, not {name!r}")
+        if not 0 <= slot < _SLOTS:
+            raise ValueError(f"no link slot {slot}")
+        if b"\\" in name or b'"' in name:
+            raise ValueError(f"a link key is plain text, not {name!r}")
+        t.slot[t.count] = slot
+        t.length[t.count] = len(name)
+        memcpy(t.name[t.count], <const char *>name, len(name))
+        t.count += 1
+    return 0
+
+
+def line_links(const unsigned char[::1] data, const int64_t[::1] starts, Py_ssize_t first,
+               Py_ssize_t count, int64_t end, int64_t base, keys):
+    """The links of lines ``first...first + count - 1``, line ``k`` being the bytes from
+    ``starts[k]`` to the next line's start (``end`` for the last line there is), with
+    ``data[0]`` at file offset ``base``: ``4 * count`` little-endian uint64, line by line
+    in slot order.
+
+    ``keys`` is a sequence of ``(name: bytes, slot: int)``: the top-level keys whose
+    values fill each slot (several names may fill one slot; the last present wins)."""
+    cdef KeyTable t
+    cdef Py_ssize_t k, size = data.shape[0], nstarts = starts.shape[0]
+    cdef int64_t s, e
+    cdef uint64_t *out
+    cdef bytes result
+    if first < 0 or count < 0 or first + count > nstarts:
+        raise ValueError(f"lines {first}..{first + count - 1} are not among the {nstarts} given")
+    _fill_keys(&t, keys)
+    for k in range(first, first + count):
+        s = starts[k] - base
+        e = (starts[k + 1] if k + 1 < nstarts else end) - base
+        if not 0 <= s <= e <= size:
+            raise ValueError(f"line {k} ({s + base}..{e + base}) is outside the bytes given")
+    result = PyBytes_FromStringAndSize(NULL, count * _SLOTS * 8)
+    out = <uint64_t *><char *>result
+    with nogil:
+        for k in range(count):
+            s = starts[first + k] - base
+            e = (starts[first + k + 1] if first + k + 1 < nstarts else end) - base
+            if e > s and data[e - 1] == 10:
+                e -= 1
+            _links_of_line(&data[0] + s if size else NULL, e - s, &t, out + _SLOTS * k)
+    return result
+
+
+# -- the id table ------------------------------------------------------------------------
+
+cdef class IdTable:
+    """Line of each entry id (by its hash): open addressing, kept beside a layout so an
+    append resolves its parents without reading every earlier id again."""
+
+    cdef uint64_t *keys
+    cdef int64_t *lines
+    cdef Py_ssize_t capacity
+    cdef Py_ssize_t used
+
+    def __cinit__(self):
+        self.capacity = 0
+        self.used = 0
+        self.keys = NULL
+        self.lines = NULL
+        self._grow(1024)
+
+    def __dealloc__(self):
+        free(self.keys)
+        free(self.lines)
+
+    cdef int _grow(self, Py_ssize_t capacity) except -1:
+        cdef uint64_t *old_keys = self.keys
+        cdef int64_t *old_lines = self.lines
+        cdef Py_ssize_t old_capacity = self.capacity, k
+        self.keys = <uint64_t *>calloc(capacity, sizeof(uint64_t))
+        self.lines = <int64_t *>malloc(capacity * sizeof(int64_t))
+        if self.keys == NULL or self.lines == NULL:
+            free(self.keys); free(self.lines)
+            self.keys, self.lines = old_keys, old_lines
+            raise MemoryError()
+        self.capacity = capacity
+        self.used = 0
+        for k in range(old_capacity):
+            if old_keys[k] != 0:
+                self._put(old_keys[k], old_lines[k])
+        free(old_keys)
+        free(old_lines)
+        return 0
+
+    cdef inline Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
+        cdef Py_ssize_t mask = self.capacity - 1
+        cdef Py_ssize_t k = <Py_ssize_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & mask
+        while self.keys[k] != 0 and self.keys[k] != key:
+            k = (k + 1) & mask
+        return k
+
+    cdef inline int64_t get(self, uint64_t key) noexcept nogil:
+        cdef Py_ssize_t k = self._slot(key)
+        return self.lines[k] if self.keys[k] == key else -1
+
+    cdef inline void _put(self, uint64_t key, int64_t line) noexcept nogil:
+        cdef Py_ssize_t k = self._slot(key)
+        if self.keys[k] == 0:
+            self.keys[k] = key
+            self.used += 1
+        self.lines[k] = line
+
+    cdef int put(self, uint64_t key, int64_t line) except -1:
+        if 2 * (self.used + 1) > self.capacity:
+            self._grow(2 * self.capacity)
+        self._put(key, line)
+        return 0
+
+    def __len__(self):
+        return self.used
+
+    def lookup(self, uint64_t key) -> int:
+        """The line of the entry whose id hashes to ``key``, or -1."""
+        return self.get(key) if key >= 2 else -1
+
+    def add_ids(self, const uint64_t[::1] ids, int64_t line0):
+        """Record ids of lines ``line0...`` (as stored: 0 for a line without one, or a
+        copy's); a key already present keeps its first line."""
+        cdef Py_ssize_t k
+        for k in range(ids.shape[0]):
+            if ids[k] >= 2 and self.get(ids[k]) < 0:
+                self.put(ids[k], line0 + k)
+
+
+# -- placing lines ------------------------------------------------------------------------
+
+def hang_lines(const uint64_t[::1] links, IdTable table, int64_t line0,
+               const int64_t[::1] up_before, int64_t last_kept):
+    """Where lines ``line0...`` hang, their links given (4 per line, as :func:`line_links`
+    returns them): ``(ids, up)`` as bytes (uint64, int64). ``table`` holds the ids of the
+    lines before ``line0`` and takes the new ones; ``up_before`` is ``up`` of the
+    ``len(up_before)`` lines just before ``line0`` (for the fan-out rule); ``last_kept`` the
+    newest line before ``line0`` that is not a copy (-1: none)."""
+    cdef Py_ssize_t count = links.shape[0] // _SLOTS, k, tail = up_before.shape[0]
+    cdef int64_t i, a, c, d, w, prev = last_kept, target
+    cdef uint64_t own, parent, logical, source
+    cdef bytes ids_b, up_b
+    cdef uint64_t *ids
+    cdef int64_t *up
+    cdef int64_t *seen
+    cdef int64_t span = _FANOUT_SPAN
+    if links.shape[0] != count * _SLOTS:
+        raise ValueError("links hold 4 slots per line")
+    if not 0 <= line0 <= _MAX_LINE - count or not -1 <= last_kept < line0:
+        raise ValueError(f"lines {line0}.. (the last kept {last_kept}) are out of range")
+    ids_b = PyBytes_FromStringAndSize(NULL, count * 8)
+    up_b = PyBytes_FromStringAndSize(NULL, count * 8)
+    ids = <uint64_t *><char *>ids_b
+    up = <int64_t *><char *>up_b
+    # seen[j] for line a + 1 + j during one fan-out search: 0 not visited, 1 descends
+    # from a, 2 does not.
+    seen = <int64_t *>malloc(span * sizeof(int64_t))
+    if seen == NULL:
+        raise MemoryError()
+    try:
+        for k in range(count):
+            i = line0 + k
+            own = links[_SLOTS * k + 0]
+            parent = links[_SLOTS * k + 1]
+            logical = links[_SLOTS * k + 2]
+            source = links[_SLOTS * k + 3]
+            if own >= 2 and table.get(own) >= 0:
+                ids[k] = own
+                up[k] = _COPY  # a replayed copy: read once, as the first
+                continue
+            ids[k] = own if own >= 2 else 0
+            if parent == _NULL:
+                target = table.get(logical) if logical >= 2 else -1
+                up[k] = target if target >= 0 else prev
+            elif parent >= 2:
+                target = table.get(parent)
+                up[k] = target if target >= 0 else prev
+                if target >= 0 and source == parent:
+                    a = target
+                    if i - a - 1 <= span:
+                        d = _newest_below(a, i, line0, &up[0], &up_before[0] if tail else NULL,
+                                          tail, seen)
+                        if d >= 0:
+                            up[k] = d
+            else:
+                up[k] = prev
+            if own >= 2:
+                table.put(own, i)
+            prev = i
+    finally:
+        free(seen)
+    return ids_b, up_b
+
+
+cdef inline int64_t _up_of(int64_t j, int64_t line0, const int64_t *up_new,
+                           const int64_t *up_before, Py_ssize_t tail) noexcept nogil:
+    """``up`` of line j: a new line's, one of the ``tail`` before line0's, or ROOT (a line
+    too old to matter: the search stops below its call anyway)."""
+    if j >= line0:
+        return up_new[j - line0]
+    if j >= line0 - tail:
+        return up_before[j - (line0 - tail)]
+    return _ROOT
+
+
+cdef int64_t _newest_below(int64_t a, int64_t i, int64_t line0, const int64_t *up_new,
+                           const int64_t *up_before, Py_ssize_t tail, int64_t *seen) noexcept nogil:
+    """The newest line in (a, i) that descends from line ``a``, or -1. Each line is
+    visited once: a walk up from a candidate marks every line it passes with what it
+    found."""
+    cdef int64_t c, w, v, verdict, x
+    for c in range(a + 1, i):
+        seen[c - a - 1] = 0
+    c = i - 1
+    while c > a:
+        # Walk up from c until a line already judged, a itself, or a line at or below a.
+        w = c
+        verdict = 2
+        while True:
+            if w == a:
+                verdict = 1
+                break
+            if w < a:
+                break
+            if seen[w - a - 1] != 0:
+                verdict = seen[w - a - 1]
+                break
+            v = _up_of(w, line0, up_new, up_before, tail)
+            if v < 0 or v >= w:
+                break  # a root, a copy, or (a lying array) a line not above this one
+            w = v
+        # Mark the walk with the verdict.
+        x = c
+        while x > a and seen[x - a - 1] == 0:
+            seen[x - a - 1] = verdict
+            v = _up_of(x, line0, up_new, up_before, tail)
+            if v < 0 or v >= x:
+                break
+            x = v
+        if verdict == 1:
+            return c
+        c -= 1
+    return -1
+
+
+cdef inline bint _in_sequence(uint8_t kind) noexcept nogil:
+    return kind == KIND_MESSAGE or kind == KIND_CORRUPT
+
+
+def place_lines(const int64_t[::1] up, const uint8_t[::1] kinds, int64_t line0,
+                const int64_t[::1] ref_lines, const int64_t[::1] ref_pos,
+                const int64_t[::1] ref_tip, const int64_t[::1] ref_comp):
+    """``(pos, tip, comp)`` of lines ``line0...`` as int64 bytes, from their ``up`` and
+    kinds (a message is a line of the message sequence: a message or a corrupt line);
+    ``ref_*`` give those of the earlier lines they hang on (``ref_lines`` sorted)."""
+    cdef Py_ssize_t count = up.shape[0], k, nref = ref_lines.shape[0], lo, hi, mid
+    cdef int64_t u, p_pos, p_tip, p_comp, i
+    cdef bytes pos_b = PyBytes_FromStringAndSize(NULL, count * 8)
+    cdef bytes tip_b = PyBytes_FromStringAndSize(NULL, count * 8)
+    cdef bytes comp_b = PyBytes_FromStringAndSize(NULL, count * 8)
+    cdef int64_t *pos = <int64_t *><char *>pos_b
+    cdef int64_t *tip = <int64_t *><char *>tip_b
+    cdef int64_t *comp = <int64_t *><char *>comp_b
+    if kinds.shape[0] != count:
+        raise ValueError("one kind per line")
+    if not 0 <= line0 <= _MAX_LINE - count:
+        raise ValueError(f"line {line0} is out of range")
+    if ref_pos.shape[0] != nref or ref_tip.shape[0] != nref or ref_comp.shape[0] != nref:
+        raise ValueError("one value per referenced line")
+    for k in range(count):
+        i = line0 + k
+        u = up[k]
+        if u == _COPY:
+            pos[k] = -1
+            tip[k] = -1
+            comp[k] = -1
+            continue
+        if u < 0:
+            pos[k] = 0
+            p_tip = -1
+            p_comp = -1
+        else:
+            if u >= i:
+                raise ValueError(f"line {i} hangs on line {u}, not an earlier one")
+            if u >= line0:
+                p_pos = pos[u - line0]
+                p_tip = tip[u - line0]
+                p_comp = comp[u - line0]
+            else:
+                lo, hi = 0, nref
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if ref_lines[mid] < u:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo == nref or ref_lines[lo] != u:
+                    raise ValueError(f"line {i} hangs on line {u}, whose place was not given")
+                p_pos = ref_pos[lo]
+                p_tip = ref_tip[lo]
+                p_comp = ref_comp[lo]
+            if p_pos < 0:
+                raise ValueError(f"line {i} hangs on line {u}, a replayed copy")
+            pos[k] = p_pos + 1 if p_tip == u else p_pos
+        tip[k] = i if _in_sequence(kinds[k]) else p_tip
+        comp[k] = i if kinds[k] == KIND_COMPACTION else p_comp
+    return pos_b, tip_b, comp_b
+
+
+def reads_as_list(const uint8_t[::1] kinds, const int64_t[::1] pos, const int64_t[::1] comp,
+                  int64_t line0, int64_t messages_before, int64_t compaction_before) -> bool:
+    """Whether lines ``line0...`` keep the tree a list: each message is the one after the
+    previous message in the file (its position is its index in the file's message
+    sequence) under the newest compaction before it, and each compaction comes after the
+    messages before it in the file. ``messages_before`` and ``compaction_before``: the
+    messages before ``line0``, and the newest compaction line before it (-1: none)."""
+    cdef Py_ssize_t count = kinds.shape[0], k
+    cdef int64_t j = messages_before, last = compaction_before
+    if pos.shape[0] != count or comp.shape[0] != count:
+        raise ValueError("one position per line")
+    if not 0 <= line0 <= _MAX_LINE - count:
+        raise ValueError(f"line {line0} is out of range")
+    for k in range(count):
+        if _in_sequence(kinds[k]):
+            if pos[k] != j or comp[k] != last:
+                return False
+            j += 1
+        elif kinds[k] == KIND_COMPACTION:
+            if pos[k] != j:
+                return False
+            last = line0 + k
+    return True
+
+
+def branch_lines(const int64_t[::1] tip, const int64_t[::1] up, int64_t lo, int64_t start,
+                 Py_ssize_t limit):
+    """Walk up from message line ``start``, given ``tip`` and ``up`` of lines ``lo...``:
+    ``(lines, short)``, the message lines of its branch, newest first, at most ``limit``
+    (int64 bytes), and whether the walk needs lines below ``lo`` to go on (read more of
+    the arrays and walk again). A walk that reaches the root is not short."""
+    cdef Py_ssize_t n = tip.shape[0], got = 0
+    cdef int64_t m = start, u
+    cdef bint short = False
+    cdef bytes out_b
+    cdef int64_t *out
+    if up.shape[0] != n:
+        raise ValueError("tip and up differ in length")
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    if not 0 <= lo <= _MAX_LINE - n:
+        raise ValueError(f"line {lo} is out of range")
+    out_b = PyBytes_FromStringAndSize(NULL, limit * 8)
+    out = <int64_t *><char *>out_b
+    # Invariant: out[0:got] are the branch's messages from start up, newest first, and m
+    # is the next one up (-1: none).
+    while got < limit and m >= 0:
+        if m < lo or m - lo >= n:
+            short = m < lo
+            break
+        out[got] = m
+        got += 1
+        u = up[m - lo]
+        if u < 0 or u >= m:
+            break  # the root (or, from a lying array, a line not above this one)
+        if u < lo:
+            short = True
+            break
+        m = tip[u - lo]
+        if m > u:
+            break  # a lying array: a message above a line is never below it
+    return out_b[: got * 8], short

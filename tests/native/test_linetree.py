@@ -1,0 +1,187 @@
+"""The native tree of a transcript's entries agrees with its slow twin
+(``tests/reference/linetree.py``): each line's links on any JSON object, and where
+lines hang on any links, built at once or grown a few lines at a time."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from boundctx._native import linetree
+from boundctx.transcript.tree import grow, id_hash, link_keys
+
+from tests.reference import linetree as ref
+
+KEYS = link_keys("auto")
+NAMES = [k.decode() for k, _slot in KEYS]
+
+ids = st.sampled_from(["a", "b", "c", "ü", "\U0001f600", "x\"y", "\ud800", "long-" + "q" * 60, ""])
+values = st.one_of(ids, st.none(), st.integers(), st.booleans(),
+                   st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(NAMES), ids, max_size=2))
+keys = st.one_of(st.sampled_from(NAMES), st.sampled_from(["type", "message", "uuidx", "Id", "parent"]))
+
+
+@st.composite
+def json_lines(draw) -> bytes:
+    """A JSON object written by hand, so keys may repeat, with any spacing and escapes."""
+    pairs = draw(st.lists(st.tuples(keys, values), max_size=8))
+    ascii_ = draw(st.booleans())
+    space = draw(st.sampled_from(["", " ", "\t", " \r "]))
+
+    def text(ascii_: bool) -> str:
+        body = ("," + space).join(json.dumps(k) + space + ":" + space + json.dumps(v, ensure_ascii=ascii_)
+                                  for k, v in pairs)
+        return "{" + space + body + space + "}"
+
+    try:
+        return text(ascii_).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate can only be written escaped
+        return text(True).encode("utf-8")
+
+
+def native_links(lines: list[bytes]) -> list[tuple[int, ...]]:
+    data = b"".join(line + b"\n" for line in lines)
+    starts = np.cumsum([0] + [len(x) + 1 for x in lines[:-1]]).astype(np.int64)
+    out = linetree.line_links(data, starts, 0, len(lines), len(data), 0, KEYS)
+    return [tuple(int(v) for v in row) for row in np.frombuffer(out, dtype=np.uint64).reshape(-1, 4)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_lines(), min_size=1, max_size=6))
+def test_the_links_of_any_json_object_are_the_twins(lines):
+    assert native_links(lines) == [ref.links_of_line(x, KEYS) for x in lines]
+
+
+def test_an_escaped_id_links_as_its_decoded_text():
+    plain = b'{"uuid":"\xc3\xbc-\xf0\x9f\x98\x80","parentUuid":null}'
+    escaped = b'{"uuid":"\\u00fc-\\ud83d\\ude00","parentUuid":null}'
+    assert native_links([plain]) == native_links([escaped])
+    assert native_links([plain])[0][0] == id_hash("ü-😀") % (1 << 64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=60), min_size=1, max_size=6))
+def test_any_bytes_give_links_without_crashing_and_json_ones_agree(lines):
+    lines = [x.replace(b"\n", b" ") for x in lines]
+    got = native_links(lines)
+    for line, links in zip(lines, got):
+        try:
+            json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue  # not JSON: the native skipper may still read it; shown corrupt anyway
+        assert links == ref.links_of_line(line, KEYS)
+
+
+def test_a_line_that_is_not_one_object_has_no_links():
+    for line in (b'[{"uuid":"a"}]', b'{"uuid":"a"} {"x":1}', b'{"uuid":"a"', b'{"uuid":"a",}', b'"uuid"'):
+        assert native_links([line]) == [(0, 0, 0, 0)], line
+
+
+# -- where lines hang ----------------------------------------------------------------------
+
+POOL = 12
+
+
+@st.composite
+def link_rows(draw):
+    """Random links over a small id pool: copies, dangling parents, nulls, fan-outs."""
+    n = draw(st.integers(1, 40))
+    rows, kinds = [], []
+    for i in range(n):
+        own = draw(st.sampled_from([0, 0] + [id_hash(f"e{k}") % (1 << 64) for k in range(POOL)]))
+        parent = draw(st.sampled_from([0, 1, 1] + [id_hash(f"e{k}") % (1 << 64) for k in range(POOL)]))
+        logical = draw(st.sampled_from([0, 0, 1, id_hash("e0") % (1 << 64), id_hash("e5") % (1 << 64)]))
+        source = parent if draw(st.booleans()) else draw(st.sampled_from([0, id_hash("e1") % (1 << 64)]))
+        rows.append((own, parent, logical, source))
+        kinds.append(draw(st.sampled_from([1, 1, 2, 3, 3, 4])))
+    cuts = sorted(set(draw(st.lists(st.integers(1, n), max_size=4))))
+    return rows, kinds, cuts
+
+
+def grow_in_pieces(rows, kinds, cuts):
+    """The native tree of ``rows``, grown piece by piece as appends grow a layout."""
+    table = linetree.IdTable()
+    arrays = {k: np.empty(0, dtype=np.int64) for k in ("ids", "up", "pos", "tip", "comp")}
+    as_list = True
+    messages = 0
+    last_comp = -1
+    bounds = [0, *cuts, len(rows)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        if lo == hi:
+            continue
+        links = np.array(rows[lo:hi], dtype=np.uint64).tobytes()
+        up = arrays["up"]
+        kept = np.flatnonzero(up != linetree.COPY)
+
+        def refs(lines, arrays=arrays):
+            idx = np.frombuffer(lines, dtype=np.int64)
+            return tuple(arrays[k][idx].tobytes() for k in ("pos", "tip", "comp"))
+
+        tree = grow(links, bytes(kinds[lo:hi]), lo, table, up_before=up[max(0, lo - linetree.FANOUT_SPAN):].tobytes(),
+                    last_kept=int(kept[-1]) if len(kept) else -1, refs=refs, messages_before=messages,
+                    compaction_before=last_comp)
+        for key, data in zip(("ids", "up", "pos", "tip", "comp"), tree[:5]):
+            arrays[key] = np.concatenate([arrays[key], np.frombuffer(data, dtype=np.int64)])
+        as_list = as_list and tree.reads_as_list
+        messages += sum(1 for k in kinds[lo:hi] if ref.in_sequence(k))
+        comps = [lo + j for j, k in enumerate(kinds[lo:hi]) if k == ref.COMPACTION]
+        last_comp = comps[-1] if comps else last_comp
+    return arrays, as_list
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(link_rows())
+def test_where_lines_hang_is_the_twins_grown_at_once_or_in_pieces(case):
+    rows, kinds, cuts = case
+    up = ref.hang(rows)
+    pos, tip, comp = ref.place(up, kinds)
+    for pieces in ([], cuts):
+        arrays, as_list = grow_in_pieces(rows, kinds, pieces)
+        assert arrays["up"].tolist() == up
+        assert arrays["pos"].tolist() == pos
+        assert arrays["tip"].tolist() == tip
+        assert arrays["comp"].tolist() == comp
+        assert as_list == ref.reads_as_list(kinds, pos, comp)
+
+
+def test_a_parallel_calls_result_stays_on_the_branch():
+    """Claude Code's fan-out: call A, its progress, call B below it, then A's result
+    written as A's child and B's result as B's: both results stay on the branch."""
+    h = {k: id_hash(k) % (1 << 64) for k in ("A", "p1", "B", "rA", "rB", "next")}
+    rows = [(h["A"], 1, 0, 0), (h["p1"], h["A"], 0, 0), (h["B"], h["p1"], 0, 0),
+            (h["rA"], h["A"], 0, h["A"]), (h["rB"], h["B"], 0, h["B"]), (h["next"], h["rB"], 0, 0)]
+    kinds = [1, 3, 1, 1, 1, 1]
+    arrays, as_list = grow_in_pieces(rows, kinds, [])
+    assert arrays["up"].tolist() == [-1, 0, 1, 2, 3, 4]
+    assert as_list
+    # Without the rule, A's result would be a dead end beside the branch.
+    rows[3] = (h["rA"], h["A"], 0, 0)
+    arrays, as_list = grow_in_pieces(rows, kinds, [])
+    assert arrays["up"].tolist()[3] == 0 and not as_list
+
+
+def test_the_walk_up_a_branch_stops_short_where_its_arrays_end():
+    up = np.array([-1, 0, 1, 2, 3], dtype=np.int64)
+    tip = np.arange(5, dtype=np.int64)
+    out, short = linetree.branch_lines(tip, up, 0, 4, 10)
+    assert np.frombuffer(out, dtype=np.int64).tolist() == [4, 3, 2, 1, 0] and not short
+    out, short = linetree.branch_lines(tip[2:], up[2:], 2, 4, 10)
+    assert np.frombuffer(out, dtype=np.int64).tolist() == [4, 3, 2] and short
+    out, short = linetree.branch_lines(tip, up, 0, 4, 2)
+    assert np.frombuffer(out, dtype=np.int64).tolist() == [4, 3] and not short
+
+
+def test_native_inputs_out_of_range_are_refused_not_read():
+    with pytest.raises(ValueError):
+        linetree.line_links(b"{}\n", np.array([0], dtype=np.int64), 0, 1, 99, 0, KEYS)
+    with pytest.raises(ValueError):
+        linetree.line_links(b"{}\n", np.array([0], dtype=np.int64), 1, 1, 3, 0, KEYS)
+    with pytest.raises(ValueError):
+        linetree.place_lines(np.array([5], dtype=np.int64), b"\x01", 0, np.empty(0, dtype=np.int64),
+                             np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    with pytest.raises(ValueError):
+        linetree.line_links(b"{}\n", np.array([0], dtype=np.int64), 0, 1, 3, 0, [(b"k" * 99, 0)])
