@@ -178,6 +178,7 @@ MAX_SECONDS = float(math.floor(threading.TIMEOUT_MAX))
 #: ``serve/sessions.py``): the ``transcript.window_*`` defaults may not pass them.
 WINDOW_MESSAGES_MAX = 1000
 WINDOW_CONTENT_BYTES_MAX = 1 << 20
+WINDOW_PAGE_BYTES_MAX = 64 << 20
 
 
 def _declare(*keys: Key) -> dict[str, Key]:
@@ -302,6 +303,11 @@ KEYS: dict[str, Key] = _declare(
     Key("transcript.window_content_bytes", "int", 65536, "bytes of text shown per message in "
         "a renderer window (Transcript.window(preset=\"renderer\"), boundctx session get)", minimum=1,
         maximum=WINDOW_CONTENT_BYTES_MAX, label="Text per message on a page (bytes)"),
+    Key("transcript.window_page_bytes", "int", 1 << 20, "bytes of the file a renderer window shows in "
+        "all (its messages' shown bytes together; the newest message always comes): the newest messages "
+        "that fit, fewer than transcript.window_messages when they are long (Transcript.window(preset="
+        "\"renderer\"), boundctx session get, the sessions window route)", minimum=1,
+        maximum=WINDOW_PAGE_BYTES_MAX, label="Bytes per page"),
     Key("serve.host", "str", "127.0.0.1", "address boundctx serve binds; anything but loopback needs an "
         "API key (--api-key, serve.api_key_file or BOUNDCTX_SERVE_API_KEY)", label="Address"),
     Key("serve.port", "int", 8765, "port boundctx serve listens on (0 = any free port)", minimum=0,
@@ -430,6 +436,7 @@ class TranscriptSettings(_View, frozen=True, kw_only=True):
     group: ClassVar[str] = "transcript"
     window_messages: int
     window_content_bytes: int
+    window_page_bytes: int
 
 
 class ServeSettings(_View, frozen=True, kw_only=True):

@@ -55,6 +55,7 @@ DESIGN_LIMITS = {
     "remote.max_retries": (2, 17),
     "transcript.window_messages": (100, 0),
     "transcript.window_content_bytes": (65536, 0),
+    "transcript.window_page_bytes": (1 << 20, 0),
     # boundctx serve (shared/research/serving.md §8.3): loopback, a bounded queue, a body cap.
     "serve.host": ("127.0.0.1", 8765),
     "serve.port": (8765, 65536),

@@ -157,7 +157,7 @@ def test_the_window_is_the_library_window(server, folder):
     version = got.pop("layout_version")
     # Beside the library's window: whether a reply can be saved to the session.
     assert (got.pop("writable"), got.pop("format")) == (True, "boundctx")
-    assert got == library_window(path, message_limit=100, content_limit=65536) and version
+    assert got == library_window(path, message_limit=100, content_limit=65536, page_bytes=1 << 20) and version
     assert any(m["cut_bytes"] > 0 for m in got["messages"])
     for before, limit, content in [(n, 10, 100), (n // 2, 25, 0), (5, 100, 65536), (0, 3, 10),
                                    (n - 1, 1, 1 << 20), (7, 0, 500)]:
@@ -167,7 +167,7 @@ def test_the_window_is_the_library_window(server, folder):
         assert body.pop("layout_version") == version
         del body["writable"], body["format"]
         assert body == library_window(path, message_before=before, message_limit=limit,
-                                      content_limit=content), (before, limit, content)
+                                      content_limit=content, page_bytes=1 << 20), (before, limit, content)
 
 
 def test_paging_back_to_the_start_shows_every_message_once_in_order(server, folder):

@@ -325,3 +325,25 @@ def test_real_files_without_forks_read_as_the_list_they_are(name):
         assert t.in_file_order
         assert [m.line for m in t.window(message_limit=None).messages] == \
             ref.branch_messages(up, kinds, ref.active_leaf(up, kinds))
+
+
+def test_a_reply_saved_to_a_rewound_session_goes_on_from_its_newest_entry(tmp_path):
+    """boundctx's own reply follows the branch it read: after the newest message, or after
+    a compaction written after it, which then stays on the branch."""
+    from boundctx.transcript.chat import append_exchange, chat_messages
+
+    records = [{"type": "session", "version": 3, "id": "s"},
+               {"type": "message", "id": "a", "parentId": None, "message": {"role": "user", "content": "q1"}},
+               {"type": "message", "id": "b", "parentId": "a", "message": {"role": "assistant", "content": "x1"}},
+               {"type": "message", "id": "c", "parentId": "a", "message": {"role": "assistant", "content": "x2"}},
+               {"type": "compaction", "id": "k", "parentId": "c", "summary": "so far", "firstKeptEntryId": "c"}]
+    path = tmp_path / "pi.jsonl"
+    write(path, records)
+    with Transcript.open(path) as t:
+        conversation = chat_messages(t.window(message_limit=None))
+        assert conversation.last_id == "k"
+        append_exchange(t, "q2", "x3", style="parts", parent_id=conversation.last_id)
+        w = t.window(message_limit=None)
+        assert [m.record["id"] for m in w.messages][:2] == ["a", "c"]
+        assert [m.record["message"]["content"][0]["text"] for m in w.messages[2:]] == ["q2", "x3"]
+        assert [c.record["id"] for c in w.compactions] == ["k"]

@@ -228,7 +228,7 @@ def kept_bytes(entry):
 
 
 def test_renderer_preset_defaults_are_100_messages_of_64_kib(tmp_path):
-    assert RENDERER_PRESET == {"message_limit": 100, "content_limit": 65_536}
+    assert RENDERER_PRESET == {"message_limit": 100, "content_limit": 65_536, "page_bytes": 1 << 20}
     sizes = {118: 60_000, 119: 80_000}  # bytes of text: one under the budget, one over
     path = make(tmp_path / "t.jsonl", 120, text=lambda i: "é" * (sizes[i] // 2) if i in sizes else f"m {i}")
     with Transcript.open(path) as t:
@@ -301,8 +301,8 @@ def test_an_invalid_window_setting_is_a_clear_config_error(tmp_path, monkeypatch
         with pytest.raises(ConfigError, match=problem) as exc:
             t.window(preset="renderer")
         assert "BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES" in str(exc.value) and "accepted 1–1,000" in str(exc.value)
-        # Both limits given: the settings are not needed, so not read.
-        assert len(t.window(preset="renderer", message_limit=2, content_limit=10).messages) == 2
+        # Every limit given: the settings are not needed, so not read.
+        assert len(t.window(preset="renderer", message_limit=2, content_limit=10, page_bytes=None).messages) == 2
         monkeypatch.delenv("BOUNDCTX_TRANSCRIPT_WINDOW_MESSAGES")
         with pytest.raises(ConfigError, match="window_content_bytes = -1"):
             t.window(preset="renderer", message_limit=2, settings={"transcript.window_content_bytes": -1})

@@ -497,3 +497,31 @@ def test_an_attached_file_is_read_with_the_question(page, serve, folder, tmp_pat
     with Transcript.open(str(folder / "attach.jsonl")) as t:
         question = t.window(message_limit=10, content_limit=None).messages[0].record["message"]["content"]
     assert question == "Which step failed?\n\n[attached: build.log]\n" + LOG  # kept whole, named
+
+
+def test_a_session_that_forks_shows_its_newest_branch_and_reads_another_on_request(page, serve, folder):
+    """A pi session rewound to its second message: the page shows the newest branch,
+    says the session forks, and shows the abandoned branch when it is chosen."""
+    records = [{"type": "session", "version": 3, "id": "s"}]
+    parent = None
+    for k in range(6):
+        records.append({"type": "message", "id": f"m{k}", "parentId": parent,
+                        "message": {"role": "user" if k % 2 == 0 else "assistant", "content": f"old turn {k}"}})
+        parent = f"m{k}"
+    records += [{"type": "message", "id": "n2", "parentId": "m1", "message": {"role": "user", "content": "new turn 2"}},
+                {"type": "message", "id": "n3", "parentId": "n2",
+                 "message": {"role": "assistant", "content": "new turn 3"}}]
+    (folder / "tree.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
+    errors = open_app(page, server, "#/s/tree")
+    page.wait_for_selector("#messages .message:has-text('new turn 3')")
+    shown = page.eval_on_selector_all("#messages .message .text", "ns => ns.map(n => n.textContent.trim())")
+    assert shown == ["old turn 0", "old turn 1", "new turn 2", "new turn 3"]
+    page.wait_for_selector("#branches:not([hidden])")
+    assert "2 branches" in page.text_content("#branches")
+    page.select_option("#branch-select", index=1)
+    page.wait_for_selector("#messages .message:has-text('old turn 5')")
+    shown = page.eval_on_selector_all("#messages .message .text", "ns => ns.map(n => n.textContent.trim())")
+    assert shown == [f"old turn {k}" for k in range(6)]
+    assert page.get_by_label("This session forks").count() == 1
+    assert errors == []

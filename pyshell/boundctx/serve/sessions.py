@@ -7,9 +7,12 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
                                                                 id}: start with its newest messages)
     GET    /boundctx/v1/sessions/{id}                           metadata (with its title)
     PATCH  /boundctx/v1/sessions/{id}                           {"title": "..."}: set or clear the title
-    GET    /boundctx/v1/sessions/{id}/messages?message_before=&message_limit=&content_limit=&layout_version=
+    GET    /boundctx/v1/sessions/{id}/messages?message_before=&message_limit=&content_limit=&page_bytes=
+                                                &leaf=&layout_version=
+    GET    /boundctx/v1/sessions/{id}/branches?limit=           the branches of a session whose entries
+                                                                fork (a rewind), the active one first
     POST   /boundctx/v1/sessions/{id}/messages                  lossless append
-    GET    /boundctx/v1/sessions/{id}/messages/{index}          one message, uncapped
+    GET    /boundctx/v1/sessions/{id}/messages/{index}?leaf=    one message, uncapped
     GET    /boundctx/v1/sessions/{id}/messages/{index}?text_offset=&text_limit=
                                                                 one page of its text
     PATCH  /boundctx/v1/sessions/{id}/messages/{index}          edit (full-history rewrite)
@@ -18,6 +21,11 @@ Routes (``shared/research/serving.md`` §3, §8.1)::
                                                                 delete it and every later message
                                                                 (one rewrite: edit an earlier question),
                                                                 refused if the session no longer has N
+
+A session whose entries name their parents (Claude Code, pi) is read along its active
+branch: the path to its newest message, rewinds' abandoned branches left out. ``leaf``
+(a line number or an entry id, from ``/branches`` or a window's ``leaf``) reads another
+branch, or stays on one while another grows; indexes count along the branch read.
 
 Every entry a window or the one-message route returns carries ``role`` and ``text``
 beside its record: how it reads for a person, by its format's rule
@@ -104,10 +112,15 @@ SUFFIX = ".jsonl"
 TITLE_SUFFIX = ".title"
 TITLE_MAX, TITLE_SHOWN = 200, 80
 LIST_DEFAULT, LIST_MAX = 50, 1000
+BRANCHES_DEFAULT, BRANCHES_MAX = 100, 1000
+#: The longest entry id ``leaf`` may name (Claude Code's and pi's are 36 and 8 characters).
+LEAF_MAX = 256
 MESSAGE_LIMIT_MAX = 1000
 #: The largest per-message display budget a window may ask for: 1,000 messages of this
 #: much stay a bounded reply; the whole of one message is the single-message route's job.
 CONTENT_LIMIT_MAX = 1 << 20
+#: The most shown bytes one window may ask for in all (``page_bytes``).
+PAGE_BYTES_MAX = config.WINDOW_PAGE_BYTES_MAX
 #: Writes wait this long for another writer (another server process, an agent appending)
 #: before answering 409 with Retry-After; short, as a request thread waits with it.
 LOCK_WAIT_S = 1.0
@@ -289,9 +302,9 @@ class Sessions:
 
     def get(self, sid: str) -> dict[str, Any]:
         path = self._existing(sid)
-        (counts, title), version, st = self._read(
-            path, lambda t, v: ((t.message_count, t.compaction_count), self._title(sid, t)))
-        return {**_metadata(sid, counts, version, st), **title}
+        (counts, title, in_order), version, st = self._read(
+            path, lambda t, v: ((t.message_count, t.compaction_count), self._title(sid, t), t.in_file_order))
+        return {**_metadata(sid, counts, version, st, in_order), **title}
 
     # -- titles ------------------------------------------------------------------------
 
@@ -342,15 +355,17 @@ class Sessions:
                            MESSAGE_LIMIT_MAX)
         content = _int_param(query, "content_limit", min(window.window_content_bytes, CONTENT_LIMIT_MAX), 0,
                              CONTENT_LIMIT_MAX)
+        # A page's bytes in all: the newest messages that fit, so 100 long ones are not
+        # 100 times the per-message budget in one answer.
+        page = _int_param(query, "page_bytes", min(window.window_page_bytes, PAGE_BYTES_MAX), 1, PAGE_BYTES_MAX)
         wanted = query.get("layout_version")
+        leaf = _leaf_param(query)
 
         def read(t: Transcript, version: str):
             if wanted is not None and wanted != version:
                 raise _stale()
-            if before is not None and before > t.message_count:
-                raise ApiError(400, f"message_before={before} is past the last message; the session has "
-                                    f"{t.message_count}", "invalid_value", "message_before")
-            w = t.window(message_before=before, message_limit=limit, content_limit=content)
+            w = _on_leaf(lambda: t.window(message_before=before, message_limit=limit, content_limit=content,
+                                          leaf=leaf, page_bytes=page), before, leaf)
             return w, _writable(t, w)
 
         (w, writable), version, _ = self._read(path, read)
@@ -373,11 +388,14 @@ class Sessions:
             raise ApiError(400, "text_offset pages a message's text: send text_limit with it", "invalid_value",
                            "text_offset")
 
+        leaf = _leaf_param(query)
+
         def read(t: Transcript, version: str):
             if wanted is not None and wanted != version:
                 raise _stale()
-            _check_index(index, t.message_count)
-            return t.window(message_before=index + 1, message_limit=1, content_limit=None).messages[0]
+            count = _on_leaf(lambda: t.window(message_limit=0, content_limit=0, leaf=leaf), None, leaf).message_count
+            _check_index(index, count)
+            return t.window(message_before=index + 1, message_limit=1, content_limit=None, leaf=leaf).messages[0]
 
         entry, version, _ = self._read(path, read)
         if text_limit is None:
@@ -390,6 +408,17 @@ class Sessions:
                                 f"({len(text):,} characters)", "invalid_value", "text_offset")
         return {**page, "text_length": len(text), "text_offset": text_offset,
                 "text": text[text_offset : text_offset + text_limit], "layout_version": version}
+
+    def branches(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
+        """The branches of session ``sid``'s tree, the active one first, then the others
+        newest first (at most ``limit``; one for a session that never forked)."""
+        path = self._existing(sid)
+        limit = _int_param(query, "limit", BRANCHES_DEFAULT, 1, BRANCHES_MAX)
+        assert limit is not None
+        (listed, in_order), version, _ = self._read(path, lambda t, v: (t.branches(), t.in_file_order))
+        return {"object": "list", "data": [msgspec.to_builtins(b) for b in listed[:limit]],
+                "branch_count": len(listed), "has_more": len(listed) > limit, "in_file_order": in_order,
+                "layout_version": version}
 
     def append(self, sid: str, body: bytes) -> dict[str, Any]:
         path = self._existing(sid)
@@ -425,11 +454,13 @@ class Sessions:
             # rewritten: nothing can move the messages between this and the rename.
             if wanted is not None and wanted != layout_version(history.source):
                 raise _stale()
-            if seen is not None and seen != history.message_count:
-                raise ApiError(409, f"the session has {history.message_count:,} messages, not the {seen:,} this "
+            # Counted along the branch reads follow (the file's own count when it never forked).
+            count = history.source.message_count
+            if seen is not None and seen != count:
+                raise ApiError(409, f"the session has {count:,} messages, not the {seen:,} this "
                                "delete was asked for (a message was added since): read it again and ask again",
                                "stale_cursor", "message_count")
-            _check_index(index, history.message_count)
+            _check_index(index, count)
 
         with self._opened(path) as t:
             if record is not None:
@@ -565,9 +596,11 @@ def _title_of(body: bytes) -> str:
     return title
 
 
-def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result) -> dict[str, Any]:
+def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result,
+              in_order: bool = True) -> dict[str, Any]:
     return {"id": sid, "object": "boundctx.session", "message_count": counts[0], "compaction_count": counts[1],
-            "bytes": st.st_size, "modified": st.st_mtime_ns // 1_000_000_000, "layout_version": version}
+            "bytes": st.st_size, "modified": st.st_mtime_ns // 1_000_000_000, "in_file_order": in_order,
+            "layout_version": version}
 
 
 def history_bytes(settings: config.Settings) -> int:
@@ -621,6 +654,31 @@ def _writing(write: Callable[[], Any]) -> Any:
         raise ApiError(404, "the session is gone", "session_not_found", "id") from None
     except IndexError as exc:  # the message went between the check and the rewrite
         raise ApiError(404, str(exc), "message_not_found", "index") from None
+
+
+def _leaf_param(query: Mapping[str, str]) -> int | str | None:
+    """``leaf``: a line number (digits) or an entry's own id (any other text)."""
+    text = query.get("leaf")
+    if text is None:
+        return None
+    if not text or len(text) > LEAF_MAX:
+        raise ApiError(400, f"leaf must be a line number or an entry id of 1 to {LEAF_MAX} characters",
+                       "invalid_value", "leaf")
+    if text.isascii() and text.isdigit():
+        if len(text) > 18:
+            raise ApiError(400, f"leaf={text} is not a line of the session", "invalid_value", "leaf")
+        return int(text)
+    return text
+
+
+def _on_leaf(read: Callable[[], Any], before: int | None, leaf: int | str | None) -> Any:
+    """A window read, its refusals said as a 400 naming the parameter at fault."""
+    try:
+        return read()
+    except ValueError as exc:
+        text = str(exc)
+        param = "leaf" if text.startswith("leaf=") or "replayed copy" in text else "message_before"
+        raise ApiError(400, text.replace("the branch has", "the session has"), "invalid_value", param) from None
 
 
 def _int_param(query: Mapping[str, str], name: str, default: int | None, minimum: int,
@@ -724,6 +782,9 @@ def session_routes(sessions: Sessions) -> list:
         body = await read_body(request, s.max_body)
         return await answer(201, lambda: s.append(sid, body))
 
+    async def branches(request):
+        return await answer(200, lambda: s.branches(request.path_params["id"], request.query_params))
+
     async def message(request):
         sid, index = request.path_params["id"], request.path_params["index"]
         if request.method in ("GET", "HEAD"):
@@ -738,5 +799,6 @@ def session_routes(sessions: Sessions) -> list:
         Route("/sessions", sessions_, methods=["GET", "POST"]),
         Route("/sessions/{id}", session, methods=["GET", "PATCH"]),
         Route("/sessions/{id}/messages", messages, methods=["GET", "POST"]),
+        Route("/sessions/{id}/branches", branches, methods=["GET"]),
         Route("/sessions/{id}/messages/{index}", message, methods=["GET", "PATCH", "DELETE"]),
     ]

@@ -107,7 +107,8 @@ class Conversation(msgspec.Struct):
     notices : list of str
         What could not be sent to a model, one line each.
     last_id : str or None
-        The ``id`` of the newest message record, for a reply's ``parentId``.
+        The ``id`` of the newest record read (a message, or a compaction after it), for
+        a reply's ``parentId``.
     start : int
         The transcript message the window read starts at: how many older messages the
         transcript holds before these (a reply may search them: decision 0046).
@@ -338,6 +339,11 @@ def chat_messages(window: Window) -> Conversation:
             got = _guarded(lambda: _record_messages(record, where, notes), f"{where} (line {entry.line})", notes)
         converted.append(got)
         notices_of.append(notes.notices)
+    # A reply follows the newest entry of the branch read, a compaction written after its
+    # newest message included: hung on that message instead, it would leave the
+    # compaction off the branch (decision 0047).
+    if window.leaf_id is not None:
+        last_id = window.leaf_id
     for dialect in FORMATS:
         for pos in dialect.echoed(kept_entries, converted):
             converted[pos], notices_of[pos] = [], []

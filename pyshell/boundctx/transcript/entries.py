@@ -92,6 +92,12 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     leaf : int or None
         The line of the branch's leaf the window follows (pass it as ``leaf`` to stay on
         this branch while the file grows on another); None for an empty transcript.
+    page_bytes : int or None
+        The budget of shown bytes this window was read with (None: none).
+    leaf_id : str or None
+        For a window that reaches the end of its branch: the own id of its leaf entry
+        (its newest message, or a compaction written after it), which a reply names as
+        its parent to go on from it; None otherwise, or when the entry has none.
     """
 
     messages: list[Entry]
@@ -102,6 +108,8 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     content_limit: int | None
     compactions_omitted: int = 0
     leaf: int | None = None
+    page_bytes: int | None = None
+    leaf_id: str | None = None
 
 
 class RawLine(msgspec.Struct, frozen=True):

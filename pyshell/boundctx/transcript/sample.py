@@ -126,6 +126,7 @@ def _write(f, *, target_bytes: int, seed: int, big_every: int, big_bytes: tuple[
     emit({"type": "session", "version": 3, "id": f"sample-{seed}", "timestamp": "2026-01-01T00:00:00Z",
           "cwd": "/home/user/project"})
     last_report = 0
+    parent = None  # each entry names the one before it, a compaction included (pi's chain)
     while counts["bytes"] < target_bytes:
         n = counts["messages"]
         role = _ROLES[n % 3] if n % 7 else "user"
@@ -134,12 +135,14 @@ def _write(f, *, target_bytes: int, seed: int, big_every: int, big_bytes: tuple[
             role = "toolResult"
         else:
             body = _text(rng, int(math.exp(rng.uniform(lo, hi))))
-        emit({"type": "message", "id": f"{n:08x}", "parentId": f"{n - 1:08x}" if n else None,
+        emit({"type": "message", "id": f"{n:08x}", "parentId": parent,
               "timestamp": f"2026-01-01T00:{(n // 60) % 60:02d}:{n % 60:02d}Z",
               "message": {"role": role, "content": [{"type": "text", "text": body}]}})
         counts["messages"] += 1
+        parent = f"{n:08x}"
         if compaction_every and counts["messages"] % compaction_every == 0:
-            emit({"type": "compaction", "id": f"c{n:08x}", "parentId": f"{n:08x}",
+            parent = f"c{n:08x}"
+            emit({"type": "compaction", "id": parent, "parentId": f"{n:08x}",
                   "timestamp": "2026-01-01T00:00:00Z",
                   "summary": _text(rng, rng.randrange(2000, 8000)),
                   "firstKeptEntryId": f"{n:08x}", "tokensBefore": 50000})

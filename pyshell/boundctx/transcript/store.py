@@ -68,7 +68,8 @@ UNSET = msgspec.UNSET
 #: The ``renderer`` preset's defaults: the newest 100 messages, 64 KiB of text each.
 #: They are the defaults of the settings the preset reads (``transcript.window_*``).
 RENDERER_PRESET = {"message_limit": _config.KEYS["transcript.window_messages"].default,
-                   "content_limit": _config.KEYS["transcript.window_content_bytes"].default}
+                   "content_limit": _config.KEYS["transcript.window_content_bytes"].default,
+                   "page_bytes": _config.KEYS["transcript.window_page_bytes"].default}
 
 # edit/delete/truncate wait this long for another writer's append to finish: an
 # append holds the lock for one write (and fsync), a writer that keeps it open for
@@ -102,7 +103,8 @@ def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int
         A setting of the wrong type or out of range, naming its source.
     """
     window = _config.resolve(settings).transcript
-    return {"message_limit": window.window_messages, "content_limit": window.window_content_bytes}
+    return {"message_limit": window.window_messages, "content_limit": window.window_content_bytes,
+            "page_bytes": window.window_page_bytes}
 
 
 class Transcript:
@@ -290,7 +292,8 @@ class Transcript:
                content_limit: int | None | msgspec.UnsetType = UNSET,
                preset: Literal["renderer"] | None = None,
                settings: Mapping[str, Any] | None = None,
-               leaf: int | str | None = None) -> Window:
+               leaf: int | str | None = None,
+               page_bytes: int | None | msgspec.UnsetType = UNSET) -> Window:
         """Read a bounded window of consecutive messages.
 
         In a transcript whose entries name their parents (Claude Code, pi), the messages
@@ -312,10 +315,18 @@ class Transcript:
             Per-message display budget in bytes of string content; longer messages are
             projected with an explicit marker. None: uncapped, the model path (the
             default without a preset).
+        page_bytes : int or None, optional
+            Bytes of the file the whole window shows, at most: each message counts the
+            bytes of its line it shows (``Entry.length - Entry.cut_bytes``), and the
+            window holds the newest messages before ``message_before`` that fit together,
+            at most ``message_limit``; the newest always comes, so paging never stalls.
+            ``message_start`` and ``has_more_before`` say where the page began. None:
+            no page budget (the default without a preset).
         preset : "renderer", optional
-            Fill the limits not given from the settings ``transcript.window_messages``
-            and ``transcript.window_content_bytes`` (default 100 messages, 64 KiB). A
-            limit given as None stays uncapped.
+            Fill the limits not given from the settings ``transcript.window_messages``,
+            ``transcript.window_content_bytes`` and ``transcript.window_page_bytes``
+            (default 100 messages, 64 KiB each, 1 MiB in all). A limit given as None stays
+            uncapped.
         settings : mapping, optional
             With ``preset``: the settings to read, resolved :class:`~boundctx.config.Settings`
             or a partial mapping applied over them (default
@@ -341,25 +352,31 @@ class Transcript:
         if preset is not None:
             if preset != "renderer":
                 raise ValueError(f"unknown preset {preset!r}; the only preset is 'renderer'")
-            if message_limit is UNSET or content_limit is UNSET:
+            if message_limit is UNSET or content_limit is UNSET or page_bytes is UNSET:
                 limits = _renderer_limits(settings)
                 if message_limit is UNSET:
                     message_limit = limits["message_limit"]
                 if content_limit is UNSET:
                     content_limit = limits["content_limit"]
+                if page_bytes is UNSET:
+                    page_bytes = limits["page_bytes"]
         elif settings is not None:
             raise TypeError("settings= is read only by a preset; pass preset='renderer' with it")
         if message_limit is UNSET:
             message_limit = None
         if content_limit is UNSET:
             content_limit = None
+        if page_bytes is UNSET:
+            page_bytes = None
         _check_limit("message_before", message_before, 0)
         _check_limit("message_limit", message_limit, 0)
         _check_limit("content_limit", content_limit, 0)
+        _check_limit("page_bytes", page_bytes, 1)
         if leaf is not None and not isinstance(leaf, (int, str)) or isinstance(leaf, bool):
             raise TypeError(f"leaf must be a line number or an entry id, not {type(leaf).__name__}")
         self._check_open()
-        return self._checked_read(lambda: self._read_window(message_before, message_limit, content_limit, leaf))
+        return self._checked_read(lambda: self._read_window(message_before, message_limit, content_limit, leaf,
+                                                            page_bytes))
 
     def _checked_read(self, read: Callable[[], Any]) -> Any:
         """Run ``read`` on a fresh view of the file; if a line does not match the
@@ -387,10 +404,10 @@ class Transcript:
             self._layout.known_bad |= reader.bad_lines
             self._layout.bad_dirty = True
 
-    def _read_window(self, before, limit, content_limit, leaf=None) -> Window:
+    def _read_window(self, before, limit, content_limit, leaf=None, page_bytes=None) -> Window:
         layout = self._layout
         if leaf is not None or not layout.reads_as_list:
-            return self._read_branch_window(before, limit, content_limit, leaf)
+            return self._read_branch_window(before, limit, content_limit, leaf, page_bytes)
         reader = self._reader()
         total = layout.message_count
         if before is None:
@@ -405,7 +422,7 @@ class Transcript:
         ext = layout.messages.slice(ext_lo, ext_hi)
         reader.check_lines(ext)
         lines = ext[start - ext_lo : before - ext_lo]
-        messages = reader.entries(lines, content_limit, first_index=start)
+        messages, start, lines = self._page(reader, lines, start, content_limit, page_bytes)
         if len(lines):
             lo, hi = int(lines[0]), int(lines[-1])
         else:
@@ -422,10 +439,63 @@ class Transcript:
         reader.check_lines(comp_lines, kind=LineKind.COMPACTION, complete=keep == inside)
         compactions = reader.entries(comp_lines, content_limit, first_index=None)
         self._note_bad(reader)
+        leaf_line = _branches.active_leaf(layout)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
                       compactions_omitted=inside - keep, content_limit=content_limit,
-                      leaf=_branches.active_leaf(layout) if total else None)
+                      leaf=leaf_line if leaf_line >= 0 else None, page_bytes=page_bytes,
+                      leaf_id=self._leaf_id(reader, leaf_line, messages) if before == total else None)
+
+    def _leaf_id(self, reader: LineReader, leaf_line: int, messages: list[Entry]) -> str | None:
+        """The own id of the entry at ``leaf_line``: from the window's newest message when
+        it is the leaf, else read (a compaction after it: one line)."""
+        from boundctx.transcript.tree import entry_id
+
+        if leaf_line < 0:
+            return None
+        if messages and messages[-1].line == leaf_line:
+            entry = messages[-1]
+        else:
+            [entry] = reader.entries(np.array([leaf_line], dtype=np.int64), None, first_index=None, any_kind=True)
+        return entry_id(entry.record, self.dialect) if entry.record is not None else None
+
+    def _page(self, reader: LineReader, lines: np.ndarray, start: int, content_limit: int | None,
+              page_bytes: int | None) -> tuple[list[Entry], int, np.ndarray]:
+        """The entries of message ``lines`` (indexes ``start...``), or under ``page_bytes``
+        the newest of them whose shown bytes fit together (at least one): ``(entries,
+        index of the first, their lines)``. What a line shows is known before it is read
+        for a whole line (its length), and bounded below for a projected one (its length,
+        or the content limit): lines are read from the newest as far as that bound lets
+        the page grow, and trimmed on their exact shown bytes."""
+        if page_bytes is None or not len(lines):
+            return reader.entries(lines, content_limit, first_index=start), start, lines
+        starts, ends, _kinds = self._layout.line_info(lines)
+        low = ends - starts
+        if content_limit is not None:
+            low = np.minimum(low, content_limit)
+        kept: list[Entry] = []
+        used = 0
+        hi = len(lines)
+        while hi > 0:
+            # The older lines the page could still take, by the lower bound.
+            room = page_bytes - used
+            take = int(np.searchsorted(np.cumsum(low[:hi][::-1]), room, side="right"))
+            lo = hi - max(take, 1)
+            batch = reader.entries(lines[lo:hi], content_limit, first_index=start + lo)
+            fitted = 0
+            for entry in reversed(batch):
+                shown = entry.length - entry.cut_bytes
+                if kept and used + shown > page_bytes:
+                    break
+                kept.append(entry)
+                used += shown
+                fitted += 1
+            if fitted < len(batch) or used >= page_bytes:
+                break
+            hi = lo
+        kept.reverse()
+        first = len(lines) - len(kept)
+        return kept, start + first, lines[first:]
 
     def _leaf_line(self, leaf: int | str | None) -> int:
         """The line of the leaf a read follows (-1: an empty transcript)."""
@@ -456,7 +526,7 @@ class Transcript:
         self._branch_cache = cache
         return lines
 
-    def _read_branch_window(self, before, limit, content_limit, leaf) -> Window:
+    def _read_branch_window(self, before, limit, content_limit, leaf, page_bytes=None) -> Window:
         layout = self._layout
         reader = self._reader()
         leaf_line = self._leaf_line(leaf)
@@ -472,7 +542,7 @@ class Transcript:
         pos = layout.pos.take(lines) if len(lines) else lines
         if not np.array_equal(pos, np.arange(start, start + len(lines))):
             raise StaleLayout("the tree's message positions disagree with its branch")
-        messages = reader.entries(lines, content_limit, first_index=start)
+        messages, start, lines = self._page(reader, lines, start, content_limit, page_bytes)
         if len(lines):
             comp_lines, omitted = _branches.branch_compactions(layout, int(lines[0]), int(lines[-1]), -1, limit)
         else:
@@ -484,7 +554,8 @@ class Transcript:
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
                       compactions_omitted=omitted, content_limit=content_limit,
-                      leaf=leaf_line if leaf_line >= 0 else None)
+                      leaf=leaf_line if leaf_line >= 0 else None, page_bytes=page_bytes,
+                      leaf_id=self._leaf_id(reader, leaf_line, messages) if before == total else None)
 
     def message_bytes(self, message_start: int, message_stop: int) -> list[int]:
         """The size in bytes of each of messages ``message_start:message_stop`` as the file

@@ -15,7 +15,7 @@ const NEAR_TOP_PX = 200;          // how close to the top a scroll fetches the p
 // version paging relies on, whether replies are saved to it, and the compactions
 // already shown.
 export const view = { sid: null, start: 0, count: 0, version: null, more: false, loading: false,
-                      writable: true, compactions: new Set() };
+                      writable: true, compactions: new Set(), leaf: null, chosen: null };
 
 // What else follows the view to a session (chat.js): `switched` runs as soon as the view
 // is the session's, before its window is fetched, so the composer never shows another
@@ -28,9 +28,13 @@ export function onSessionView({ switched, opened }) {
   hooks.opened = opened;
 }
 
-// One window of a session's messages: the newest, or those `before` asks for.
-function windowOf(sid, before = {}) {
+// One window of a session's messages: the newest, or those `before` asks for. The server
+// bounds the page in bytes too (transcript.window_page_bytes): long messages make it
+// shorter, and the page before goes on from where it began. A session whose entries fork
+// is read along the branch chosen, else its newest (`leaf`).
+function windowOf(sid, before = {}, leaf = null) {
   const query = new URLSearchParams({ ...before, message_limit: PAGE, content_limit: DISPLAY_BYTES });
+  if (leaf !== null) query.set("leaf", leaf);
   return api(`${API}/sessions/${encodeURIComponent(sid)}/messages?${query}`);
 }
 
@@ -195,6 +199,7 @@ const PAGE_CHARS = 64 * 1024;  // characters of a long message on the page at on
 async function readInPages(node, entry, offset) {
   const sid = view.sid;
   const query = new URLSearchParams({ text_offset: offset, text_limit: PAGE_CHARS, layout_version: view.version });
+  if (view.leaf !== null) query.set("leaf", view.leaf);
   const page = await api(`${API}/sessions/${encodeURIComponent(sid)}/messages/${entry.index}?${query}`);
   if (view.sid !== sid) return;
   const body = node.querySelector(".text");
@@ -275,20 +280,24 @@ export function rename() {
   };
 }
 
-export async function openSession(sid) {
+export async function openSession(sid, chosen = null) {
   view.sid = sid;
   // Nothing of the session before may page this one: until its own window is here there
   // is nothing older to fetch (a scroll event meanwhile would ask with the other's cursor).
-  Object.assign(view, { start: 0, count: 0, version: null, more: false, compactions: new Set() });
+  Object.assign(view, { start: 0, count: 0, version: null, more: false, compactions: new Set(), leaf: null,
+                        chosen });
   $("session-title").textContent = sid;
+  $("branches").hidden = true;
   api(`${API}/sessions/${encodeURIComponent(sid)}`).then((meta) => {
-    if (view.sid === sid) showTitle(sid, meta);
+    if (view.sid !== sid) return;
+    showTitle(sid, meta);
+    if (meta.in_file_order === false) showBranches(sid).catch(() => {});
   }, () => {});  // the window's own request says what is wrong, if anything
   $("progress").replaceChildren();
   const box = $("messages");
   box.replaceChildren();
   hooks.switched(sid);
-  const win = await windowOf(sid);
+  const win = await windowOf(sid, {}, chosen);
   if (view.sid !== sid) return;  // the reader went on to another session meanwhile
   remember(win);
   box.append(...nodesOf(win));
@@ -300,6 +309,7 @@ export async function openSession(sid) {
 }
 
 function remember(win) {
+  view.leaf = win.leaf;  // older pages stay on this branch, whatever grows meanwhile
   view.start = win.message_start;
   view.count = win.message_count;
   view.more = win.has_more_before;
@@ -334,6 +344,31 @@ async function continueInNew(sid) {
   location.hash = `#/s/${encodeURIComponent(s.id)}`;
 }
 
+// A session whose entries fork (a rewind left another branch in the file): the page shows
+// the newest branch, and says which others there are, any of which can be read instead.
+async function showBranches(sid) {
+  const list = await api(`${API}/sessions/${encodeURIComponent(sid)}/branches`);
+  if (view.sid !== sid || list.branch_count < 2) return;
+  const select = $("branch-select");
+  select.replaceChildren();
+  for (const b of list.data) {
+    const option = document.createElement("option");
+    option.value = String(b.leaf);
+    option.textContent = b.active
+      ? `the newest branch (${b.message_count.toLocaleString()} messages)`
+      : `a branch left after message ${b.shared.toLocaleString()} (${b.message_count.toLocaleString()} messages)`;
+    option.selected = view.chosen === null ? b.active : String(view.chosen) === option.value;
+    select.append(option);
+  }
+  $("branch-count").textContent = `This session forks: ${list.branch_count.toLocaleString()} branches` +
+    (list.has_more ? " (the newest shown)" : "") + ". Showing";
+  select.onchange = () => {
+    const chosen = list.data.find((b) => String(b.leaf) === select.value);
+    openSession(sid, chosen && !chosen.active ? chosen.leaf : null).catch(failed);
+  };
+  $("branches").hidden = false;
+}
+
 function meta() {
   $("session-meta").textContent = `${view.count.toLocaleString()} messages; showing from message ${view.start}` +
     (view.more ? " (scroll up for older ones)" : "");
@@ -351,7 +386,7 @@ async function olderPage() {
   const box = $("messages");
   const sid = view.sid;
   try {
-    const win = await windowOf(sid, { message_before: view.start, layout_version: view.version });
+    const win = await windowOf(sid, { message_before: view.start, layout_version: view.version }, view.leaf);
     if (view.sid !== sid) return;  // the reader went on to another session meanwhile
     // Keep what the reader looks at in place: the distance from the bottom stays.
     const fromBottom = box.scrollHeight - box.scrollTop;
@@ -363,7 +398,7 @@ async function olderPage() {
     if (view.sid !== sid) return;  // about a session no longer shown
     if (err instanceof ApiError && err.status === 409) {
       notice("The session was rewritten (a message edited or deleted) since it was opened; it was read again from the end.");
-      await openSession(view.sid);
+      await openSession(view.sid, view.chosen);
     } else {
       failed(err);
     }
