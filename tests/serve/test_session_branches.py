@@ -40,10 +40,12 @@ def rewound(folder, sid="tree", size=10):
     records = [{"type": "session", "version": 3, "id": "s"}]
     parent = None
     for k in range(6):
+        role = "user" if k % 2 == 0 else "assistant"
         records.append({"type": "message", "id": f"m{k}", "parentId": parent,
-                        "message": {"role": "user" if k % 2 == 0 else "assistant", "content": f"old {k} " + "o" * size}})
+                        "message": {"role": role, "content": f"old {k} " + "o" * size}})
         parent = f"m{k}"
-    records.append({"type": "message", "id": "n2", "parentId": "m1", "message": {"role": "user", "content": "new 2"}})
+    records.append({"type": "message", "id": "n2", "parentId": "m1",
+                    "message": {"role": "user", "content": "new 2"}})
     records.append({"type": "message", "id": "n3", "parentId": "n2",
                     "message": {"role": "assistant", "content": "new 3"}})
     path = folder / f"{sid}.jsonl"
