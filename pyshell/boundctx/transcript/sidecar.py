@@ -22,8 +22,9 @@ read. The format::
       comp         int64[n]   the nearest compaction at or above each line (-1: none)
 
 The last five are the tree of the entries (``tree.py``); the header's ``as_list`` says
-whether the tree, up to the segment's end, still reads as a list. The header says which byte range the segment covers (``start``..``end``), the line
-number of its first line, the counts, the file identity ``(dev, ino, size, mtime_ns)``
+whether the tree, up to the segment's end, still reads as a list. The header says which
+byte range the segment covers (``start``..``end``), the line number of its first line,
+the counts, the file identity ``(dev, ino, size, mtime_ns)``
 seen when it was written, and hashes of the first 4 KiB and of the 4 KiB before
 ``end``.
 
