@@ -13,7 +13,10 @@ One run measures, in the same process and on the same seeded data:
   window in the big file, the same newest window uncapped, and the naive "parse the
   whole file" open;
 * **append** of a 1 MiB record to a copy of the big file, then close, reopen and read
-  the renderer window (rows with and without ``fsync``).
+  the renderer window (rows with and without ``fsync``);
+* **forked**: the same copy after a rewind (60 messages forking 50 from the end, as pi's
+  tree navigation writes them), read along its active branch: the newest window by a walk
+  from the leaf, and a page from the middle (the whole branch walked once per open).
 
 Data is generated once per (size, seed, generator parameters) into ``--data-dir``
 (never into the repository) and reused. Every timed case gets an untimed warm-up; the
@@ -83,7 +86,7 @@ else:
 GB = 1e9
 MiB = 1 << 20
 #: Bump when the generator parameters below change, so cached data is not reused.
-GEN_VERSION = 1
+GEN_VERSION = 2  # 2: compactions are chained as pi chains them (the tree reads as a list)
 #: One 1-5 MB tool output every BIG_EVERY messages: ~120 of them in 1 GiB, ~45% of bytes.
 BIG_EVERY = 6000
 BIG_BYTES = (1 << 20, 5 << 20)
@@ -95,6 +98,9 @@ REF_SLICE = 16 * MiB
 WINDOW = 100
 
 GOAL_OPEN_S = 0.005
+#: The renderer window alone, on an open Transcript (issue 29: the preads and one projection
+#: are about 0.5 ms of it).
+GOAL_WINDOW_S = 0.001
 GOAL_SCALE_RATIO = 1.5
 GOAL_REINDEX_VS_WC = 1.0
 
@@ -268,6 +274,11 @@ class Results:
             r = self.find(key)
             if r:
                 goal(None, what, r["median_s"] * 1e3, GOAL_OPEN_S * 1e3, "ms")
+        for key, what in (("window_only_big", "window(preset='renderer') alone, big file: median"),
+                          ("window_only_forked", "window(preset='renderer') alone, big forked tree: median")):
+            r = self.find(key)
+            if r:
+                goal(None, what, r["median_s"] * 1e3, GOAL_WINDOW_S * 1e3, "ms")
         big, small = self.find("open_big"), self.find("open_small")
         if big and small:
             goal(None, "open newest 100: median big / median 10k", big["median_s"] / small["median_s"],
@@ -453,13 +464,25 @@ def bench_open(res: Results, big: str, small: str, facts: dict, args) -> None:
 
     ww = bf["worst_window"]
     before = ww["message_before"]
-    s, _, r = timed(lambda: open_window(big, message_before=before, **renderer), n, warmup=3,
-                 check=_check_window(before - WINDOW))
+
+    def check_page(r):
+        w, outcome = r
+        _expect(outcome == "valid", f"layout outcome {outcome!r}, expected 'valid' (sidecar)")
+        shown = sum(m.length - m.cut_bytes for m in w.messages)
+        _expect(w.messages[-1].index == before - 1 and (shown <= w.page_bytes or len(w.messages) == 1),
+                f"page of {len(w.messages)} ending at {w.messages[-1].index}, {shown:,} bytes shown")
+
+    s, _, r = timed(lambda: open_window(big, message_before=before, **renderer), n, warmup=3, check=check_page)
     cut = sum(m.cut_bytes for m in r[0].messages)
     res.add("open", f"worst 100-message window, renderer (message_before={before})", s,
             key="open_worst", naive_key="naive_open_big", goal="<= 5 ms",
-            note=f"window {human_size(ww['bytes'])}, largest line {human_size(ww['max_line_bytes'])}, "
-                 f"{cut:,} bytes cut")
+            note=f"window {human_size(ww['bytes'])}, largest line {human_size(ww['max_line_bytes'])}; the page "
+                 f"holds {len(r[0].messages)} messages within {human_size(r[0].page_bytes)}, {cut:,} bytes cut")
+    s, _, r = timed(lambda: open_window(big, message_before=before, page_bytes=None, **renderer), n, warmup=3,
+                    check=_check_window(before - WINDOW))
+    res.add("open", "  the same without a page budget (page_bytes=None: 100 messages of up to 64 KiB)", s,
+            key="open_worst_unpaged", naive_key="naive_open_big",
+            note=f"{sum(m.length - m.cut_bytes for m in r[0].messages):,} bytes shown")
 
     s, _, _ = timed(lambda: open_window(big, message_limit=WINDOW, content_limit=None), n, warmup=3,
                  check=_check_window(nb - WINDOW))
@@ -601,6 +624,56 @@ def bench_append(res: Results, big: str, args) -> None:
     restore()
 
 
+def bench_forked(res: Results, big: str, args) -> None:
+    """The big file's copy after a rewind: its newest window follows the new branch."""
+    copy, restore = _append_copy(big, args)
+    from boundctx.transcript import encode_record
+
+    with Transcript.open(copy) as t:
+        total = t.message_count
+        fork = t.window(message_before=total - 50, message_limit=1, content_limit=64).messages[0].record["id"]
+    parent, lines = fork, []
+    for k in range(60):
+        rec = {"type": "message", "id": f"fork{k:04d}", "parentId": parent, "timestamp": "2026-01-01T00:00:00Z",
+               "message": {"role": "user" if k % 2 == 0 else "assistant",
+                           "content": [{"type": "text", "text": f"rewound {k} " + "r" * 900}]}}
+        lines.append(encode_record(rec))
+        parent = rec["id"]
+    n = args.open_repeats
+    try:
+        with open(copy, "ab") as f:
+            f.write(b"".join(lines))
+        with Transcript.open(copy) as t:
+            _expect(not t.in_file_order, "the rewind did not fork the copy")
+            count = t.message_count
+            _expect(count == total - 50 + 60, f"branch of {count} messages, expected {total + 10}")
+            t.window(preset="renderer")
+
+        def check(r):
+            w, outcome = r
+            _expect(outcome == "valid", f"layout outcome {outcome!r}")
+            _expect(w.messages[-1].record["id"] == "fork0059" and w.message_count == count, "not the new branch")
+
+        s, _, _ = timed(lambda: open_window(copy, preset="renderer"), n, warmup=3, check=check)
+        res.add("forked", f"newest 100, renderer, big file forked 50 from its end ({count:,} on the branch)", s,
+                key="open_forked", naive_key="naive_open_big", goal="<= 5 ms")
+        t = Transcript.open(copy)
+        try:
+            s, _, _ = timed(lambda: t.window(preset="renderer"), n, warmup=3,
+                            check=lambda w: _expect(w.message_count == count, "window size"))
+            res.add("forked", "  of which: `window(preset='renderer')` alone on an open Transcript", s,
+                    key="window_only_forked", goal="<= 1 ms")
+        finally:
+            t.close()
+        middle = count // 2
+        s, _, _ = timed(lambda: open_window(copy, preset="renderer", message_before=middle), max(5, n // 5),
+                        warmup=1, check=lambda r: _expect(r[0].messages[-1].index == middle - 1, "middle page"))
+        res.add("forked", f"open + the page before message {middle:,} (the branch walked whole, once per open)", s,
+                key="open_forked_middle", naive_key="naive_open_big")
+    finally:
+        restore()
+
+
 class BenchError(AssertionError):
     pass
 
@@ -739,7 +812,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default="/tmp/boundctx-bench")
     ap.add_argument("--quick", action="store_true", help="~64 MiB smoke run with fewer repeats")
     ap.add_argument("--skip-naive", action="store_true", help="skip the full-file parse rows")
-    ap.add_argument("--only", choices=("reindex", "open", "append"), action="append",
+    ap.add_argument("--only", choices=("reindex", "open", "append", "forked"), action="append",
                     help="run only these sections (repeatable)")
     ap.add_argument("--profile",
                     choices=("reindex", "open", "open-small", "worst", "uncapped", "append", "append-sync"),
@@ -753,7 +826,7 @@ def main(argv=None) -> int:
     if args.json_out is None:
         args.json_out = str(ROOT / "bench" / "results" /
                             ("transcript-quick.json" if args.quick else "transcript.json"))
-    sections = set(args.only or ("reindex", "open", "append"))
+    sections = set(args.only or ("reindex", "open", "append", "forked"))
 
     data_dir = pathlib.Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -795,6 +868,9 @@ def main(argv=None) -> int:
         res.dump(args.json_out)
     if "append" in sections:
         bench_append(res, big, args)
+        res.dump(args.json_out)
+    if "forked" in sections:
+        bench_forked(res, big, args)
         res.dump(args.json_out)
     if not args.skip_naive:
         if "reindex" in sections:

@@ -659,6 +659,16 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
         together (:data:`RELATIONS`), a file that is not TOML; the message names the
         source and the accepted values.
     """
+    if env is None and path is None and not overrides:
+        # The settings of this process's own file and environment are resolved again only
+        # when either changed: a renderer window reads them on every page, and resolving
+        # every key costs more than the window's own reads.
+        memo = _memo_key()
+        if memo is not None and _LOADED.get("key") == memo:
+            return _LOADED["settings"]
+        settings = load(path=config_path(), env=os.environ)
+        _LOADED.update(key=memo, settings=settings)
+        return settings
     env = os.environ if env is None else env
     _warn_unknown_variables(env)
     file = pathlib.Path(path) if path is not None else config_path(env)
@@ -680,6 +690,42 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
         sources[name] = "override"
     check_relations(values, sources.__getitem__)
     return Settings(values, sources)
+
+
+#: The last settings :func:`load` resolved from the process's own file and environment,
+#: and what they were resolved from.
+_LOADED: dict[str, Any] = {}
+
+
+class _Environment:
+    """The process's environment as it was: equal to another snapshot only when no
+    variable differs (a copy of the raw table, compared in C)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        raw = getattr(os.environ, "_data", None)
+        self.data = dict(raw) if isinstance(raw, dict) else dict(os.environ)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Environment) and self.data == other.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _memo_key() -> tuple | None:
+    """What the process's settings are a function of: its environment, and the config
+    file's identity and times (None when they cannot be said)."""
+    env = _Environment()
+    file = config_path()
+    try:
+        st = os.stat(file)
+        stamp: tuple | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except FileNotFoundError:
+        stamp = None
+    except OSError:
+        return None
+    return (env, str(file), stamp)
 
 
 def resolve(settings: Mapping[str, Any] | None) -> Settings:

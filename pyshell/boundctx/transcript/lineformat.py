@@ -38,7 +38,7 @@ import msgspec
 from boundctx._native import projection
 from boundctx.errors import EntryInvalid
 
-__all__ = ["BOM", "MAX_DEPTH", "LineUnreadable", "decode_record", "encode_record"]
+__all__ = ["BOM", "MAX_DEPTH", "LineUnreadable", "decode_lines", "decode_record", "encode_record"]
 
 #: A UTF-8 byte-order mark; tolerated before the first line only, never part of a record.
 BOM = b"\xef\xbb\xbf"
@@ -70,11 +70,35 @@ def decode_record(body: bytes) -> Any:
     except msgspec.DecodeError as exc:
         value = _decode_lenient(body, str(exc))
     else:
-        # Nesting can only exceed MAX_DEPTH when the line holds that many brackets;
-        # counting them is a C loop, so the exact walk runs only on rare big lines.
-        if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        # Nesting can only exceed MAX_DEPTH when the line holds that many brackets, and
+        # as many closing ones (so more than twice as many bytes): counting them is a C
+        # loop, so the exact walk runs only on rare big lines.
+        if (len(body) > 2 * MAX_DEPTH and body.count(b"[") + body.count(b"{") > MAX_DEPTH
+                and _depth(value) > MAX_DEPTH):
             raise LineUnreadable(f"nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def decode_lines(buf: bytes, start: int, lengths: list[int]) -> list[Any]:
+    """The JSON values of consecutive whole lines (``buf[start:]``: their bytes, newlines
+    included; ``lengths``: each line's), one each, held to :func:`decode_record`'s rules.
+    :class:`LineUnreadable` when the values cannot be told line by line in one call (a
+    line msgspec refuses, a blank line, nesting past :data:`MAX_DEPTH`): the caller then
+    reads each line with :func:`decode_record`, and learns which and why."""
+    try:
+        values = _decoder.decode_lines(memoryview(buf)[start : start + sum(lengths)])
+    except (msgspec.DecodeError, RecursionError):
+        raise LineUnreadable("a line of the block is not one readable JSON value") from None
+    if len(values) != len(lengths):
+        raise LineUnreadable("a line of the block is blank")
+    at = start
+    for value, length in zip(values, lengths):
+        # As decode_record: only a line with that many brackets is walked.
+        if (length > 2 * MAX_DEPTH and buf.count(b"[", at, at + length) + buf.count(b"{", at, at + length) > MAX_DEPTH
+                and _depth(value) > MAX_DEPTH):
+            raise LineUnreadable(f"a line of the block is nested deeper than {MAX_DEPTH} levels")
+        at += length
+    return values
 
 
 def _reject_constant(name: str):

@@ -22,7 +22,7 @@ from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, nativ
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.layout import Layout, is_sequence
-from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_record
+from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_lines, decode_record
 from boundctx.transcript.sidecar import pread_exact
 
 __all__ = ["COALESCE_GAP", "ENVELOPE", "MAX_RUN_BYTES", "LineReader", "StaleLayout"]
@@ -137,7 +137,12 @@ class LineReader:
             stretch = plan[i:j]
             for run in self._runs([ln.start for ln in stretch], [ln.end for ln in stretch],
                                   [ln.line for ln in stretch]):
-                for ln in stretch[run.i : run.j]:
+                lines_of_run = stretch[run.i : run.j]
+                records = _decoded_together(run, lines_of_run)
+                for k, ln in enumerate(lines_of_run):
+                    if records is not None:
+                        entries.append(self._record_entry(ln, records[k], cut=0, any_kind=any_kind))
+                        continue
                     at = ln.start - run.start + run.pre
                     body = _without_bom(run.buf[at : at + ln.end - ln.start - 1], ln.start)
                     entries.append(self._entry(ln, body, raw=body, cut=0, any_kind=any_kind,
@@ -289,6 +294,26 @@ class LineReader:
         if ln.kind == LineKind.BLANK:
             why = "blank line"
         return _raw_entry(ln, body, why, content_limit)
+
+
+def _decoded_together(run: _Run, lines: list[_Line]) -> list | None:
+    """The records of ``lines`` (all of ``run``, back to back in the file, none at byte 0)
+    decoded in one call, each line its own JSON value: the same values
+    :func:`decode_record` gives, one call instead of one per line. None when that cannot
+    be said at once (a gap, the file's first line, a line any record check refuses or a
+    line that is not an object): each line is then read on its own, and says why."""
+    if len(lines) < 2 or lines[0].start == 0:
+        return None
+    for a, b in zip(lines, lines[1:]):
+        if a.end != b.start:
+            return None
+    try:
+        records = decode_lines(run.buf, lines[0].start - run.start + run.pre, [ln.end - ln.start for ln in lines])
+    except LineUnreadable:
+        return None
+    if not all(type(r) is dict for r in records):
+        return None  # a line that is not a record: one by one, each saying so
+    return records
 
 
 def _without_bom(body: bytes, start: int) -> bytes:

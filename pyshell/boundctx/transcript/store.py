@@ -45,7 +45,7 @@ from boundctx.transcript.opening import (
     resolved_path,
     still_names,
 )
-from boundctx.transcript.reading import LineReader, StaleLayout
+from boundctx.transcript.reading import ENVELOPE, LineReader, StaleLayout
 from boundctx.transcript.sidecar import sidecar_paths
 from boundctx.transcript.tree import id_hash
 from boundctx.transcript.writing import (
@@ -439,7 +439,9 @@ class Transcript:
         reader.check_lines(comp_lines, kind=LineKind.COMPACTION, complete=keep == inside)
         compactions = reader.entries(comp_lines, content_limit, first_index=None)
         self._note_bad(reader)
-        leaf_line = _branches.active_leaf(layout)
+        # A list's leaf is its newest message or compaction (none of them is a copy).
+        leaf_line = max(layout.messages[total - 1] if total else -1,
+                        layout.compactions[len(layout.compactions) - 1] if len(layout.compactions) else -1)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
                       compactions_omitted=inside - keep, content_limit=content_limit,
@@ -472,7 +474,12 @@ class Transcript:
         starts, ends, _kinds = self._layout.line_info(lines)
         low = ends - starts
         if content_limit is not None:
+            # A projected line shows at most the prefix it is projected from.
+            if int(np.minimum(low, content_limit + ENVELOPE + 4).sum()) <= page_bytes:
+                return reader.entries(lines, content_limit, first_index=start), start, lines
             low = np.minimum(low, content_limit)
+        elif int(low.sum()) <= page_bytes:
+            return reader.entries(lines, content_limit, first_index=start), start, lines
         kept: list[Entry] = []
         used = 0
         hi = len(lines)
