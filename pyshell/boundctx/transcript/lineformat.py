@@ -91,6 +91,9 @@ def decode_lines(buf: bytes, start: int, lengths: list[int]) -> list[Any]:
         raise LineUnreadable("a line of the block is not one readable JSON value") from None
     if len(values) != len(lengths):
         raise LineUnreadable("a line of the block is blank")
+    end = start + sum(lengths)
+    if buf.count(b"[", start, end) + buf.count(b"{", start, end) <= MAX_DEPTH:
+        return values  # not brackets enough in the whole block for one line to nest too deep
     at = start
     for value, length in zip(values, lengths):
         # As decode_record: only a line with that many brackets is walked.
