@@ -176,7 +176,8 @@ def test_session_get_refuses_a_bad_window_setting_before_reading(tmp_path, capsy
     err = capsys.readouterr().err
     assert "BOUNDCTX_TRANSCRIPT_WINDOW_CONTENT_BYTES" in err and "too small" in err
     path = write(tmp_path / "a.jsonl", 3)
-    assert main(["session", "get", str(path), "--limit", "1", "--content-limit", "0"]) == 0  # not needed, not read
+    assert main(["session", "get", str(path), "--limit", "1", "--content-limit", "0",
+                 "--page-bytes", "100"]) == 0  # not needed, not read
 
 
 def test_verbosity_flags_decide_what_of_boundctx_and_llama_cpp_logs_reach_stderr(capsys):
@@ -370,3 +371,32 @@ def test_every_command_module_builds_its_parser_from_the_table():
     assert list(sub.choices) == list(cli.COMMANDS)
     for action in sub._choices_actions:
         assert action.help == cli.COMMANDS[action.dest][1]
+
+
+def rewound(path):
+    """A pi session with a rewind: m0..m3, then n2 forking after m1."""
+    records = [{"type": "message", "id": f"m{k}", "parentId": f"m{k - 1}" if k else None,
+                "message": {"role": "user", "content": f"old {k} " + "o" * 300}} for k in range(4)]
+    records.append({"type": "message", "id": "n2", "parentId": "m1", "message": {"role": "user", "content": "new 2"}})
+    path.write_bytes(b"".join(encode_record(r) for r in records))
+    return path
+
+
+def test_session_get_follows_the_newest_branch_lists_the_others_and_reads_one(tmp_path, capsys):
+    path = rewound(tmp_path / "tree.jsonl")
+    assert main(["session", "get", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "messages 0-2 of 3" in out and "new 2" in out and "old 3" not in out
+    assert main(["session", "get", str(path), "--branches"]) == 0
+    out = capsys.readouterr().out
+    assert "2 branches" in out and "--leaf 4  3 messages, the newest" in out
+    assert "--leaf 3  4 messages, leaves it after message 1  (id m3)" in out
+    assert main(["session", "get", str(path), "--leaf", "m3", "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)
+    assert [m["record"]["id"] for m in w["messages"]] == ["m0", "m1", "m2", "m3"] and w["leaf"] == 3
+    assert main(["session", "get", str(path), "--leaf", "3", "--page-bytes", "400"]) == 0
+    assert "messages 3-3 of 4" in capsys.readouterr().out
+    assert main(["session", "get", str(path), "--leaf", "nope"]) == 2
+    assert "--leaf 'nope' is the id of no entry" in capsys.readouterr().err
+    assert main(["session", "get", str(path), "--page-bytes", "0"]) == 2
+    assert "--page-bytes must be >= 1" in capsys.readouterr().err

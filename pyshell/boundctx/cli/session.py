@@ -21,8 +21,9 @@ def add_parser(sub, summary: str) -> None:
     ssub.required = True
     g = ssub.add_parser("get", help="print a window of messages",
                         description="Print the newest messages before --before (default: the "
-                                    "end), at most --limit of them, each cut for display at "
-                                    "--content-limit bytes of text.")
+                                    "end), at most --limit of them and --page-bytes in all, each cut "
+                                    "for display at --content-limit bytes of text. A session whose "
+                                    "entries fork is read along its newest branch, or --leaf's.")
     g.add_argument("path", metavar="PATH")
     g.add_argument("--before", type=int, default=None, metavar="N",
                    help="end the window before message N (default: after the newest)")
@@ -34,6 +35,16 @@ def add_parser(sub, summary: str) -> None:
                    help="display budget per message in bytes of text; 0 shows none (default: the "
                         "setting transcript.window_content_bytes, "
                         f"{config.KEYS['transcript.window_content_bytes'].default} unless set)")
+    g.add_argument("--page-bytes", type=int, default=None, metavar="N",
+                   help="bytes of the file the whole window shows at most: the newest messages "
+                        "that fit (default: the setting transcript.window_page_bytes, "
+                        f"{config.KEYS['transcript.window_page_bytes'].default:,} unless set)")
+    g.add_argument("--leaf", default=None, metavar="LINE|ID",
+                   help="read the branch ending at this line or entry id (a session whose "
+                        "entries fork, as a rewind leaves them; default: the newest branch)")
+    g.add_argument("--branches", action="store_true",
+                   help="list the session's branches (leaf, messages, where each leaves the newest) "
+                        "instead of a window")
     add_dialect_argument(g, "the transcript's")
     g.add_argument("--json", action="store_true", help="print the window as JSON")
     g.set_defaults(run=run_get)
@@ -41,7 +52,8 @@ def add_parser(sub, summary: str) -> None:
 
 #: The API's words in error messages, and the command line's.
 _CLI_WORDS = (("message_before=", "--before "), ("message_before", "--before"), ("message_limit", "--limit"),
-              ("content_limit", "--content-limit"), (" or None, got", ", got"),
+              ("content_limit", "--content-limit"), ("page_bytes", "--page-bytes"), ("leaf=", "--leaf "),
+              (" or None, got", ", got"),
               (", or pass create=True to start one", ""))
 
 
@@ -60,19 +72,35 @@ def run_get(args) -> int:
 
     try:
         # Settings first: a bad one is refused before a big transcript is scanned.
-        settings = config.load() if args.limit is None or args.content_limit is None else None
+        settings = (config.load() if args.limit is None or args.content_limit is None or args.page_bytes is None
+                    else None)
         size = os.path.getsize(args.path) if os.path.isfile(args.path) else 0
         # A first open of a big transcript scans it: show that, not a frozen terminal.
         with byte_progress(size, "indexing") as report:
             t = Transcript.open(args.path, dialect=args.dialect or AUTO, progress=report)
         with t:
-            # An option not given is the preset's (the renderer settings), not uncapped.
-            given = {k: v for k, v in (("message_limit", args.limit),
-                                       ("content_limit", args.content_limit)) if v is not None}
-            w = t.window(message_before=args.before, preset="renderer", settings=settings, **given)
+            if args.branches:
+                listed = t.branches()
+            else:
+                # An option not given is the preset's (the renderer settings), not uncapped.
+                given = {k: v for k, v in (("message_limit", args.limit), ("content_limit", args.content_limit),
+                                           ("page_bytes", args.page_bytes)) if v is not None}
+                leaf = int(args.leaf) if args.leaf is not None and args.leaf.isdigit() else args.leaf
+                w = t.window(message_before=args.before, preset="renderer", settings=settings, leaf=leaf,
+                             **given)
     except (TranscriptError, ValueError, TypeError) as exc:
         print(f"boundctx session get: {in_cli_words(exc)}", file=sys.stderr)
         return 2
+    if args.branches:
+        if args.json:
+            sys.stdout.write(msgspec.json.encode(listed).decode() + "\n")
+            return 0
+        print(f"# {args.path}: {len(listed)} branch{'es' if len(listed) != 1 else ''}")
+        for b in listed:
+            where = "the newest, read by default" if b.active else f"leaves it after message {b.shared - 1}"
+            print(f"--leaf {b.leaf}  {b.message_count} messages, {where}"
+                  f"{'  (id ' + b.leaf_id + ')' if b.leaf_id else ''}")
+        return 0
     if args.json:
         sys.stdout.write(msgspec.json.encode(w).decode() + "\n")
         return 0
