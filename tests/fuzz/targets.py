@@ -428,6 +428,25 @@ def fuzz_place_lines(src: Source) -> None:
             raise Mismatch(f"place_lines accepted line {line0 + k} hung on {u} (refs {refs})")
 
 
+def fuzz_id_index(src: Source) -> None:
+    """The sorted ids of the lines that have one and are not copies, each with its line:
+    against a plain sort."""
+    n = src.int(0, 20)
+    ids = [src.choice([0, 0, 5, -7, 2**63 - 1, -(2**63), src.int64()]) for _ in range(n)]
+    up = [src.choice([-3, -1, 0, 1]) for _ in range(n)]
+    line0 = src.choice([0, 7, 2**62 - n, 2**62 - n + 1, -1])
+    try:
+        keys, lines = linetree.id_index(_i64(ids), _i64(up), line0)
+    except ValueError:
+        if 0 <= line0 <= 2**62 - n:
+            raise Mismatch(f"id_index refused line {line0} for {n} lines") from None
+        return
+    got = list(zip(np.frombuffer(keys, dtype=np.int64).tolist(), np.frombuffer(lines, dtype=np.int64).tolist()))
+    kept = [(k, line0 + i) for i, (k, u) in enumerate(zip(ids, up)) if k != 0 and u != -3]
+    if sorted(got) != sorted(kept) or [k for k, _ in got] != sorted(k for k, _ in kept):
+        raise Mismatch(f"id_index({ids}, {up}) = {got}")
+
+
 def fuzz_branch_lines(src: Source) -> None:
     n = src.int(0, 16)
     up = [src.choice([-3, -1, src.int(-2, 20), src.int64()]) for _ in range(n)]
@@ -602,6 +621,7 @@ TARGETS = {
     "linetree.place_lines": fuzz_place_lines,
     "linetree.reads_as_list": fuzz_hang_lines,
     "linetree.branch_lines": fuzz_branch_lines,
+    "linetree.id_index": fuzz_id_index,
     "projection.project_display": fuzz_project_display,
     "projection.escape_line_separators": fuzz_escape_line_separators,
     "sections.next_cut": fuzz_next_cut,

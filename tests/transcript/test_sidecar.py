@@ -240,12 +240,12 @@ def test_reindex_scans_once_even_without_a_sidecar(tmp_path, monkeypatch):
 
 # -- sidecars whose numbers lie: crafted segment by segment -----------------------------
 
-TREE = ("ids", "up", "pos", "tip", "comp")
+TREE = ("ids", "up", "pos", "tip", "comp", "id_keys", "id_lines")
 
 
 def read_segments(side):
     """The segments of a sidecar: [header dict, starts, kinds, messages, compactions,
-    ids, up, pos, tip, comp]."""
+    ids, up, pos, tip, comp, id_keys, id_lines]."""
     data = Path(side).read_bytes()
     assert data[:8] == MAGIC
     pos, segs = 8, []
@@ -253,10 +253,11 @@ def read_segments(side):
         hlen, _crc = struct.unpack_from("<II", data, pos)
         header = msgspec.structs.asdict(layout_mod.decode_header(data[pos + 8 : pos + 8 + hlen]))
         pos += 8 + hlen
-        n, m, c = header["n"], header["m"], header["c"]
+        n, m, c, k = header["n"], header["m"], header["c"], header["k"]
         arrays = []
         for dtype, count, width in (("<i8", n, 8 * n), ("u1", n, (n + 7) & ~7),
-                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c), *[("<i8", n, 8 * n)] * len(TREE)):
+                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c), *[("<i8", n, 8 * n)] * 5,
+                                    ("<i8", k, 8 * k), ("<i8", k, 8 * k)):
             arrays.append(np.frombuffer(data, dtype=dtype, count=count, offset=pos).copy())
             pos += width
         segs.append([header, *arrays])
@@ -507,7 +508,7 @@ _ints = st.one_of(st.integers(-2**63, 2**64 - 1), st.integers(-300, 300),
     # str8/16/32 forms: a 2-byte character 40,000 times is 80,000 bytes
     "path": st.one_of(st.text(max_size=300), st.integers(0, 3).map(lambda k: "\u00fc" * (40000 + k))),
     "start": _ints, "end": _ints, "scanned": _ints, "line0": _ints, "n": _ints, "m": _ints,
-    "c": _ints, "as_list": st.sampled_from([0, 1]), "identity": st.tuples(_ints, _ints, _ints, _ints),
+    "c": _ints, "k": _ints, "as_list": st.sampled_from([0, 1]), "identity": st.tuples(_ints, _ints, _ints, _ints),
     "head": st.text(max_size=40), "tail": st.text(max_size=40),
     "bad": st.one_of(st.lists(_ints, max_size=20), st.integers(65530, 65540).map(lambda k: list(range(k)))),
 }))
@@ -521,10 +522,63 @@ def test_encode_header_writes_what_msgspec_writes_and_reads(fields):
 
 def test_encode_header_refuses_other_fields_and_values():
     fields = dict(v=2, dialect="auto", window=1, path="/p", start=0, end=0, scanned=0,
-                  line0=0, n=0, m=0, c=0, as_list=1, identity=(0, 0, 0, 0), head="", tail="", bad=[])
+                  line0=0, n=0, m=0, c=0, k=0, as_list=1, identity=(0, 0, 0, 0), head="", tail="", bad=[])
     with pytest.raises(ValueError, match="fields"):
         sidecar.encode_header(**{k: v for k, v in fields.items() if k != "bad"})
     with pytest.raises(OverflowError):
         sidecar.encode_header(**{**fields, "n": 2**64})
     with pytest.raises(TypeError):
         sidecar.encode_header(**{**fields, "n": True})
+
+
+def test_an_append_to_a_big_tree_finds_its_parent_without_reading_every_id(tmp_path, big_transcript, monkeypatch):
+    """The ids of a large segment are found by binary search in its sorted index, not by
+    reading every one of them: an append reads a few elements, and hangs where it says."""
+    path, n, segs = copy_of(big_transcript, tmp_path)
+    write_segments(str(path) + ".layout", segs, path=path)
+    read_whole = []
+    real_all = layout_mod.Chunked.all
+
+    def spy(self):
+        read_whole.append(len(self))
+        return real_all(self)
+
+    monkeypatch.setattr(layout_mod.Chunked, "all", spy)
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        # m5 is far back: hanging on it forks the transcript.
+        t.append({"type": "message", "id": "late", "parentId": "m5",
+                  "message": {"role": "user", "content": "a rewind"}})
+        assert not [k for k in read_whole if k > 10_000], read_whole
+        w = t.window(message_limit=None)
+        assert [m.record["id"] for m in w.messages] == [f"m{i}" for i in range(6)] + ["late"]
+        # An id appended again is a copy, read once, found the same way.
+        t.append({"type": "message", "id": "m7"})
+        assert [m.record["id"] for m in t.window(message_limit=3).messages] == ["m4", "m5", "late"]
+
+
+def test_a_large_sidecar_whose_id_index_lies_is_rebuilt_when_an_append_reads_it(tmp_path, big_transcript):
+    from boundctx.transcript.tree import id_hash
+
+    path, n, segs = copy_of(big_transcript, tmp_path)
+    keys, lines = segs[0][10], segs[0][11]
+    at = int(np.flatnonzero(keys == id_hash("m5"))[0])
+    lines[at] = 4000  # m5 said to be another line
+    write_segments(str(path) + ".layout", segs, path=path)
+    with Transcript.open(path) as t:
+        t.append({"type": "message", "id": "late", "parentId": "m5"})
+        assert [m.record["id"] for m in t.window(message_limit=None).messages][-2:] == ["m5", "late"]
+
+
+def test_a_large_sidecar_whose_id_index_lies_is_rebuilt_when_an_open_extends_it(tmp_path, big_transcript):
+    from boundctx.transcript.tree import id_hash
+
+    path, n, segs = copy_of(big_transcript, tmp_path)
+    keys, lines = segs[0][10], segs[0][11]
+    lines[int(np.flatnonzero(keys == id_hash("m5"))[0])] = 4000
+    write_segments(str(path) + ".layout", segs, path=path)
+    with open(path, "ab") as f:  # another writer appends: the next open extends the layout
+        f.write(encode_record({"type": "message", "id": "late", "parentId": "m5"}))
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "rebuilt"
+        assert [m.record["id"] for m in t.window(message_limit=None).messages][-2:] == ["m5", "late"]

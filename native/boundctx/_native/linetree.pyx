@@ -40,7 +40,7 @@ Nothing here decodes JSON into Python objects; the lexer is ``jsonlex.pxd``'s.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint64_t, uint8_t
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport calloc, free, malloc, qsort
 from libc.string cimport memcpy
 
 from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
@@ -621,6 +621,52 @@ def reads_as_list(const uint8_t[::1] kinds, const int64_t[::1] pos, const int64_
                 return False
             last = line0 + k
     return True
+
+
+cdef struct _Keyed:
+    int64_t key
+    int64_t line
+
+
+cdef int _by_key(const void *a, const void *b) noexcept nogil:
+    cdef int64_t x = (<const _Keyed *>a).key, y = (<const _Keyed *>b).key
+    return -1 if x < y else (1 if x > y else 0)
+
+
+def id_index(const int64_t[::1] ids, const int64_t[::1] up, int64_t line0):
+    """The index an append finds earlier ids by: ``(keys, lines)`` as int64 bytes, the ids
+    of lines ``line0...`` (``ids``, ``up``: theirs) that have one and are not copies,
+    sorted as int64, and the line of each."""
+    cdef Py_ssize_t n = ids.shape[0], k, got = 0
+    cdef _Keyed *items
+    cdef bytes keys_b, lines_b
+    cdef int64_t *keys
+    cdef int64_t *lines
+    if up.shape[0] != n:
+        raise ValueError("ids and up differ in length")
+    if not 0 <= line0 <= _MAX_LINE - n:
+        raise ValueError(f"line {line0} is out of range")
+    items = <_Keyed *>malloc(max(n, 1) * sizeof(_Keyed))
+    if items == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            for k in range(n):
+                if ids[k] != 0 and up[k] != _COPY:
+                    items[got].key = ids[k]
+                    items[got].line = line0 + k
+                    got += 1
+            qsort(items, got, sizeof(_Keyed), _by_key)
+        keys_b = PyBytes_FromStringAndSize(NULL, got * 8)
+        lines_b = PyBytes_FromStringAndSize(NULL, got * 8)
+        keys = <int64_t *><char *>keys_b
+        lines = <int64_t *><char *>lines_b
+        for k in range(got):
+            keys[k] = items[k].key
+            lines[k] = items[k].line
+    finally:
+        free(items)
+    return keys_b, lines_b
 
 
 def branch_lines(const int64_t[::1] tip, const int64_t[::1] up, int64_t lo, int64_t start,

@@ -44,7 +44,7 @@ from boundctx.transcript.sidecar import (
     sidecar_paths,
     write_first_place,
 )
-from boundctx.transcript.tree import grow, link_keys, read_links
+from boundctx.transcript.tree import grow, id_index, link_keys, read_links
 
 __all__ = [
     "Judgement",
@@ -168,9 +168,13 @@ class Layout:
     bad_dirty: bool = False
     #: a layout from a sidecar may lie; one scanned in this process from this file may not
     from_sidecar: bool = False
-    #: the line of every entry id (a linetree.IdTable), built on the first extension and
-    #: kept, so an append does not read every earlier id again
+    #: the line of every entry id (a linetree.IdTable) when this process built the tree
+    #: from the first line; otherwise ids are found in ``id_index``
     id_table: object = None
+    #: per run of lines (a sidecar segment, or lines indexed since): the entry ids of its
+    #: lines that are not copies, sorted, and the line of each (binary searched by an
+    #: append, which so reads a few elements, never every id)
+    id_index: list = field(default_factory=list)
 
     @property
     def line_count(self) -> int:
@@ -252,20 +256,69 @@ class Layout:
                            base=self.indexed_end)
         table = self.id_table
         if table is None:
-            table = linetree.IdTable()
-            if line0:
-                table.add_ids(np.ascontiguousarray(self.ids.all(), dtype=_i8).view(np.uint64), 0)
+            # Only the ids the new lines name (their own, to tell a copy; their parents)
+            # are looked up, in the sorted index of each earlier run.
+            table = self._ids_named(np.frombuffer(links, dtype=np.uint64).reshape(-1, linetree.SLOTS))
+            complete = False
+        else:
+            complete = True
         tail = min(linetree.FANOUT_SPAN, line0)
         tree = grow(links, kinds_b, line0, table,
                     up_before=np.ascontiguousarray(self.up.slice(line0 - tail, line0), dtype=_i8).tobytes(),
                     last_kept=self._last_kept(line0), refs=self._places,
                     messages_before=len(self.messages),
                     compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1)
-        self.id_table = table
-        for arr, data in ((self.ids, tree.ids), (self.up, tree.up), (self.pos, tree.pos),
+        # A table is kept only when it holds every id: one a fresh build started.
+        self.id_table = table if (complete or not line0) else None
+        ids, up = np.frombuffer(tree.ids, dtype=_i8), np.frombuffer(tree.up, dtype=_i8)
+        for arr, data in ((self.ids, ids), (self.up, up), (self.pos, tree.pos),
                           (self.tip, tree.tip), (self.comp, tree.comp)):
-            arr.extend(np.frombuffer(data, dtype=_i8))
+            arr.extend(np.frombuffer(data, dtype=_i8) if isinstance(data, bytes) else data)
+        self._index_ids(*id_index_of(ids, up, line0))
         self.reads_as_list = self.reads_as_list and tree.reads_as_list
+
+    def _index_ids(self, keys: np.ndarray, lines: np.ndarray) -> None:
+        """Add a run's sorted ids to ``id_index``, merged into the last run when both are
+        small (so appends one line at a time keep few runs to search)."""
+        if self.id_index:
+            last_keys, last_lines = self.id_index[-1]
+            if isinstance(last_keys, np.ndarray) and len(last_keys) + len(keys) <= SMALL_SEGMENT:
+                merged_keys = np.concatenate([last_keys, keys])
+                merged_lines = np.concatenate([last_lines, lines])
+                # An id in both is a copy in the second (never indexed): keys stay unique.
+                order = np.argsort(merged_keys, kind="stable")
+                self.id_index[-1] = (merged_keys[order], merged_lines[order])
+                return
+        self.id_index.append((keys, lines))
+
+    def _ids_named(self, links: np.ndarray):
+        """An IdTable of the earlier lines whose ids ``links`` name (any slot)."""
+        table = linetree.IdTable()
+        wanted = np.unique(links[links >= 2]).view(_i8)
+        if not len(wanted):
+            return table
+        found_keys, found_lines = [], []
+        remaining = wanted
+        for keys, lines in self.id_index:
+            if not len(remaining) or not len(keys):
+                continue
+            at = _find_sorted(keys, remaining)
+            hit = at >= 0
+            if bool(hit.any()):
+                found_keys.append(remaining[hit])
+                found_lines.append(np.asarray(lines[at[hit]] if isinstance(lines, np.ndarray)
+                                              else lines[at[hit]], dtype=_i8))
+                remaining = remaining[~hit]  # the earliest run holding an id has its first line
+        if found_keys:
+            keys_all = np.concatenate(found_keys)
+            lines_all = np.concatenate(found_lines)
+            if len(lines_all) and (int(lines_all.min()) < 0 or int(lines_all.max()) >= len(self.starts)
+                                   or not np.array_equal(self.ids.take(lines_all), keys_all)):
+                raise SidecarLies("the layout's id index names a line that does not have the id")
+            order = np.argsort(lines_all, kind="stable")
+            for key, line in zip(keys_all[order].view(np.uint64).tolist(), lines_all[order].tolist()):
+                table.add_ids(np.array([key], dtype=np.uint64), line)
+        return table
 
     def _last_kept(self, line0: int) -> int:
         """The newest line before ``line0`` that is not a replayed copy (-1: none)."""
@@ -283,6 +336,29 @@ class Layout:
         idx = np.frombuffer(lines, dtype=_i8)
         return tuple(np.ascontiguousarray(a.take(idx), dtype=_i8).tobytes()
                      for a in (self.pos, self.tip, self.comp))  # type: ignore[return-value]
+
+
+def id_index_of(ids: np.ndarray, up: np.ndarray, line0: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`boundctx.transcript.tree.id_index` as arrays."""
+    keys, lines = id_index(np.ascontiguousarray(ids, dtype=_i8), np.ascontiguousarray(up, dtype=_i8), line0)
+    return np.frombuffer(keys, dtype=_i8), np.frombuffer(lines, dtype=_i8)
+
+
+def _find_sorted(keys, wanted: np.ndarray) -> np.ndarray:
+    """Where each of ``wanted`` is in sorted ``keys`` (an array, or a FileArray read by
+    binary search), or -1."""
+    out = np.full(len(wanted), -1, dtype=_i8)
+    if isinstance(keys, np.ndarray):
+        at = np.searchsorted(keys, wanted)
+        ok = at < len(keys)
+        ok[ok] = keys[at[ok]] == wanted[ok]
+        out[ok] = at[ok]
+        return out
+    for k, key in enumerate(wanted.tolist()):
+        at = keys.searchsorted_right(key) - 1
+        if at >= 0 and int(keys[at]) == key:
+            out[k] = at
+    return out
 
 
 def build_layout(fd: int, *, dialect: str, classify_window: int = DEFAULT_CLASSIFY_WINDOW,
@@ -334,6 +410,7 @@ class SegmentHeader(msgspec.Struct, forbid_unknown_fields=False):
     n: int
     m: int
     c: int
+    k: int
     as_list: int
     identity: tuple[int, int, int, int]
     head: str
@@ -350,13 +427,15 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
     messages = layout.messages.slice(mlo, len(layout.messages)).astype(_i8, copy=False)
     compactions = layout.compactions.slice(clo, len(layout.compactions)).astype(_i8, copy=False)
     ident = layout.identity
+    tree_arrays = [np.ascontiguousarray(a.slice(line0, line0 + n), dtype=_i8)
+                   for a in (layout.ids, layout.up, layout.pos, layout.tip, layout.comp)]
+    keys, lines = id_index_of(tree_arrays[0], tree_arrays[1], line0)
+    tree = [a.tobytes() for a in tree_arrays] + [keys.tobytes(), lines.tobytes()]
     header = encode_header(
         v=FORMAT_VERSION, dialect=layout.dialect, window=layout.classify_window, path=path,
         start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
-        n=n, m=len(messages), c=len(compactions), as_list=int(layout.reads_as_list), identity=tuple(ident),
-        head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
-    tree = [np.ascontiguousarray(a.slice(line0, line0 + n), dtype=_i8).tobytes()
-            for a in (layout.ids, layout.up, layout.pos, layout.tip, layout.comp)]
+        n=n, m=len(messages), c=len(compactions), k=len(keys), as_list=int(layout.reads_as_list),
+        identity=tuple(ident), head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
     return encode_segment(header, starts.tobytes(), kinds.tobytes(), messages.tobytes(),
                           compactions.tobytes(), tree)
 
@@ -481,13 +560,16 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
         if min(h.n, h.m, h.c, h.start, h.line0) < 0 or h.end < h.start or h.scanned < h.end \
                 or h.m + h.c > h.n:
             raise ValueError("inconsistent counts")
-        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c + 5 * 8 * h.n
+        if not 0 <= h.k <= h.n:
+            raise ValueError("inconsistent counts")
+        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c + 5 * 8 * h.n + 2 * 8 * h.k
         if pos + need > size:
             raise ValueError("truncated arrays")
         stored: list[FileArray] = []
         for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, pad8(h.n), False),
                                                 (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True),
-                                                *[(_i8, h.n, 8 * h.n, False)] * 5):
+                                                *[(_i8, h.n, 8 * h.n, False)] * 5,
+                                                (_i8, h.k, 8 * h.k, True), (_i8, h.k, 8 * h.k, False)):
             stored.append(FileArray(f, pos, count, dtype, increasing=increasing))
             pos += width
         arrays: list[FileArray | np.ndarray] = list(stored)
@@ -498,20 +580,22 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
             # Compactions are few: hold them, for the binary searches every window does.
             arrays[3] = stored[3].read(0, len(stored[3]))
         starts, kinds, messages, compactions = arrays[:4]
-        tree = arrays[4:]
+        tree = arrays[4:9]
+        id_keys, id_lines = arrays[9:]
         if layout is None:
             layout = Layout(dialect=dialect, classify_window=classify_window, identity=Identity(*h.identity))
         # Segments must tile the file and the line numbering without gaps.
         if h.start != layout.indexed_end or h.line0 != len(layout.starts):
             raise ValueError("segments do not join up")
         _check_segment(h, starts, kinds, messages, compactions)
-        _check_tree(layout, h, kinds, tree)
+        _check_tree(layout, h, kinds, tree, id_keys, id_lines)
         layout.starts.extend(starts)
         layout.kinds.extend(kinds)
         layout.messages.extend(messages)
         layout.compactions.extend(compactions)
         for arr, part in zip((layout.ids, layout.up, layout.pos, layout.tip, layout.comp), tree):
             arr.extend(part)
+        layout.id_index.append((id_keys, id_lines))
         layout.reads_as_list = layout.reads_as_list and bool(h.as_list)
         layout.indexed_end = h.end
         layout.scanned_end = h.scanned
@@ -558,14 +642,18 @@ def _check_segment(h: SegmentHeader, starts, kinds, messages, compactions) -> No
             raise ValueError(f"{name} outside the segment")
 
 
-def _check_tree(layout: Layout, h: SegmentHeader, kinds, tree) -> None:
+def _check_tree(layout: Layout, h: SegmentHeader, kinds, tree, id_keys, id_lines) -> None:
     """What a segment's tree arrays claim, checked whole where they are held in memory:
-    every line hangs on an earlier one (or is a root or a copy), and the places follow
-    from where lines hang, as a fresh build would have placed them. Arrays read on
-    demand are checked where windows read them."""
+    every line hangs on an earlier one (or is a root or a copy), the places follow from
+    where lines hang, as a fresh build would have placed them, and the id index is the
+    one its lines make. Arrays read on demand are checked where they are read (an id
+    index's keys must increase; a line it names must be one the layout holds)."""
     ids, up, pos, tip, comp = tree
     if not isinstance(up, np.ndarray):
         return
+    keys, lines = id_index_of(ids, up, h.line0)
+    if not (np.array_equal(keys, id_keys) and np.array_equal(lines, id_lines)):
+        raise ValueError("the segment's id index is not the one its lines make")
     lines = np.arange(h.line0, h.line0 + h.n, dtype=_i8)
     if not bool(np.all((up < lines) & ((up >= 0) | (up == linetree.ROOT) | (up == linetree.COPY)))):
         raise ValueError("a line hangs on a later line, or on nothing a tree allows")

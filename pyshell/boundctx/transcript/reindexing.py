@@ -27,7 +27,7 @@ from boundctx.transcript.sidecar import (
     file_hashes,
     write_first_place,
 )
-from boundctx.transcript.tree import build_tree
+from boundctx.transcript.tree import build_tree, id_index
 
 __all__ = ["ReindexReport", "reindex"]
 
@@ -87,11 +87,13 @@ def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> t
     head, tail = file_hashes(fd, res.indexed_end)
     n, m, c = len(kinds), len(messages) // 8, len(compactions) // 8
     tree = build_tree(fd, res.starts, res.indexed_end, kinds, dialect)
+    id_keys, id_lines = id_index(tree.ids, tree.up)
     header = encode_header(
         v=FORMAT_VERSION, dialect=dialect, window=DEFAULT_CLASSIFY_WINDOW, path=real,
         start=0, end=res.indexed_end, scanned=res.scanned_end, line0=0, n=n, m=m, c=c,
-        as_list=int(tree.reads_as_list), identity=tuple(ident), head=head, tail=tail, bad=[])
+        k=len(id_keys) // 8, as_list=int(tree.reads_as_list), identity=tuple(ident), head=head, tail=tail, bad=[])
     report = ReindexReport(
         path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
         corrupt=kinds.count(LineKind.CORRUPT), torn_bytes=res.torn_bytes)
-    return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions, tree[:5])
+    return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions,
+                                          [*tree[:5], id_keys, id_lines])

@@ -20,8 +20,11 @@ read. The format::
       pos          int64[n]   messages above each line on its branch
       tip          int64[n]   the nearest message at or above each line (-1: none)
       comp         int64[n]   the nearest compaction at or above each line (-1: none)
+      id_keys      int64[k]   the segment's entry ids (of lines that are not copies), sorted
+      id_lines     int64[k]   the line of each
 
-The last five are the tree of the entries (``tree.py``); the header's ``as_list`` says
+The last seven are the tree of the entries (``tree.py``) and the index an append finds
+earlier ids by (binary search, not a read of every id); the header's ``as_list`` says
 whether the tree, up to the segment's end, still reads as a list. The header says which
 byte range the segment covers (``start``..``end``), the line number of its first line,
 the counts, the file identity ``(dev, ino, size, mtime_ns)``
@@ -72,7 +75,7 @@ HASH_SPAN = 4096
 SEG_HEAD = struct.Struct("<II")
 #: The header's keys, in the order they are written (layout.SegmentHeader's fields).
 HEADER_FIELDS = ("v", "dialect", "window", "path", "start", "end", "scanned", "line0", "n",
-                 "m", "c", "as_list", "identity", "head", "tail", "bad")
+                 "m", "c", "k", "as_list", "identity", "head", "tail", "bad")
 
 if sys.byteorder != "little":  # the arrays are written as the native scan makes them
     raise ImportError("boundctx's layout sidecar is little-endian; this platform is not")
@@ -167,7 +170,7 @@ def pad8(n: int) -> int:
 
 def encode_segment(header: bytes, starts, kinds, messages, compactions, tree) -> bytes:
     """One segment: the header (from :func:`encode_header`), the four arrays and the
-    five of ``tree`` (buffers of little-endian int64, of uint8 for ``kinds``), padded as
+    seven of ``tree`` (buffers of little-endian int64, of uint8 for ``kinds``), padded as
     the format says."""
     head = header
     head += b"\0" * (pad8(len(head)) - len(head))

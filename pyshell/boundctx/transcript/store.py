@@ -626,7 +626,7 @@ class Transcript:
             return
         judgement = judge(self._layout, self._fd)
         if judgement.verdict == "extend":
-            extend_layout(self._layout, self._fd)
+            self._extend()
             self._layout.outcome = "extend"
         elif judgement.verdict != "valid":
             self._rebuild()
@@ -641,6 +641,14 @@ class Transcript:
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
+
+    def _extend(self, written: bytes | None = None) -> None:
+        """Index the bytes the file grew by; a layout whose arrays (read on demand from a
+        sidecar) are caught lying meanwhile is rebuilt from the file instead."""
+        try:
+            extend_layout(self._layout, self._fd, written=written)
+        except SidecarGone:
+            self._rebuild()
 
     def _rebuild(self) -> None:
         """Scan the open file from scratch into a new layout, and persist it."""
@@ -736,7 +744,7 @@ class Transcript:
             if not n and error is not None:
                 raise error
             # The short write is now a torn tail; the next append moves it aside.
-            extend_layout(self._layout, self._fd)
+            self._extend()
             why = f": {error.strerror}" if error is not None else ""
             raise OSError(error.errno if error is not None else None,
                           f"short write appending to {self.path!r} ({n} of {len(line)} bytes{why}); "
@@ -747,7 +755,7 @@ class Transcript:
                 f"{self.path!r} was replaced by another program during the append; the "
                 "record went to the replaced file. Append it again.")
         before = self._layout.line_count
-        extend_layout(self._layout, self._fd, written=line)
+        self._extend(written=line)
         return before
 
     def _quarantine_tail(self, wfd: int) -> str:
@@ -755,7 +763,7 @@ class Transcript:
         layout = self._layout
         side = move_tail_aside(self._fd, wfd, self._real, layout.indexed_end, layout.scanned_end)
         self.torn_files.append(side)
-        extend_layout(layout, self._fd)
+        self._extend()
         return side
 
     def history(self) -> History:
@@ -927,7 +935,11 @@ def _load_or_build(real: str, fd: int, dialect: str, classify_window: int, progr
         layout = build_layout(fd, dialect=dialect, classify_window=classify_window, progress=progress)
         layout.outcome = "built" if judgement.verdict == "absent" else "rebuilt"
     elif judgement.verdict == "extend":
-        extend_layout(layout, fd, progress=progress)
+        try:
+            extend_layout(layout, fd, progress=progress)
+        except SidecarGone:  # its arrays, read to extend it, were caught lying
+            layout = build_layout(fd, dialect=dialect, classify_window=classify_window, progress=progress)
+            layout.outcome = "rebuilt"
     if still_names(real, fd, follow=False):  # never a sidecar beside what replaced the file meanwhile
         save_layout(layout, real, fd)
     return layout

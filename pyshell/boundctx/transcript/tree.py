@@ -30,7 +30,7 @@ from boundctx.transcript.dialects import DIALECTS, FORMATS
 from boundctx.transcript.sidecar import pread_exact
 
 __all__ = ["LINK_READ_BYTES", "LONGEST_LINKED_LINE", "ROLES", "Tree", "build_tree", "entry_id", "id_hash",
-           "link_keys", "read_links"]
+           "id_index", "link_keys", "read_links"]
 
 #: What a dialect's link keys hold, and the slot each fills.
 ROLES = {"id": linetree.SLOT_ID, "parent": linetree.SLOT_PARENT,
@@ -151,6 +151,12 @@ def grow(links: bytes, kinds: bytes, line0: int, table, *, up_before: bytes = b"
     as_list = linetree.reads_as_list(kinds, _i64(pos), _i64(comp), line0, messages_before,
                                      compaction_before)
     return Tree(ids, up, pos, tip, comp, as_list)
+
+
+def id_index(ids, up, line0: int = 0) -> tuple[bytes, bytes]:
+    """``(keys, lines)``: the sorted ids of the lines ``line0...`` that have one and are not
+    copies, and the line of each (int64 bytes), as a sidecar segment keeps them."""
+    return linetree.id_index(_i64(ids), _i64(up), line0)
 
 
 def _i64(data) -> memoryview:
