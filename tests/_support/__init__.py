@@ -90,3 +90,24 @@ def without_notice(content: str) -> str:
     history when older ones are left out (decision 0046): ``(N earlier messages ...)``."""
     import re
     return re.sub(r"^\(\d+ earlier messages of this conversation are not shown[^)]*\)\n\n", "", content)
+
+
+def rewound_session(old: int = 6, fork_after: int = 1, new: int = 2, *, old_text: str = "old turn {k}",
+                    new_text: str = "new turn {k}", header: bool = True) -> list[dict]:
+    """A pi session rewound once: messages m0..m{old-1} (alternating user, assistant),
+    then n{fork_after+1}.. forking after m{fork_after}, ``new`` of them; ``{k}`` in the
+    texts is the message's place on its branch."""
+    records: list[dict] = [{"type": "session", "version": 3, "id": "s"}] if header else []
+    parent = None
+    for k in range(old):
+        records.append({"type": "message", "id": f"m{k}", "parentId": parent,
+                        "message": {"role": "user" if k % 2 == 0 else "assistant",
+                                    "content": old_text.format(k=k)}})
+        parent = f"m{k}"
+    parent = f"m{fork_after}"
+    for k in range(fork_after + 1, fork_after + 1 + new):
+        records.append({"type": "message", "id": f"n{k}", "parentId": parent,
+                        "message": {"role": "user" if k % 2 == 0 else "assistant",
+                                    "content": new_text.format(k=k)}})
+        parent = f"n{k}"
+    return records

@@ -11,6 +11,8 @@ from boundctx import cli
 from boundctx.cli import main
 from boundctx.transcript import encode_record
 
+from tests._support import rewound_session
+
 
 def write(path, n):
     path.write_bytes(b"".join(encode_record({"type": "message", "id": f"m{i}",
@@ -375,9 +377,7 @@ def test_every_command_module_builds_its_parser_from_the_table():
 
 def rewound(path):
     """A pi session with a rewind: m0..m3, then n2 forking after m1."""
-    records = [{"type": "message", "id": f"m{k}", "parentId": f"m{k - 1}" if k else None,
-                "message": {"role": "user", "content": f"old {k} " + "o" * 300}} for k in range(4)]
-    records.append({"type": "message", "id": "n2", "parentId": "m1", "message": {"role": "user", "content": "new 2"}})
+    records = rewound_session(old=4, new=1, old_text="old {k} " + "o" * 300, new_text="new {k}", header=False)
     path.write_bytes(b"".join(encode_record(r) for r in records))
     return path
 

@@ -10,6 +10,8 @@ import pytest
 from boundctx.serve import create_app
 from boundctx.transcript.store import Transcript
 
+from tests._support import rewound_session
+
 API = "/boundctx/v1/sessions"
 
 
@@ -37,17 +39,7 @@ def server(folder):
 
 def rewound(folder, sid="tree", size=10):
     """A pi session: m0..m5, then a rewind to m1 and n2, n3 after it."""
-    records = [{"type": "session", "version": 3, "id": "s"}]
-    parent = None
-    for k in range(6):
-        role = "user" if k % 2 == 0 else "assistant"
-        records.append({"type": "message", "id": f"m{k}", "parentId": parent,
-                        "message": {"role": role, "content": f"old {k} " + "o" * size}})
-        parent = f"m{k}"
-    records.append({"type": "message", "id": "n2", "parentId": "m1",
-                    "message": {"role": "user", "content": "new 2"}})
-    records.append({"type": "message", "id": "n3", "parentId": "n2",
-                    "message": {"role": "assistant", "content": "new 3"}})
+    records = rewound_session(old_text="old {k} " + "o" * size, new_text="new {k}")
     path = folder / f"{sid}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path

@@ -16,7 +16,7 @@ from boundctx.transcript import Transcript
 from boundctx.transcript.dialects import classify_by_parse, dialect_kinds
 from boundctx.transcript.tree import link_keys
 
-from tests._support import SHARED_DATA
+from tests._support import SHARED_DATA, rewound_session
 from tests.reference import linetree as ref
 
 CLAUDE = SHARED_DATA / "claude-code-sessions"
@@ -212,17 +212,7 @@ def test_a_generated_tree_reads_as_its_twin_built_appended_or_reloaded(tmp_path,
 
 
 def test_a_rewind_leaves_the_abandoned_branch_out_of_the_window_and_in_the_list(tmp_path):
-    records = [{"type": "session", "version": 3, "id": "s"}]
-    parent = None
-    for k in range(6):
-        records.append({"type": "message", "id": f"m{k}", "parentId": parent,
-                        "message": {"role": "user" if k % 2 == 0 else "assistant", "content": f"old {k}"}})
-        parent = f"m{k}"
-    # Rewind to m1: the new branch forks after the second message.
-    records.append({"type": "message", "id": "n2", "parentId": "m1",
-                    "message": {"role": "user", "content": "new 2"}})
-    records.append({"type": "message", "id": "n3", "parentId": "n2",
-                    "message": {"role": "assistant", "content": "new 3"}})
+    records = rewound_session()  # m0..m5, then n2, n3 forking after m1
     path = tmp_path / "pi.jsonl"
     write(path, records)
     with Transcript.open(path) as t:

@@ -14,7 +14,7 @@ from boundctx.providers import ScriptedProvider
 from boundctx.transcript.sample import write_sample
 from boundctx.transcript.store import Transcript
 
-from tests._support import importable_env
+from tests._support import importable_env, rewound_session
 from tests._support.scripted import LOG, MODEL, Slow, answer, settings
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -502,15 +502,7 @@ def test_an_attached_file_is_read_with_the_question(page, serve, folder, tmp_pat
 def test_a_session_that_forks_shows_its_newest_branch_and_reads_another_on_request(page, serve, folder):
     """A pi session rewound to its second message: the page shows the newest branch,
     says the session forks, and shows the abandoned branch when it is chosen."""
-    records = [{"type": "session", "version": 3, "id": "s"}]
-    parent = None
-    for k in range(6):
-        records.append({"type": "message", "id": f"m{k}", "parentId": parent,
-                        "message": {"role": "user" if k % 2 == 0 else "assistant", "content": f"old turn {k}"}})
-        parent = f"m{k}"
-    records += [{"type": "message", "id": "n2", "parentId": "m1", "message": {"role": "user", "content": "new turn 2"}},
-                {"type": "message", "id": "n3", "parentId": "n2",
-                 "message": {"role": "assistant", "content": "new turn 3"}}]
+    records = rewound_session()
     (folder / "tree.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     errors = open_app(page, server, "#/s/tree")

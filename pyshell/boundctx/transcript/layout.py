@@ -255,13 +255,13 @@ class Layout:
         links = read_links(fd, starts_b, 0, n, end, link_keys(self.dialect), data=written,
                            base=self.indexed_end)
         table = self.id_table
+        complete = table is not None or not line0
         if table is None:
-            # Only the ids the new lines name (their own, to tell a copy; their parents)
-            # are looked up, in the sorted index of each earlier run.
-            table = self._ids_named(np.frombuffer(links, dtype=np.uint64).reshape(-1, linetree.SLOTS))
-            complete = False
-        else:
-            complete = True
+            # From the first line, every id goes in. Else only the ids the new lines name
+            # (their own, to tell a copy; their parents) are looked up, in the sorted
+            # index of each earlier run.
+            table = (self._ids_named(np.frombuffer(links, dtype=np.uint64).reshape(-1, linetree.SLOTS))
+                     if line0 else linetree.IdTable())
         tail = min(linetree.FANOUT_SPAN, line0)
         tree = grow(links, kinds_b, line0, table,
                     up_before=np.ascontiguousarray(self.up.slice(line0 - tail, line0), dtype=_i8).tobytes(),
@@ -269,7 +269,7 @@ class Layout:
                     messages_before=len(self.messages),
                     compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1)
         # A table is kept only when it holds every id: one a fresh build started.
-        self.id_table = table if (complete or not line0) else None
+        self.id_table = table if complete else None
         ids, up = np.frombuffer(tree.ids, dtype=_i8), np.frombuffer(tree.up, dtype=_i8)
         for arr, data in ((self.ids, ids), (self.up, up), (self.pos, tree.pos),
                           (self.tip, tree.tip), (self.comp, tree.comp)):

@@ -87,6 +87,15 @@ def _check_limit(name: str, value, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum} or None, got {value}")
 
 
+def _span(before: int | None, limit: int | None, total: int, of: str) -> tuple[int, int]:
+    """``(message_before, message_start)`` of a window of ``total`` messages."""
+    if before is None:
+        before = total
+    elif before > total:
+        raise ValueError(f"message_before={before} is past the last message; {of} has {total}")
+    return before, 0 if limit is None else max(0, before - limit)
+
+
 def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int]:
     """The renderer preset's ``message_limit`` and ``content_limit``, from settings.
 
@@ -410,12 +419,7 @@ class Transcript:
             return self._read_branch_window(before, limit, content_limit, leaf, page_bytes)
         reader = self._reader()
         total = layout.message_count
-        if before is None:
-            before = total
-        elif before > total:
-            raise ValueError(
-                f"message_before={before} is past the last message; the transcript has {total}")
-        start = 0 if limit is None else max(0, before - limit)
+        before, start = _span(before, limit, total, "the transcript")
         # One message either side comes along, so a line the arrays skip or repeat at
         # the window's edges shows up in the check below.
         ext_lo, ext_hi = max(start - 1, 0), min(before + 1, total)
@@ -538,12 +542,7 @@ class Transcript:
         reader = self._reader()
         leaf_line = self._leaf_line(leaf)
         total, _top = _branches.branch_size(layout, leaf_line)
-        if before is None:
-            before = total
-        elif before > total:
-            raise ValueError(
-                f"message_before={before} is past the last message; the branch has {total}")
-        start = 0 if limit is None else max(0, before - limit)
+        before, start = _span(before, limit, total, "the branch")
         lines = self._branch_lines(leaf_line, start, before)
         reader.check_lines(lines, complete=False)
         pos = layout.pos.take(lines) if len(lines) else lines
