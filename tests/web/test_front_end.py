@@ -516,4 +516,5 @@ def test_a_session_that_forks_shows_its_newest_branch_and_reads_another_on_reque
     shown = page.eval_on_selector_all("#messages .message .text", "ns => ns.map(n => n.textContent.trim())")
     assert shown == [f"old turn {k}" for k in range(6)]
     assert page.get_by_label("This session forks").count() == 1
+    page.wait_for_selector("#branch-note:has-text('goes on from the newest branch')")
     assert errors == []

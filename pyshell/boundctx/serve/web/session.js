@@ -362,6 +362,8 @@ async function showBranches(sid) {
   }
   $("branch-count").textContent = `This session forks: ${list.branch_count.toLocaleString()} branches` +
     (list.has_more ? " (the newest shown)" : "") + ". Showing";
+  // A reply always goes on from the newest branch (the server saves it after its leaf).
+  $("branch-note").textContent = view.chosen === null ? "" : " A question asked now goes on from the newest branch.";
   select.onchange = () => {
     const chosen = list.data.find((b) => String(b.leaf) === select.value);
     openSession(sid, chosen && !chosen.active ? chosen.leaf : null).catch(failed);
