@@ -1,11 +1,14 @@
-# The JSON lexing both byte walkers share: lineindex's classifier (which reads only as
-# far as a line's kind) and projection's display walk (which copies what it reads).
+# The JSON lexing the byte walkers share: lineindex's classifier (which reads only as
+# far as a line's kind), projection's display walk (which copies what it reads) and
+# linetree's walk for a line's links (which skips strings unchecked).
 #
 # Every function reads p[0:n] and never past it: a line's bytes may be a prefix cut
 # anywhere (the classify window, the display prefix), so "the bytes ended" is an answer
 # of its own (RAN_OUT), apart from "this is not JSON" (MALFORMED). Indices are returned
 # as Py_ssize_t >= 0; the two sentinels are negative, so one `r < 0` test catches both.
 # None of these validates more than it must to find where a token ends.
+
+from libc.string cimport memchr
 
 # Status codes of the readers and skippers below (they return an index >= 0 otherwise).
 cdef enum:
@@ -123,14 +126,40 @@ cdef inline Py_ssize_t scan_scalar(const unsigned char *p, Py_ssize_t n, Py_ssiz
     return j if j > i else MALFORMED
 
 
-cdef inline Py_ssize_t skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+cdef inline Py_ssize_t skip_string_unchecked(const unsigned char *p, Py_ssize_t n,
+                                              Py_ssize_t i) noexcept nogil:
+    """The index after the closing quote of the string whose opening quote is at p[i-1],
+    or RAN_OUT, found with memchr (a tool's output is megabytes of one string): a quote
+    ends the string unless an odd run of backslashes comes before it. What is inside is
+    not checked (no escape is decoded, no control character refused)."""
+    cdef const unsigned char *q
+    cdef Py_ssize_t j, k
+    while i < n:
+        q = <const unsigned char *>memchr(p + i, 34, n - i)
+        if q == NULL:
+            return RAN_OUT
+        j = q - p
+        k = j - 1
+        # Invariant: p[k+1:j] are all backslashes.
+        while k >= i and p[k] == 92:
+            k -= 1
+        if (j - 1 - k) % 2 == 0:
+            return j + 1
+        i = j + 1
+    return RAN_OUT
+
+
+cdef inline Py_ssize_t skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                                  bint checked=True) noexcept nogil:
     """Skip the JSON value starting at p[i] (i < n); return the index after it, RAN_OUT
     or MALFORMED. Containers are skipped by depth counting, strings escape-aware; this
-    is a skipper, not a validator (bracket kinds are not matched)."""
+    is a skipper, not a validator (bracket kinds are not matched). ``checked`` false
+    skips strings unchecked (:func:`skip_string_unchecked`), for a walk that only looks
+    for keys and leaves judging the line to others."""
     cdef Py_ssize_t depth = 0, j, dummy
     cdef unsigned char c = p[i]
     if c == 34:
-        return read_string(p, n, i + 1, NULL, 0, &dummy)
+        return read_string(p, n, i + 1, NULL, 0, &dummy) if checked else skip_string_unchecked(p, n, i + 1)
     if c == 123 or c == 91:  # '{' '['
         # Invariant: depth counts the open containers between p[i] and p[j], and p[j]
         # is never inside a string (strings are jumped over whole).
@@ -138,7 +167,7 @@ cdef inline Py_ssize_t skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize
         while j < n:
             c = p[j]
             if c == 34:
-                j = read_string(p, n, j + 1, NULL, 0, &dummy)
+                j = read_string(p, n, j + 1, NULL, 0, &dummy) if checked else skip_string_unchecked(p, n, j + 1)
                 if j < 0:
                     return j
                 continue

@@ -41,7 +41,7 @@ Nothing here decodes JSON into Python objects; the lexer is ``jsonlex.pxd``'s.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, qsort
-from libc.string cimport memchr, memcpy
+from libc.string cimport memcpy
 
 from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
 from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_value, skip_ws
@@ -166,55 +166,6 @@ cdef Py_ssize_t _hash_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
     return RAN_OUT
 
 
-cdef inline Py_ssize_t _skip_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    """The index after the closing quote of the string whose opening quote is at p[i-1],
-    or RAN_OUT. Found with memchr (a tool's output is megabytes of one string): a quote
-    ends the string unless an odd run of backslashes comes before it. Not a validator:
-    what is inside is not checked (a line that is not JSON is shown corrupt anyway)."""
-    cdef const unsigned char *q
-    cdef Py_ssize_t j, k
-    while i < n:
-        q = <const unsigned char *>memchr(p + i, 34, n - i)
-        if q == NULL:
-            return RAN_OUT
-        j = q - p
-        k = j - 1
-        while k >= i and p[k] == 92:
-            k -= 1
-        if (j - 1 - k) % 2 == 0:
-            return j + 1
-        i = j + 1
-    return RAN_OUT
-
-
-cdef Py_ssize_t _skip(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    """Skip the JSON value at p[i] (i < n) as jsonlex's skip_value does, strings by
-    :func:`_skip_string`; the index after it, RAN_OUT or MALFORMED."""
-    cdef Py_ssize_t depth = 0
-    cdef unsigned char c = p[i]
-    if c == 34:
-        return _skip_string(p, n, i + 1)
-    if c == 123 or c == 91:
-        # Invariant: depth counts the containers open between p[i0] and p[i]; p[i] is
-        # never inside a string.
-        while i < n:
-            c = p[i]
-            if c == 34:
-                i = _skip_string(p, n, i + 1)
-                if i < 0:
-                    return i
-                continue
-            if c == 123 or c == 91:
-                depth += 1
-            elif c == 125 or c == 93:
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
-        return RAN_OUT
-    return skip_value(p, n, i)
-
-
 cdef Py_ssize_t _read_key(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
                           unsigned char *key, Py_ssize_t *klen) noexcept nogil:
     """Read the key whose opening quote is at p[i-1] into ``key`` as written (escapes
@@ -309,7 +260,7 @@ cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t
             else:
                 # A scalar that runs to the line's end (RAN_OUT) has no "}" after it:
                 # not an object either way.
-                r = _skip(p, n, i)
+                r = skip_value(p, n, i, False)
                 if r < 0:
                     return
                 if slot >= 0:
