@@ -550,7 +550,9 @@ def _writable(t: Transcript, w: Window) -> dict[str, Any]:
     if w.messages and w.messages[-1].index == count - 1:
         newest: Window | None = w
     else:
-        newest = t.window(message_before=count, message_limit=1, content_limit=4096) if count else None
+        # The newest as the file is now: another process may have rewritten it since
+        # ``w`` was read, and a cursor taken then may be past its end.
+        newest = t.window(message_limit=1, content_limit=4096) if count else None
     record = newest.messages[-1].record if newest is not None and newest.messages else None
     dialect = dialect_of(record) if isinstance(record, dict) else None
     try:
@@ -567,7 +569,11 @@ def _first_question(t: Transcript) -> str | None:
     n = min(t.message_count, 8)
     if not n:
         return None
-    for entry in t.window(message_before=n, message_limit=n, content_limit=2048).messages:
+    try:
+        first = t.window(message_before=n, message_limit=n, content_limit=2048).messages
+    except ValueError:  # rewritten shorter by another process since it was counted
+        return None  # untitled for this answer; the next one reads it again
+    for entry in first:
         if entry.record is None:
             continue
         role, text = display(entry)
