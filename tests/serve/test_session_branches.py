@@ -104,3 +104,15 @@ def test_a_window_is_bounded_in_bytes_and_pages_on(server, folder):
     assert seen == [f"m{k}" for k in range(6)]
     with Transcript.open(path) as t:
         assert [m.record["id"] for m in t.window(leaf="m5", page_bytes=12000).messages] == ["m4", "m5"]
+
+
+def test_a_leaf_of_digits_names_the_entry_that_has_that_id(server, folder):
+    records = [{"type": "message", "id": f"{k + 100:08d}", "parentId": f"{k + 99:08d}" if k else None,
+                "message": {"role": "user", "content": f"turn {k}"}} for k in range(12)]
+    records.append({"type": "message", "id": "late", "parentId": "00000103",
+                    "message": {"role": "user", "content": "rewound"}})
+    (folder / "digits.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    w = server.http.get(f"{API}/digits/messages", params={"leaf": "00000110", "message_limit": 1}).json()
+    assert ids(w) == ["00000110"] and w["message_count"] == 11
+    w = server.http.get(f"{API}/digits/messages", params={"leaf": "5", "message_limit": 1}).json()
+    assert ids(w) == ["00000105"]

@@ -337,3 +337,21 @@ def test_a_reply_saved_to_a_rewound_session_goes_on_from_its_newest_entry(tmp_pa
         assert [m.record["id"] for m in w.messages][:2] == ["a", "c"]
         assert [m.record["message"]["content"][0]["text"] for m in w.messages[2:]] == ["q2", "x3"]
         assert [c.record["id"] for c in w.compactions] == ["k"]
+
+
+def test_a_leaf_of_digits_is_an_entry_id_when_an_entry_has_it_else_a_line(tmp_path):
+    """pi's ids can be all digits ("00000010"): as given on a command line or in a query,
+    the text names that entry; digits no entry has are a line number."""
+    records = [{"type": "message", "id": f"{k + 100:08d}", "parentId": f"{k + 99:08d}" if k else None,
+                "message": {"role": "user", "content": f"turn {k}"}} for k in range(12)]
+    records.append({"type": "message", "id": "late", "parentId": "00000103",
+                    "message": {"role": "user", "content": "rewound"}})
+    path = tmp_path / "digits.jsonl"
+    write(path, records)
+    with Transcript.open(path) as t:
+        by_id = t.window(message_limit=None, leaf="00000110").messages
+        assert by_id[-1].record["id"] == "00000110" and len(by_id) == 11
+        by_line = t.window(message_limit=None, leaf="5").messages
+        assert by_line[-1].line == 5 and by_line[-1].record["id"] == "00000105"
+        with pytest.raises(ValueError, match="leaf=99 is not a line"):
+            t.window(leaf="99")

@@ -85,8 +85,7 @@ def run_get(args) -> int:
                 # An option not given is the preset's (the renderer settings), not uncapped.
                 given = {k: v for k, v in (("message_limit", args.limit), ("content_limit", args.content_limit),
                                            ("page_bytes", args.page_bytes)) if v is not None}
-                leaf = int(args.leaf) if args.leaf is not None and args.leaf.isdigit() else args.leaf
-                w = t.window(message_before=args.before, preset="renderer", settings=settings, leaf=leaf,
+                w = t.window(message_before=args.before, preset="renderer", settings=settings, leaf=args.leaf,
                              **given)
     except (TranscriptError, ValueError, TypeError) as exc:
         print(f"boundctx session get: {in_cli_words(exc)}", file=sys.stderr)

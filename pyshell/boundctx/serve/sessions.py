@@ -365,7 +365,7 @@ class Sessions:
             if wanted is not None and wanted != version:
                 raise _stale()
             w = _on_leaf(lambda: t.window(message_before=before, message_limit=limit, content_limit=content,
-                                          leaf=leaf, page_bytes=page), before, leaf)
+                                          leaf=leaf, page_bytes=page))
             return w, _writable(t, w)
 
         (w, writable), version, _ = self._read(path, read)
@@ -393,7 +393,9 @@ class Sessions:
         def read(t: Transcript, version: str):
             if wanted is not None and wanted != version:
                 raise _stale()
-            count = _on_leaf(lambda: t.window(message_limit=0, content_limit=0, leaf=leaf), None, leaf).message_count
+            # The default branch's size is the transcript's; another's is a (bounded) read.
+            count = t.message_count if leaf is None else _on_leaf(
+                lambda: t.window(message_limit=0, content_limit=0, leaf=leaf)).message_count
             _check_index(index, count)
             return t.window(message_before=index + 1, message_limit=1, content_limit=None, leaf=leaf).messages[0]
 
@@ -662,28 +664,23 @@ def _writing(write: Callable[[], Any]) -> Any:
         raise ApiError(404, str(exc), "message_not_found", "index") from None
 
 
-def _leaf_param(query: Mapping[str, str]) -> int | str | None:
-    """``leaf``: a line number (digits) or an entry's own id (any other text)."""
+def _leaf_param(query: Mapping[str, str]) -> str | None:
+    """``leaf``: an entry's own id, or a line number (the store tells them apart)."""
     text = query.get("leaf")
-    if text is None:
-        return None
-    if not text or len(text) > LEAF_MAX:
+    if text is not None and not 0 < len(text) <= LEAF_MAX:
         raise ApiError(400, f"leaf must be a line number or an entry id of 1 to {LEAF_MAX} characters",
                        "invalid_value", "leaf")
-    if text.isascii() and text.isdigit():
-        if len(text) > 18:
-            raise ApiError(400, f"leaf={text} is not a line of the session", "invalid_value", "leaf")
-        return int(text)
     return text
 
 
-def _on_leaf(read: Callable[[], Any], before: int | None, leaf: int | str | None) -> Any:
-    """A window read, its refusals said as a 400 naming the parameter at fault."""
+def _on_leaf(read: Callable[[], Any]) -> Any:
+    """A window read, its refusals said as a 400 naming the parameter at fault (the
+    store's messages begin with it: ``leaf=...`` or ``message_before=...``)."""
     try:
         return read()
     except ValueError as exc:
         text = str(exc)
-        param = "leaf" if text.startswith("leaf=") or "replayed copy" in text else "message_before"
+        param = "leaf" if text.startswith("leaf=") else "message_before"
         raise ApiError(400, text.replace("the branch has", "the session has"), "invalid_value", param) from None
 
 

@@ -65,10 +65,6 @@ class BranchCache(NamedTuple):
     lines: np.ndarray
 
 
-def is_kept(up: int) -> bool:
-    return up != linetree.COPY
-
-
 def active_leaf(layout: Layout) -> int:
     """The line reads follow by default: the newest message or compaction that is not a
     replayed copy (-1: there is none). A rewind starts with a message, so the newest
@@ -93,7 +89,7 @@ def resolve_leaf(layout: Layout, leaf: int | None) -> int:
     if not 0 <= leaf < layout.line_count:
         raise ValueError(f"leaf={leaf} is not a line of the transcript; it has {layout.line_count} lines")
     if layout.up[leaf] == linetree.COPY:
-        raise ValueError(f"line {leaf} is a replayed copy of an earlier entry, on no branch of its own; "
+        raise ValueError(f"leaf={leaf} is a replayed copy of an earlier entry, on no branch of its own; "
                          "name the earlier entry's line")
     return leaf
 
@@ -108,22 +104,24 @@ def branch_size(layout: Layout, leaf: int) -> tuple[int, int]:
     return layout.pos[top] + 1, top
 
 
-def branch_lines(layout: Layout, top: int, count: int, *, lo_index: int,
-                 cache: BranchCache | None = None, leaf: int = -1) -> tuple[np.ndarray, BranchCache | None]:
-    """The message lines ``lo_index..count - 1`` of the branch whose newest message is line
-    ``top`` (``count`` messages), root first; and the whole branch when it was walked
-    (to keep for the next page)."""
-    want = count - lo_index
-    if want <= 0:
+def branch_lines(layout: Layout, leaf: int, lo_index: int, hi_index: int,
+                 cache: BranchCache | None = None) -> tuple[np.ndarray, BranchCache | None]:
+    """The message lines ``lo_index..hi_index - 1`` of the branch ending at line ``leaf``,
+    root first, and the cache for the next page: a window that ends at the leaf and
+    holds at most :data:`NEWEST_WALK` messages is a walk from it; any other walks the
+    branch whole once, and the whole branch is kept (``cache``, while the layout holds
+    the same lines) for the pages after it."""
+    if hi_index <= lo_index:
         return np.empty(0, dtype=_i8), cache
     if cache is not None and cache.leaf == leaf and cache.line_count == layout.line_count:
-        return cache.lines[lo_index:count], cache
-    if want <= NEWEST_WALK:
-        return _walk(layout, top, want)[::-1].copy(), cache
+        return cache.lines[lo_index:hi_index], cache
+    count, top = branch_size(layout, leaf)
+    if hi_index == count and count - lo_index <= NEWEST_WALK:
+        return _walk(layout, top, count - lo_index)[::-1].copy(), cache
     whole = _walk(layout, top, count)[::-1].copy()
     if len(whole) != count:
         raise _lies(f"the branch to line {top} holds {len(whole)} messages, not {count}")
-    return whole[lo_index:], BranchCache(leaf, layout.line_count, whole)
+    return whole[lo_index:hi_index], BranchCache(leaf, layout.line_count, whole)
 
 
 def _walk(layout: Layout, top: int, limit: int) -> np.ndarray:

@@ -168,9 +168,6 @@ class Layout:
     bad_dirty: bool = False
     #: a layout from a sidecar may lie; one scanned in this process from this file may not
     from_sidecar: bool = False
-    #: the line of every entry id (a linetree.IdTable) when this process built the tree
-    #: from the first line; otherwise ids are found in ``id_index``
-    id_table: object = None
     #: per run of lines (a sidecar segment, or lines indexed since): the entry ids of its
     #: lines that are not copies, sorted, and the line of each (binary searched by an
     #: append, which so reads a few elements, never every id)
@@ -254,26 +251,26 @@ class Layout:
             return
         links = read_links(fd, starts_b, 0, n, end, link_keys(self.dialect), data=written,
                            base=self.indexed_end)
-        table = self.id_table
-        complete = table is not None or not line0
-        if table is None:
-            # From the first line, every id goes in. Else only the ids the new lines name
-            # (their own, to tell a copy; their parents) are looked up, in the sorted
-            # index of each earlier run.
-            table = (self._ids_named(np.frombuffer(links, dtype=np.uint64).reshape(-1, linetree.SLOTS))
-                     if line0 else linetree.IdTable())
+        # From the first line, every id goes in as it comes. Else only the ids the new lines
+        # name (their own, to tell a copy; their parents) are looked up, in the sorted
+        # index of each earlier run.
+        table = linetree.IdTable()
+        if line0:
+            named = np.frombuffer(links, dtype=np.uint64)
+            keys, lines = self.lines_of_ids(np.unique(named[named >= 2]).view(_i8))
+            order = np.argsort(lines, kind="stable")
+            for key, line in zip(keys[order].tolist(), lines[order].tolist()):
+                table.add_ids(np.array([key], dtype=_i8).view(np.uint64), line)
         tail = min(linetree.FANOUT_SPAN, line0)
         tree = grow(links, kinds_b, line0, table,
                     up_before=np.ascontiguousarray(self.up.slice(line0 - tail, line0), dtype=_i8).tobytes(),
                     last_kept=self._last_kept(line0), refs=self._places,
                     messages_before=len(self.messages),
                     compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1)
-        # A table is kept only when it holds every id: one a fresh build started.
-        self.id_table = table if complete else None
         ids, up = np.frombuffer(tree.ids, dtype=_i8), np.frombuffer(tree.up, dtype=_i8)
-        for arr, data in ((self.ids, ids), (self.up, up), (self.pos, tree.pos),
+        for arr, data in ((self.ids, tree.ids), (self.up, tree.up), (self.pos, tree.pos),
                           (self.tip, tree.tip), (self.comp, tree.comp)):
-            arr.extend(np.frombuffer(data, dtype=_i8) if isinstance(data, bytes) else data)
+            arr.extend(np.frombuffer(data, dtype=_i8))
         self._index_ids(*id_index_of(ids, up, line0))
         self.reads_as_list = self.reads_as_list and tree.reads_as_list
 
@@ -291,34 +288,30 @@ class Layout:
                 return
         self.id_index.append((keys, lines))
 
-    def _ids_named(self, links: np.ndarray):
-        """An IdTable of the earlier lines whose ids ``links`` name (any slot)."""
-        table = linetree.IdTable()
-        wanted = np.unique(links[links >= 2]).view(_i8)
-        if not len(wanted):
-            return table
+    def lines_of_ids(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(keys, lines)``: those of the id hashes ``wanted`` (int64 bits, unique) that an
+        entry has, and the first line (not a copy) that has each, by binary search in
+        the sorted index of each run. A line found is checked to have the id."""
         found_keys, found_lines = [], []
-        remaining = wanted
+        remaining = np.asarray(wanted, dtype=_i8)
         for keys, lines in self.id_index:
-            if not len(remaining) or not len(keys):
+            if not len(remaining):
+                break
+            if not len(keys):
                 continue
             at = _find_sorted(keys, remaining)
             hit = at >= 0
             if bool(hit.any()):
                 found_keys.append(remaining[hit])
-                found_lines.append(np.asarray(lines[at[hit]] if isinstance(lines, np.ndarray)
-                                              else lines[at[hit]], dtype=_i8))
+                found_lines.append(np.asarray(lines[at[hit]], dtype=_i8))
                 remaining = remaining[~hit]  # the earliest run holding an id has its first line
-        if found_keys:
-            keys_all = np.concatenate(found_keys)
-            lines_all = np.concatenate(found_lines)
-            if len(lines_all) and (int(lines_all.min()) < 0 or int(lines_all.max()) >= len(self.starts)
-                                   or not np.array_equal(self.ids.take(lines_all), keys_all)):
-                raise SidecarLies("the layout's id index names a line that does not have the id")
-            order = np.argsort(lines_all, kind="stable")
-            for key, line in zip(keys_all[order].view(np.uint64).tolist(), lines_all[order].tolist()):
-                table.add_ids(np.array([key], dtype=np.uint64), line)
-        return table
+        if not found_keys:
+            return np.empty(0, dtype=_i8), np.empty(0, dtype=_i8)
+        keys_all, lines_all = np.concatenate(found_keys), np.concatenate(found_lines)
+        if int(lines_all.min()) < 0 or int(lines_all.max()) >= len(self.starts) \
+                or not np.array_equal(self.ids.take(lines_all), keys_all):
+            raise SidecarLies("the layout's id index names a line that does not have the id")
+        return keys_all, lines_all
 
     def _last_kept(self, line0: int) -> int:
         """The newest line before ``line0`` that is not a replayed copy (-1: none)."""

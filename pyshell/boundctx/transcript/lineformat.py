@@ -70,13 +70,19 @@ def decode_record(body: bytes) -> Any:
     except msgspec.DecodeError as exc:
         value = _decode_lenient(body, str(exc))
     else:
-        # Nesting can only exceed MAX_DEPTH when the line holds that many brackets, and
-        # as many closing ones (so more than twice as many bytes): counting them is a C
-        # loop, so the exact walk runs only on rare big lines.
-        if (len(body) > 2 * MAX_DEPTH and body.count(b"[") + body.count(b"{") > MAX_DEPTH
-                and _depth(value) > MAX_DEPTH):
+        if _nests_too_deep(body, 0, len(body), value):
             raise LineUnreadable(f"nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def _nests_too_deep(buf: bytes, start: int, end: int, value: Any) -> bool:
+    """Whether ``value``, decoded from ``buf[start:end]``, nests past :data:`MAX_DEPTH`.
+    It can only when those bytes hold that many brackets, and as many closing ones (so
+    more than twice as many bytes): counting them is a C loop, so the exact walk runs
+    only on rare big lines."""
+    return (end - start > 2 * MAX_DEPTH
+            and buf.count(b"[", start, end) + buf.count(b"{", start, end) > MAX_DEPTH
+            and _depth(value) > MAX_DEPTH)
 
 
 def decode_lines(buf: bytes, start: int, lengths: list[int]) -> list[Any]:
@@ -85,20 +91,18 @@ def decode_lines(buf: bytes, start: int, lengths: list[int]) -> list[Any]:
     :class:`LineUnreadable` when the values cannot be told line by line in one call (a
     line msgspec refuses, a blank line, nesting past :data:`MAX_DEPTH`): the caller then
     reads each line with :func:`decode_record`, and learns which and why."""
+    end = start + sum(lengths)
     try:
-        values = _decoder.decode_lines(memoryview(buf)[start : start + sum(lengths)])
+        values = _decoder.decode_lines(memoryview(buf)[start:end])
     except (msgspec.DecodeError, RecursionError):
         raise LineUnreadable("a line of the block is not one readable JSON value") from None
     if len(values) != len(lengths):
         raise LineUnreadable("a line of the block is blank")
-    end = start + sum(lengths)
     if buf.count(b"[", start, end) + buf.count(b"{", start, end) <= MAX_DEPTH:
         return values  # not brackets enough in the whole block for one line to nest too deep
     at = start
     for value, length in zip(values, lengths):
-        # As decode_record: only a line with that many brackets is walked.
-        if (length > 2 * MAX_DEPTH and buf.count(b"[", at, at + length) + buf.count(b"{", at, at + length) > MAX_DEPTH
-                and _depth(value) > MAX_DEPTH):
+        if _nests_too_deep(buf, at, at + length, value):
             raise LineUnreadable(f"a line of the block is nested deeper than {MAX_DEPTH} levels")
         at += length
     return values

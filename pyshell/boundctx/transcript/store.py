@@ -47,7 +47,7 @@ from boundctx.transcript.opening import (
 )
 from boundctx.transcript.reading import ENVELOPE, LineReader, StaleLayout
 from boundctx.transcript.sidecar import sidecar_paths
-from boundctx.transcript.tree import id_hash
+from boundctx.transcript.tree import entry_id, id_hash
 from boundctx.transcript.writing import (
     History,
     file_identity,
@@ -224,9 +224,7 @@ class Transcript:
         follow by default: every one of them, unless the file is a tree that forks
         (:meth:`branches`)."""
         layout = self._layout
-        if layout.reads_as_list:
-            return layout.message_count
-        return _branches.branch_size(layout, _branches.active_leaf(layout))[0]
+        return layout.message_count if layout.reads_as_list else self._active_branch()[1]
 
     @property
     def in_file_order(self) -> bool:
@@ -248,8 +246,6 @@ class Transcript:
 
     def _entry_ids(self, lines: list[int]) -> list[str | None]:
         """The own ids of the entries at ``lines`` (read whole, up to a few hundred)."""
-        from boundctx.transcript.tree import entry_id
-
         reader = self._reader()
         out: list[str | None] = []
         for line in lines:
@@ -342,7 +338,9 @@ class Transcript:
             :func:`boundctx.config.load`, read only when a limit is unset).
         leaf : int or str, optional
             The branch to read, by its leaf: a line number (``Branch.leaf``, ``Entry.line``)
-            or an entry's own id (``uuid``, ``id``). Default: the newest message's branch.
+            or an entry's own id (``uuid``, ``id``); a string of digits that is no entry's
+            id is read as a line number (so a command line or a query passes what it was
+            given). Default: the newest message's branch.
 
         Returns
         -------
@@ -455,8 +453,6 @@ class Transcript:
     def _leaf_id(self, reader: LineReader, leaf_line: int, messages: list[Entry]) -> str | None:
         """The own id of the entry at ``leaf_line``: from the window's newest message when
         it is the leaf, else read (a compaction after it: one line)."""
-        from boundctx.transcript.tree import entry_id
-
         if leaf_line < 0:
             return None
         if messages and messages[-1].line == leaf_line:
@@ -473,17 +469,19 @@ class Transcript:
         for a whole line (its length), and bounded below for a projected one (its length,
         or the content limit): lines are read from the newest as far as that bound lets
         the page grow, and trimmed on their exact shown bytes."""
+        def all_of_them() -> tuple[list[Entry], int, np.ndarray]:
+            return reader.entries(lines, content_limit, first_index=start), start, lines
+
         if page_bytes is None or not len(lines):
-            return reader.entries(lines, content_limit, first_index=start), start, lines
+            return all_of_them()
         starts, ends, _kinds = self._layout.line_info(lines)
-        low = ends - starts
+        high = low = ends - starts
         if content_limit is not None:
-            # A projected line shows at most the prefix it is projected from.
-            if int(np.minimum(low, content_limit + ENVELOPE + 4).sum()) <= page_bytes:
-                return reader.entries(lines, content_limit, first_index=start), start, lines
-            low = np.minimum(low, content_limit)
-        elif int(low.sum()) <= page_bytes:
-            return reader.entries(lines, content_limit, first_index=start), start, lines
+            # A projected line shows at most the prefix it is projected from, and at
+            # least the content limit (or its whole line).
+            high, low = np.minimum(high, content_limit + ENVELOPE + 4), np.minimum(low, content_limit)
+        if int(high.sum()) <= page_bytes:
+            return all_of_them()
         kept: list[Entry] = []
         used = 0
         hi = len(lines)
@@ -512,30 +510,24 @@ class Transcript:
         """The line of the leaf a read follows (-1: an empty transcript)."""
         layout = self._layout
         if isinstance(leaf, str):
-            h = id_hash(leaf)
-            found = np.flatnonzero(layout.ids.all() == h) if h else np.empty(0, dtype=np.int64)
-            kept = [int(x) for x in found if layout.up[int(x)] != _branches.linetree.COPY]
-            if not kept:
+            _keys, lines = layout.lines_of_ids(np.array([id_hash(leaf)], dtype=np.int64))
+            if len(lines):
+                return int(lines[0])
+            if not (leaf.isascii() and leaf.isdigit()):
                 raise ValueError(f"leaf={leaf!r} is the id of no entry of {self.path!r}")
-            return kept[0]
+            leaf = int(leaf)  # digits no entry has for its id: a line number, as typed
         return _branches.resolve_leaf(layout, leaf)
 
     def _branch_lines(self, leaf_line: int, lo_index: int, hi_index: int) -> np.ndarray:
         """Message lines ``lo_index..hi_index - 1`` of the branch ending at ``leaf_line``."""
-        layout = self._layout
-        count, top = _branches.branch_size(layout, leaf_line)
-        if hi_index == count:
-            lines, cache = _branches.branch_lines(layout, top, count, lo_index=lo_index,
-                                                  cache=self._branch_cache, leaf=leaf_line)
-        else:
-            # Older pages: the branch whole, walked once and kept.
-            lines, cache = _branches.branch_lines(layout, top, count, lo_index=0,
-                                                  cache=self._branch_cache, leaf=leaf_line)
-            if cache is None:
-                cache = _branches.BranchCache(leaf_line, layout.line_count, lines)
-            lines = cache.lines[lo_index:hi_index]
-        self._branch_cache = cache
+        lines, self._branch_cache = _branches.branch_lines(self._layout, leaf_line, lo_index, hi_index,
+                                                           self._branch_cache)
         return lines
+
+    def _active_branch(self) -> tuple[int, int]:
+        """``(leaf line, messages)`` of the branch reads follow by default."""
+        leaf = _branches.active_leaf(self._layout)
+        return leaf, _branches.branch_size(self._layout, leaf)[0]
 
     def _read_branch_window(self, before, limit, content_limit, leaf, page_bytes=None) -> Window:
         layout = self._layout
@@ -575,8 +567,7 @@ class Transcript:
         if layout.reads_as_list:
             lines = layout.messages.slice(message_start, message_stop)
         else:
-            leaf = _branches.active_leaf(layout)
-            count = _branches.branch_size(layout, leaf)[0]
+            leaf, count = self._active_branch()
             lines = self._branch_lines(leaf, min(message_start, count), min(message_stop, count))
         if not len(lines):
             return []
@@ -898,8 +889,8 @@ class Transcript:
         layout = self._layout
         if layout.reads_as_list:
             return index
-        leaf = _branches.active_leaf(layout)
-        if index >= _branches.branch_size(layout, leaf)[0]:
+        leaf, count = self._active_branch()
+        if index >= count:
             return layout.message_count + index  # out of range for the history
         line = int(self._branch_lines(leaf, index, index + 1)[0])
         return layout.messages.bisect_right(line - 1)
