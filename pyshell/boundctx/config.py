@@ -663,11 +663,12 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
         # The settings of this process's own file and environment are resolved again only
         # when either changed: a renderer window reads them on every page, and resolving
         # every key costs more than the window's own reads.
-        memo = _memo_key()
-        if memo is not None and _LOADED.get("key") == memo:
+        held = _LOADED.get("memo")
+        if held is not None and held.holds():
             return _LOADED["settings"]
-        settings = load(path=config_path(), env=os.environ)
-        _LOADED.update(key=memo, settings=settings)
+        memo = _Memo.now()
+        settings = load(path=memo.file if memo is not None else config_path(), env=os.environ)
+        _LOADED.update(memo=memo, settings=settings)
         return settings
     env = os.environ if env is None else env
     _warn_unknown_variables(env)
@@ -697,35 +698,51 @@ def load(*, path: str | os.PathLike | None = None, env: Mapping[str, str] | None
 _LOADED: dict[str, Any] = {}
 
 
-class _Environment:
-    """The process's environment as it was: equal to another snapshot only when no
-    variable differs (a copy of the raw table, compared in C)."""
+class _Memo:
+    """What the process's settings are a function of: its environment (a copy of the raw
+    table) and the config file's identity and times. :meth:`holds` compares them with
+    the process as it is now in a few microseconds (a dict compare in C and one
+    ``stat``): a renderer window asks on every page."""
 
-    __slots__ = ("data",)
+    __slots__ = ("env", "file", "stamp")
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict, file: str, stamp: tuple | None) -> None:
+        self.env = env
+        self.file = file
+        self.stamp = stamp
+
+    @staticmethod
+    def _raw_env() -> Mapping:
         raw = getattr(os.environ, "_data", None)
-        self.data = dict(raw) if isinstance(raw, dict) else dict(os.environ)
+        return raw if isinstance(raw, dict) else os.environ
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Environment) and self.data == other.data
+    @staticmethod
+    def _stamp(file: str) -> tuple | None:
+        """The file's identity and times, None when it is absent; OSError otherwise."""
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    __hash__ = None  # type: ignore[assignment]
+    @classmethod
+    def now(cls) -> _Memo | None:
+        """The process as it is now (None when the file's state cannot be said)."""
+        env = dict(cls._raw_env())
+        file = str(config_path())
+        try:
+            return cls(env, file, cls._stamp(file))
+        except OSError:
+            return None
 
-
-def _memo_key() -> tuple | None:
-    """What the process's settings are a function of: its environment, and the config
-    file's identity and times (None when they cannot be said)."""
-    env = _Environment()
-    file = config_path()
-    try:
-        st = os.stat(file)
-        stamp: tuple | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    except FileNotFoundError:
-        stamp = None
-    except OSError:
-        return None
-    return (env, str(file), stamp)
+    def holds(self) -> bool:
+        # The path is a function of the environment alone, so it is not derived again.
+        if self.env != self._raw_env():
+            return False
+        try:
+            return self._stamp(self.file) == self.stamp
+        except OSError:
+            return False
 
 
 def resolve(settings: Mapping[str, Any] | None) -> Settings:

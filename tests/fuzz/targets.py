@@ -343,6 +343,22 @@ def fuzz_escape_line_separators(src: Source) -> None:
         raise Mismatch(f"escape_line_separators({data!r}) = {got!r}")
 
 
+def fuzz_count_openers(src: Source) -> None:
+    data = src.jsonish(300)
+    start = src.int(-2, len(data) + 2)
+    end = src.int(-2, len(data) + 2)
+    if not 0 <= start <= end <= len(data):
+        try:
+            projection.count_openers(data, start, end)
+        except ValueError:
+            return
+        raise Mismatch(f"count_openers({data!r}, {start}, {end}) accepted a range outside the bytes")
+    got = projection.count_openers(data, start, end)
+    want = data.count(b"[", start, end) + data.count(b"{", start, end)
+    if got != want:
+        raise Mismatch(f"count_openers({data!r}, {start}, {end}) = {got}, not {want}")
+
+
 # -- linetree ----------------------------------------------------------------------
 
 _LINK_KEYS = [(b"uuid", 0), (b"id", 0), (b"parentUuid", 1), (b"parentId", 1), (b"logicalParentUuid", 2),
@@ -624,6 +640,7 @@ TARGETS = {
     "linetree.id_index": fuzz_id_index,
     "projection.project_display": fuzz_project_display,
     "projection.escape_line_separators": fuzz_escape_line_separators,
+    "projection.count_openers": fuzz_count_openers,
     "sections.next_cut": fuzz_next_cut,
     "sections.is_boundary": fuzz_is_boundary,
     "sections.grapheme_value": fuzz_grapheme_value,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boundctx._native import projection as native
@@ -77,6 +77,25 @@ def test_project_display_matches_reference_on_arbitrary_bytes(prefix, extra, who
     display, kept, cut = compare_projection(prefix, total_len, limit)
     assert kept <= limit
     assert 0 <= cut <= total_len
+
+
+# The pieces of a long string value's bytes: ASCII, two-, three- and four-byte
+# characters, escapes (a surrogate pair among them), and bytes that are not UTF-8 (a
+# stray continuation byte, lead bytes with a bad or missing continuation, 0xFF).
+_TEXT_PIECES = [b"a", b"word ", "\u00e9".encode(), "\u0416".encode(), "\u4e2d".encode(), "\U0001f680".encode(),
+                b"\\n", b'\\"', b"\\\\", b"\\u00e9", b"\\ud83d\\ude80", b"\x80", b"\xc3", b"\xe4\xb8", b"\xf0\x9f\x9a",
+                b"\xc3A", b"\xff", b"\x01"]
+
+
+@settings(max_examples=400)
+@given(st.lists(st.sampled_from(_TEXT_PIECES), min_size=40, max_size=120),
+       st.one_of(st.integers(0, 400), st.integers(400, 2000)), st.integers(0, 600), st.booleans())
+def test_project_display_matches_reference_on_long_text_in_any_script(pieces, limit, cut, whole):
+    """Long string values (past the metadata length, so under the budget) in mixed
+    scripts and broken UTF-8, cut by the budget and by the prefix anywhere."""
+    line = b'{"type":"message","text":"' + b"".join(pieces) + b'","n":1}'
+    prefix = line if whole else line[: min(cut, len(line))]
+    compare_projection(prefix, len(line), limit)
 
 
 @given(display_inputs())
@@ -261,3 +280,23 @@ def test_escape_line_separators_matches_two_replaces(chars):
     assert got == want
     if want == data:
         assert got is data  # nothing to escape: no copy
+
+
+# ---------------------------------------------------------------------------
+# count_openers
+# ---------------------------------------------------------------------------
+
+
+@given(st.binary(max_size=300), st.data())
+def test_count_openers_counts_both_brackets_in_any_range(data, draw):
+    start = draw.draw(st.integers(0, len(data)))
+    end = draw.draw(st.integers(start, len(data)))
+    assert native.count_openers(data, start, end) == data.count(b"[", start, end) + data.count(b"{", start, end)
+    assert native.count_openers(memoryview(data), start, end) == native.count_openers(data, start, end)
+
+
+@pytest.mark.parametrize("start,end", [(-1, 2), (2, 1), (0, 4)])
+def test_count_openers_refuses_a_range_outside_the_bytes(start, end):
+    with pytest.raises(ValueError, match="not a range"):
+        native.count_openers(b"[{]", start, end)
+

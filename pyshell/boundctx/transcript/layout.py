@@ -110,6 +110,26 @@ class Judgement(NamedTuple):
     reason: str = ""
 
 
+def is_dense(lo: int, hi: int, count: int) -> bool:
+    """Whether ``count`` lines between ``lo`` and ``hi`` are read as the whole span (a
+    window: one read of each array) rather than element by element."""
+    return hi - lo <= 64 * count + 1024
+
+
+class LineSpan(NamedTuple):
+    """Lines ``lo..hi - 1`` of a layout as one read: ``offs`` their start offsets and the
+    end of the last (``hi - lo + 1`` values), ``kinds`` theirs. A reader keeps the span
+    it read last, so the checks and reads of one window fetch each array once."""
+
+    lo: int
+    hi: int
+    offs: np.ndarray
+    kinds: np.ndarray
+
+    def covers(self, lo: int, hi: int) -> bool:
+        return self.lo <= lo and hi <= self.hi
+
+
 @dataclass
 class Layout:
     """Line offsets and kinds of one transcript, up to ``indexed_end``.
@@ -185,20 +205,28 @@ class Layout:
     def torn_bytes(self) -> int:
         return self.scanned_end - self.indexed_end
 
-    def line_info(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def line_span(self, lo: int, hi: int) -> LineSpan:
+        """Lines ``lo..hi - 1`` as one read of each array: see :class:`LineSpan`."""
+        offs = self.starts.slice(lo, hi + 1)
+        if hi == len(self.starts):
+            offs = np.append(offs, self.indexed_end)
+        return LineSpan(lo, hi, offs, self.kinds.slice(lo, hi))
+
+    def line_info(self, lines: np.ndarray, span: LineSpan | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start offset, end offset (after the ``\\n``) and kind of each of ``lines``
-        (sorted). Dense lines (a window) cost one read of each array's span."""
+        (sorted). Dense lines (a window) cost one read of each array's span, none when
+        ``span`` (read before, by the same reader) covers them."""
         lines = np.asarray(lines, dtype=np.int64)
         if not len(lines):
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, empty
         lo, hi = int(lines[0]), int(lines[-1]) + 1
-        if hi - lo <= 64 * len(lines) + 1024:
-            offs = self.starts.slice(lo, hi + 1)
-            if hi == len(self.starts):
-                offs = np.append(offs, self.indexed_end)
-            rel = lines - lo
-            starts, ends, kinds = offs[rel], offs[rel + 1], self.kinds.slice(lo, hi)[rel]
+        if is_dense(lo, hi, len(lines)):
+            if span is None or not span.covers(lo, hi):
+                span = self.line_span(lo, hi)
+            rel = lines - span.lo
+            starts, ends, kinds = span.offs[rel], span.offs[rel + 1], span.kinds[rel]
         else:
             starts = self.starts.take(lines)
             nxt = lines + 1

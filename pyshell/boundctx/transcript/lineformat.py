@@ -81,7 +81,7 @@ def _nests_too_deep(buf: bytes, start: int, end: int, value: Any) -> bool:
     more than twice as many bytes): counting them is a C loop, so the exact walk runs
     only on rare big lines."""
     return (end - start > 2 * MAX_DEPTH
-            and buf.count(b"[", start, end) + buf.count(b"{", start, end) > MAX_DEPTH
+            and projection.count_openers(buf, start, end) > MAX_DEPTH
             and _depth(value) > MAX_DEPTH)
 
 
@@ -98,7 +98,7 @@ def decode_lines(buf: bytes, start: int, lengths: list[int]) -> list[Any]:
         raise LineUnreadable("a line of the block is not one readable JSON value") from None
     if len(values) != len(lengths):
         raise LineUnreadable("a line of the block is blank")
-    if buf.count(b"[", start, end) + buf.count(b"{", start, end) <= MAX_DEPTH:
+    if projection.count_openers(buf, start, end) <= MAX_DEPTH:
         return values  # not brackets enough in the whole block for one line to nest too deep
     at = start
     for value, length in zip(values, lengths):

@@ -21,7 +21,7 @@ from boundctx._search import longest_fitting
 from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.kinds import LineKind
-from boundctx.transcript.layout import Layout, is_sequence
+from boundctx.transcript.layout import Layout, LineSpan, is_dense, is_sequence
 from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_lines, decode_record
 from boundctx.transcript.sidecar import pread_exact
 
@@ -84,6 +84,22 @@ class LineReader:
         self.type_kinds = dialect_kinds(dialect)
         #: lines indexed as records that a read found not to be (see the module docstring)
         self.bad_lines: set[int] = set()
+        # The layout's lines this reader read last (one read of each array per window).
+        self._span: LineSpan | None = None
+
+    def _cover(self, lo: int, hi: int) -> LineSpan:
+        """Lines ``lo..hi - 1`` of the layout, from the span read last when it holds them."""
+        span = self._span
+        if span is None or not span.covers(lo, hi):
+            span = self._span = self.layout.line_span(lo, hi)
+        return span
+
+    def line_info(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`Layout.line_info`, from the span read last when it holds the lines."""
+        lines = np.asarray(lines, dtype=np.int64)
+        if len(lines) and is_dense(int(lines[0]), int(lines[-1]) + 1, len(lines)):
+            self._cover(int(lines[0]), int(lines[-1]) + 1)
+        return self.layout.line_info(lines, self._span)
 
     # -- what the layout's arrays say ---------------------------------------------
 
@@ -101,7 +117,9 @@ class LineReader:
         # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
         if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
             raise StaleLayout("indexed line numbers not increasing")
-        span = layout.kinds.slice(int(lines[0]), int(lines[-1]) + 1)
+        lo, hi = int(lines[0]), int(lines[-1]) + 1
+        cover = self._cover(lo, hi)
+        span = cover.kinds[lo - cover.lo : hi - cover.lo]
         mask = is_sequence(span) if kind is None else span == kind
         if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
             raise StaleLayout("indexed lines disagree with the line kinds")
@@ -113,7 +131,7 @@ class LineReader:
         """Entries of physical ``lines`` (sorted). ``first_index``: the message index of
         the first (None: lines outside the message sequence); ``any_kind``: lines of
         every kind are expected, so a record's type is not held to the indexed kind."""
-        starts, ends, kinds = self.layout.line_info(lines)
+        starts, ends, kinds = self.line_info(lines)
         kinds = kinds.tolist()
         if content_limit is None:
             projected = [False] * len(lines)
@@ -121,8 +139,7 @@ class LineReader:
             projected = ((ends - starts - 1) > content_limit).tolist()
         indices = (range(first_index, first_index + len(lines)) if first_index is not None
                    else [None] * len(lines))
-        plan = [_Line(*t) for t in zip(lines.tolist(), indices, starts.tolist(), ends.tolist(),
-                                        kinds, projected)]
+        plan = list(map(_Line, lines.tolist(), indices, starts.tolist(), ends.tolist(), kinds, projected))
         entries: list[Entry] = []
         i = 0
         while i < len(plan):
@@ -139,10 +156,10 @@ class LineReader:
                                   [ln.line for ln in stretch]):
                 lines_of_run = stretch[run.i : run.j]
                 records = _decoded_together(run, lines_of_run)
-                for k, ln in enumerate(lines_of_run):
-                    if records is not None:
-                        entries.append(self._record_entry(ln, records[k], cut=0, any_kind=any_kind))
-                        continue
+                if records is not None:
+                    entries.extend(self._record_entries(lines_of_run, records, any_kind))
+                    continue
+                for ln in lines_of_run:
                     at = ln.start - run.start + run.pre
                     body = _without_bom(run.buf[at : at + ln.end - ln.start - 1], ln.start)
                     entries.append(self._entry(ln, body, raw=body, cut=0, any_kind=any_kind,
@@ -205,13 +222,13 @@ class LineReader:
         one native scan of bytes already in memory."""
         res = lineindex.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect),
                                    base_offset=start, classify_window=self.classify_window)
-        layout = self.layout
+        span = self._cover(first, last + 1)
         starts = np.frombuffer(res.starts, dtype=np.int64)
         kinds = np.frombuffer(res.kinds, dtype=np.uint8)
         if res.torn_bytes or len(starts) != last - first + 1 \
-                or not np.array_equal(starts, layout.starts.slice(first, last + 1)):
+                or not np.array_equal(starts, span.offs[first - span.lo : last + 1 - span.lo]):
             raise StaleLayout(f"lines {first}..{last} are not framed as the layout says")
-        want = layout.kinds.slice(first, last + 1)
+        want = span.kinds[first - span.lo : last + 1 - span.lo]
         differ = np.flatnonzero(kinds != want)
         for k in differ.tolist():
             # The scan leaves a line whose "type" lies past its window undecided; the
@@ -269,6 +286,21 @@ class LineReader:
 
     def _known_bad(self, line: int) -> bool:
         return line in self.layout.known_bad or line in self.bad_lines
+
+    def _record_entries(self, lines: list[_Line], records: list[dict], any_kind: bool) -> list[Entry]:
+        """:meth:`_record_entry` of whole records, line by line: a record whose type maps
+        to its line's kind (every one, unless the file or the layout is wrong) is taken
+        on the spot, without a call per line (a window holds a hundred)."""
+        type_kinds = self.type_kinds
+        out = []
+        for ln, rec in zip(lines, records):
+            t = rec.get("type")
+            if any_kind or (type_kinds.get(t) if type(t) is str else None) == ln.kind:
+                out.append(Entry(line=ln.line, index=ln.message_index, offset=ln.start,
+                                 length=ln.end - ln.start, record=rec))
+            else:
+                out.append(self._record_entry(ln, rec, cut=0, any_kind=any_kind))
+        return out
 
     def _record_entry(self, ln: _Line, rec: dict, *, cut: int, any_kind: bool) -> Entry:
         t = rec.get("type")

@@ -474,7 +474,7 @@ class Transcript:
 
         if page_bytes is None or not len(lines):
             return all_of_them()
-        starts, ends, _kinds = self._layout.line_info(lines)
+        starts, ends, _kinds = reader.line_info(lines)
         high = low = ends - starts
         if content_limit is not None:
             # A projected line shows at most the prefix it is projected from, and at
