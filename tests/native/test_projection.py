@@ -295,6 +295,12 @@ def test_count_openers_counts_both_brackets_in_any_range(data, draw):
     assert native.count_openers(memoryview(data), start, end) == native.count_openers(data, start, end)
 
 
+@pytest.mark.parametrize("data", [b"{" * 1000, b"[{" * 700 + b"x" * 3, bytes(range(256)) * 9])
+def test_count_openers_across_many_blocks_of_nothing_but_openers(data):
+    for start, end in [(0, len(data)), (1, len(data) - 1), (254, 511), (255, 256)]:
+        assert native.count_openers(data, start, end) == data.count(b"[", start, end) + data.count(b"{", start, end)
+
+
 @pytest.mark.parametrize("start,end", [(-1, 2), (2, 1), (0, 4)])
 def test_count_openers_refuses_a_range_outside_the_bytes(start, end):
     with pytest.raises(ValueError, match="not a range"):

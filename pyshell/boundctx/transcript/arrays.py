@@ -19,6 +19,11 @@ __all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", 
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
+# An array this short (a few compactions, a small segment's ids) is read whole once and
+# kept: a window asks it several small questions, each of which would be a read. A
+# segment's bytes never change while its sidecar is open (a sidecar grows by new
+# segments after the old, and is replaced only by a new file), so what was read stays true.
+_KEPT = 4096
 
 
 class SidecarGone(OSError):
@@ -66,7 +71,7 @@ class FileArray:
     every read checks that of what it read, so a lie inside the array (only its ends are
     checked on load) surfaces as :class:`SidecarLies` where it is used."""
 
-    __slots__ = ("file", "offset", "count", "dtype", "increasing")
+    __slots__ = ("file", "offset", "count", "dtype", "increasing", "_kept")
 
     def __init__(self, file: SidecarFile, offset: int, count: int, dtype, *,
                  increasing: bool = False) -> None:
@@ -75,11 +80,19 @@ class FileArray:
         self.count = count
         self.dtype = np.dtype(dtype)
         self.increasing = increasing
+        self._kept: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.count
 
     def read(self, lo: int, hi: int) -> np.ndarray:
+        if self.count <= _KEPT:
+            if self._kept is None:
+                self._kept = self._read(0, self.count)
+            return self._kept[lo:hi]
+        return self._read(lo, hi)
+
+    def _read(self, lo: int, hi: int) -> np.ndarray:
         size = self.dtype.itemsize
         raw = self.file.pread(self.offset + lo * size, (hi - lo) * size)
         arr = np.frombuffer(raw, dtype=self.dtype)

@@ -142,13 +142,14 @@ class LineReader:
         plan = list(map(_Line, lines.tolist(), indices, starts.tolist(), ends.tolist(), kinds, projected))
         entries: list[Entry] = []
         i = 0
-        while i < len(plan):
+        count = len(plan)
+        while i < count:
             if plan[i].projected and content_limit is not None:  # projected only under a limit
                 entries.append(self._projected(plan[i], content_limit, any_kind))
                 i += 1
                 continue
             j = i + 1
-            while j < len(plan) and not plan[j].projected:
+            while j < count and not plan[j].projected:
                 j += 1
             # A stretch of whole lines: read in coalesced runs.
             stretch = plan[i:j]
@@ -196,10 +197,11 @@ class LineReader:
         newline; a rescan of the run's bytes checks every line in it (those between the
         lines asked for included) against the layout."""
         numbers = list(numbers)
+        count = len(starts)
         i = 0
-        while i < len(starts):
+        while i < count:
             j = i + 1
-            while (j < len(starts) and starts[j] - ends[j - 1] < COALESCE_GAP
+            while (j < count and starts[j] - ends[j - 1] < COALESCE_GAP
                    and ends[j] - starts[i] <= MAX_RUN_BYTES):
                 j += 1
             lo, hi = starts[i], ends[j - 1]
@@ -343,7 +345,7 @@ def _decoded_together(run: _Run, lines: list[_Line]) -> list | None:
         records = decode_lines(run.buf, lines[0].start - run.start + run.pre, [ln.end - ln.start for ln in lines])
     except LineUnreadable:
         return None
-    if not all(type(r) is dict for r in records):
+    if set(map(type, records)) != {dict}:
         return None  # a line that is not a record: one by one, each saying so
     return records
 

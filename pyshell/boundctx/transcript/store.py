@@ -442,7 +442,8 @@ class Transcript:
         compactions = reader.entries(comp_lines, content_limit, first_index=None)
         self._note_bad(reader)
         # A list's leaf is its newest message or compaction (none of them is a copy).
-        leaf_line = max(layout.messages[total - 1] if total else -1,
+        newest = int(ext[-1]) if before == total and len(ext) else (layout.messages[total - 1] if total else -1)
+        leaf_line = max(newest,
                         layout.compactions[len(layout.compactions) - 1] if len(layout.compactions) else -1)
         return Window(messages=messages, message_start=start, message_count=total,
                       has_more_before=start > 0, compactions=compactions,
