@@ -25,7 +25,8 @@ from boundctx.transcript.layout import Layout, LineSpan, is_dense, is_sequence
 from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_lines, decode_record
 from boundctx.transcript.sidecar import pread_exact
 
-__all__ = ["COALESCE_GAP", "ENVELOPE", "MAX_RUN_BYTES", "LineReader", "StaleLayout"]
+__all__ = ["COALESCE_GAP", "ENVELOPE", "MAX_RUN_BYTES", "NOT_DISPLAYABLE", "LineReader", "StaleLayout",
+           "plain_entry", "projected_record"]
 
 # A projected line is read as its first content_limit + ENVELOPE bytes: room for the
 # keys, ids and structure around the text without reading the rest of a huge line.
@@ -254,23 +255,14 @@ class LineReader:
             raise StaleLayout(f"line {ln.line} does not start after a newline")
         if pread_exact(self.fd, ln.end - 1, 1) != b"\n":
             raise StaleLayout(f"line {ln.line} does not end with a newline")
-        skip = pre + (3 if bom and buf[pre : pre + 3] == BOM else 0)
-        body_len -= skip - pre
-        prefix = memoryview(buf)[skip:]  # no copy of a prefix that may be 128 KiB
-        display, _kept, cut = projection.project_display(prefix, body_len, content_limit)
-        if display is not None:
-            try:
-                rec = decode_record(display)
-            except LineUnreadable:
-                rec = None
-            if isinstance(rec, dict):
-                return self._record_entry(ln, rec, cut=cut, any_kind=any_kind)
+        rec, cut, prefix, body_len = projected_record(ln, memoryview(buf)[pre:], content_limit)
+        if rec is not None:
+            return self._record_entry(ln, rec, cut=cut, any_kind=any_kind)
         # The prefix is not a record we can show. That may be the line's fault (it is
         # corrupt) or the projection's (nesting deeper than it follows): only a full
         # parse can tell, and the whole point here is not to do one. Show the raw
         # prefix, and leave the verdict on the line to a full read.
-        return _raw_entry(ln, prefix, "not displayable within the content limit",
-                          content_limit, total=body_len)
+        return _raw_entry(ln, prefix, NOT_DISPLAYABLE, content_limit, total=body_len)
 
     # -- entries from bytes ---------------------------------------------------------
 
@@ -348,6 +340,43 @@ def _decoded_together(run: _Run, lines: list[_Line]) -> list | None:
     if set(map(type, records)) != {dict}:
         return None  # a line that is not a record: one by one, each saying so
     return records
+
+
+#: Why a long line shows as bytes: its prefix projects to no record (see ``_projected``).
+NOT_DISPLAYABLE = "not displayable within the content limit"
+
+
+def projected_record(ln: _Line, head, content_limit: int) -> tuple[dict | None, int, memoryview, int]:
+    """A long line's display record from ``head``, its first bytes (at least
+    ``content_limit + ENVELOPE`` of them, a BOM included at byte 0):
+    ``(record or None, bytes cut, the prefix projected, the body's length)``. Every
+    store projects a long line with this one function, and so shows it alike."""
+    body_len = ln.end - ln.start - 1
+    skip = 3 if ln.start == 0 and bytes(head[:3]) == BOM else 0
+    body_len -= skip
+    prefix = memoryview(head)[skip:]  # no copy of a prefix that may be 128 KiB
+    display, _kept, cut = projection.project_display(prefix, body_len, content_limit)
+    rec = None
+    if display is not None:
+        try:
+            rec = decode_record(display)
+        except LineUnreadable:
+            rec = None
+    return (rec if isinstance(rec, dict) else None), cut, prefix, body_len
+
+
+def plain_entry(ln: _Line, body: bytes, content_limit: int | None) -> Entry:
+    """The entry of one whole line's bytes (without its ``\\n``) as a fresh read of a file
+    shows it: its record, or the line itself, saying why it is not one."""
+    body = _without_bom(body, ln.start)
+    try:
+        rec = decode_record(body)
+        if not isinstance(rec, dict):
+            raise LineUnreadable("a record must be a JSON object")
+    except LineUnreadable as exc:
+        why = "blank line" if ln.kind == LineKind.BLANK else str(exc)
+        return _raw_entry(ln, body, why, content_limit)
+    return Entry(line=ln.line, index=ln.message_index, offset=ln.start, length=ln.end - ln.start, record=rec)
 
 
 def _without_bom(body: bytes, start: int) -> bytes:

@@ -116,6 +116,81 @@ def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int
             "page_bytes": window.window_page_bytes}
 
 
+def window_limits(message_before, message_limit, content_limit, preset, settings, page_bytes,
+                  ) -> tuple[int | None, int | None, int | None]:
+    """``(message_limit, content_limit, page_bytes)`` of a window as
+    :meth:`Transcript.window` takes its arguments (a preset fills the limits not given),
+    each checked: every store reads windows by the same rules."""
+    if preset is not None:
+        if preset != "renderer":
+            raise ValueError(f"unknown preset {preset!r}; the only preset is 'renderer'")
+        if message_limit is UNSET or content_limit is UNSET or page_bytes is UNSET:
+            limits = _renderer_limits(settings)
+            if message_limit is UNSET:
+                message_limit = limits["message_limit"]
+            if content_limit is UNSET:
+                content_limit = limits["content_limit"]
+            if page_bytes is UNSET:
+                page_bytes = limits["page_bytes"]
+    elif settings is not None:
+        raise TypeError("settings= is read only by a preset; pass preset='renderer' with it")
+    if message_limit is UNSET:
+        message_limit = None
+    if content_limit is UNSET:
+        content_limit = None
+    if page_bytes is UNSET:
+        page_bytes = None
+    _check_limit("message_before", message_before, 0)
+    _check_limit("message_limit", message_limit, 0)
+    _check_limit("content_limit", content_limit, 0)
+    _check_limit("page_bytes", page_bytes, 1)
+    return message_limit, content_limit, page_bytes
+
+
+def fit_page(lines: np.ndarray, lengths: np.ndarray | None, start: int, content_limit: int | None,
+             page_bytes: int | None, entries: Callable[[np.ndarray, int], list[Entry]],
+             ) -> tuple[list[Entry], int, np.ndarray]:
+    """The entries of message ``lines`` (indexes ``start...``; ``lengths``: each line's
+    bytes, ``\\n`` included), or under ``page_bytes`` the newest of them whose shown bytes
+    fit together (at least one): ``(entries, index of the first, their lines)``.
+    ``entries(some_lines, first_index)`` reads lines. What a line shows is known before it
+    is read for a whole line (its length), and bounded below for a projected one (its
+    length, or the content limit): lines are read from the newest as far as that bound
+    lets the page grow, and trimmed on their exact shown bytes."""
+    if page_bytes is None or lengths is None or not len(lines):
+        return entries(lines, start), start, lines
+    high = low = lengths
+    if content_limit is not None:
+        # A projected line shows at most the prefix it is projected from, and at
+        # least the content limit (or its whole line).
+        high, low = np.minimum(high, content_limit + ENVELOPE + 4), np.minimum(low, content_limit)
+    if int(high.sum()) <= page_bytes:
+        return entries(lines, start), start, lines
+    kept: list[Entry] = []
+    used = 0
+    hi = len(lines)
+    while hi > 0:
+        # The older lines the page could still take, by the lower bound.
+        room = page_bytes - used
+        take = int(np.searchsorted(np.cumsum(low[:hi][::-1]), room, side="right"))
+        lo = hi - max(take, 1)
+        batch = entries(lines[lo:hi], start + lo)
+        fitted = 0
+        for entry in reversed(batch):
+            shown = entry.length - entry.cut_bytes
+            if kept and used + shown > page_bytes:
+                break
+            kept.append(entry)
+            used += shown
+            fitted += 1
+        if fitted < len(batch) or used >= page_bytes:
+            break
+        hi = lo
+    kept.reverse()
+    first = len(lines) - len(kept)
+    return kept, start + first, lines[first:]
+
+
 class Transcript:
     """An open JSONL transcript.
 
@@ -356,29 +431,8 @@ class Transcript:
         TranscriptChanged
             When the file keeps changing under the read even after a rebuild.
         """
-        if preset is not None:
-            if preset != "renderer":
-                raise ValueError(f"unknown preset {preset!r}; the only preset is 'renderer'")
-            if message_limit is UNSET or content_limit is UNSET or page_bytes is UNSET:
-                limits = _renderer_limits(settings)
-                if message_limit is UNSET:
-                    message_limit = limits["message_limit"]
-                if content_limit is UNSET:
-                    content_limit = limits["content_limit"]
-                if page_bytes is UNSET:
-                    page_bytes = limits["page_bytes"]
-        elif settings is not None:
-            raise TypeError("settings= is read only by a preset; pass preset='renderer' with it")
-        if message_limit is UNSET:
-            message_limit = None
-        if content_limit is UNSET:
-            content_limit = None
-        if page_bytes is UNSET:
-            page_bytes = None
-        _check_limit("message_before", message_before, 0)
-        _check_limit("message_limit", message_limit, 0)
-        _check_limit("content_limit", content_limit, 0)
-        _check_limit("page_bytes", page_bytes, 1)
+        message_limit, content_limit, page_bytes = window_limits(message_before, message_limit, content_limit,
+                                                                 preset, settings, page_bytes)
         if leaf is not None and not isinstance(leaf, (int, str)) or isinstance(leaf, bool):
             raise TypeError(f"leaf must be a line number or an entry id, not {type(leaf).__name__}")
         self._check_open()
@@ -464,48 +518,13 @@ class Transcript:
 
     def _page(self, reader: LineReader, lines: np.ndarray, start: int, content_limit: int | None,
               page_bytes: int | None) -> tuple[list[Entry], int, np.ndarray]:
-        """The entries of message ``lines`` (indexes ``start...``), or under ``page_bytes``
-        the newest of them whose shown bytes fit together (at least one): ``(entries,
-        index of the first, their lines)``. What a line shows is known before it is read
-        for a whole line (its length), and bounded below for a projected one (its length,
-        or the content limit): lines are read from the newest as far as that bound lets
-        the page grow, and trimmed on their exact shown bytes."""
-        def all_of_them() -> tuple[list[Entry], int, np.ndarray]:
-            return reader.entries(lines, content_limit, first_index=start), start, lines
-
-        if page_bytes is None or not len(lines):
-            return all_of_them()
-        starts, ends, _kinds = reader.line_info(lines)
-        high = low = ends - starts
-        if content_limit is not None:
-            # A projected line shows at most the prefix it is projected from, and at
-            # least the content limit (or its whole line).
-            high, low = np.minimum(high, content_limit + ENVELOPE + 4), np.minimum(low, content_limit)
-        if int(high.sum()) <= page_bytes:
-            return all_of_them()
-        kept: list[Entry] = []
-        used = 0
-        hi = len(lines)
-        while hi > 0:
-            # The older lines the page could still take, by the lower bound.
-            room = page_bytes - used
-            take = int(np.searchsorted(np.cumsum(low[:hi][::-1]), room, side="right"))
-            lo = hi - max(take, 1)
-            batch = reader.entries(lines[lo:hi], content_limit, first_index=start + lo)
-            fitted = 0
-            for entry in reversed(batch):
-                shown = entry.length - entry.cut_bytes
-                if kept and used + shown > page_bytes:
-                    break
-                kept.append(entry)
-                used += shown
-                fitted += 1
-            if fitted < len(batch) or used >= page_bytes:
-                break
-            hi = lo
-        kept.reverse()
-        first = len(lines) - len(kept)
-        return kept, start + first, lines[first:]
+        """:func:`fit_page` of message ``lines`` read by ``reader``."""
+        lengths = None
+        if page_bytes is not None and len(lines):
+            starts, ends, _kinds = reader.line_info(lines)
+            lengths = ends - starts
+        return fit_page(lines, lengths, start, content_limit, page_bytes,
+                        lambda some, first: reader.entries(some, content_limit, first_index=first))
 
     def _leaf_line(self, leaf: int | str | None) -> int:
         """The line of the leaf a read follows (-1: an empty transcript)."""

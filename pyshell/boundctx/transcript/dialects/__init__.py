@@ -150,9 +150,10 @@ def classify_by_parse(raw: bytes, table: Mapping[str, Any], *, at_file_start: bo
     return int(kind)
 
 
-def settle_undecided(fd: int, res, dialect: str) -> bytes:
-    """The kinds of a native scan ``res`` of ``fd``, with every line the classify window
-    could not decide classified by a full parse (rare: a "type" key past the window)."""
+def settle_undecided(fd: int | None, res, dialect: str, *, data: bytes | None = None) -> bytes:
+    """The kinds of a native scan ``res`` of ``fd`` (or of ``data``, bytes scanned from
+    offset 0), with every line the classify window could not decide classified by a full
+    parse (rare: a "type" key past the window)."""
     kinds = res.kinds
     at = kinds.find(_UNDECIDED)
     if at < 0:
@@ -164,8 +165,8 @@ def settle_undecided(fd: int, res, dialect: str) -> bytes:
     while at >= 0:
         start = starts[at]
         end = starts[at + 1] if at + 1 < len(starts) else res.indexed_end
-        fixed[at] = classify_by_parse(pread_exact(fd, start, end - start), table,
-                                      at_file_start=start == 0)
+        raw = data[start:end] if data is not None else pread_exact(fd, start, end - start)
+        fixed[at] = classify_by_parse(raw, table, at_file_start=start == 0)
         at = kinds.find(_UNDECIDED, at + 1)
     return bytes(fixed)
 

@@ -1,0 +1,501 @@
+"""Sessions in PostgreSQL: the file store's contract on rows (docs/decisions/0048).
+
+A session is a row of ``boundctx_sessions`` (its counts, its version, a torn last line kept
+as it was) and one row of ``boundctx_lines`` per line of its JSONL form: the line's exact
+bytes (``\\n`` included), where it would sit in the file, the kind the native classifier
+gives it, and its index in the message sequence. So:
+
+- **A window is an index range scan**: the messages ``message_start..message_before - 1``
+  by ``(session, message)``, never a read of the session; a line longer than the display
+  budget crosses the wire only as the prefix its projection needs (``substring`` of a
+  column stored uncompressed, so PostgreSQL reads only those pages), and is projected by
+  the same native projection, with the same marker, as the file store projects it.
+- **Lossless**: import stores every line's bytes and export writes them back, so JSONL →
+  PostgreSQL → JSONL is byte-identical.
+- **Appends are atomic and ordered** under any number of writers in any number of
+  processes: each takes the session row's lock in its transaction, so line numbers and
+  message indexes have no gaps and no doubles.
+- **The layout version** is the session's ``generation``, which only a rewrite changes, as
+  a file's identity changes only when a rewrite replaces it.
+
+Sessions are read as lists, in the order their lines were written: a file whose tree
+forks (a rewind; decision 0047) is refused at import with the reason, never flattened.
+
+Requires ``psycopg`` 3 (``pip install 'boundctx[postgres]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal, NamedTuple
+
+import msgspec
+import numpy as np
+
+from boundctx._native import filescan, lineindex
+from boundctx.errors import TranscriptLocked, TranscriptNotFound
+from boundctx.transcript.dialects import native_table, settle_undecided
+from boundctx.transcript.entries import Entry, Window
+from boundctx.transcript.kinds import LineKind
+from boundctx.transcript.lineformat import encode_record
+from boundctx.transcript.reading import ENVELOPE, NOT_DISPLAYABLE, _Line, _raw_entry, plain_entry, projected_record
+from boundctx.transcript.store import UNSET, Transcript, _span, fit_page, window_limits
+from boundctx.transcript.tree import entry_id
+
+__all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore"]
+
+#: The tables' layout; a database holding another version is refused, not migrated blind.
+SCHEMA_VERSION = 1
+#: The longest line a row can hold (a ``bytea`` value is at most 1 GB).
+LINE_MAX = (1 << 30) - 1
+#: Lines are imported and exported in batches of about this many bytes.
+BATCH_BYTES = 8 << 20
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS boundctx_schema (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS boundctx_sessions (
+    id text PRIMARY KEY,
+    dialect text NOT NULL,
+    generation bigint NOT NULL DEFAULT 0,
+    lines bigint NOT NULL DEFAULT 0,
+    messages bigint NOT NULL DEFAULT 0,
+    compactions bigint NOT NULL DEFAULT 0,
+    bytes bigint NOT NULL DEFAULT 0,
+    tail bytea NOT NULL DEFAULT ''::bytea,
+    modified timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS boundctx_lines (
+    session text NOT NULL REFERENCES boundctx_sessions (id) ON DELETE CASCADE,
+    line bigint NOT NULL,
+    "offset" bigint NOT NULL,
+    length integer NOT NULL,
+    kind smallint NOT NULL,
+    message bigint,
+    data bytea NOT NULL,
+    PRIMARY KEY (session, line)
+);
+-- Stored uncompressed, so a prefix of a long line is read without the rest of it.
+ALTER TABLE boundctx_lines ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE UNIQUE INDEX IF NOT EXISTS boundctx_lines_message ON boundctx_lines (session, message)
+    WHERE message IS NOT NULL;
+CREATE INDEX IF NOT EXISTS boundctx_lines_compaction ON boundctx_lines (session, line)
+    WHERE kind = {int(LineKind.COMPACTION)};
+-- A torn last line an append moved aside: kept, never dropped.
+CREATE TABLE IF NOT EXISTS boundctx_torn (
+    session text NOT NULL,
+    "offset" bigint NOT NULL,
+    data bytea NOT NULL,
+    moved timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+_IN_SEQUENCE = (int(LineKind.MESSAGE), int(LineKind.CORRUPT))
+
+
+def _psycopg():
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        raise RuntimeError("the PostgreSQL store needs psycopg 3 with its pool: "
+                           "pip install 'boundctx[postgres]'") from None
+    return psycopg, psycopg_pool
+
+
+class ImportReport(NamedTuple):
+    """What an import stored."""
+
+    session: str
+    lines: int
+    messages: int
+    compactions: int
+    bytes: int
+    torn_bytes: int
+
+
+class PostgresStore:
+    """The sessions in one PostgreSQL database.
+
+    Parameters
+    ----------
+    url : str
+        A ``postgresql://`` URL (or a libpq connection string).
+    pool_size : int
+        Connections kept open (one per concurrent request at most).
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+        psycopg, psycopg_pool = _psycopg()
+        self.url = url
+        self._errors = psycopg
+        self.pool = psycopg_pool.ConnectionPool(url, min_size=1, max_size=pool_size, open=True,
+                                                kwargs={"autocommit": True})
+        try:
+            self._ensure_schema()
+        except BaseException:
+            self.pool.close()
+            raise
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _ensure_schema(self) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            # One creator at a time: several processes may start against a new database.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('boundctx_schema'))")
+            conn.execute(_SCHEMA)
+            row = conn.execute("SELECT version FROM boundctx_schema").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO boundctx_schema VALUES (%s)", (SCHEMA_VERSION,))
+            elif row[0] != SCHEMA_VERSION:
+                raise RuntimeError(f"the database holds boundctx's tables at schema version {row[0]}, "
+                                   f"and this boundctx reads version {SCHEMA_VERSION}: use the boundctx "
+                                   "that wrote them, or export the sessions with it and import them here")
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def create(self, sid: str, *, dialect: str = "auto") -> None:
+        """A new, empty session ``sid``; FileExistsError when there is one."""
+        with self.pool.connection() as conn:
+            cur = conn.execute("INSERT INTO boundctx_sessions (id, dialect) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                               (sid, dialect))
+            if cur.rowcount == 0:
+                raise FileExistsError(f"session {sid!r} exists")
+
+    def remove(self, sid: str) -> None:
+        with self.pool.connection() as conn:
+            if conn.execute("DELETE FROM boundctx_sessions WHERE id = %s", (sid,)).rowcount == 0:
+                raise TranscriptNotFound(f"no session {sid!r}")
+
+    def ids(self) -> list[str]:
+        with self.pool.connection() as conn:
+            return [r[0] for r in conn.execute("SELECT id FROM boundctx_sessions ORDER BY id")]
+
+    def open(self, sid: str) -> PostgresSession:
+        """Session ``sid``; TranscriptNotFound when there is none."""
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT dialect FROM boundctx_sessions WHERE id = %s", (sid,)).fetchone()
+        if row is None:
+            raise TranscriptNotFound(f"no session {sid!r}")
+        return PostgresSession(self, sid, row[0])
+
+    # -- import and export --------------------------------------------------------------
+
+    def import_jsonl(self, sid: str, path: str | os.PathLike, *, dialect: str = "auto",
+                     progress: Callable[[int, int], object] | None = None) -> ImportReport:
+        """Store the JSONL file at ``path`` as session ``sid``, every byte of it, in one
+        transaction: the session is there whole or not at all. ``progress(done, total)``
+        is called with the bytes stored so far.
+
+        Raises
+        ------
+        FileExistsError
+            When ``sid`` exists.
+        ValueError
+            When the file's entries fork (a rewind: read along its active branch, it is
+            not the list of its lines), or a line is over 1 GB.
+        """
+        path = os.fspath(path)
+        with Transcript.open(path, dialect=dialect) as t:
+            if not t.in_file_order:
+                raise ValueError(f"{path!r} forks (its entries name parents that make a tree, and the "
+                                 "active branch is not every message in order): the PostgreSQL store keeps "
+                                 "sessions as lists, so it is kept as a file")
+            dialect = t.dialect
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            res = filescan.scan_fd(fd, native_table(dialect), end=size)
+            kinds = np.frombuffer(settle_undecided(fd, res, dialect), dtype=np.uint8)
+            starts = np.frombuffer(res.starts, dtype=np.int64)
+            ends = np.append(starts[1:], res.indexed_end)
+            if len(starts) and int((ends - starts).max()) > LINE_MAX:
+                raise ValueError(f"{path!r} has a line over {LINE_MAX:,} bytes, more than a database row holds")
+            seq = np.isin(kinds, _IN_SEQUENCE)
+            message = np.cumsum(seq) - 1
+            compactions = int(np.count_nonzero(kinds == LineKind.COMPACTION))
+            tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
+            with self.pool.connection() as conn, conn.transaction():
+                cur = conn.execute(
+                    "INSERT INTO boundctx_sessions (id, dialect, lines, messages, compactions, bytes, tail) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (sid, dialect, len(starts), int(seq.sum()), compactions, int(res.indexed_end), tail))
+                if cur.rowcount == 0:
+                    raise FileExistsError(f"session {sid!r} exists")
+                with conn.cursor().copy('COPY boundctx_lines (session, line, "offset", length, kind, message, data) '
+                                        "FROM STDIN") as copy:
+                    for lo, hi, buf in _batches(fd, starts, ends):
+                        base = int(starts[lo])
+                        for k in range(lo, hi):
+                            a, b = int(starts[k]), int(ends[k])
+                            copy.write_row((sid, k, a, b - a, int(kinds[k]), int(message[k]) if seq[k] else None,
+                                            buf[a - base : b - base]))
+                        if progress is not None:
+                            progress(int(ends[hi - 1]), size)
+        finally:
+            os.close(fd)
+        return ImportReport(sid, len(starts), int(seq.sum()), compactions, int(res.indexed_end), len(tail))
+
+    def export_jsonl(self, sid: str, path: str | os.PathLike, *,
+                     progress: Callable[[int, int], object] | None = None) -> int:
+        """Write session ``sid`` to ``path`` as the JSONL file it was imported from (or
+        would be, line for line): written beside it and renamed into place, so ``path``
+        is the old file or the whole new one, never part of one. Returns the bytes written."""
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = conn.execute("SELECT bytes, tail FROM boundctx_sessions WHERE id = %s", (sid,)).fetchone()
+            if row is None:
+                raise TranscriptNotFound(f"no session {sid!r}")
+            total = row[0] + len(row[1])
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".export")
+            try:
+                written = 0
+                with os.fdopen(fd, "wb") as out:
+                    with conn.cursor(name="boundctx_export") as cur:
+                        cur.itersize = 2048
+                        cur.execute("SELECT data FROM boundctx_lines WHERE session = %s ORDER BY line", (sid,))
+                        for (data,) in cur:
+                            out.write(data)
+                            written += len(data)
+                            if progress is not None and written % BATCH_BYTES < len(data):
+                                progress(written, total)
+                    out.write(row[1])
+                    written += len(row[1])
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        if progress is not None:
+            progress(written, total)
+        return written
+
+
+def _batches(fd: int, starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
+    """Lines ``lo..hi - 1`` and their bytes, read in runs of about :data:`BATCH_BYTES`."""
+    n = len(starts)
+    lo = 0
+    while lo < n:
+        hi = max(int(np.searchsorted(ends, int(starts[lo]) + BATCH_BYTES, side="right")), lo + 1)
+        hi = min(hi, n)
+        a, b = int(starts[lo]), int(ends[hi - 1])
+        buf = os.pread(fd, b - a, a)
+        if len(buf) != b - a:
+            raise OSError(f"the file ended at byte {a + len(buf)} while it was imported; import it again")
+        yield lo, hi, buf
+        lo = hi
+
+
+class _Row(NamedTuple):
+    line: int
+    message: int | None
+    offset: int
+    length: int
+    kind: int
+    data: bytes
+
+
+class PostgresSession:
+    """One session of a :class:`PostgresStore`, read and written by the contract
+    :class:`~boundctx.transcript.Transcript` keeps for a file."""
+
+    def __init__(self, store: PostgresStore, sid: str, dialect: str) -> None:
+        self.store = store
+        self.id = sid
+        self.dialect = dialect
+
+    def close(self) -> None:
+        """Nothing is held between calls: each runs on a pooled connection."""
+
+    def __enter__(self) -> PostgresSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[Any]:
+        """A read-only transaction that sees one state of the session throughout."""
+        with self.store.pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
+
+    def _head(self, conn) -> tuple[int, int, int, int, int]:
+        row = conn.execute("SELECT lines, messages, compactions, bytes, generation FROM boundctx_sessions "
+                           "WHERE id = %s", (self.id,)).fetchone()
+        if row is None:
+            raise TranscriptNotFound(f"no session {self.id!r}")
+        return row
+
+    @property
+    def message_count(self) -> int:
+        with self._snapshot() as conn:
+            return self._head(conn)[1]
+
+    @property
+    def compaction_count(self) -> int:
+        with self._snapshot() as conn:
+            return self._head(conn)[2]
+
+    @property
+    def line_count(self) -> int:
+        with self._snapshot() as conn:
+            return self._head(conn)[0]
+
+    @property
+    def in_file_order(self) -> bool:
+        return True  # a session is kept as a list (the module docstring)
+
+    def version(self) -> str:
+        """The layout version: changed by a rewrite only, as a file's identity is."""
+        with self._snapshot() as conn:
+            generation = self._head(conn)[4]
+        return hashlib.blake2b(f"{self.id}\0{generation}".encode(), digest_size=8).hexdigest()
+
+    # -- windows --------------------------------------------------------------------------
+
+    def window(self, *, message_before: int | None = None,
+               message_limit: int | None | msgspec.UnsetType = UNSET,
+               content_limit: int | None | msgspec.UnsetType = UNSET,
+               preset: Literal["renderer"] | None = None,
+               settings: Mapping[str, Any] | None = None,
+               page_bytes: int | None | msgspec.UnsetType = UNSET) -> Window:
+        """:meth:`Transcript.window <boundctx.transcript.Transcript.window>` of this session:
+        the same arguments, limits and answer."""
+        limit, content, page = window_limits(message_before, message_limit, content_limit, preset, settings,
+                                             page_bytes)
+        with self._snapshot() as conn:
+            return self._window(conn, message_before, limit, content, page)
+
+    def _window(self, conn, before, limit, content_limit, page_bytes) -> Window:
+        line_count, total, _c, _b, _g = self._head(conn)
+        before, start = _span(before, limit, total, "the transcript")
+        meta = conn.execute("SELECT line, length FROM boundctx_lines WHERE session = %s AND message >= %s "
+                            "AND message < %s ORDER BY message", (self.id, start, before)).fetchall()
+        lines = np.array([m[0] for m in meta], dtype=np.int64)
+        lengths = np.array([m[1] for m in meta], dtype=np.int64)
+
+        def entries(some: np.ndarray, first: int) -> list[Entry]:
+            if not len(some):
+                return []
+            rows = self._rows(conn, "line >= %s AND line <= %s AND message IS NOT NULL",
+                              (int(some[0]), int(some[-1])), content_limit)
+            return [self._entry(r, content_limit) for r in rows]
+
+        messages, start, lines = fit_page(lines, lengths, start, content_limit, page_bytes, entries)
+        if len(lines):
+            lo, hi = int(lines[0]), int(lines[-1])
+        else:
+            row = conn.execute("SELECT line FROM boundctx_lines WHERE session = %s AND message = %s",
+                               (self.id, before)).fetchone() if before < total else None
+            lo = hi = row[0] if row is not None else line_count
+        # The compaction in force at the first message, and the newest `limit` of those
+        # among the window's lines (as the file store chooses them).
+        in_force = conn.execute(f"SELECT max(line) FROM boundctx_lines WHERE session = %s "
+                                f"AND kind = {int(LineKind.COMPACTION)} AND line <= %s", (self.id, lo)).fetchone()[0]
+        inside = conn.execute(f"SELECT count(*) FROM boundctx_lines WHERE session = %s "
+                              f"AND kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s",
+                              (self.id, lo, hi)).fetchone()[0]
+        keep = inside if limit is None else min(inside, limit)
+        comp = self._rows(conn, f"kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s", (lo, hi),
+                          content_limit, newest=keep) if keep else []
+        if in_force is not None:
+            comp = self._rows(conn, "line = %s", (in_force,), content_limit) + comp
+        compactions = [self._entry(r, content_limit) for r in comp]
+        leaf_line = conn.execute(f"SELECT max(line) FROM boundctx_lines WHERE session = %s "
+                                 f"AND kind IN ({int(LineKind.MESSAGE)}, {int(LineKind.CORRUPT)}, "
+                                 f"{int(LineKind.COMPACTION)})", (self.id,)).fetchone()[0]
+        leaf_id = None
+        if before == total and leaf_line is not None:
+            if messages and messages[-1].line == leaf_line:
+                leaf_entry = messages[-1]
+            else:
+                leaf_entry = self._entry(self._rows(conn, "line = %s", (leaf_line,), None)[0], None)
+            leaf_id = entry_id(leaf_entry.record, self.dialect) if leaf_entry.record is not None else None
+        return Window(messages=messages, message_start=start, message_count=total, has_more_before=start > 0,
+                      compactions=compactions, compactions_omitted=inside - keep, content_limit=content_limit,
+                      leaf=leaf_line, page_bytes=page_bytes, leaf_id=leaf_id)
+
+    def _rows(self, conn, where: str, params: tuple, content_limit: int | None, *,
+              newest: int | None = None) -> list[_Row]:
+        """Lines of this session matching ``where`` (the newest ``newest`` of them), in
+        line order; a line longer than the display budget comes as the prefix its
+        projection reads."""
+        if content_limit is None:
+            data = "data"
+            extra: tuple = ()
+        else:
+            # Past the budget, the projection reads content_limit + ENVELOPE bytes of the
+            # body (and a BOM before it at byte 0), so no more crosses the wire.
+            data = ('CASE WHEN length - 1 > %s THEN substring(data FROM 1 FOR least(length - 1, '
+                    '%s + CASE WHEN "offset" = 0 THEN 3 ELSE 0 END)) ELSE data END')
+            extra = (content_limit, content_limit + ENVELOPE)
+        order = "ORDER BY line" if newest is None else f"ORDER BY line DESC LIMIT {int(newest)}"
+        rows = conn.execute(f'SELECT line, message, "offset", length, kind, {data} FROM boundctx_lines '
+                            f"WHERE session = %s AND {where} {order}", (*extra, self.id, *params)).fetchall()
+        found = [_Row(*r) for r in rows]
+        return found if newest is None else found[::-1]
+
+    def _entry(self, row: _Row, content_limit: int | None) -> Entry:
+        ln = _Line(row.line, row.message, row.offset, row.offset + row.length, row.kind,
+                   content_limit is not None and row.length - 1 > content_limit)
+        if ln.projected:
+            assert content_limit is not None
+            rec, cut, prefix, body_len = projected_record(ln, row.data, content_limit)
+            if rec is not None:
+                return Entry(line=ln.line, index=ln.message_index, offset=ln.start, length=row.length, record=rec,
+                             cut_bytes=cut)
+            return _raw_entry(ln, prefix, NOT_DISPLAYABLE, content_limit, total=body_len)
+        return plain_entry(ln, bytes(row.data[:-1]), content_limit)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(self, record: dict[str, Any] | msgspec.Struct, *, sync: bool = True, lock_wait: float = 0.0) -> int:
+        """Append one record; returns its line number. Refused as the file store refuses
+        (EntryInvalid); TranscriptLocked when another writer holds the session past
+        ``lock_wait`` seconds. Committed (durably: ``sync`` is PostgreSQL's) on return."""
+        data = encode_record(record)
+        if len(data) > LINE_MAX:
+            raise ValueError(f"the record is {len(data):,} bytes as a line, more than a database row holds")
+        scan = lineindex.scan_bytes(data, native_table(self.dialect))
+        kind = settle_undecided(None, scan, self.dialect, data=data)[0]
+        psycopg = self.store._errors
+        with self.store.pool.connection() as conn, conn.transaction():
+            # lock_timeout takes milliseconds; 0 would mean wait forever, so "no wait" is 1 ms.
+            conn.execute(f"SET LOCAL lock_timeout = {max(1, int(lock_wait * 1000))}")
+            try:
+                row = conn.execute("SELECT lines, messages, compactions, bytes, tail FROM boundctx_sessions "
+                                   "WHERE id = %s FOR UPDATE", (self.id,)).fetchone()
+            except psycopg.errors.LockNotAvailable:
+                raise TranscriptLocked(f"session {self.id!r} is being written by another writer; "
+                                       "retry shortly") from None
+            if row is None:
+                raise TranscriptNotFound(f"no session {self.id!r}")
+            lines, messages, compactions, size, tail = row
+            if tail:
+                # An unfinished line from the file it was imported from: kept aside.
+                conn.execute('INSERT INTO boundctx_torn (session, "offset", data) VALUES (%s, %s, %s)',
+                             (self.id, size, tail))
+            in_seq = kind in _IN_SEQUENCE
+            conn.execute('INSERT INTO boundctx_lines (session, line, "offset", length, kind, message, data) '
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                         (self.id, lines, size, len(data), kind, messages if in_seq else None, data))
+            conn.execute("UPDATE boundctx_sessions SET lines = lines + 1, messages = messages + %s, "
+                         "compactions = compactions + %s, bytes = bytes + %s, tail = ''::bytea, modified = now() "
+                         "WHERE id = %s",
+                         (int(in_seq), int(kind == LineKind.COMPACTION), len(data), self.id))
+        return lines

@@ -1,0 +1,279 @@
+"""The PostgreSQL store against the file store, on a real PostgreSQL server: the same
+bytes give the same windows, counts and appends, and JSONL goes in and comes back out
+byte for byte (docs/decisions/0048)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from boundctx.errors import EntryInvalid, TranscriptLocked, TranscriptNotFound
+from boundctx.stores.postgres import SCHEMA_VERSION, PostgresStore
+from boundctx.transcript import Transcript, encode_record
+
+from tests._support import SHARED_DATA, rewound_session
+from tests._support.strategies import jsonl_documents, large_documents
+
+_ids = itertools.count()
+
+#: Window shapes every comparison reads, newest first and paged back.
+SHAPES = [dict(preset="renderer"), dict(message_limit=5, content_limit=100), dict(message_limit=3),
+          dict(content_limit=40, page_bytes=500, message_limit=50), dict(message_limit=0),
+          dict(content_limit=0, message_limit=7)]
+
+
+@pytest.fixture
+def store(postgres_db):
+    with PostgresStore(postgres_db.url) as s:
+        yield s
+
+
+def _same(a, b) -> None:
+    assert msgspec.to_builtins(a) == msgspec.to_builtins(b)
+
+
+def assert_same_windows(t: Transcript, session) -> None:
+    """Every window shape, from the newest back to the first message, and the counts."""
+    assert session.message_count == t.message_count
+    assert session.compaction_count == t.compaction_count
+    for shape in SHAPES:
+        before = None
+        for _ in range(t.message_count + 1):
+            a, b = t.window(message_before=before, **shape), session.window(message_before=before, **shape)
+            _same(a, b)
+            if not a.has_more_before or not a.messages:
+                break
+            before = a.message_start
+    middle = t.message_count // 2
+    _same(t.window(message_before=middle, message_limit=4, content_limit=64),
+          session.window(message_before=middle, message_limit=4, content_limit=64))
+
+
+def import_both(store, tmp_path, data: bytes):
+    """``data`` as a file and as a session; None for the session when the store refuses it
+    (a tree that forks), which the file's own reading must then confirm."""
+    path = tmp_path / f"t{next(_ids)}.jsonl"
+    path.write_bytes(data)
+    sid = path.stem
+    try:
+        store.import_jsonl(sid, path)
+    except ValueError as exc:
+        assert "forks" in str(exc)
+        with Transcript.open(path) as t:
+            assert not t.in_file_order
+        return path, None
+    return path, store.open(sid)
+
+
+# -- real sessions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["claude-code-sessions/ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl",
+                                  "claude-code-sessions/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+                                  "claude-code-sessions/turn-2.jsonl"])
+def test_real_sessions_read_alike_and_come_back_byte_for_byte(store, shared_file, tmp_path, name):
+    path = shared_file(name)
+    report = store.import_jsonl("real", path)
+    out = tmp_path / "out.jsonl"
+    assert store.export_jsonl("real", out) == os.path.getsize(path)
+    assert out.read_bytes() == path.read_bytes()
+    with Transcript.open(path) as t:
+        assert (report.lines, report.messages, report.compactions) == (t.line_count, t.message_count,
+                                                                       t.compaction_count)
+        assert_same_windows(t, store.open("real"))
+
+
+def test_a_codex_session_reads_alike(store, tmp_path):
+    folder = SHARED_DATA / "codex-sessions"
+    if not folder.exists():
+        pytest.skip(f"real session data not found at {folder} (a clone without ../shared)")
+    first = sorted(folder.iterdir())[0]
+    path, session = import_both(store, tmp_path, first.read_bytes())
+    with Transcript.open(path) as t:
+        assert_same_windows(t, session)
+
+
+# -- generated files ---------------------------------------------------------------------------
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.one_of(jsonl_documents(max_lines=20), large_documents(min_size=70_000)))
+def test_any_file_reads_alike_and_round_trips(store, tmp_path, data):
+    """Blank, corrupt, deep, long and non-object lines, a BOM, CRLF and torn tails:
+    whatever the file store makes of a file, the database store makes of it too."""
+    path, session = import_both(store, tmp_path, data)
+    if session is None:
+        return
+    out = tmp_path / "back.jsonl"
+    store.export_jsonl(session.id, out)
+    assert out.read_bytes() == data
+    with Transcript.open(path) as t:
+        assert_same_windows(t, session)
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=jsonl_documents(max_lines=8),
+       records=st.lists(st.sampled_from([
+           {"type": "message", "message": {"role": "user", "content": "hi"}},
+           {"type": "message", "message": {"role": "assistant", "content": "x" * 5000}},
+           {"type": "compaction", "summary": "earlier turns"},
+           {"type": "note", "text": "not a message"},
+           {"type": "message", "message": {"role": "user", "content": "\u00e9\U0001f600 \u2028"}},
+       ]), min_size=1, max_size=6))
+def test_appends_land_where_the_file_stores_do(store, tmp_path, data, records):
+    """The same records appended to the file and the session: the same line numbers, and
+    the same windows after (a torn tail is moved aside in both, never lost)."""
+    path, session = import_both(store, tmp_path, data)
+    if session is None:
+        return
+    with Transcript.open(path) as t:
+        torn = data[len(data) - t.torn_bytes:] if t.torn_bytes else None
+        for record in records:
+            assert session.append(record) == t.append(record)
+        assert_same_windows(t, session)
+    with store.pool.connection() as conn:
+        moved = [bytes(r[0]) for r in conn.execute("SELECT data FROM boundctx_torn WHERE session = %s",
+                                                   (session.id,))]
+    assert moved == ([torn] if torn is not None else [])
+
+
+# -- what the store refuses, and how ----------------------------------------------------------
+
+
+def test_a_session_that_forks_is_refused_at_import_with_the_reason(store, tmp_path):
+    path = tmp_path / "rewound.jsonl"
+    path.write_bytes(b"".join(encode_record(r) for r in rewound_session()))
+    with pytest.raises(ValueError, match="forks"):
+        store.import_jsonl("rewound", path)
+    assert store.ids() == []  # nothing half-imported
+
+
+def test_an_existing_session_is_not_overwritten(store, tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(encode_record({"type": "message", "message": {"role": "user", "content": "one"}}))
+    store.import_jsonl("a", path)
+    with pytest.raises(FileExistsError):
+        store.import_jsonl("a", path)
+    with pytest.raises(FileExistsError):
+        store.create("a")
+    assert store.open("a").message_count == 1
+
+
+def test_a_missing_session_is_said(store):
+    with pytest.raises(TranscriptNotFound):
+        store.open("nobody")
+    with pytest.raises(TranscriptNotFound):
+        store.remove("nobody")
+
+
+def test_a_record_the_file_store_refuses_is_refused_alike(store, tmp_path):
+    store.create("s")
+    session = store.open("s")
+    for bad in ({"type": "message", "n": float("nan")}, {"type": "message", "x": 10**400}):
+        with pytest.raises(EntryInvalid) as db_error:
+            session.append(bad)
+        with Transcript.open(tmp_path / "f.jsonl", create=True) as t, pytest.raises(EntryInvalid) as file_error:
+            t.append(bad)
+        assert str(db_error.value) == str(file_error.value)
+    assert session.line_count == 0
+
+
+def test_a_writer_held_past_the_lock_wait_is_told_so(store):
+    store.create("busy")
+    session = store.open("busy")
+    with store.pool.connection() as conn, conn.transaction():
+        conn.execute("SELECT 1 FROM boundctx_sessions WHERE id = 'busy' FOR UPDATE")
+        with pytest.raises(TranscriptLocked):
+            session.append({"type": "message", "message": {"role": "user", "content": "x"}}, lock_wait=0.05)
+    assert session.append({"type": "message", "message": {"role": "user", "content": "x"}}) == 0
+
+
+def test_concurrent_appends_get_every_line_once_in_order(postgres_db):
+    """Writers on separate connections: line numbers and message indexes have no gap
+    and no double, and each writer's records keep its own order."""
+    with PostgresStore(postgres_db.url, pool_size=6) as store:
+        store.create("many")
+        session = store.open("many")
+        per, writers = 40, 5
+        errors: list[BaseException] = []
+
+        def write(w: int) -> None:
+            try:
+                for k in range(per):
+                    session.append({"type": "message", "message": {"role": "user", "content": f"{w}:{k}"}},
+                                   lock_wait=30)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors
+        window = session.window()
+        assert [e.index for e in window.messages] == list(range(per * writers))
+        assert [e.line for e in window.messages] == list(range(per * writers))
+        seen: dict[int, list[int]] = {}
+        for e in window.messages:
+            w, k = map(int, e.record["message"]["content"].split(":"))
+            seen.setdefault(w, []).append(k)
+        assert seen == {w: list(range(per)) for w in range(writers)}
+        offsets = [e.offset for e in window.messages]
+        lengths = [e.length for e in window.messages]
+        assert offsets == [sum(lengths[:k]) for k in range(len(lengths))]
+
+
+def test_a_long_record_crosses_the_wire_as_the_prefix_a_window_needs(store, tmp_path, monkeypatch):
+    """A 5 MB tool output: a renderer window fetches at most the content limit and the
+    envelope of it, and shows it cut with the file store's marker."""
+    big = {"type": "message", "message": {"role": "tool", "content": "y" * (5 << 20)}}
+    store.create("big")
+    session = store.open("big")
+    session.append(big)
+    fetched: list[int] = []
+    real_rows = type(session)._rows
+
+    def counting(self, conn, where, params, content_limit, **kw):
+        rows = real_rows(self, conn, where, params, content_limit, **kw)
+        fetched.extend(len(r.data) for r in rows)
+        return rows
+
+    monkeypatch.setattr(type(session), "_rows", counting)
+    w = session.window(content_limit=1000)
+    assert max(fetched) <= 1000 + 64 * 1024 + 3
+    assert w.messages[0].cut_bytes > 0 and w.messages[0].length > 5 << 20
+    path = tmp_path / "big.jsonl"
+    with Transcript.open(path, create=True) as t:
+        t.append(big)
+        _same(t.window(content_limit=1000), w)
+
+
+def test_a_database_of_another_schema_version_is_refused(postgres_db):
+    with PostgresStore(postgres_db.url) as store:
+        with store.pool.connection() as conn:
+            conn.execute("UPDATE boundctx_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(RuntimeError, match="schema version"):
+        PostgresStore(postgres_db.url)
+
+
+def test_export_replaces_the_target_whole_or_not_at_all(store, tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(encode_record({"type": "message", "message": {"role": "user", "content": "one"}}))
+    store.import_jsonl("s", path)
+    target = tmp_path / "target.jsonl"
+    target.write_bytes(b"old contents\n")
+    with pytest.raises(TranscriptNotFound):
+        store.export_jsonl("missing", target)
+    assert target.read_bytes() == b"old contents\n"
+    assert [p.name for p in tmp_path.iterdir() if ".export" in p.name] == []
+    seen: list[tuple[int, int]] = []
+    store.export_jsonl("s", target, progress=lambda done, total: seen.append((done, total)))
+    assert target.read_bytes() == path.read_bytes()
+    assert seen[-1] == (len(path.read_bytes()), len(path.read_bytes()))
