@@ -5,6 +5,7 @@ import shutil
 import pytest
 
 from tests._support import SHARED_DATA
+from tests._support.postgres import required as postgres_required
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +104,44 @@ def smollm2():
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'boundctx[local]')")
     from boundctx.tokens.llama import LlamaCounter
     return LlamaCounter()
+
+
+# PostgreSQL, a real server the suite starts itself (tests/_support/postgres.py). Without
+# its programs or psycopg the tests that need it skip, saying what to install; in CI, or
+# with BOUNDCTX_REQUIRE_POSTGRES=1, they fail instead, for a skip there would hide a
+# missing server. Read once, and taken out of the environment: the variable is the
+# suite's, not a boundctx setting, and boundctx warns of BOUNDCTX_* variables it does not
+# know (an error here) wherever _isolated_cache has not cleared them yet.
+_REQUIRE_POSTGRES = postgres_required()
+os.environ.pop("BOUNDCTX_REQUIRE_POSTGRES", None)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of the session's own (``PostgresServer``: ``.url``, ``.dsn``,
+    ``stop()``, ``start()``, ``restart()``, ``kill()``), stopped and its folder removed at
+    the end. A test that stops or kills it starts it again (``postgres_db`` does)."""
+    from tests._support.postgres import PostgresServer, PostgresUnavailable, import_psycopg
+    try:
+        import_psycopg()
+        server = PostgresServer()
+    except PostgresUnavailable as exc:
+        if _REQUIRE_POSTGRES:
+            pytest.fail(f"{exc} (a server is required here: CI or BOUNDCTX_REQUIRE_POSTGRES=1 is set)", pytrace=False)
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+@pytest.fixture
+def postgres_db(postgres_server):
+    """A fresh database on ``postgres_server`` for this test (``.name``, ``.url``,
+    ``.dsn``), dropped after it, its connections ended."""
+    postgres_server.start()
+    database = postgres_server.create_database()
+    yield database
+    postgres_server.start()
+    postgres_server.drop_database(database.name)
 
 
 # Hypothesis profiles. The machines are shared and noisy, so no test may fail on time:

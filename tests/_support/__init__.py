@@ -13,7 +13,9 @@ benchmarks run as ``python -m bench.<script>`` from the root), so this is the pa
 - ``scripted_server``: the same serve in a process of its own (``python -m``);
 - ``booking``, ``oracle``: the understanding tests' catalog and scripted model;
 - ``strategies``: the hypothesis strategies;
-- ``chromium``: where the browser tests find a Chromium.
+- ``chromium``: where the browser tests find a Chromium;
+- ``postgres``: a throwaway PostgreSQL server the suite starts itself (its fixtures,
+  ``postgres_server`` and ``postgres_db``, are in ``tests/conftest.py``).
 
 The slow twins stay in ``tests/reference/`` (``tests.reference.<module>``).
 """
