@@ -10,7 +10,7 @@ import threading
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from boundctx.errors import EntryInvalid, TranscriptLocked, TranscriptNotFound
@@ -117,6 +117,31 @@ def test_any_file_reads_alike_and_round_trips(store, tmp_path, data):
         assert_same_windows(t, session)
 
 
+_LINES = {"m": encode_record({"type": "message", "message": {"role": "user", "content": "a message"}}),
+          "c": encode_record({"type": "compaction", "summary": "what came before"}),
+          "o": encode_record({"type": "session", "id": "other"}),
+          "x": b'{"type":"message","broken\n', "b": b"\n"}
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kinds=st.text("mmcccox b", min_size=1, max_size=40), limit=st.integers(1, 4))
+@example(kinds="mcccm", limit=2)
+def test_compactions_around_and_inside_windows_are_chosen_alike(store, tmp_path, kinds, limit):
+    """Files dense with compactions: the one in force before a window and the newest
+    ``limit`` of those inside it, with how many were left out, page after page."""
+    data = b"".join(_LINES[k] for k in kinds if k != " ")
+    path, session = import_both(store, tmp_path, data)
+    with Transcript.open(path) as t:
+        before = None
+        for _ in range(t.message_count + 1):
+            a, b = t.window(message_before=before, message_limit=limit), \
+                session.window(message_before=before, message_limit=limit)
+            _same(a, b)
+            if not a.has_more_before:
+                break
+            before = a.message_start
+
+
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=jsonl_documents(max_lines=8),
        records=st.lists(st.sampled_from([
@@ -175,7 +200,8 @@ def test_a_missing_session_is_said(store):
 def test_a_record_the_file_store_refuses_is_refused_alike(store, tmp_path):
     store.create("s")
     session = store.open("s")
-    for bad in ({"type": "message", "n": float("nan")}, {"type": "message", "x": 10**400}):
+    for bad in ({"type": "message", "n": float("nan")}, {"type": "message", "s": "\ud800"},
+                {"type": "message", "k": object()}, [1]):
         with pytest.raises(EntryInvalid) as db_error:
             session.append(bad)
         with Transcript.open(tmp_path / "f.jsonl", create=True) as t, pytest.raises(EntryInvalid) as file_error:
