@@ -269,7 +269,11 @@ class PostgresServer:
     # -- its life
 
     def __enter__(self) -> PostgresServer:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -376,7 +380,7 @@ class PostgresServer:
             for parent in base.parents:
                 if not parent.stat().st_mode & stat.S_IXOTH:
                     self.close()
-                    raise PostgresUnavailable(
+                    raise RuntimeError(
                         f"{parent} cannot be entered by the account {self.account.pw_name} that PostgreSQL runs "
                         f"as, so neither can {base}: set TMPDIR to a folder it can reach (/tmp)")
         uid, gid = (self.account.pw_uid, self.account.pw_gid) if self.account else (-1, -1)
