@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from boundctx.errors import EntryInvalid, TranscriptLocked, TranscriptNotFound
+from boundctx.errors import EntryInvalid, TranscriptChanged, TranscriptLocked, TranscriptNotFound
 from boundctx.stores.postgres import SCHEMA_VERSION, PostgresStore
 from boundctx.transcript import Transcript, encode_record
 
@@ -166,6 +166,79 @@ def test_appends_land_where_the_file_stores_do(store, tmp_path, data, records):
         moved = [bytes(r[0]) for r in conn.execute("SELECT data FROM boundctx_torn WHERE session = %s",
                                                    (session.id,))]
     assert moved == ([torn] if torn is not None else [])
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=jsonl_documents(max_lines=10),
+       changes=st.lists(st.tuples(st.sampled_from(["edit", "delete", "truncate", "append"]), st.integers(0, 12),
+                                  st.sampled_from([{"type": "message", "message": {"role": "user", "content": "new"}},
+                                                   {"type": "compaction", "summary": "s"},
+                                                   {"type": "note", "text": "n"}])),
+                        min_size=1, max_size=5))
+def test_edits_deletes_and_truncations_leave_what_the_file_stores_do(store, tmp_path, data, changes):
+    """The same rewrites of the same bytes: the same windows after each, a message index
+    past the end refused alike, and the version changed by a rewrite only."""
+    path, session = import_both(store, tmp_path, data)
+    if session is None:
+        return
+    with Transcript.open(path) as t:
+        # A torn tail is moved aside by the first rewrite in both, but by the file store
+        # also when a rewrite is then refused: the bytes compared below exclude that case.
+        torn = t.torn_bytes
+        for what, index, record in changes:
+            version = session.version()
+            if what == "append":
+                assert session.append(record) == t.append(record)
+                assert session.version() == version
+                continue
+            args = (index, record) if what == "edit" else (index,)
+            try:
+                getattr(t, what)(*args)
+            except IndexError:
+                with pytest.raises(IndexError):
+                    getattr(session, what)(*args)
+                assert session.version() == version
+                continue
+            getattr(session, what)(*args)
+            assert session.version() != version
+            assert_same_windows(t, session)
+    out = tmp_path / "after.jsonl"
+    store.export_jsonl(session.id, out)
+    if not torn:
+        assert out.read_bytes() == path.read_bytes()
+
+
+def test_a_check_that_refuses_leaves_the_session_as_it_was(store, tmp_path):
+    store.create("c")
+    session = store.open("c")
+    for k in range(3):
+        session.append({"type": "message", "message": {"role": "user", "content": str(k)}})
+    version = session.version()
+    seen = []
+
+    def refuse(history):
+        seen.append((history.source.message_count, history.source.identity()))
+        raise RuntimeError("the cursor is stale")
+
+    with pytest.raises(RuntimeError, match="stale"):
+        session.delete(1, check=refuse)
+    assert seen == [(3, session.identity())]
+    assert session.version() == version
+    assert [e.record["message"]["content"] for e in session.window().messages] == ["0", "1", "2"]
+
+
+def test_an_entry_read_before_another_rewrite_is_not_edited(store):
+    store.create("e")
+    session = store.open("e")
+    for k in range(3):
+        session.append({"type": "message", "message": {"role": "user", "content": str(k)}})
+    stale = session.window().messages[2]
+    session.delete(0)
+    with pytest.raises(TranscriptChanged):
+        session.edit(stale, {"type": "message", "message": {"role": "user", "content": "x"}})
+    fresh = session.window().messages[1]
+    session.edit(fresh, {"type": "message", "message": {"role": "user", "content": "x"}})
+    assert [e.record["message"]["content"] for e in session.window().messages] == ["1", "x"]
 
 
 # -- what the store refuses, and how ----------------------------------------------------------

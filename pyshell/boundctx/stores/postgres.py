@@ -37,14 +37,15 @@ import msgspec
 import numpy as np
 
 from boundctx._native import filescan, lineindex
-from boundctx.errors import TranscriptLocked, TranscriptNotFound
+from boundctx.errors import TranscriptChanged, TranscriptLocked, TranscriptNotFound
 from boundctx.transcript.dialects import native_table, settle_undecided
 from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.reading import ENVELOPE, NOT_DISPLAYABLE, _Line, _raw_entry, plain_entry, projected_record
-from boundctx.transcript.store import UNSET, Transcript, _span, fit_page, window_limits
+from boundctx.transcript.store import UNSET, Transcript, _check_limit, _span, fit_page, window_limits
 from boundctx.transcript.tree import entry_id
+from boundctx.transcript.writing import History
 
 __all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore"]
 
@@ -222,7 +223,6 @@ class PostgresStore:
             if len(starts) and int((ends - starts).max()) > LINE_MAX:
                 raise ValueError(f"{path!r} has a line over {LINE_MAX:,} bytes, more than a database row holds")
             seq = np.isin(kinds, _IN_SEQUENCE)
-            message = np.cumsum(seq) - 1
             compactions = int(np.count_nonzero(kinds == LineKind.COMPACTION))
             tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
             with self.pool.connection() as conn, conn.transaction():
@@ -232,16 +232,8 @@ class PostgresStore:
                     (sid, dialect, len(starts), int(seq.sum()), compactions, int(res.indexed_end), tail))
                 if cur.rowcount == 0:
                     raise FileExistsError(f"session {sid!r} exists")
-                with conn.cursor().copy('COPY boundctx_lines (session, line, "offset", length, kind, message, data) '
-                                        "FROM STDIN") as copy:
-                    for lo, hi, buf in _batches(fd, starts, ends):
-                        base = int(starts[lo])
-                        for k in range(lo, hi):
-                            a, b = int(starts[k]), int(ends[k])
-                            copy.write_row((sid, k, a, b - a, int(kinds[k]), int(message[k]) if seq[k] else None,
-                                            buf[a - base : b - base]))
-                        if progress is not None:
-                            progress(int(ends[hi - 1]), size)
+                _copy_lines(conn, sid, starts, ends, kinds, _batches(fd, starts, ends),
+                            progress=None if progress is None else lambda done: progress(done, size))
         finally:
             os.close(fd)
         return ImportReport(sid, len(starts), int(seq.sum()), compactions, int(res.indexed_end), len(tail))
@@ -283,6 +275,26 @@ class PostgresStore:
         if progress is not None:
             progress(written, total)
         return written
+
+
+def _copy_lines(conn, sid: str, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray,
+                batches, *, progress: Callable[[int], object] | None = None) -> np.ndarray:
+    """Store the lines of session ``sid`` (each line's start and end offset and kind;
+    ``batches`` yields ``(lo, hi, bytes of lines lo..hi - 1)``), numbering the message
+    sequence; returns which lines are in it. ``progress(bytes stored)`` after each batch."""
+    seq = np.isin(kinds, _IN_SEQUENCE)
+    index = (np.cumsum(seq) - 1).tolist()
+    with conn.cursor().copy('COPY boundctx_lines (session, line, "offset", length, kind, message, data) '
+                            "FROM STDIN") as copy:
+        for lo, hi, buf in batches:
+            base = int(starts[lo])
+            for k in range(lo, hi):
+                a, b = int(starts[k]), int(ends[k])
+                copy.write_row((sid, k, a, b - a, int(kinds[k]), index[k] if seq[k] else None,
+                                buf[a - base : b - base]))
+            if progress is not None:
+                progress(int(ends[hi - 1]))
+    return seq
 
 
 def _batches(fd: int, starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
@@ -360,11 +372,25 @@ class PostgresSession:
     def in_file_order(self) -> bool:
         return True  # a session is kept as a list (the module docstring)
 
-    def version(self) -> str:
-        """The layout version: changed by a rewrite only, as a file's identity is."""
+    def identity(self) -> str:
+        """What a cursor is taken against: the session and its generation, which only a
+        rewrite changes (a file's identity changes only when a rewrite replaces it)."""
         with self._snapshot() as conn:
-            generation = self._head(conn)[4]
-        return hashlib.blake2b(f"{self.id}\0{generation}".encode(), digest_size=8).hexdigest()
+            return _identity(self.id, self._head(conn)[4])
+
+    def version(self) -> str:
+        """The layout version: a digest of :meth:`identity`."""
+        return hashlib.blake2b(self.identity().encode(), digest_size=8).hexdigest()
+
+    def message_bytes(self, message_start: int, message_stop: int) -> list[int]:
+        """The size in bytes of each of messages ``message_start:message_stop`` as its
+        line holds it (``\\n`` included), from the lengths alone: nothing else is read."""
+        _check_limit("message_start", message_start, 0)
+        _check_limit("message_stop", message_stop, 0)
+        with self._snapshot() as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT length FROM boundctx_lines WHERE session = %s AND message >= %s AND message < %s "
+                "ORDER BY message", (self.id, message_start, message_stop))]
 
     # -- windows --------------------------------------------------------------------------
 
@@ -473,23 +499,10 @@ class PostgresSession:
             raise ValueError(f"the record is {len(data):,} bytes as a line, more than a database row holds")
         scan = lineindex.scan_bytes(data, native_table(self.dialect))
         kind = settle_undecided(None, scan, self.dialect, data=data)[0]
-        psycopg = self.store._errors
         with self.store.pool.connection() as conn, conn.transaction():
-            # lock_timeout takes milliseconds; 0 would mean wait forever, so "no wait" is 1 ms.
-            conn.execute(f"SET LOCAL lock_timeout = {max(1, int(lock_wait * 1000))}")
-            try:
-                row = conn.execute("SELECT lines, messages, compactions, bytes, tail FROM boundctx_sessions "
-                                   "WHERE id = %s FOR UPDATE", (self.id,)).fetchone()
-            except psycopg.errors.LockNotAvailable:
-                raise TranscriptLocked(f"session {self.id!r} is being written by another writer; "
-                                       "retry shortly") from None
-            if row is None:
-                raise TranscriptNotFound(f"no session {self.id!r}")
-            lines, messages, compactions, size, tail = row
+            lines, messages, compactions, size, tail = self._lock(conn, lock_wait)
             if tail:
-                # An unfinished line from the file it was imported from: kept aside.
-                conn.execute('INSERT INTO boundctx_torn (session, "offset", data) VALUES (%s, %s, %s)',
-                             (self.id, size, tail))
+                self._move_tail_aside(conn, size, tail)
             in_seq = kind in _IN_SEQUENCE
             conn.execute('INSERT INTO boundctx_lines (session, line, "offset", length, kind, message, data) '
                          "VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -499,3 +512,96 @@ class PostgresSession:
                          "WHERE id = %s",
                          (int(in_seq), int(kind == LineKind.COMPACTION), len(data), self.id))
         return lines
+
+    def edit(self, message: int | Entry, record: dict[str, Any], *, lock_wait: float = 0.0,
+             check: Callable[[History], None] | None = None) -> None:
+        """Replace a message, as :meth:`Transcript.edit <boundctx.transcript.Transcript.edit>`
+        does: from the complete history, in one transaction that changes the version."""
+        encode_record(record)  # refused before the lock, as the file store refuses it
+        self._rewrite(lambda h, i: h.replace_message(i, record), message, lock_wait, check)
+
+    def delete(self, message: int | Entry, *, lock_wait: float = 0.0,
+               check: Callable[[History], None] | None = None) -> None:
+        """Delete a message; later messages move up by one."""
+        self._rewrite(lambda h, i: h.delete_message(i), message, lock_wait, check)
+
+    def truncate(self, message: int | Entry, *, lock_wait: float = 0.0,
+                 check: Callable[[History], None] | None = None) -> None:
+        """Delete a message and every line after it."""
+        self._rewrite(lambda h, i: h.truncate_messages(i), message, lock_wait, check)
+
+    def _rewrite(self, change: Callable[[History, int], None], message: int | Entry, lock_wait: float,
+                 check: Callable[[History], None] | None) -> None:
+        with self.store.pool.connection() as conn, conn.transaction():
+            lines, messages, _c, size, tail, generation = self._lock(conn, lock_wait, "generation")
+            rows = conn.execute('SELECT data, "offset", message IS NOT NULL FROM boundctx_lines '
+                                "WHERE session = %s ORDER BY line", (self.id,)).fetchall()
+            history = History([bytes(r[0]) for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                              generation, _Locked(self.id, generation, messages))
+            if check is not None:
+                check(history)
+            change(history, _index_in(history, message, self.id))
+            if tail:
+                self._move_tail_aside(conn, size, tail)
+            data = history.data()
+            conn.execute("DELETE FROM boundctx_lines WHERE session = %s", (self.id,))
+            scan = lineindex.scan_bytes(data, native_table(self.dialect))
+            kinds = np.frombuffer(settle_undecided(None, scan, self.dialect, data=data), dtype=np.uint8)
+            starts = np.frombuffer(scan.starts, dtype=np.int64)
+            ends = np.append(starts[1:], scan.indexed_end)
+            seq = _copy_lines(conn, self.id, starts, ends, kinds, [(0, len(starts), data)] if len(starts) else [])
+            conn.execute("UPDATE boundctx_sessions SET lines = %s, messages = %s, compactions = %s, bytes = %s, "
+                         "tail = ''::bytea, generation = generation + 1, modified = now() WHERE id = %s",
+                         (len(starts), int(seq.sum()), int(np.count_nonzero(kinds == LineKind.COMPACTION)),
+                          len(data), self.id))
+
+    def _lock(self, conn, lock_wait: float, *extra: str) -> tuple:
+        """Take the session row's lock (waiting ``lock_wait`` seconds at most) and return
+        ``lines, messages, compactions, bytes, tail`` and the ``extra`` columns."""
+        psycopg = self.store._errors
+        # lock_timeout takes milliseconds; 0 would mean wait forever, so "no wait" is 1 ms.
+        conn.execute(f"SET LOCAL lock_timeout = {max(1, int(lock_wait * 1000))}")
+        columns = ", ".join(("lines", "messages", "compactions", "bytes", "tail", *extra))
+        try:
+            row = conn.execute(f"SELECT {columns} FROM boundctx_sessions WHERE id = %s FOR UPDATE",
+                               (self.id,)).fetchone()
+        except psycopg.errors.LockNotAvailable:
+            raise TranscriptLocked(f"session {self.id!r} is being written by another writer; retry shortly") from None
+        if row is None:
+            raise TranscriptNotFound(f"no session {self.id!r}")
+        return row
+
+    def _move_tail_aside(self, conn, size: int, tail: bytes) -> None:
+        """An unfinished line from the file the session was imported from: kept aside, as
+        the file store moves a torn tail into a side file before it writes."""
+        conn.execute('INSERT INTO boundctx_torn (session, "offset", data) VALUES (%s, %s, %s)', (self.id, size, tail))
+
+
+class _Locked(NamedTuple):
+    """A rewrite's ``history.source``: the session as its lock found it, for a ``check``
+    that compares a cursor (:meth:`identity`, ``message_count``) under the lock."""
+
+    id: str
+    generation: int
+    message_count: int
+
+    def identity(self) -> str:
+        return _identity(self.id, self.generation)
+
+
+def _identity(sid: str, generation: int) -> str:
+    return f"postgresql session {sid} generation {generation}"
+
+
+def _index_in(history: History, message: int | Entry, sid: str) -> int:
+    """Message ``message`` of ``history``: an index, or an Entry a window returned, which
+    must still be the line it was read from (the file store's rule)."""
+    if not isinstance(message, Entry):
+        _check_limit("message index", message, 0)
+        return message
+    at = message.index
+    if (at is None or at >= history.message_count or history.offset_of(at) != message.offset
+            or (message.record is not None and not message.cut_bytes and history.message(at) != message.record)):
+        raise TranscriptChanged(f"message {message.index} of session {sid!r} is no longer the line it was read "
+                                "from; read the window again before editing")
+    return at
