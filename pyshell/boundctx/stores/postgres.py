@@ -193,15 +193,18 @@ class PostgresStore:
     # -- import and export --------------------------------------------------------------
 
     def import_jsonl(self, sid: str, path: str | os.PathLike, *, dialect: str = "auto",
-                     progress: Callable[[int, int], object] | None = None) -> ImportReport:
+                     progress: Callable[[int, int], object] | None = None,
+                     replace: bool = False) -> ImportReport:
         """Store the JSONL file at ``path`` as session ``sid``, every byte of it, in one
         transaction: the session is there whole or not at all. ``progress(done, total)``
-        is called with the bytes stored so far.
+        is called with the bytes stored so far. ``replace``: a session ``sid`` there
+        already is removed in the same transaction, so it is the old session or the whole
+        new one, never neither, and the new one's version is not the old one's.
 
         Raises
         ------
         FileExistsError
-            When ``sid`` exists.
+            When ``sid`` exists (and ``replace`` is false).
         ValueError
             When the file's entries fork (a rewind: read along its active branch, it is
             not the list of its lines), or a line is over 1 GB.
@@ -226,10 +229,16 @@ class PostgresStore:
             compactions = int(np.count_nonzero(kinds == LineKind.COMPACTION))
             tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
             with self.pool.connection() as conn, conn.transaction():
+                generation = 0
+                if replace:
+                    old = conn.execute("DELETE FROM boundctx_sessions WHERE id = %s RETURNING generation",
+                                       (sid,)).fetchone()
+                    generation = 0 if old is None else old[0] + 1
                 cur = conn.execute(
-                    "INSERT INTO boundctx_sessions (id, dialect, lines, messages, compactions, bytes, tail) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (sid, dialect, len(starts), int(seq.sum()), compactions, int(res.indexed_end), tail))
+                    "INSERT INTO boundctx_sessions (id, dialect, generation, lines, messages, compactions, bytes, "
+                    "tail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (sid, dialect, generation, len(starts), int(seq.sum()), compactions, int(res.indexed_end),
+                     tail))
                 if cur.rowcount == 0:
                     raise FileExistsError(f"session {sid!r} exists")
                 _copy_lines(conn, sid, starts, ends, kinds, _batches(fd, starts, ends),
@@ -312,6 +321,15 @@ def _batches(fd: int, starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[in
         lo = hi
 
 
+class _Head(NamedTuple):
+    lines: int
+    messages: int
+    compactions: int
+    bytes: int
+    generation: int
+    modified: Any  # a datetime
+
+
 class _Row(NamedTuple):
     line: int
     message: int | None
@@ -346,27 +364,29 @@ class PostgresSession:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield conn
 
-    def _head(self, conn) -> tuple[int, int, int, int, int]:
-        row = conn.execute("SELECT lines, messages, compactions, bytes, generation FROM boundctx_sessions "
+    def _head(self, conn) -> _Head:
+        row = conn.execute("SELECT lines, messages, compactions, bytes, generation, modified FROM boundctx_sessions "
                            "WHERE id = %s", (self.id,)).fetchone()
         if row is None:
             raise TranscriptNotFound(f"no session {self.id!r}")
-        return row
+        return _Head(*row)
+
+    def head(self) -> _Head:
+        """The session's counts, size, generation and last change, as one state of it."""
+        with self._snapshot() as conn:
+            return self._head(conn)
 
     @property
     def message_count(self) -> int:
-        with self._snapshot() as conn:
-            return self._head(conn)[1]
+        return self.head().messages
 
     @property
     def compaction_count(self) -> int:
-        with self._snapshot() as conn:
-            return self._head(conn)[2]
+        return self.head().compactions
 
     @property
     def line_count(self) -> int:
-        with self._snapshot() as conn:
-            return self._head(conn)[0]
+        return self.head().lines
 
     @property
     def in_file_order(self) -> bool:
@@ -376,7 +396,7 @@ class PostgresSession:
         """What a cursor is taken against: the session and its generation, which only a
         rewrite changes (a file's identity changes only when a rewrite replaces it)."""
         with self._snapshot() as conn:
-            return _identity(self.id, self._head(conn)[4])
+            return _identity(self.id, self._head(conn).generation)
 
     def version(self) -> str:
         """The layout version: a digest of :meth:`identity`."""
@@ -408,7 +428,8 @@ class PostgresSession:
             return self._window(conn, message_before, limit, content, page)
 
     def _window(self, conn, before, limit, content_limit, page_bytes) -> Window:
-        line_count, total, _c, _b, _g = self._head(conn)
+        head = self._head(conn)
+        line_count, total = head.lines, head.messages
         before, start = _span(before, limit, total, "the transcript")
         meta = conn.execute("SELECT line, length FROM boundctx_lines WHERE session = %s AND message >= %s "
                             "AND message < %s ORDER BY message", (self.id, start, before)).fetchall()
