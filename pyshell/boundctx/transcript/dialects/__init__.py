@@ -165,7 +165,11 @@ def settle_undecided(fd: int | None, res, dialect: str, *, data: bytes | None = 
     while at >= 0:
         start = starts[at]
         end = starts[at + 1] if at + 1 < len(starts) else res.indexed_end
-        raw = data[start:end] if data is not None else pread_exact(fd, start, end - start)
+        if data is not None:
+            raw = data[start:end]
+        else:
+            assert fd is not None, "a scan of a file is settled from that file"
+            raw = pread_exact(fd, start, end - start)
         fixed[at] = classify_by_parse(raw, table, at_file_start=start == 0)
         at = kinds.find(_UNDECIDED, at + 1)
     return bytes(fixed)
