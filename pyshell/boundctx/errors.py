@@ -31,6 +31,7 @@ would already catch for that kind of failure. This module imports nothing from b
     │   ├── TranscriptCorrupt(ValueError)           bytes that are not a transcript record
     │   ├── TranscriptChanged(RuntimeError)         the file changed under a read
     │   ├── TranscriptLocked(BlockingIOError)       another writer holds the transcript
+    │   ├── StoreUnavailable(ConnectionError)       the database holding the sessions cannot be reached
     │   ├── EntryInvalid(ValueError)                an entry given to append/rewrite is unusable
     │   └── PartialHistoryRewrite(ValueError)       a rewrite would drop history it never read
     └── UnderstandingError                       a message could not be understood as asked
@@ -61,6 +62,7 @@ __all__ = [
     "PartialHistoryRewrite",
     "PromptTemplateError",
     "ReplayDiverged",
+    "ResponseSchemaError",
     "SectionBudgetTooSmall",
     "SectionPlanError",
     "SectionReadError",
@@ -69,10 +71,10 @@ __all__ = [
     "ServerTimeout",
     "ServerUnreachable",
     "SourceTooLarge",
+    "StoreUnavailable",
     "TaskOutputInvalid",
     "TooManySections",
     "ToolOfferError",
-    "ResponseSchemaError",
     "TranscriptChanged",
     "TranscriptCorrupt",
     "TranscriptError",
@@ -276,6 +278,12 @@ class TranscriptChanged(TranscriptError, RuntimeError):
 
 class TranscriptLocked(TranscriptError, BlockingIOError):
     """Another writer holds the transcript's write lock."""
+
+
+class StoreUnavailable(TranscriptError, ConnectionError):
+    """The database that holds the sessions cannot be reached (down, restarting, or the
+    connection was lost); the message says which and why. Nothing was changed by the call
+    that raised it; the same call succeeds once the database is back."""
 
 
 class EntryInvalid(TranscriptError, ValueError):

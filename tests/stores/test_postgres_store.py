@@ -7,13 +7,14 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from boundctx.errors import EntryInvalid, TranscriptChanged, TranscriptLocked, TranscriptNotFound
+from boundctx.errors import EntryInvalid, StoreUnavailable, TranscriptChanged, TranscriptLocked, TranscriptNotFound
 from boundctx.stores.postgres import SCHEMA_VERSION, PostgresStore
 from boundctx.transcript import Transcript, encode_record
 
@@ -376,3 +377,42 @@ def test_export_replaces_the_target_whole_or_not_at_all(store, tmp_path):
     store.export_jsonl("s", target, progress=lambda done, total: seen.append((done, total)))
     assert target.read_bytes() == path.read_bytes()
     assert seen[-1] == (len(path.read_bytes()), len(path.read_bytes()))
+
+
+def test_a_lost_database_is_said_and_the_store_recovers_when_it_is_back(postgres_server, postgres_db):
+    """Killed under a store: each call raises StoreUnavailable naming the database (never
+    its password) and changes nothing; once the server is back, the same store works."""
+    with PostgresStore(postgres_db.url, connect_timeout=1) as store:
+        store.create("s")
+        session = store.open("s")
+        record = {"type": "message", "message": {"role": "user", "content": "kept"}}
+        assert session.append(record) == 0
+        postgres_server.kill()
+        for call in (lambda: session.append(record), lambda: session.window(), lambda: session.message_count,
+                     lambda: store.open("s")):
+            with pytest.raises(StoreUnavailable, match=postgres_db.name) as caught:
+                call()
+            assert "password" not in str(caught.value)
+        postgres_server.start()
+        # The pool reconnects on its own schedule (a backoff of seconds): until then a call
+        # is still told the database cannot be reached, never anything else.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                window = session.window()
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "the store did not recover once the database was back"
+                time.sleep(0.2)
+        assert window.message_count == 1  # nothing half-written while it was down
+        assert session.append(record) == 1
+        assert [e.record["message"]["content"] for e in session.window().messages] == ["kept", "kept"]
+
+
+def test_a_store_that_cannot_connect_says_why_without_the_password(tmp_path):
+    url = f"postgresql://someone:hunter2@/postgres?host={tmp_path}"
+    with pytest.raises(StoreUnavailable) as caught:
+        PostgresStore(url, connect_timeout=0.5)
+    assert "hunter2" not in str(caught.value)
+    assert str(tmp_path) in str(caught.value) and "No such file" in str(caught.value)
+

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 
 from boundctx._native import filescan, lineindex
-from boundctx.errors import TranscriptChanged, TranscriptLocked, TranscriptNotFound
+from boundctx.errors import StoreUnavailable, TranscriptChanged, TranscriptLocked, TranscriptNotFound
 from boundctx.transcript.dialects import native_table, settle_undecided
 from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.kinds import LineKind
@@ -129,17 +129,59 @@ class PostgresStore:
         Connections kept open (one per concurrent request at most).
     """
 
-    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
         psycopg, psycopg_pool = _psycopg()
         self.url = url
         self._errors = psycopg
+        self._pool_timeout = psycopg_pool.PoolTimeout
+        # Each connection is checked as it is taken, so one the database dropped (a restart)
+        # is replaced instead of failing the call it was given to.
         self.pool = psycopg_pool.ConnectionPool(url, min_size=1, max_size=pool_size, open=True,
-                                                kwargs={"autocommit": True})
+                                                timeout=connect_timeout, kwargs={"autocommit": True},
+                                                check=psycopg_pool.ConnectionPool.check_connection)
         try:
             self._ensure_schema()
         except BaseException:
             self.pool.close()
             raise
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled connection for one call. A database that cannot be reached, or a
+        connection lost during the call, is :class:`StoreUnavailable` saying so; the call's
+        transaction did not commit, and the next call connects again."""
+        psycopg = self._errors
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except self._pool_timeout:
+            raise StoreUnavailable(f"the sessions database {self.where} cannot be reached ({self._why()}); "
+                                   "check that it is running and the URL is right") from None
+        except psycopg.OperationalError as exc:
+            if not _connection_lost(exc):
+                raise
+            raise StoreUnavailable(f"the connection to the sessions database {self.where} was lost "
+                                   f"({str(exc).strip() or type(exc).__name__}); nothing of this call was "
+                                   "kept, and the next call connects again") from None
+
+    def _why(self) -> str:
+        """Why a connection cannot be made now: one attempt of its own (the pool keeps its
+        attempts' reasons to its log)."""
+        try:
+            self._errors.connect(self.url, connect_timeout=2).close()
+        except self._errors.Error as exc:
+            return " ".join(str(exc).split()) or type(exc).__name__
+        return "no connection came free in time"
+
+    @property
+    def where(self) -> str:
+        """The database's address as a message may show it: never a password."""
+        try:
+            info = self._errors.conninfo.conninfo_to_dict(self.url)
+        except self._errors.ProgrammingError:
+            return "(an unreadable URL)"
+        host = info.get("host", "localhost")
+        return f"{info.get('dbname', '')!r} on {host}" + (f":{info['port']}" if info.get("port") else "")
 
     def close(self) -> None:
         self.pool.close()
@@ -151,7 +193,7 @@ class PostgresStore:
         self.close()
 
     def _ensure_schema(self) -> None:
-        with self.pool.connection() as conn, conn.transaction():
+        with self.connection() as conn, conn.transaction():
             # One creator at a time: several processes may start against a new database.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('boundctx_schema'))")
             conn.execute(_SCHEMA)
@@ -167,24 +209,24 @@ class PostgresStore:
 
     def create(self, sid: str, *, dialect: str = "auto") -> None:
         """A new, empty session ``sid``; FileExistsError when there is one."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             cur = conn.execute("INSERT INTO boundctx_sessions (id, dialect) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                (sid, dialect))
             if cur.rowcount == 0:
                 raise FileExistsError(f"session {sid!r} exists")
 
     def remove(self, sid: str) -> None:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             if conn.execute("DELETE FROM boundctx_sessions WHERE id = %s", (sid,)).rowcount == 0:
                 raise TranscriptNotFound(f"no session {sid!r}")
 
     def ids(self) -> list[str]:
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             return [r[0] for r in conn.execute("SELECT id FROM boundctx_sessions ORDER BY id")]
 
     def open(self, sid: str) -> PostgresSession:
         """Session ``sid``; TranscriptNotFound when there is none."""
-        with self.pool.connection() as conn:
+        with self.connection() as conn:
             row = conn.execute("SELECT dialect FROM boundctx_sessions WHERE id = %s", (sid,)).fetchone()
         if row is None:
             raise TranscriptNotFound(f"no session {sid!r}")
@@ -228,7 +270,7 @@ class PostgresStore:
             seq = np.isin(kinds, _IN_SEQUENCE)
             compactions = int(np.count_nonzero(kinds == LineKind.COMPACTION))
             tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
-            with self.pool.connection() as conn, conn.transaction():
+            with self.connection() as conn, conn.transaction():
                 generation = 0
                 if replace:
                     old = conn.execute("DELETE FROM boundctx_sessions WHERE id = %s RETURNING generation",
@@ -254,7 +296,7 @@ class PostgresStore:
         is the old file or the whole new one, never part of one. Returns the bytes written."""
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
-        with self.pool.connection() as conn, conn.transaction():
+        with self.connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             row = conn.execute("SELECT bytes, tail FROM boundctx_sessions WHERE id = %s", (sid,)).fetchone()
             if row is None:
@@ -304,6 +346,13 @@ def _copy_lines(conn, sid: str, starts: np.ndarray, ends: np.ndarray, kinds: np.
             if progress is not None:
                 progress(int(ends[hi - 1]))
     return seq
+
+
+def _connection_lost(exc: Exception) -> bool:
+    """Whether a psycopg OperationalError is the connection's (the server gone, shutting
+    down or not yet accepting) rather than the statement's (a lock timeout)."""
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def _batches(fd: int, starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
@@ -360,7 +409,7 @@ class PostgresSession:
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[Any]:
         """A read-only transaction that sees one state of the session throughout."""
-        with self.store.pool.connection() as conn, conn.transaction():
+        with self.store.connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield conn
 
@@ -520,7 +569,7 @@ class PostgresSession:
             raise ValueError(f"the record is {len(data):,} bytes as a line, more than a database row holds")
         scan = lineindex.scan_bytes(data, native_table(self.dialect))
         kind = settle_undecided(None, scan, self.dialect, data=data)[0]
-        with self.store.pool.connection() as conn, conn.transaction():
+        with self.store.connection() as conn, conn.transaction():
             lines, messages, compactions, size, tail = self._lock(conn, lock_wait)
             if tail:
                 self._move_tail_aside(conn, size, tail)
@@ -553,7 +602,7 @@ class PostgresSession:
 
     def _rewrite(self, change: Callable[[History, int], None], message: int | Entry, lock_wait: float,
                  check: Callable[[History], None] | None) -> None:
-        with self.store.pool.connection() as conn, conn.transaction():
+        with self.store.connection() as conn, conn.transaction():
             lines, messages, _c, size, tail, generation = self._lock(conn, lock_wait, "generation")
             rows = conn.execute('SELECT data, "offset", message IS NOT NULL FROM boundctx_lines '
                                 "WHERE session = %s ORDER BY line", (self.id,)).fetchall()
