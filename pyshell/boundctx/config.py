@@ -332,7 +332,8 @@ KEYS: dict[str, Key] = _declare(
         "'event' object", label="Open WebUI status lines"),
     Key("serve.sessions_dir", "str", "", "the folder of sessions (transcripts) boundctx serve reads and "
         "writes under /boundctx/v1/sessions (empty: $XDG_DATA_HOME/boundctx/sessions, or "
-        "~/.local/share/boundctx/sessions)", label="Sessions folder"),
+        "~/.local/share/boundctx/sessions), or a postgresql:// URL of the database that keeps them, for "
+        "serve processes on several machines (pip install 'boundctx[postgres]')", label="Sessions folder"),
     Key("serve.cors_origins", "str", "", "origins (scheme://host[:port], comma-separated; * for any) whose "
         "pages may call boundctx serve from a browser; empty sends no CORS headers. Credentials are never "
         "allowed: send the API key as a bearer token", label="Allowed web origins (CORS)"),

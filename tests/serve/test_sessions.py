@@ -10,7 +10,7 @@ import httpx
 import msgspec
 import pytest
 
-from boundctx.serve import create_app
+from boundctx.serve import create_app, session_stores
 from boundctx.serve import sessions as sessions_module
 from boundctx.transcript.dialects import display, display_kind
 from boundctx.transcript.lineformat import encode_record
@@ -137,7 +137,7 @@ def test_a_session_that_cannot_be_opened_is_listed_with_its_error(server, folder
                 raise PermissionError(13, "no")
             return Transcript.open(path, **kw)
 
-    monkeypatch.setattr(sessions_module, "Transcript", Failing)
+    monkeypatch.setattr(session_stores, "Transcript", Failing)
     r = server.http.get(API)
     assert r.status_code == 200
     items = {d["id"]: d for d in r.json()["data"]}

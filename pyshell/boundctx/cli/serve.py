@@ -38,8 +38,9 @@ def add_parser(sub, summary: str) -> None:
                         "in the process list: the file or the variable keeps it private")
     p.add_argument("--api-key-file", metavar="FILE", help="API keys clients may send, one per line, # for a "
                                                           "comment (serve.api_key_file)")
-    p.add_argument("--sessions-dir", metavar="DIR", help="the folder of sessions under /boundctx/v1/sessions "
-                                                          "(serve.sessions_dir)")
+    p.add_argument("--sessions-dir", metavar="DIR|URL", help="the folder of sessions under /boundctx/v1/sessions, "
+                                                              "or a postgresql:// URL of the database that keeps "
+                                                              "them (serve.sessions_dir)")
     p.add_argument("--model-id", metavar="NAME", help="the model name clients send and /v1/models lists "
                                                       "(default: the local model file's name, or the remote model's)")
     p.set_defaults(run=run)

@@ -58,7 +58,9 @@ def sessions_folder(settings: config.Settings) -> str:
     """``serve.sessions_dir``, or the default under the user's data folder."""
     configured = settings.serve.sessions_dir
     if configured:
-        return os.path.expanduser(configured)
+        from boundctx.serve.session_stores import is_database_url
+
+        return configured if is_database_url(configured) else os.path.expanduser(configured)
     data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return os.path.join(data, "boundctx", "sessions")
 
@@ -94,10 +96,12 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     from starlette.exceptions import HTTPException
     from starlette.routing import Mount
 
+    from boundctx.errors import StoreUnavailable
     from boundctx.serve.engine_routes import engine_routes
     from boundctx.serve.openai_routes import openai_routes
     from boundctx.serve.service import ReplyService
     from boundctx.serve.session_replies import session_reply_routes
+    from boundctx.serve.session_stores import is_database_url
     from boundctx.serve.sessions import Sessions, session_routes
     from boundctx.serve.settings import settings_routes
     from boundctx.serve.ui import ui_routes
@@ -120,12 +124,16 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         raise ServeError(str(exc)) from None
     service = ReplyService(provider, resolved, model_id or provider.name)
     folder = sessions_dir if sessions_dir is not None else sessions_folder(resolved)
+    if not is_database_url(folder):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); "
+                             "set serve.sessions_dir") from None
     try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as exc:
-        raise ServeError(f"cannot use the sessions folder {folder!r} ({exc.strerror}); "
-                         "set serve.sessions_dir") from None
-    sessions = Sessions(folder, service.live)
+        sessions = Sessions(folder, service.live)
+    except (StoreUnavailable, RuntimeError) as exc:  # no database there, or no psycopg to reach one
+        raise ServeError(f"cannot use the sessions database (serve.sessions_dir): {exc}") from None
     app = Starlette(exception_handlers={ApiError: _render, HTTPException: _http_exception}, routes=[
         Mount(API, routes=[*session_routes(sessions), *session_reply_routes(service, sessions),
                            *settings_routes(service.live, service.max_body), *engine_routes(service)]),

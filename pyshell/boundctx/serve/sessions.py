@@ -1,4 +1,5 @@
-"""``boundctx serve``'s sessions API: transcripts under one folder, read in bounded windows.
+"""``boundctx serve``'s sessions API: transcripts under one folder (or in a PostgreSQL
+database: :mod:`boundctx.serve.session_stores`), read in bounded windows.
 
 Routes (``shared/research/serving.md`` §3, §8.1)::
 
@@ -39,6 +40,10 @@ lock, the sidecar, an append, a rewrite) goes beside that file without following
 name again (``Transcript.open(..., within=...)``): a symlink swapped in meanwhile
 cannot send a write outside the folder.
 
+In a database (decision 0048) a session is a row and its lines, an id is a key, and a
+layout version is a digest of the session's generation, which only a rewrite changes: the
+same cursors, the same refusals.
+
 Layout versions
 ---------------
 A message index is a cursor only while the messages before it stay where they are. An
@@ -68,17 +73,16 @@ import hashlib
 import os
 import re
 import secrets
-import stat
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
 from boundctx import config
-from boundctx._atomic import replacing
 from boundctx.analysis.originals import Earlier
 from boundctx.errors import (
     EntryInvalid,
+    StoreUnavailable,
     TranscriptChanged,
     TranscriptLocked,
     TranscriptNotAFile,
@@ -88,6 +92,13 @@ from boundctx.errors import (
 from boundctx.serve.http import ApiError, read_body, read_json
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
+from boundctx.serve.session_stores import (
+    RETRY_AFTER,
+    DatabaseSessions,
+    FolderSessions,
+    is_database_url,
+    unavailable,
+)
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import (
     Conversation,
@@ -107,9 +118,6 @@ __all__ = ["SESSION_ID", "Sessions", "layout_version", "session_routes"]
 T = TypeVar("T")
 #: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-SUFFIX = ".jsonl"
-#: A session's title, when a person set one, sits beside it in ``<id>.title``.
-TITLE_SUFFIX = ".title"
 TITLE_MAX, TITLE_SHOWN = 200, 80
 LIST_DEFAULT, LIST_MAX = 50, 1000
 BRANCHES_DEFAULT, BRANCHES_MAX = 100, 1000
@@ -124,7 +132,6 @@ PAGE_BYTES_MAX = config.WINDOW_PAGE_BYTES_MAX
 #: Writes wait this long for another writer (another server process, an agent appending)
 #: before answering 409 with Retry-After; short, as a request thread waits with it.
 LOCK_WAIT_S = 1.0
-RETRY_AFTER = "1"
 
 
 def _stale(param: str = "layout_version") -> ApiError:
@@ -141,20 +148,22 @@ def layout_version(t: Transcript) -> str:
 
 
 class Sessions:
-    """The session files under one folder, and the blocking work of each route (run in
-    a thread).
+    """The sessions of one store, and the blocking work of each route (run in a thread).
 
     Parameters
     ----------
-    sessions_dir : path
+    target : path or str
+        The sessions folder, or a ``postgresql://`` URL of the database that keeps them
+        (:mod:`boundctx.serve.session_stores`).
     settings : LiveSettings
         Where the window defaults (``transcript.window_*``) are read at each request,
         so a settings change applies to the next window.
     """
 
-    def __init__(self, sessions_dir: str | os.PathLike, settings: LiveSettings) -> None:
-        self.dir = os.fspath(sessions_dir)
-        self.real_dir = os.path.realpath(self.dir)
+    def __init__(self, target: str | os.PathLike, settings: LiveSettings) -> None:
+        where = os.fspath(target)
+        self.store: FolderSessions | DatabaseSessions = (DatabaseSessions(where) if is_database_url(where)
+                                                         else FolderSessions(where))
         self._live = settings
         #: ``serve.max_body_bytes``: fixed while serving, so read once.
         self.max_body = settings.started.serve.max_body_bytes
@@ -171,42 +180,32 @@ class Sessions:
                                 "(never a path)", "invalid_session_id", "id")
         return value
 
-    def _path(self, sid: str) -> str:
-        return os.path.join(self.real_dir, sid + SUFFIX)
-
-    def _existing(self, sid: str) -> str:
-        """The path of session ``sid`` (its id checked). Whether a regular file inside
-        the folder is there is settled when it is opened (:meth:`_opened`)."""
-        return self._path(self._id(sid))
-
-    def _opened(self, path: str) -> _OpenSession:
-        return _OpenSession(path, self.real_dir)
-
     def public(self, message: str) -> str:
         """``message`` without the server's own paths (the sessions folder): a client
         knows a session by its id."""
-        for folder in {self.real_dir, os.path.abspath(self.dir)}:
-            message = message.replace(folder + os.sep, "").replace(folder, "the sessions folder")
-        return message
+        return self.store.public(message)
 
     async def run(self, work: Callable[[], T]) -> T:
         """``work()`` (blocking) in the thread pool; an error it raises is said without
-        the server's own paths."""
+        the server's own paths, and a lost database as 503."""
         from starlette.concurrency import run_in_threadpool
 
         try:
             return await run_in_threadpool(work)
         except ApiError as exc:
             raise exc.with_message(self.public(exc.message)) from None
+        except StoreUnavailable as exc:
+            raise unavailable(exc) from None
 
     # -- the parts of a reply --------------------------------------------------------
 
-    def _read(self, path: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, os.stat_result]:
-        """``read(transcript, version)`` on one file that stayed the same file
-        throughout (a rewrite under the read is retried, then refused as 409)."""
+    def _read(self, sid: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, Any]:
+        """``read(session, version)`` on one session that stayed the same throughout (a
+        rewrite under the read is retried, then refused as 409). Also the stat of what
+        was read (``st_size``, ``st_mtime_ns``)."""
         for _ in range(3):
             try:
-                with self._opened(path) as t:
+                with self.store.open(sid) as t:
                     version = layout_version(t)
                     out = read(t, version)
                     # a read that followed the path to a rewrite's new file shows here
@@ -223,44 +222,32 @@ class Sessions:
     # -- handlers (blocking: run in the thread pool) ----------------------------------
 
     def list(self, limit: int, after: str | None) -> dict[str, Any]:
-        found: list[tuple[int, str, os.stat_result]] = []
-        try:
-            entries = list(os.scandir(self.dir))
-        except FileNotFoundError:
-            entries = []
-        for entry in entries:
-            name = entry.name
-            if not name.endswith(SUFFIX) or not SESSION_ID.fullmatch(name[: -len(SUFFIX)]):
-                continue
-            try:
-                real = os.path.realpath(entry.path)  # EINVAL when a link is swapped for a file under it
-                st = os.stat(real)
-            except OSError:
-                continue
-            if os.path.dirname(real) != self.real_dir or not stat.S_ISREG(st.st_mode):
-                continue  # a link out of the folder, a folder: no id reaches it
-            found.append((st.st_mtime_ns, name[: -len(SUFFIX)], st))
         # Newest first; the id breaks ties so the order (and `after`) is stable.
-        found.sort(key=lambda f: (-f[0], f[1]))
+        found = self.store.listing(lambda sid: bool(SESSION_ID.fullmatch(sid)))
         start = 0
         if after is not None:
-            ids = [f[1] for f in found]
+            ids = [f[0] for f in found]
             if after not in ids:
                 raise ApiError(400, f"after={after!r} is not a listed session; page from the start again",
                                "invalid_cursor", "after")
             start = ids.index(after) + 1
         page = found[start : start + limit]
-        data = [self._summary(sid, st) for _, sid, st in page]
+        data = [self._summary(sid, size, modified) for sid, size, modified in page]
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": start + limit < len(found)}
 
-    def _summary(self, sid: str, st: os.stat_result) -> dict[str, Any]:
-        item: dict[str, Any] = {"id": sid, "object": "boundctx.session", "bytes": st.st_size,
-                                "modified": st.st_mtime_ns // 1_000_000_000}
+    def _summary(self, sid: str, size: int, modified_ns: int) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": sid, "object": "boundctx.session", "bytes": size,
+                                "modified": modified_ns // 1_000_000_000}
         try:
-            with Transcript.open(self._path(sid), within=self.real_dir) as t:
+            with self.store.open(sid) as t:
                 item["message_count"], item["compaction_count"] = t.message_count, t.compaction_count
                 item.update(self._title(sid, t))
+        except StoreUnavailable:
+            raise  # the database, not this session: the whole list fails with 503
+        except ApiError as exc:  # gone since it was listed
+            item["message_count"] = item["compaction_count"] = None
+            item["error"] = self.public(exc.message)
         except Exception as exc:  # one unreadable file must not hide the others
             item["message_count"] = item["compaction_count"] = None
             item["error"] = self.public(f"{type(exc).__name__}: {exc}")
@@ -271,82 +258,47 @@ class Sessions:
         session's newest ``history`` messages as chat messages in boundctx's own lines
         (read as a reply on it reads them: the same byte bound, what it leaves out said),
         so another agent's session, which boundctx does not write into, can go on here."""
-        path = self._path(sid)
-        if not os.path.isdir(self.real_dir):
-            raise ApiError(500, "the sessions folder does not exist (serve.sessions_dir)", "sessions_folder_missing",
-                           type="server_error")
-        lines, carried, source = b"", None, None
+        records: list[dict[str, Any]] = []
+        carried, source = None, None
         if continue_from is not None:
             source = self._id(continue_from)
             conversation, _ = self.conversation(source, history, save=False)
-            lines = _writing(lambda: b"".join(encode_record({"type": "message", "message": m})
-                                              for m in conversation.messages))
+            records = [{"type": "message", "message": m} for m in conversation.messages]
             carried = {"from": source, "messages": len(conversation.messages), "notices": conversation.notices}
-        try:
-            # O_EXCL refuses anything already at the name, a dangling symlink included.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        except FileExistsError:
-            raise ApiError(409, f"session {sid!r} exists", "session_exists", "id") from None
-        try:
-            with os.fdopen(fd, "wb") as f:  # the carried lines whole, or no session
-                f.write(lines)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            os.unlink(path)
-            raise
+        _writing(lambda: self.store.create(sid, records))
         if source is not None:
             title = self.get(source).get("title") or source
             return {**self.set_title(sid, f"{title} (continued)"[:TITLE_MAX]), "continued": carried}
         return self.get(sid)
 
     def get(self, sid: str) -> dict[str, Any]:
-        path = self._existing(sid)
+        sid = self._id(sid)
         (counts, title, in_order), version, st = self._read(
-            path, lambda t, v: ((t.message_count, t.compaction_count), self._title(sid, t), t.in_file_order))
+            sid, lambda t, v: ((t.message_count, t.compaction_count), self._title(sid, t), t.in_file_order))
         return {**_metadata(sid, counts, version, st, in_order), **title}
 
     # -- titles ------------------------------------------------------------------------
 
-    def _title_path(self, sid: str) -> str:
-        return os.path.join(self.real_dir, sid + TITLE_SUFFIX)
-
     def _title(self, sid: str, t: Transcript) -> dict[str, Any]:
         """``title`` and where it comes from: the one a person set (``"set"``), else the
         first line of the session's first question (``"first_question"``), else none."""
-        try:
-            fd = os.open(self._title_path(sid), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            fd = -1
-        if fd >= 0:
-            try:
-                data = os.read(fd, TITLE_MAX * 4)
-            finally:
-                os.close(fd)
-            title = data.decode("utf-8", "replace").strip()
-            if title:
-                return {"title": title, "title_source": "set"}
+        title = self.store.title(sid)
+        if title:
+            return {"title": title[: TITLE_MAX * 4], "title_source": "set"}
         first = _first_question(t)
         return {"title": first, "title_source": "first_question" if first else None}
 
     def set_title(self, sid: str, title: str) -> dict[str, Any]:
-        """Set (or, with ``""``, clear) the title of session ``sid``: kept beside it as
-        ``<id>.title``, never in the transcript, so another agent's file stays as it was."""
-        path = self._existing(sid)
-        self._read(path, lambda t, v: None)  # the session is there (404 otherwise)
-        target = self._title_path(sid)
-        if title:
-            with replacing(target, resolve=False) as f:
-                f.write(title.encode())
-        else:
-            try:
-                os.unlink(target)
-            except FileNotFoundError:
-                pass
+        """Set (or, with ``""``, clear) the title of session ``sid``: kept beside it (a
+        file's in ``<id>.title``), never in the transcript, so another agent's file stays
+        as it was."""
+        sid = self._id(sid)
+        self._read(sid, lambda t, v: None)  # the session is there (404 otherwise)
+        self.store.set_title(sid, title)
         return self.get(sid)
 
     def window(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
-        path = self._existing(sid)
+        sid = self._id(sid)
         before = _int_param(query, "message_before", None, 0)
         window = self.settings.transcript
         # The defaults come from settings a PATCH can change: they are held to the same
@@ -366,9 +318,9 @@ class Sessions:
                 raise _stale()
             w = _on_leaf(lambda: t.window(message_before=before, message_limit=limit, content_limit=content,
                                           leaf=leaf, page_bytes=page))
-            return w, _writable(t, w)
+            return w, _writable(t, w, self.store.writes_into(t))
 
-        (w, writable), version, _ = self._read(path, read)
+        (w, writable), version, _ = self._read(sid, read)
         out = msgspec.to_builtins(w)
         for key in ("messages", "compactions"):
             out[key] = [_shown(entry, data) for entry, data in zip(getattr(w, key), out[key])]
@@ -379,7 +331,7 @@ class Sessions:
         person: characters ``text_offset`` to ``text_offset + text_limit`` of its text,
         with the text's whole length, and without the record (which is the whole of it).
         A front end opens a long message page by page, its payload bounded."""
-        path = self._existing(sid)
+        sid = self._id(sid)
         index = _index(index_text)
         wanted = query.get("layout_version")
         text_limit = _int_param(query, "text_limit", None, 1, CONTENT_LIMIT_MAX)
@@ -399,7 +351,7 @@ class Sessions:
             _check_index(index, count)
             return t.window(message_before=index + 1, message_limit=1, content_limit=None, leaf=leaf).messages[0]
 
-        entry, version, _ = self._read(path, read)
+        entry, version, _ = self._read(sid, read)
         if text_limit is None:
             return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
         page = _shown(entry, {"index": entry.index, "line": entry.line})
@@ -414,18 +366,18 @@ class Sessions:
     def branches(self, sid: str, query: Mapping[str, str]) -> dict[str, Any]:
         """The branches of session ``sid``'s tree, the active one first, then the others
         newest first (at most ``limit``; one for a session that never forked)."""
-        path = self._existing(sid)
+        sid = self._id(sid)
         limit = _int_param(query, "limit", BRANCHES_DEFAULT, 1, BRANCHES_MAX)
         assert limit is not None
-        (listed, in_order), version, _ = self._read(path, lambda t, v: (t.branches(), t.in_file_order))
+        (listed, in_order), version, _ = self._read(sid, lambda t, v: (t.branches(), t.in_file_order))
         return {"object": "list", "data": [msgspec.to_builtins(b) for b in listed[:limit]],
                 "branch_count": len(listed), "has_more": len(listed) > limit, "in_file_order": in_order,
                 "layout_version": version}
 
     def append(self, sid: str, body: bytes) -> dict[str, Any]:
-        path = self._existing(sid)
+        sid = self._id(sid)
         record = _record(body)
-        with self._opened(path) as t:
+        with self.store.open(sid) as t:
             line = _writing(lambda: t.append(record, lock_wait=LOCK_WAIT_S))
             count = t.message_count
         return {"line": line, "message_count": count}
@@ -444,7 +396,7 @@ class Sessions:
         if seen is not None and not later:
             raise ApiError(400, "message_count goes with and_later=true (the messages it deletes)", "invalid_value",
                            "message_count")
-        path = self._existing(sid)
+        sid = self._id(sid)
         index = _index(index_text)
         record = _record(body) if body is not None else None
         if record is not None:
@@ -464,7 +416,7 @@ class Sessions:
                                "stale_cursor", "message_count")
             _check_index(index, count)
 
-        with self._opened(path) as t:
+        with self.store.open(sid) as t:
             if record is not None:
                 _writing(lambda: t.edit(index, record, lock_wait=LOCK_WAIT_S, check=check))
             elif later:
@@ -480,7 +432,7 @@ class Sessions:
         ``history`` messages, and the style the exchange will be written in (None with
         ``save`` off). A session in a format boundctx does not write is
         refused here, before any model call, unless ``save`` is off."""
-        path = self._existing(sid)
+        sid = self._id(sid)
         budget = history_bytes(self.settings)
 
         def read(t: Transcript, version: str):
@@ -503,7 +455,8 @@ class Sessions:
             style = None
             if save:
                 try:
-                    style = writable_style(window, transcript=t) if window is not None else "text"
+                    style = (writable_style(window, transcript=self.store.writes_into(t)) if window is not None
+                             else "text")
                 except ValueError as exc:
                     raise ApiError(400, f"{exc} (send \"save\": false to reply without writing)",
                                    "session_read_only", "save") from None
@@ -511,19 +464,20 @@ class Sessions:
             conversation.notices[:0] = notices
             return conversation, style
 
-        (conversation, style), _, _ = self._read(path, read)
+        (conversation, style), _, _ = self._read(sid, read)
         return conversation, style
 
     def earlier(self, sid: str, before: int) -> Earlier:
         """Session ``sid``'s messages before message ``before``, for a reply to search
         (decision 0046): read, in the reply's own thread, only if the model asks."""
-        path = self._existing(sid)
-        return Earlier(before, lambda max_chars: earlier_text(path, before, max_chars))
+        sid = self._id(sid)
+        opener = self.store.opener(sid)
+        return Earlier(before, lambda max_chars: earlier_text(opener, before, max_chars))
 
     def save_exchange(self, sid: str, question: str, answer: str, style: str, parent_id: str | None) -> dict[str, Any]:
         """Append a complete exchange to session ``sid``: its lines and the new count."""
-        path = self._existing(sid)
-        with self._opened(path) as t:
+        sid = self._id(sid)
+        with self.store.open(sid) as t:
             lines = _writing(lambda: append_exchange(t, question, answer, style=style, parent_id=parent_id,
                                                      lock_wait=LOCK_WAIT_S))
             count, version = t.message_count, layout_version(t)
@@ -542,7 +496,7 @@ def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _writable(t: Transcript, w: Window) -> dict[str, Any]:
+def _writable(t: Transcript, w: Window, judged: Transcript | None) -> dict[str, Any]:
     """Whether a reply on this session can be saved to it, and the format its newest
     record is in: ``{"writable": False, "format": "claude-code"}`` for another agent's
     session, which a front end offers to ask without saving instead. Judged by the
@@ -559,7 +513,7 @@ def _writable(t: Transcript, w: Window) -> dict[str, Any]:
     dialect = dialect_of(record) if isinstance(record, dict) else None
     try:
         if newest is not None:
-            writable_style(newest, transcript=t)
+            writable_style(newest, transcript=judged)
     except ValueError:
         return {"writable": False, "format": dialect.name if dialect is not None else None}
     return {"writable": True, "format": dialect.name if dialect is not None else None}
@@ -604,7 +558,7 @@ def _title_of(body: bytes) -> str:
     return title
 
 
-def _metadata(sid: str, counts: tuple[int, int], version: str, st: os.stat_result,
+def _metadata(sid: str, counts: tuple[int, int], version: str, st: Any,
               in_order: bool = True) -> dict[str, Any]:
     return {"id": sid, "object": "boundctx.session", "message_count": counts[0], "compaction_count": counts[1],
             "bytes": st.st_size, "modified": st.st_mtime_ns // 1_000_000_000, "in_file_order": in_order,
@@ -617,31 +571,6 @@ def history_bytes(settings: config.Settings) -> int:
     character as JSON holds it (4 of UTF-8, escapes beyond). The model never gets more
     than that of any input, so a larger history would be read only to be dropped."""
     return 8 * settings.analysis.max_source_chars
-
-
-class _OpenSession:
-    """``Transcript.open`` of a file directly inside ``folder``, with the store's errors
-    said as HTTP ones (one answer for missing, outside and not-a-file: a caller cannot
-    probe what lies outside the folder)."""
-
-    def __init__(self, path: str, folder: str) -> None:
-        self.path, self.folder = path, folder
-
-    def __enter__(self) -> Transcript:
-        sid = os.path.basename(self.path)[: -len(SUFFIX)]
-        try:
-            self.t = Transcript.open(self.path, within=self.folder)
-        except (TranscriptNotFound, TranscriptNotAFile):
-            raise ApiError(404, f"no session {sid!r}", "session_not_found", "id") from None
-        except TranscriptChanged:
-            raise ApiError(409, "the session was replaced while it was being opened; try again", "session_changed",
-                           headers={"Retry-After": RETRY_AFTER}) from None
-        except TranscriptPermission as exc:
-            raise ApiError(403, str(exc), "permission_denied", type="permission_error") from None
-        return self.t
-
-    def __exit__(self, *exc) -> None:
-        self.t.close()
 
 
 def _writing(write: Callable[[], Any]) -> Any:

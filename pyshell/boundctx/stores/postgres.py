@@ -30,7 +30,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -38,6 +38,7 @@ import numpy as np
 
 from boundctx._native import filescan, lineindex
 from boundctx.errors import StoreUnavailable, TranscriptChanged, TranscriptLocked, TranscriptNotFound
+from boundctx.transcript.branches import Branch
 from boundctx.transcript.dialects import native_table, settle_undecided
 from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.kinds import LineKind
@@ -47,7 +48,7 @@ from boundctx.transcript.store import UNSET, Transcript, _check_limit, _span, fi
 from boundctx.transcript.tree import entry_id
 from boundctx.transcript.writing import History
 
-__all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore"]
+__all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore", "SessionStat"]
 
 #: The tables' layout; a database holding another version is refused, not migrated blind.
 SCHEMA_VERSION = 1
@@ -67,6 +68,7 @@ CREATE TABLE IF NOT EXISTS boundctx_sessions (
     compactions bigint NOT NULL DEFAULT 0,
     bytes bigint NOT NULL DEFAULT 0,
     tail bytea NOT NULL DEFAULT ''::bytea,
+    title text,
     modified timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS boundctx_lines (
@@ -207,13 +209,40 @@ class PostgresStore:
 
     # -- sessions -----------------------------------------------------------------------
 
-    def create(self, sid: str, *, dialect: str = "auto") -> None:
-        """A new, empty session ``sid``; FileExistsError when there is one."""
-        with self.connection() as conn:
+    def create(self, sid: str, *, dialect: str = "auto", records: Sequence[dict[str, Any]] = ()) -> None:
+        """A new session ``sid``, empty or holding ``records``: there whole, or not at all
+        (FileExistsError when there is one already)."""
+        lines = [encode_record(r) for r in records]  # refused before anything is stored
+        with self.connection() as conn, conn.transaction():
             cur = conn.execute("INSERT INTO boundctx_sessions (id, dialect) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                (sid, dialect))
             if cur.rowcount == 0:
                 raise FileExistsError(f"session {sid!r} exists")
+            session = PostgresSession(self, sid, dialect)
+            for line in lines:
+                session._append_line(conn, line)
+
+    def title(self, sid: str) -> str | None:
+        """The title a person gave session ``sid`` (None: none given)."""
+        with self.connection() as conn:
+            row = conn.execute("SELECT title FROM boundctx_sessions WHERE id = %s", (sid,)).fetchone()
+        if row is None:
+            raise TranscriptNotFound(f"no session {sid!r}")
+        return row[0]
+
+    def set_title(self, sid: str, title: str | None) -> None:
+        """Give session ``sid`` a title, or (None) take it away; its lines are not touched."""
+        with self.connection() as conn:
+            if conn.execute("UPDATE boundctx_sessions SET title = %s WHERE id = %s", (title, sid)).rowcount == 0:
+                raise TranscriptNotFound(f"no session {sid!r}")
+
+    def listing(self) -> list[tuple[str, int, int]]:
+        """``(id, bytes, modified in ns)`` of every session, the most recently changed first
+        (the id breaks ties, so the order is stable)."""
+        with self.connection() as conn:
+            rows = conn.execute("SELECT id, bytes + octet_length(tail), modified FROM boundctx_sessions "
+                                "ORDER BY modified DESC, id").fetchall()
+        return [(sid, size, _ns(modified)) for sid, size, modified in rows]
 
     def remove(self, sid: str) -> None:
         with self.connection() as conn:
@@ -348,6 +377,11 @@ def _copy_lines(conn, sid: str, starts: np.ndarray, ends: np.ndarray, kinds: np.
     return seq
 
 
+def _ns(moment) -> int:
+    """A timestamp as nanoseconds since the epoch, as a file's ``st_mtime_ns``."""
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
 def _connection_lost(exc: Exception) -> bool:
     """Whether a psycopg OperationalError is the connection's (the server gone, shutting
     down or not yet accepting) rather than the statement's (a lock timeout)."""
@@ -370,6 +404,13 @@ def _batches(fd: int, starts: np.ndarray, ends: np.ndarray) -> Iterator[tuple[in
         lo = hi
 
 
+class SessionStat(NamedTuple):
+    """A session's size and last change, named as ``os.stat_result`` names a file's."""
+
+    st_size: int
+    st_mtime_ns: int
+
+
 class _Head(NamedTuple):
     lines: int
     messages: int
@@ -377,6 +418,7 @@ class _Head(NamedTuple):
     bytes: int
     generation: int
     modified: Any  # a datetime
+    torn_bytes: int
 
 
 class _Row(NamedTuple):
@@ -414,8 +456,8 @@ class PostgresSession:
             yield conn
 
     def _head(self, conn) -> _Head:
-        row = conn.execute("SELECT lines, messages, compactions, bytes, generation, modified FROM boundctx_sessions "
-                           "WHERE id = %s", (self.id,)).fetchone()
+        row = conn.execute("SELECT lines, messages, compactions, bytes, generation, modified, octet_length(tail) "
+                           "FROM boundctx_sessions WHERE id = %s", (self.id,)).fetchone()
         if row is None:
             raise TranscriptNotFound(f"no session {self.id!r}")
         return _Head(*row)
@@ -440,6 +482,29 @@ class PostgresSession:
     @property
     def in_file_order(self) -> bool:
         return True  # a session is kept as a list (the module docstring)
+
+    def stat(self) -> SessionStat:
+        """The size and last change of the session's JSONL form, as ``os.stat`` says them
+        of a file."""
+        head = self.head()
+        return SessionStat(head.bytes + head.torn_bytes, _ns(head.modified))
+
+    def branches(self) -> list[Branch]:
+        """A list's one branch (as :meth:`Transcript.branches` lists a file without forks)."""
+        with self._snapshot() as conn:
+            total = self._head(conn).messages
+            leaf = self._leaf_line(conn)
+            entry = self._entry(self._rows(conn, "line = %s", (leaf,), None)[0], None) if leaf is not None else None
+        if leaf is None:
+            return []
+        leaf_id = entry_id(entry.record, self.dialect) if entry is not None and entry.record is not None else None
+        return [Branch(leaf=leaf, leaf_id=leaf_id, message_count=total, shared=total, active=True)]
+
+    def _leaf_line(self, conn) -> int | None:
+        """The newest message or compaction: the line a list's reads follow."""
+        return conn.execute(f"SELECT max(line) FROM boundctx_lines WHERE session = %s "
+                            f"AND kind IN ({int(LineKind.MESSAGE)}, {int(LineKind.CORRUPT)}, "
+                            f"{int(LineKind.COMPACTION)})", (self.id,)).fetchone()[0]
 
     def identity(self) -> str:
         """What a cursor is taken against: the session and its generation, which only a
@@ -468,11 +533,16 @@ class PostgresSession:
                content_limit: int | None | msgspec.UnsetType = UNSET,
                preset: Literal["renderer"] | None = None,
                settings: Mapping[str, Any] | None = None,
+               leaf: int | str | None = None,
                page_bytes: int | None | msgspec.UnsetType = UNSET) -> Window:
         """:meth:`Transcript.window <boundctx.transcript.Transcript.window>` of this session:
-        the same arguments, limits and answer."""
+        the same arguments, limits and answer. A session is one branch, so ``leaf`` can
+        only name none."""
         limit, content, page = window_limits(message_before, message_limit, content_limit, preset, settings,
                                              page_bytes)
+        if leaf is not None:
+            raise ValueError(f"leaf={leaf!r}: this session is kept as a list, one branch read from its newest "
+                             "message; leave leaf out")
         with self._snapshot() as conn:
             return self._window(conn, message_before, limit, content, page)
 
@@ -512,9 +582,7 @@ class PostgresSession:
         if in_force is not None:
             comp = self._rows(conn, "line = %s", (in_force,), content_limit) + comp
         compactions = [self._entry(r, content_limit) for r in comp]
-        leaf_line = conn.execute(f"SELECT max(line) FROM boundctx_lines WHERE session = %s "
-                                 f"AND kind IN ({int(LineKind.MESSAGE)}, {int(LineKind.CORRUPT)}, "
-                                 f"{int(LineKind.COMPACTION)})", (self.id,)).fetchone()[0]
+        leaf_line = self._leaf_line(conn)
         leaf_id = None
         if before == total and leaf_line is not None:
             if messages and messages[-1].line == leaf_line:
@@ -565,22 +633,38 @@ class PostgresSession:
         (EntryInvalid); TranscriptLocked when another writer holds the session past
         ``lock_wait`` seconds. Committed (durably: ``sync`` is PostgreSQL's) on return."""
         data = encode_record(record)
+        with self.store.connection() as conn, conn.transaction():
+            self._lock(conn, lock_wait)
+            return self._append_line(conn, data)
+
+    def append_records(self, records: Sequence[dict[str, Any]], *, lock_wait: float = 0.0) -> list[int]:
+        """Append ``records`` in order, in one transaction: no other writer's line comes
+        between them (a question and its answer). Their line numbers."""
+        lines = [encode_record(r) for r in records]
+        with self.store.connection() as conn, conn.transaction():
+            self._lock(conn, lock_wait)
+            return [self._append_line(conn, line) for line in lines]
+
+    def _append_line(self, conn, data: bytes) -> int:
+        """Store one encoded line at the end, in ``conn``'s transaction (which must hold
+        the session row's lock, or have created the row)."""
         if len(data) > LINE_MAX:
             raise ValueError(f"the record is {len(data):,} bytes as a line, more than a database row holds")
         scan = lineindex.scan_bytes(data, native_table(self.dialect))
         kind = settle_undecided(None, scan, self.dialect, data=data)[0]
-        with self.store.connection() as conn, conn.transaction():
-            lines, messages, compactions, size, tail = self._lock(conn, lock_wait)
-            if tail:
-                self._move_tail_aside(conn, size, tail)
-            in_seq = kind in _IN_SEQUENCE
-            conn.execute('INSERT INTO boundctx_lines (session, line, "offset", length, kind, message, data) '
-                         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                         (self.id, lines, size, len(data), kind, messages if in_seq else None, data))
-            conn.execute("UPDATE boundctx_sessions SET lines = lines + 1, messages = messages + %s, "
-                         "compactions = compactions + %s, bytes = bytes + %s, tail = ''::bytea, modified = now() "
-                         "WHERE id = %s",
-                         (int(in_seq), int(kind == LineKind.COMPACTION), len(data), self.id))
+        lines, messages, _c, size, tail = conn.execute(
+            "SELECT lines, messages, compactions, bytes, tail FROM boundctx_sessions WHERE id = %s",
+            (self.id,)).fetchone()
+        if tail:
+            self._move_tail_aside(conn, size, tail)
+        in_seq = kind in _IN_SEQUENCE
+        conn.execute('INSERT INTO boundctx_lines (session, line, "offset", length, kind, message, data) '
+                     "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                     (self.id, lines, size, len(data), kind, messages if in_seq else None, data))
+        conn.execute("UPDATE boundctx_sessions SET lines = lines + 1, messages = messages + %s, "
+                     "compactions = compactions + %s, bytes = bytes + %s, tail = ''::bytea, modified = now() "
+                     "WHERE id = %s",
+                     (int(in_seq), int(kind == LineKind.COMPACTION), len(data), self.id))
         return lines
 
     def edit(self, message: int | Entry, record: dict[str, Any], *, lock_wait: float = 0.0,

@@ -61,18 +61,20 @@ def history_start(total: int, history: int) -> int:
     return -(-(total - history) // step) * step
 
 
-def earlier_text(path: str, before: int, max_chars: int) -> tuple[str, int]:
-    """The messages of the transcript at ``path`` before message ``before``, as one text
-    a reply can search (decision 0046): the newest of them whose lines hold at most
-    ``max_chars`` bytes together, each headed ``[transcript message N, role]`` and written
-    as a person reads it. Returns the text and the index of the first message it holds.
+def earlier_text(source, before: int, max_chars: int) -> tuple[str, int]:
+    """The messages of a transcript before message ``before``, as one text a reply can
+    search (decision 0046): the newest of them whose lines hold at most ``max_chars``
+    bytes together, each headed ``[transcript message N, role]`` and written as a person
+    reads it. Returns the text and the index of the first message it holds.
 
-    Bounded whatever the file's size: the sizes come from the layout, and only the lines
-    chosen are read.
+    ``source`` is the transcript's path, or a function that opens it (a session of any
+    store, used as a context manager). Bounded whatever its size: the sizes come from
+    the layout, and only the lines chosen are read.
     """
     from boundctx.transcript import Transcript
 
-    with Transcript.open(path) as transcript:
+    opened = source() if callable(source) else Transcript.open(source)
+    with opened as transcript:
         before = min(before, transcript.message_count)
         first, used = before, 0
         # The sizes a block at a time, newest first: as many as the bound takes, not every
@@ -467,4 +469,4 @@ def append_exchange(transcript, question: str, answer: str, *, style: str, paren
         text += "\n\n" + "\n".join(f"[attached: {name} ({chars:,} characters)]" for name, chars in attachments)
     user = _record("user", text, style=style, parent_id=parent_id)
     assistant = _record("assistant", answer, style=style, parent_id=user["id"])
-    return [transcript.append(user, lock_wait=lock_wait), transcript.append(assistant)]
+    return transcript.append_records([user, assistant], lock_wait=lock_wait)

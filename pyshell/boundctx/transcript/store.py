@@ -776,6 +776,13 @@ class Transcript:
         self._extend()
         return side
 
+    def append_records(self, records: list[dict[str, Any]], *, lock_wait: float = 0.0) -> list[int]:
+        """Append ``records`` in order, each line written whole and synced, the write lock
+        held from the first to the last: no other writer's line comes between them (a
+        question and its answer). Their physical line numbers."""
+        # The lock taken by the first append is kept until close, so the rest need no wait.
+        return [self.append(record, lock_wait=lock_wait if k == 0 else 0.0) for k, record in enumerate(records)]
+
     def history(self) -> History:
         """Read the whole transcript, uncapped, for a full-history rewrite."""
         self._check_open()
