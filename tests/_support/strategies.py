@@ -263,6 +263,42 @@ def large_documents(draw, min_size: int = 5000) -> bytes:
     return b"".join(parts)
 
 
+_LINK_NAMES = ["uuid", "parentUuid", "id", "parentId", "logicalParentUuid", "sourceToolAssistantUUID"]
+_LINK_IDS = ["a", "b", "c", "\u00fc", "\U0001f600", 'x"y', "\\", "id-" + "q" * 40, ""]
+
+
+@st.composite
+def linked_lines(draw) -> bytes:
+    """One line of a tree-shaped transcript, without its ``\n``: an object naming its id
+    and parent (sometimes null, an integer, repeated, or escaped), with a pad of 0-9000
+    bytes before, between or after them, so lines straddle ``scan_fd``'s blocks."""
+    pairs: list[tuple[str, object]] = [("type", "message")]
+    for _ in range(draw(st.integers(0, 4))):
+        pairs.append((draw(st.sampled_from(_LINK_NAMES)),
+                      draw(st.one_of(st.sampled_from(_LINK_IDS), st.none(), st.integers(0, 9)))))
+    pad = draw(st.sampled_from([0, 10, 500, 4000, 4096, 9000]))
+    if pad:
+        text = draw(st.sampled_from(["x", "\u00e9", "\\", '"', "\U0001f600"])) * pad
+        pairs.insert(draw(st.integers(0, len(pairs))),
+                     (draw(st.sampled_from(["text", "message"])), {"content": [{"text": text}]}))
+    ascii_ = draw(st.booleans())
+    space = draw(st.sampled_from(["", " "]))
+    # Written by hand, so a key may repeat (the last one counts).
+    body = ("," + space).join(json.dumps(k) + ":" + space + json.dumps(v, ensure_ascii=ascii_) for k, v in pairs)
+    return ("{" + body + "}").encode("utf-8")
+
+
+@st.composite
+def linked_documents(draw, max_lines: int = 20) -> bytes:
+    """A tree-shaped JSONL file: linked lines among the JSONL-ish ones of
+    :func:`jsonl_lines` (blank, truncated, garbage, CRLF, BOM), maybe a torn tail."""
+    lines = draw(st.lists(st.one_of(linked_lines(), linked_lines(), jsonl_lines()), max_size=max_lines))
+    data = b"".join(line + b"\n" for line in lines)
+    if draw(st.booleans()):
+        data += draw(linked_lines())[: draw(st.integers(1, 50))]  # a torn tail
+    return data
+
+
 @st.composite
 def display_inputs(draw) -> tuple[bytes, bytes, int, int]:
     """``(line, prefix, total_len, content_limit)`` for ``project_display``: a complete

@@ -187,7 +187,8 @@ def _file_holding(data: bytes) -> int:
 def fuzz_scan_fd(src: Source) -> None:
     data = src.jsonish(600)
     if src.bool():  # a line longer than a block
-        data += b'{"type":"message","t":"' + b"x" * src.int(4000, 9000) + b'"}\n' + src.jsonish(100)
+        data += (b'{"type":"message","uuid":"u","t":"' + b"x" * src.int(4000, 9000) + b'","parentUuid":"p"}\n'
+                 + src.jsonish(100))
     i = src.int(0, len(_DIALECTS) - 1)
     starts = [0] + [k + 1 for k, b in enumerate(data) if b == 10]
     start = src.choice(starts) if src.bool() else src.int(0, len(data) + 5)
@@ -197,18 +198,21 @@ def fuzz_scan_fd(src: Source) -> None:
     # Cut into parts scanned side by side (min_part small enough to cut these sizes).
     threads = src.choice([1, 2, 3, 4])
     min_part = src.choice([1, 5, 64, 4096])
+    # Links read in the same pass, a line longer than the limit without them.
+    keys = _LINK_KEYS if src.bool() else None
+    limit = src.choice([1, 20, 300, 4096, 2**62, 0, -1])
     seen: list[int] = []
     fd = _file_holding(data)
     try:
         got = filescan.scan_fd(fd, _TABLES[i], start=start, end=end, block_size=block,
                                classify_window=window, threads=threads, min_part=min_part,
-                               progress=seen.append)
+                               progress=seen.append, link_keys=keys, link_limit=limit)
     except ValueError:
-        if block >= 4096 and (end == -1 or end >= start):
-            raise Mismatch(f"scan_fd refused start={start} end={end} block={block}") from None
+        if block >= 4096 and (end == -1 or end >= start) and limit >= 1:
+            raise Mismatch(f"scan_fd refused start={start} end={end} block={block} limit={limit}") from None
         return
-    if block < 4096 or (end != -1 and end < start):
-        raise Mismatch(f"scan_fd accepted start={start} end={end} block={block}")
+    if block < 4096 or (end != -1 and end < start) or limit < 1:
+        raise Mismatch(f"scan_fd accepted start={start} end={end} block={block} limit={limit}")
     piece = data[start:] if end == -1 else data[start:end]
     want = ref_lineindex.scan_bytes(piece, _DIALECTS[i], base_offset=start, classify_window=window)
     if _fields(got) != _fields(want):
@@ -216,6 +220,18 @@ def fuzz_scan_fd(src: Source) -> None:
                        f"{threads} threads, min_part {min_part}")
     if seen != sorted(seen) or any(s < 0 for s in seen):
         raise Mismatch(f"progress went backwards: {seen}")
+    if keys is None:
+        if got.links is not None:
+            raise Mismatch("scan_fd read links it was not asked for")
+        return
+    starts = np.frombuffer(got.starts, dtype=np.int64)
+    want_links = np.frombuffer(linetree.line_links(piece, starts, 0, len(starts), got.indexed_end, start, keys),
+                               dtype=np.uint64).reshape(-1, 4).copy()
+    ends = np.append(starts[1:], got.indexed_end)
+    want_links[ends - starts > limit] = 0
+    if got.links != want_links.tobytes():
+        raise Mismatch(f"scan_fd's links of {data!r}[{start}:{end}] (block {block}, {threads} threads, "
+                       f"min_part {min_part}, limit {limit}) are not line_links'")
 
 
 def fuzz_sequence_lines(src: Source) -> None:

@@ -1,5 +1,6 @@
 """``boundctx._native.filescan``: a scan of a file, in any blocks and parts, equals one
-scan of its bytes (``tests/reference/lineindex.py`` and native ``scan_bytes``).
+scan of its bytes (``tests/reference/lineindex.py`` and native ``scan_bytes``), and the
+links it reads are ``line_links``' over those bytes (``tests/reference/linetree.py``).
 
 Property tests cut files at every block size and into parts at arbitrary line starts;
 fixed fixtures pin the edges (a line longer than a block, a multi-byte character and a
@@ -10,18 +11,22 @@ progress, failed reads, bad arguments).
 from __future__ import annotations
 
 import array
+import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boundctx._native import filescan as native
-from boundctx._native import lineindex
+from boundctx._native import lineindex, linetree
+from boundctx.transcript.tree import LONGEST_LINKED_LINE, link_keys
 
-from tests._support.strategies import PI_DIALECT, classify_windows, jsonl_documents, large_documents
+from tests._support.strategies import PI_DIALECT, classify_windows, jsonl_documents, large_documents, linked_documents
 from tests.reference import lineindex as ref
+from tests.reference import linetree as ref_linetree
 
 MESSAGE, COMPACTION, OTHER, CORRUPT, BLANK, UNDECIDED = 1, 2, 3, 4, 5, 6  # sidecar format
 PI = lineindex.DialectTable(PI_DIALECT)
@@ -245,3 +250,107 @@ def test_build_flag_is_the_same_as_lineindex_s():
 def test_invalid_arguments_raise_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# -- links: read in the scan's own blocks ------------------------------------------
+
+KEYS = link_keys("auto")
+
+
+def expected_links(data: bytes, result, *, base: int = 0, limit: int = LONGEST_LINKED_LINE) -> list[tuple]:
+    """The links of the scan's lines as ``line_links`` reads them from ``data`` (the file's
+    bytes from offset ``base``), a line longer than ``limit`` with none; checked against
+    the twin on every line that is JSON."""
+    starts = array.array("q", result.starts)
+    n = len(starts)
+    rows = np.frombuffer(linetree.line_links(data, np.frombuffer(result.starts, dtype=np.int64), 0, n,
+                                             result.indexed_end, base, KEYS), dtype=np.uint64).reshape(-1, 4)
+    out = []
+    for k in range(n):
+        a, b = starts[k], starts[k + 1] if k + 1 < n else result.indexed_end
+        line = data[a - base:b - base]
+        if b - a > limit:
+            out.append((0, 0, 0, 0))
+            continue
+        got = tuple(int(v) for v in rows[k])
+        try:
+            json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            pass  # not JSON: line_links' answer is the rule
+        else:
+            assert got == ref_linetree.links_of_line(line, KEYS), line
+        out.append(got)
+    return out
+
+
+def links_of(result) -> list[tuple]:
+    assert result.links is not None and len(result.links) == 32 * len(result.kinds)
+    return [tuple(int(v) for v in row) for row in np.frombuffer(result.links, dtype=np.uint64).reshape(-1, 4)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(linked_documents(), st.sampled_from(BLOCK_SIZES), st.integers(1, 4), st.sampled_from([1, 7, 100, 4096]),
+       st.sampled_from([LONGEST_LINKED_LINE, 5000, 4096, 300, 1]))
+def test_scan_fd_links_are_line_links_for_any_blocks_and_parts(data, block_size, threads, min_part, limit):
+    # Lines straddle blocks (pads up to 9000 bytes), parts cut anywhere, a limit below
+    # some lines' lengths: the links are those line_links reads, line by line.
+    result = scan_file(data, block_size=block_size, threads=threads, min_part=min_part, link_keys=KEYS,
+                       link_limit=limit)
+    assert fields(result) == fields(ref.scan_bytes(data, PI_DIALECT))
+    assert links_of(result) == expected_links(data, result, limit=limit)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(linked_documents(), st.data())
+def test_scan_fd_links_over_a_sub_range(data, draw):
+    line_starts = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")]
+    start = draw.draw(st.sampled_from(line_starts))
+    end = draw.draw(st.one_of(st.just(-1), st.integers(start, len(data) + 5)))
+    result = scan_file(data, start=start, end=end, block_size=4096, threads=3, min_part=1, link_keys=KEYS)
+    assert links_of(result) == expected_links(data[start:], result, base=start)
+
+
+def test_scan_fd_links_of_a_line_just_under_and_over_the_limit():
+    line = b'{"uuid":"a","t":"' + b"x" * 9000 + b'","parentUuid":"b"}\n'
+    data = line + b'{"uuid":"c"}\n' + line
+    want = ref_linetree.links_of_line(line, KEYS)
+    for block_size in (4096, 4097, 65536):
+        for limit, first in ((len(line), want), (len(line) - 1, (0, 0, 0, 0))):
+            got = links_of(scan_file(data, block_size=block_size, link_keys=KEYS, link_limit=limit))
+            assert got == [first, ref_linetree.links_of_line(b'{"uuid":"c"}', KEYS), first]
+
+
+def test_scan_fd_links_of_a_file_that_grows_while_it_is_scanned():
+    line = b'{"uuid":"%d","parentUuid":"%d","t":"' + b"y" * 3000 + b'"}\n'
+    data = b"".join(line % (k, k - 1) for k in range(40))
+    with tempfile.TemporaryFile() as f:
+        fd = f.fileno()
+        os.pwrite(fd, data, 0)
+        grown = [0]
+
+        def grow(_done):
+            # A writer appends whole lines, and a torn one, while the scan reads.
+            at = os.fstat(fd).st_size
+            os.pwrite(fd, (line % (100 + grown[0], 99 + grown[0])) + b'{"uuid":"torn', at)
+            grown[0] += 1
+
+        result = native.scan_fd(fd, PI, block_size=4096, progress=grow, link_keys=KEYS)
+        final = os.pread(fd, os.fstat(fd).st_size, 0)
+    assert grown[0] > 1 and result.indexed_end > len(data)
+    assert fields(result)[:3] == fields(ref.scan_bytes(final[:result.indexed_end], PI_DIALECT))[:3]
+    assert links_of(result) == expected_links(final, result)
+
+
+def test_scan_fd_without_link_keys_has_no_links():
+    assert scan_file(b'{"uuid":"a"}\n').links is None
+    assert links_of(scan_file(b"", link_keys=KEYS)) == []
+
+
+@pytest.mark.parametrize(("keys", "limit", "message"), [
+    (KEYS, 0, "link_limit must be >= 1"),
+    ([(b"", 0)], 64, "a link key is"),
+    ([(b"uuid", 4)], 64, "no link slot"),
+])
+def test_scan_fd_refuses_bad_link_options(keys, limit, message):
+    with pytest.raises(ValueError, match=message):
+        scan_file(b'{"uuid":"a"}\n', link_keys=keys, link_limit=limit)

@@ -34,6 +34,11 @@ def id_hash(text: str) -> int:
     return h + 2 if h < 2 else h
 
 
+class _Pairs(list):
+    """An object's members in order, as ``json.loads`` hands them over (a plain list would
+    not tell an object from an array)."""
+
+
 def links_of_line(raw: bytes, keys) -> tuple[int, int, int, int]:
     """The links of one line (its bytes, a trailing newline allowed). A line that is not
     one JSON object has none; where a slot's key appears twice, or two of its names
@@ -42,10 +47,10 @@ def links_of_line(raw: bytes, keys) -> tuple[int, int, int, int]:
     if body.startswith(b"\xef\xbb\xbf"):
         body = body[3:]
     try:
-        pairs = json.loads(body.decode("utf-8"), object_pairs_hook=lambda p: p)
+        pairs = json.loads(body.decode("utf-8"), object_pairs_hook=_Pairs)
     except (ValueError, RecursionError):
         return (ABSENT,) * 4
-    if not isinstance(pairs, list):
+    if not isinstance(pairs, _Pairs):  # an array, a string, a number: not an object
         return (ABSENT,) * 4
     names = {name.decode(): slot for name, slot in keys}
     found = [ABSENT] * 4

@@ -6,15 +6,18 @@ twin that parses every line (``tests/reference/linetree.py``); and the real sess
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from boundctx._native import lineindex
 from boundctx.transcript import Transcript
-from boundctx.transcript.dialects import classify_by_parse, dialect_kinds
-from boundctx.transcript.tree import link_keys
+from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, settle_undecided
+from boundctx.transcript.layout import build_layout, native_table
+from boundctx.transcript.tree import build_tree, link_keys
 
 from tests._support import SHARED_DATA, rewound_session
 from tests.reference import linetree as ref
@@ -355,3 +358,31 @@ def test_a_leaf_of_digits_is_an_entry_id_when_an_entry_has_it_else_a_line(tmp_pa
         assert by_line[-1].line == 5 and by_line[-1].record["id"] == "00000105"
         with pytest.raises(ValueError, match="leaf=99 is not a line"):
             t.window(leaf="99")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 20), pad=st.sampled_from([100, (1 << 20) + 10]))
+def test_links_read_in_the_scan_make_the_tree_a_second_read_makes(tmp_path, seed, steps, pad):
+    # Some records carry their "type" past the classify window (a pad first): the scan
+    # leaves them undecided and a parse settles them. Links do not depend on kinds, so
+    # the tree from the scan's links is the one read_links' second read of the file gives.
+    rng = random.Random(seed)
+    records = [{"pad": "p" * pad, **r} if rng.random() < 0.3 else r for r in pi_session(rng, steps)]
+    path = tmp_path / "padded.jsonl"
+    data = write(path, records)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        layout = build_layout(fd, dialect="auto")
+        res = lineindex.scan_bytes(data, native_table("auto"))
+        kinds = settle_undecided(fd, res, "auto")
+        again = build_tree(fd, res.starts, res.indexed_end, kinds, "auto")  # links read again
+    finally:
+        os.close(fd)
+    assert bytes(layout.kinds.all().astype("u1")) == kinds
+    for name in ("ids", "up", "pos", "tip", "comp"):
+        assert getattr(layout, name).all().astype("i8").tobytes() == getattr(again, name), name
+    assert layout.kinds.all().tolist().count(lineindex.UNDECIDED) == 0
+    assert res.kinds.count(lineindex.UNDECIDED) == (pad > 100) * sum("pad" in r for r in records)
+    with Transcript.open(path) as t:
+        check_against_twin(path, t)

@@ -3,20 +3,23 @@
 A file is read with ``pread`` in blocks, a reader thread ahead of the scan, and a big
 range is cut at line starts into parts scanned side by side. Every block goes through
 ``lineindex``'s block scanner (declared in ``lineindex.pxd``), which frames and
-classifies; nothing here looks inside a line. This is the only native module that
+classifies; when asked, each line the block completes is then read for its links by
+``linetree``'s walk (declared in ``linetree.pxd``), in place, or from a copy for a line
+the blocks cut, so a file is read once for both. This is the only native module that
 starts threads (CMake links it, alone, with the thread library).
 
-Its twin is the reference ``scan_bytes`` over the same bytes (``tests/reference/
-lineindex.py``): property tests assert that a scan of a file, in any blocks and parts,
-equals one scan of those bytes.
+Its twins are the reference ``scan_bytes`` over the same bytes (``tests/reference/
+lineindex.py``) and ``line_links`` over them (``tests/reference/linetree.py``): property
+tests assert that a scan of a file, in any blocks and parts, equals one scan of those
+bytes, and its links theirs.
 """
 
 import os
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport errno, EINTR, ENOMEM
-from libc.stdint cimport int64_t
-from libc.stdlib cimport calloc, free
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memchr, memcpy, strerror
 
 from boundctx._native._build cimport BOUNDCTX_CHECKS
@@ -29,6 +32,7 @@ from boundctx._native._posix cimport (
 from boundctx._native.lineindex cimport (
     Dialect, DialectTable, LineBuf, ScanState, _release, _result, _scan_block, _state_init,
 )
+from boundctx._native.linetree cimport LINK_SLOTS, LONGEST_LINKED, KeyTable, _fill_keys, _links_of_line
 
 from boundctx._native.lineindex import DEFAULT_CLASSIFY_WINDOW, ScanResult
 
@@ -184,6 +188,15 @@ cdef struct Part:
     int stop                # atomic: set by the caller to abandon a worker's scan
     pthread_t worker
     int worker_started
+    # Links (scan_fd's link_keys): LINK_SLOTS per line of `out`, kept in step with it.
+    const KeyTable *keys    # NULL: links not asked for
+    uint64_t *links
+    Py_ssize_t links_cap    # lines `links` has room for
+    long long link_limit    # a longer line (its newline included) has all-absent links
+    unsigned char *carry    # the bytes so far of the line the blocks cut (no newline)
+    Py_ssize_t carry_len
+    Py_ssize_t carry_cap
+    int carry_over          # 1: that line is longer than link_limit already; not kept
 
 
 cdef unsigned char *_read_buffers(size_t block) noexcept nogil:
@@ -200,8 +213,92 @@ cdef unsigned char *_read_buffers(size_t block) noexcept nogil:
     return <unsigned char *>p
 
 
+cdef int _carry(Part *pt, const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """Append p[0:n] to the part's carried line; 0, or -1 when memory runs out. Callers
+    keep the carry below ``link_limit``, so it never grows past that."""
+    cdef Py_ssize_t cap
+    cdef unsigned char *c
+    if pt.carry_len + n > pt.carry_cap:
+        cap = max(pt.carry_len + n, min(2 * pt.carry_cap, <Py_ssize_t>pt.link_limit), 65536)
+        c = <unsigned char *>realloc(pt.carry, cap)
+        if c == NULL:
+            return -1
+        pt.carry = c
+        pt.carry_cap = cap
+    memcpy(pt.carry + pt.carry_len, p, n)
+    pt.carry_len += n
+    return 0
+
+
+cdef int _part_links(Part *pt, const unsigned char *buf, Py_ssize_t n, int64_t off,
+                     Py_ssize_t first) noexcept nogil:
+    """Read the links of the lines ``first...`` that the block ``buf[0:n]`` (at file
+    offset ``off``) completed, just scanned into ``pt.out``, and carry the bytes of the
+    line it leaves open. Returns 0, or -1 when memory runs out."""
+    cdef Py_ssize_t count = pt.out.count, j, cap, seg, at
+    cdef int64_t s, e
+    cdef uint64_t *row
+    cdef uint64_t *grown
+    if pt.keys == NULL:
+        return 0
+    if count > pt.links_cap:
+        cap = max(count, 2 * pt.links_cap, 4096)
+        grown = <uint64_t *>realloc(pt.links, cap * LINK_SLOTS * sizeof(uint64_t))
+        if grown == NULL:
+            return -1
+        pt.links = grown
+        pt.links_cap = cap
+    # Invariant: the links of lines 0..j-1 are in pt.links. A line ends where the next
+    # begins: the next pushed line, the line left open (it starts in this block when
+    # any line was pushed), or the block's end (which is then just past a newline).
+    for j in range(first, count):
+        row = pt.links + LINK_SLOTS * j
+        s = pt.out.starts[j]
+        if j + 1 < count:
+            e = pt.out.starts[j + 1]
+        elif pt.st.in_line:
+            e = pt.st.line_start
+        else:
+            e = off + n
+        if s >= off:
+            # A whole line in the block: read in place (e - s > 0: it holds its newline).
+            if e - s > pt.link_limit:
+                row[0] = 0; row[1] = 0; row[2] = 0; row[3] = 0
+            else:
+                _links_of_line(buf + (s - off), <Py_ssize_t>(e - s - 1), pt.keys, row)
+            continue
+        # The carried line, ended by this block's first newline (j == first): its head
+        # is in the carry (off - s bytes, unless it was over the limit), its tail here.
+        if pt.carry_over or e - s > pt.link_limit:
+            row[0] = 0; row[1] = 0; row[2] = 0; row[3] = 0
+        else:
+            if _carry(pt, buf, <Py_ssize_t>(e - off - 1)) < 0:
+                return -1
+            _links_of_line(pt.carry, pt.carry_len, pt.keys, row)
+        pt.carry_len = 0
+        pt.carry_over = 0
+    if pt.st.in_line:
+        # Keep the open line's bytes for when its newline comes, while it can still be
+        # short enough: with its newline it is longer than the limit once the carry
+        # reaches the limit, and is then only counted.
+        at = 0
+        if pt.st.line_start >= off:
+            at = <Py_ssize_t>(pt.st.line_start - off)  # begun in this block
+            pt.carry_len = 0
+            pt.carry_over = 0
+        seg = n - at
+        if not pt.carry_over:
+            if pt.carry_len + seg >= pt.link_limit:
+                pt.carry_over = 1
+                pt.carry_len = 0
+            elif _carry(pt, buf + at, seg) < 0:
+                return -1
+    return 0
+
+
 cdef int _part_open(Part *pt, int fd, long long start, long long end, Py_ssize_t window,
-                    size_t block, const Dialect *d, bint direct) noexcept nogil:
+                    size_t block, const Dialect *d, bint direct, const KeyTable *keys,
+                    long long link_limit) noexcept nogil:
     """Set up a part (``pt`` zeroed by the caller) and start its reads. Returns 0, or an
     errno (ENOMEM included); ``_part_close`` is safe after either.
 
@@ -211,6 +308,8 @@ cdef int _part_open(Part *pt, int fd, long long start, long long end, Py_ssize_t
     # The mutex and condition come first: _part_close destroys them whatever failed.
     pt.opened = 1
     pt.d = d
+    pt.keys = keys
+    pt.link_limit = link_limit
     pt.start = start
     pt.end = end
     pt.pos = start
@@ -248,6 +347,7 @@ cdef int _part_step(Part *pt) noexcept nogil:
     cdef Prefetch *pf = &pt.pf
     cdef ssize_t got
     cdef int rc = 0, slot = pt.slot
+    cdef Py_ssize_t first
     if pt.direct:
         return _part_step_direct(pt)
     pthread_mutex_lock(&pf.mu)
@@ -262,7 +362,10 @@ cdef int _part_step(Part *pt) noexcept nogil:
         return 0  # end of range, end of file (the file may have shrunk) or an error
     # Scanned outside the lock: the slot is this thread's until it is handed back, and
     # the reader fills the other slot meanwhile.
+    first = pt.out.count
     rc = _scan_block(&pt.st, &pt.out, pf.buf[slot], got, pt.pos, pt.d)
+    if rc == 0:
+        rc = _part_links(pt, pf.buf[slot], got, pt.pos, first)
     pthread_mutex_lock(&pf.mu)
     pf.full[slot] = 0  # hand the slot back to the reader
     pthread_cond_broadcast(&pf.cv)
@@ -281,6 +384,7 @@ cdef int _part_step_direct(Part *pt) noexcept nogil:
     cdef Prefetch *pf = &pt.pf
     cdef ssize_t got
     cdef size_t want
+    cdef Py_ssize_t first = pt.out.count
     if pt.end != -1 and pt.pos >= pt.end:
         return 0
     want = pf.block if pt.end == -1 else <size_t>min(<long long>pf.block, pt.end - pt.pos)
@@ -289,7 +393,8 @@ cdef int _part_step_direct(Part *pt) noexcept nogil:
         pt.err = errno
     if got <= 0:
         return 0
-    if _scan_block(&pt.st, &pt.out, pf.buf[0], got, pt.pos, pt.d) < 0:
+    if _scan_block(&pt.st, &pt.out, pf.buf[0], got, pt.pos, pt.d) < 0 \
+            or _part_links(pt, pf.buf[0], got, pt.pos, first) < 0:
         pt.nomem = 1
         return 0
     _atomic_store(&pt.pos, pt.pos + got)
@@ -331,6 +436,15 @@ cdef void _part_close(Part *pt) noexcept nogil:
     free(pt.pf.buf[0])  # both slots: one allocation
     pt.pf.buf[0] = NULL
     pt.pf.buf[1] = NULL
+    free(pt.carry)
+    pt.carry = NULL
+
+
+cdef void _part_release(Part *pt) noexcept nogil:
+    """Free a part's output (its lines, kinds and links), once the result holds copies."""
+    _release(&pt.st, &pt.out)
+    free(pt.links)
+    pt.links = NULL
 
 
 cdef long long _line_start_from(int fd, long long pos, long long limit) noexcept nogil:
@@ -360,7 +474,8 @@ cdef object _joined_result(Part *parts, int n):
     result stops there, as a scan that met the end of the file would."""
     cdef int k, last = n - 1
     cdef Py_ssize_t total = 0, at = 0
-    cdef bytes starts, kinds
+    cdef bytes starts, kinds, links = None
+    cdef size_t row = LINK_SLOTS * sizeof(uint64_t)
     # Errors first, in part order: a failed read anywhere fails the whole scan.
     for k in range(n):
         if parts[k].err:
@@ -372,20 +487,27 @@ cdef object _joined_result(Part *parts, int n):
             last = k
             break
     if last == 0:
-        return _result(&parts[0].out, &parts[0].st, parts[0].pos)  # no copy to join
+        result = _result(&parts[0].out, &parts[0].st, parts[0].pos)  # no copy to join
+        if parts[0].keys != NULL:
+            result.links = PyBytes_FromStringAndSize(<char *>parts[0].links, parts[0].out.count * row)
+        return result
     # Parts are contiguous and each ends at a line start, so their lines concatenate.
     for k in range(last + 1):
         total += parts[k].out.count
     starts = PyBytes_FromStringAndSize(NULL, total * sizeof(int64_t))
     kinds = PyBytes_FromStringAndSize(NULL, total)
+    if parts[0].keys != NULL:
+        links = PyBytes_FromStringAndSize(NULL, total * row)
     for k in range(last + 1):
         memcpy(<char *>starts + at * sizeof(int64_t), parts[k].out.starts,
                parts[k].out.count * sizeof(int64_t))
         memcpy(<char *>kinds + at, parts[k].out.kinds, parts[k].out.count)
+        if links is not None and parts[k].out.count:
+            memcpy(<char *>links + at * row, parts[k].links, parts[k].out.count * row)
         at += parts[k].out.count
     return ScanResult(starts, kinds,
                       parts[last].st.line_start if parts[last].st.in_line else parts[last].pos,
-                      parts[last].pos)
+                      parts[last].pos, links)
 
 
 def _default_threads():
@@ -399,7 +521,8 @@ def _default_threads():
 def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long long end=-1,
             Py_ssize_t classify_window=DEFAULT_CLASSIFY_WINDOW,
             Py_ssize_t block_size=DEFAULT_BLOCK_SIZE, int threads=0,
-            long long min_part=MIN_PART_BYTES, progress=None):
+            long long min_part=MIN_PART_BYTES, progress=None, link_keys=None,
+            long long link_limit=LONGEST_LINKED):
     """Frame and classify the lines of an open file, from ``start`` up to ``end`` (or
     end of file when ``end`` is -1).
 
@@ -427,12 +550,19 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     progress : callable, optional
         Called as ``progress(bytes_done)`` after each block of the first part (the
         bytes of every part counted), with the GIL held.
+    link_keys : sequence of (bytes, int), optional
+        Read every line's links too, in the same pass: the ``(name, slot)`` pairs of
+        ``linetree.line_links`` (``tree.link_keys(dialect)``).
+    link_limit : int
+        A line longer than this, its newline included, has all-absent links (it is not
+        kept whole to be read); default ``linetree.LONGEST_LINKED_LINE``.
 
     Returns
     -------
     ScanResult
         ``scanned_end`` is where reading stopped: ``end``, or earlier if the file
-        ended first.
+        ended first. ``links``: with ``link_keys``, what ``line_links`` gives for the
+        same lines of the same bytes; else None.
 
     Raises
     ------
@@ -443,6 +573,8 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
     cdef int n = 1, k, err = 0, more = 1
     cdef long long span, cut, prev, done, target
     cdef long long cuts[_MAX_SCAN_THREADS + 1]
+    cdef KeyTable keys
+    cdef const KeyTable *keys_p = NULL
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     if end != -1 and end < start:
@@ -455,6 +587,11 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
         raise ValueError(f"threads must be >= 0, got {threads}")
     if min_part < 1:
         raise ValueError(f"min_part must be >= 1, got {min_part}")
+    if link_limit < 1:
+        raise ValueError(f"link_limit must be >= 1, got {link_limit}")
+    if link_keys is not None:
+        _fill_keys(&keys, link_keys)
+        keys_p = &keys
     if threads == 0:
         threads = _default_threads()
     threads = min(threads, MAX_SCAN_THREADS)
@@ -488,7 +625,7 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
             # with the GIL between its blocks.
             for k in range(n):
                 err = _part_open(&parts[k], fd, cuts[k], cuts[k + 1], classify_window,
-                                 <size_t>block_size, &dialect.c_dialect, n > 1)
+                                 <size_t>block_size, &dialect.c_dialect, n > 1, keys_p, link_limit)
                 if err:
                     break
                 if k:
@@ -530,5 +667,5 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
             # Invariant: parts[0:k] are closed and released.
             for k in range(n):
                 _part_close(&parts[k])
-                _release(&parts[k].st, &parts[k].out)
+                _part_release(&parts[k])
         free(parts)

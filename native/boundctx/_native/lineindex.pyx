@@ -539,14 +539,18 @@ class ScanResult:
         Offset just past the last ``\\n`` seen (the scan's start when there is none).
     scanned_end : int
         Offset where the scan stopped (end of file or of the requested range).
+    links : bytes or None
+        Four little-endian uint64 links per line, as ``linetree.line_links`` gives
+        them, when the scan was asked for them (``filescan.scan_fd``'s ``link_keys``).
     """
-    __slots__ = ("starts", "kinds", "indexed_end", "scanned_end")
+    __slots__ = ("starts", "kinds", "indexed_end", "scanned_end", "links")
 
-    def __init__(self, starts, kinds, indexed_end, scanned_end):
+    def __init__(self, starts, kinds, indexed_end, scanned_end, links=None):
         self.starts = starts
         self.kinds = kinds
         self.indexed_end = indexed_end
         self.scanned_end = scanned_end
+        self.links = links
 
     @property
     def torn_bytes(self):

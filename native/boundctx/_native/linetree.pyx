@@ -47,9 +47,7 @@ from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESS
 from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_value, skip_ws
 
 cdef enum:
-    KEY_CAP = 48       # the longest key name a dialect may give
-    MAX_KEYS = 16
-    _SLOTS = 4
+    _SLOTS = LINK_SLOTS
     _ABSENT = 0
     _NULL = 1
     _ROOT = -1
@@ -74,6 +72,8 @@ ROOT = _ROOT
 COPY = _COPY
 #: How far back a parallel call's result looks for the newest line below its call.
 FANOUT_SPAN = _FANOUT_SPAN
+#: A line longer than this (its newline included) is not read for its links.
+LONGEST_LINKED_LINE = LONGEST_LINKED
 
 cdef uint64_t FNV_OFFSET = 14695981039346656037ULL
 cdef uint64_t FNV_PRIME = 1099511628211ULL
@@ -194,11 +194,7 @@ cdef Py_ssize_t _read_key(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
     return RAN_OUT
 
 
-cdef struct KeyTable:
-    int count
-    int slot[MAX_KEYS]
-    Py_ssize_t length[MAX_KEYS]
-    unsigned char name[MAX_KEYS][KEY_CAP]
+# KeyTable (the link keys, as _fill_keys copies them in) is declared in linetree.pxd.
 
 
 cdef int _slot_of(const KeyTable *t, const unsigned char *key, Py_ssize_t klen) noexcept nogil:

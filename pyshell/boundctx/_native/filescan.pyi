@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from boundctx._native.lineindex import DialectTable, ScanResult
@@ -19,4 +19,6 @@ def scan_fd(
     threads: int = 0,
     min_part: int = ...,
     progress: Callable[[int], object] | None = None,
+    link_keys: Sequence[tuple[bytes, int]] | None = None,
+    link_limit: int = ...,
 ) -> ScanResult: ...

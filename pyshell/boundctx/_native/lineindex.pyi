@@ -26,6 +26,10 @@ class ScanResult:
     kinds: bytes
     indexed_end: int
     scanned_end: int
+    links: bytes | None
+    def __init__(
+        self, starts: bytes, kinds: bytes, indexed_end: int, scanned_end: int, links: bytes | None = None
+    ) -> None: ...
     @property
     def torn_bytes(self) -> int: ...
 

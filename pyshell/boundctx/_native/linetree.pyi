@@ -16,6 +16,7 @@ LINK_NULL: Final[int]
 ROOT: Final[int]
 COPY: Final[int]
 FANOUT_SPAN: Final[int]
+LONGEST_LINKED_LINE: Final[int]
 
 class IdTable:
     def __init__(self) -> None: ...

@@ -255,12 +255,13 @@ class Layout:
 
     def add_scan(self, fd: int, res, *, identity: Identity, written: bytes | None = None) -> None:
         """Append the lines of one scan (which began at ``indexed_end``; ``written``: its
-        bytes, when it scanned them from memory)."""
+        bytes, when it scanned them from memory; ``res.links``: the lines' links, when
+        the scan read them, else they are read here)."""
         kinds_b = settle_undecided(fd, res, self.dialect)
         starts = np.frombuffer(res.starts, dtype=_i8)
         kinds = np.frombuffer(kinds_b, dtype=np.uint8)
         line0 = len(self.starts)
-        self._grow_tree(fd, res.starts, kinds_b, line0, res.indexed_end, written)
+        self._grow_tree(fd, res.starts, kinds_b, line0, res.indexed_end, written, res.links)
         self.starts.extend(starts)
         self.kinds.extend(kinds)
         messages, compactions = lines_of_kinds(kinds_b, line0)
@@ -272,13 +273,14 @@ class Layout:
         self.head_hash, self.tail_hash = file_hashes(fd, self.indexed_end)
 
     def _grow_tree(self, fd: int, starts_b: bytes, kinds_b: bytes, line0: int, end: int,
-                   written: bytes | None) -> None:
+                   written: bytes | None, links: bytes | None) -> None:
         """Where the new lines ``line0...`` hang (before the other arrays take them)."""
         n = len(kinds_b)
         if not n:
             return
-        links = read_links(fd, starts_b, 0, n, end, link_keys(self.dialect), data=written,
-                           base=self.indexed_end)
+        if links is None:
+            links = read_links(fd, starts_b, 0, n, end, link_keys(self.dialect), data=written,
+                               base=self.indexed_end)
         # From the first line, every id goes in as it comes. Else only the ids the new lines
         # name (their own, to tell a copy; their parents) are looked up, in the sorted
         # index of each earlier run.
@@ -406,7 +408,8 @@ def extend_layout(layout: Layout, fd: int, *, progress=None, written: bytes | No
     else:
         res = filescan.scan_fd(fd, native_table(layout.dialect), start=layout.indexed_end,
                                end=max(st.st_size, layout.indexed_end),
-                               classify_window=layout.classify_window, progress=progress)
+                               classify_window=layout.classify_window, progress=progress,
+                               link_keys=link_keys(layout.dialect))
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judge again

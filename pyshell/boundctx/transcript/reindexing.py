@@ -27,7 +27,7 @@ from boundctx.transcript.sidecar import (
     file_hashes,
     write_first_place,
 )
-from boundctx.transcript.tree import build_tree, id_index
+from boundctx.transcript.tree import build_tree, id_index, link_keys
 
 __all__ = ["ReindexReport", "reindex"]
 
@@ -78,7 +78,9 @@ def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> t
     # open's build does: bytes appended meanwhile are past the recorded size, and the
     # next open sees the file grew.
     st = os.fstat(fd)
-    res = filescan.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress)
+    # The scan reads each line's links as it frames it: the file is read once.
+    res = filescan.scan_fd(fd, native_table(dialect), end=st.st_size, progress=progress,
+                           link_keys=link_keys(dialect))
     ident = Identity.of(st)
     if res.scanned_end != st.st_size:
         ident = Identity(ident.dev, ident.ino, -1, -1)  # shrank mid-scan: judged again
@@ -86,7 +88,7 @@ def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> t
     messages, compactions = lineindex.sequence_lines(kinds)
     head, tail = file_hashes(fd, res.indexed_end)
     n, m, c = len(kinds), len(messages) // 8, len(compactions) // 8
-    tree = build_tree(fd, res.starts, res.indexed_end, kinds, dialect)
+    tree = build_tree(fd, res.starts, res.indexed_end, kinds, dialect, links=res.links)
     id_keys, id_lines = id_index(tree.ids, tree.up)
     header = encode_header(
         v=FORMAT_VERSION, dialect=dialect, window=DEFAULT_CLASSIFY_WINDOW, path=real,

@@ -37,10 +37,11 @@ ROLES = {"id": linetree.SLOT_ID, "parent": linetree.SLOT_PARENT,
          "logical_parent": linetree.SLOT_LOGICAL, "answers": linetree.SLOT_SOURCE}
 #: Lines are read for their links in runs of about this many bytes.
 LINK_READ_BYTES = 8 << 20
-#: A line longer than this is not read for its links: it hangs on the line before it (its
-#: children name it, find no such id, and hang on it all the same: it is the line before
-#: them). Reading a gigabyte line whole to find a key at its end is not worth it.
-LONGEST_LINKED_LINE = 64 << 20
+#: A line longer than this (its newline included) is not read for its links: it hangs on
+#: the line before it (its children name it, find no such id, and hang on it all the same:
+#: it is the line before them). Reading a gigabyte line whole to find a key at its end is
+#: not worth it. ``filescan.scan_fd`` keeps the same limit when it reads links.
+LONGEST_LINKED_LINE = linetree.LONGEST_LINKED_LINE
 
 
 @lru_cache(maxsize=None)
@@ -122,11 +123,14 @@ class Tree(NamedTuple):
     reads_as_list: bool
 
 
-def build_tree(fd: int, starts: bytes, end: int, kinds: bytes, dialect: str) -> Tree:
+def build_tree(fd: int, starts: bytes, end: int, kinds: bytes, dialect: str, *,
+               links: bytes | None = None) -> Tree:
     """The tree of a whole file, from its scan (``starts`` and ``kinds`` of every line,
-    ``end`` the indexed end): what ``reindex`` writes, and an open's first build."""
+    ``end`` the indexed end; ``links``: theirs, when the scan read them, else they are
+    read here): what ``reindex`` writes, and an open's first build."""
     n = len(kinds)
-    links = read_links(fd, starts, 0, n, end, link_keys(dialect))
+    if links is None:
+        links = read_links(fd, starts, 0, n, end, link_keys(dialect))
     return grow(links, kinds, 0, linetree.IdTable())
 
 
