@@ -185,3 +185,34 @@ def test_native_inputs_out_of_range_are_refused_not_read():
                              np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
     with pytest.raises(ValueError):
         linetree.line_links(b"{}\n", np.array([0], dtype=np.int64), 0, 1, 3, 0, [(b"k" * 99, 0)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5000), st.integers(0, 3), st.integers(0, 1000))
+def test_id_index_sorts_any_ids_stably_with_their_lines(ids, repeat, line0):
+    # Thousands of ids over all of int64 (every radix digit in play), some repeated
+    # (only a lying array repeats one): sorted as int64, equal ids in line order.
+    ids = [k for k in ids for _ in range(1 + (repeat if k % 7 == 0 else 0))]
+    up = [linetree.COPY if k % 11 == 0 else 0 for k in ids]
+    keys, lines = linetree.id_index(np.array(ids, dtype=np.int64), np.array(up, dtype=np.int64), line0)
+    want = sorted(((k, line0 + i) for i, (k, u) in enumerate(zip(ids, up)) if k != 0 and u != linetree.COPY),
+                  key=lambda kl: kl[0])
+    assert list(zip(np.frombuffer(keys, dtype=np.int64).tolist(), np.frombuffer(lines, dtype=np.int64).tolist())) == want
+
+
+@pytest.mark.parametrize("expected", [0, 1, 3000])
+def test_an_id_table_grown_past_its_room_keeps_every_first_line(expected):
+    table = linetree.IdTable(expected)
+    hashes = [id_hash(f"e{k}") % (1 << 64) for k in range(5000)]
+    table.add_ids(np.array(hashes[:2000], dtype=np.uint64), 0)
+    rows = np.array([(h, 0, 0, 0) for h in hashes[1500:]], dtype=np.uint64).reshape(-1)
+    _ids, up = linetree.hang_lines(rows, table, 2000, np.empty(0, dtype=np.int64), 1999)
+    assert len(table) == 5000
+    # hashes[k] is on line k when add_ids put it, else on line 2000 + (k - 1500).
+    assert [table.lookup(h) for h in hashes] == list(range(2000)) + list(range(2500, 5500))
+    assert np.frombuffer(up, dtype=np.int64)[:500].tolist() == [linetree.COPY] * 500  # ids lines 0.. had
+
+
+def test_an_id_table_refuses_a_negative_size():
+    with pytest.raises(ValueError, match="expected"):
+        linetree.IdTable(-1)

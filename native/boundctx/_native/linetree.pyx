@@ -40,8 +40,8 @@ Nothing here decodes JSON into Python objects; the lexer is ``jsonlex.pxd``'s.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint64_t, uint8_t
-from libc.stdlib cimport calloc, free, malloc, qsort
-from libc.string cimport memcpy
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memset
 
 from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
 from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_value, skip_ws
@@ -335,68 +335,90 @@ def line_links(const unsigned char[::1] data, const int64_t[::1] starts, Py_ssiz
 
 # -- the id table ------------------------------------------------------------------------
 
+cdef extern from *:
+    """
+    /* Ask for the cache line of a later lookup ahead of time (a hint: no effect where
+       the compiler has no prefetch). */
+    #if defined(__GNUC__) || defined(__clang__)
+    #define bx_prefetch(p) __builtin_prefetch((p), 1)
+    #else
+    #define bx_prefetch(p) ((void)(p))
+    #endif
+    """
+    void _prefetch "bx_prefetch" (const void *p) noexcept nogil
+
+
+cdef struct _IdSlot:
+    uint64_t key       # 0: empty (an id hash is never below 2)
+    int64_t line
+
+
 cdef class IdTable:
     """Line of each entry id (by its hash): open addressing, kept beside a layout so an
-    append resolves its parents without reading every earlier id again."""
+    append resolves its parents without reading every earlier id again.
 
-    cdef uint64_t *keys
-    cdef int64_t *lines
-    cdef Py_ssize_t capacity
+    ``IdTable(expected)`` makes room for ``expected`` ids at once, so filling it never
+    grows it. A key and its line share a slot: a lookup costs one cache line."""
+
+    cdef _IdSlot *slots
+    cdef Py_ssize_t capacity   # a power of two, at least twice ``used``
     cdef Py_ssize_t used
 
-    def __cinit__(self):
+    def __cinit__(self, Py_ssize_t expected=0):
         self.capacity = 0
         self.used = 0
-        self.keys = NULL
-        self.lines = NULL
-        self._grow(1024)
+        self.slots = NULL
+        if expected < 0:
+            raise ValueError(f"expected must be >= 0, got {expected}")
+        self.reserve(expected)
 
     def __dealloc__(self):
-        free(self.keys)
-        free(self.lines)
+        free(self.slots)
+
+    cdef int reserve(self, Py_ssize_t more) except -1:
+        """Grow (if need be) so ``more`` ids more keep the table at most half full."""
+        cdef Py_ssize_t want = 1024
+        if more > (<Py_ssize_t>1 << 40) - self.used:
+            raise MemoryError()
+        while want < 2 * (self.used + more):
+            want *= 2
+        if want > self.capacity:
+            self._grow(want)
+        return 0
 
     cdef int _grow(self, Py_ssize_t capacity) except -1:
-        cdef uint64_t *old_keys = self.keys
-        cdef int64_t *old_lines = self.lines
+        cdef _IdSlot *old = self.slots
+        cdef _IdSlot *sl
         cdef Py_ssize_t old_capacity = self.capacity, k
-        self.keys = <uint64_t *>calloc(capacity, sizeof(uint64_t))
-        self.lines = <int64_t *>malloc(capacity * sizeof(int64_t))
-        if self.keys == NULL or self.lines == NULL:
-            free(self.keys); free(self.lines)
-            self.keys, self.lines = old_keys, old_lines
+        self.slots = <_IdSlot *>calloc(capacity, sizeof(_IdSlot))
+        if self.slots == NULL:
+            self.slots = old
             raise MemoryError()
         self.capacity = capacity
-        self.used = 0
+        # Invariant: the ids of old[0:k] are in the new slots, each once.
         for k in range(old_capacity):
-            if old_keys[k] != 0:
-                self._put(old_keys[k], old_lines[k])
-        free(old_keys)
-        free(old_lines)
+            if old[k].key != 0:
+                sl = self._probe(old[k].key)
+                sl.key = old[k].key
+                sl.line = old[k].line
+        free(old)
         return 0
 
-    cdef inline Py_ssize_t _slot(self, uint64_t key) noexcept nogil:
-        cdef Py_ssize_t mask = self.capacity - 1
-        cdef Py_ssize_t k = <Py_ssize_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & mask
-        while self.keys[k] != 0 and self.keys[k] != key:
+    cdef inline Py_ssize_t _home(self, uint64_t key) noexcept nogil:
+        return <Py_ssize_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & (self.capacity - 1)
+
+    cdef inline _IdSlot *_probe(self, uint64_t key) noexcept nogil:
+        """The slot holding ``key``, or the empty slot it would go in (the table is never
+        full, so there is one)."""
+        cdef Py_ssize_t mask = self.capacity - 1, k = self._home(key)
+        # Invariant: no slot from key's home to k holds it, and none is empty.
+        while self.slots[k].key != 0 and self.slots[k].key != key:
             k = (k + 1) & mask
-        return k
+        return &self.slots[k]
 
     cdef inline int64_t get(self, uint64_t key) noexcept nogil:
-        cdef Py_ssize_t k = self._slot(key)
-        return self.lines[k] if self.keys[k] == key else -1
-
-    cdef inline void _put(self, uint64_t key, int64_t line) noexcept nogil:
-        cdef Py_ssize_t k = self._slot(key)
-        if self.keys[k] == 0:
-            self.keys[k] = key
-            self.used += 1
-        self.lines[k] = line
-
-    cdef int put(self, uint64_t key, int64_t line) except -1:
-        if 2 * (self.used + 1) > self.capacity:
-            self._grow(2 * self.capacity)
-        self._put(key, line)
-        return 0
+        cdef _IdSlot *sl = self._probe(key)
+        return sl.line if sl.key == key else -1
 
     def __len__(self):
         return self.used
@@ -409,14 +431,24 @@ cdef class IdTable:
         """Record ids of lines ``line0...`` (as stored: 0 for a line without one, or a
         copy's); a key already present keeps its first line."""
         cdef Py_ssize_t k
+        cdef _IdSlot *sl
+        self.reserve(ids.shape[0])
         for k in range(ids.shape[0]):
-            if ids[k] >= 2 and self.get(ids[k]) < 0:
-                self.put(ids[k], line0 + k)
+            if ids[k] >= 2:
+                sl = self._probe(ids[k])
+                if sl.key == 0:
+                    sl.key = ids[k]
+                    sl.line = line0 + k
+                    self.used += 1
 
 
 # -- placing lines ------------------------------------------------------------------------
 
-def hang_lines(const uint64_t[::1] links, IdTable table, int64_t line0,
+cdef enum:
+    _AHEAD = 8   # lines ahead whose own id's slot is fetched while this one is placed
+
+
+def hang_lines(const uint64_t[::1] links, IdTable table not None, int64_t line0,
                const int64_t[::1] up_before, int64_t last_kept):
     """Where lines ``line0...`` hang, their links given (4 per line, as :func:`line_links`
     returns them): ``(ids, up)`` as bytes (uint64, int64). ``table`` holds the ids of the
@@ -424,12 +456,15 @@ def hang_lines(const uint64_t[::1] links, IdTable table, int64_t line0,
     ``len(up_before)`` lines just before ``line0`` (for the fan-out rule); ``last_kept`` the
     newest line before ``line0`` that is not a copy (-1: none)."""
     cdef Py_ssize_t count = links.shape[0] // _SLOTS, k, tail = up_before.shape[0]
-    cdef int64_t i, a, c, d, w, prev = last_kept, target
+    cdef int64_t i, a, d, prev = last_kept, target
     cdef uint64_t own, parent, logical, source
     cdef bytes ids_b, up_b
     cdef uint64_t *ids
     cdef int64_t *up
     cdef int64_t *seen
+    cdef const int64_t *before = NULL
+    cdef const uint64_t *lk = NULL
+    cdef _IdSlot *mine
     cdef int64_t span = _FANOUT_SPAN
     if links.shape[0] != count * _SLOTS:
         raise ValueError("links hold 4 slots per line")
@@ -439,41 +474,62 @@ def hang_lines(const uint64_t[::1] links, IdTable table, int64_t line0,
     up_b = PyBytes_FromStringAndSize(NULL, count * 8)
     ids = <uint64_t *><char *>ids_b
     up = <int64_t *><char *>up_b
+    if count == 0:
+        return ids_b, up_b
+    lk = &links[0]
+    if tail:
+        before = &up_before[0]
+    # Room for every new id now, so the loop below never grows the table: it runs
+    # without the GIL and cannot fail.
+    table.reserve(count)
     # seen[j] for line a + 1 + j during one fan-out search: 0 not visited, 1 descends
     # from a, 2 does not.
     seen = <int64_t *>malloc(span * sizeof(int64_t))
     if seen == NULL:
         raise MemoryError()
     try:
-        for k in range(count):
-            i = line0 + k
-            own = links[_SLOTS * k + 0]
-            parent = links[_SLOTS * k + 1]
-            logical = links[_SLOTS * k + 2]
-            source = links[_SLOTS * k + 3]
-            if own >= 2 and table.get(own) >= 0:
-                ids[k] = own
-                up[k] = _COPY  # a replayed copy: read once, as the first
-                continue
-            ids[k] = own if own >= 2 else 0
-            if parent == _NULL:
-                target = table.get(logical) if logical >= 2 else -1
-                up[k] = target if target >= 0 else prev
-            elif parent >= 2:
-                target = table.get(parent)
-                up[k] = target if target >= 0 else prev
-                if target >= 0 and source == parent:
-                    a = target
-                    if i - a - 1 <= span:
-                        d = _newest_below(a, i, line0, &up[0], &up_before[0] if tail else NULL,
-                                          tail, seen)
-                        if d >= 0:
-                            up[k] = d
-            else:
-                up[k] = prev
-            if own >= 2:
-                table.put(own, i)
-            prev = i
+        with nogil:
+            # Invariant: lines line0..i-1 are placed, their ids (not copies') are in the
+            # table, and prev is the newest of them (or before them) that is not a copy.
+            for k in range(count):
+                if k + _AHEAD < count and lk[_SLOTS * (k + _AHEAD)] >= 2:
+                    # The own id of a later line lands anywhere in the table: fetch its
+                    # slot now. A parent is nearly always a recent line's id, cached.
+                    _prefetch(&table.slots[table._home(lk[_SLOTS * (k + _AHEAD)])])
+                i = line0 + k
+                own = lk[_SLOTS * k + 0]
+                parent = lk[_SLOTS * k + 1]
+                logical = lk[_SLOTS * k + 2]
+                source = lk[_SLOTS * k + 3]
+                mine = NULL
+                if own >= 2:
+                    # One probe: the id's slot if an earlier line has it, else the empty
+                    # slot it goes in (nothing is added before it is filled, below).
+                    mine = table._probe(own)
+                    if mine.key == own:
+                        ids[k] = own
+                        up[k] = _COPY  # a replayed copy: read once, as the first
+                        continue
+                ids[k] = own if own >= 2 else 0
+                if parent == _NULL:
+                    target = table.get(logical) if logical >= 2 else -1
+                    up[k] = target if target >= 0 else prev
+                elif parent >= 2:
+                    target = table.get(parent)
+                    up[k] = target if target >= 0 else prev
+                    if target >= 0 and source == parent:
+                        a = target
+                        if i - a - 1 <= span:
+                            d = _newest_below(a, i, line0, up, before, tail, seen)
+                            if d >= 0:
+                                up[k] = d
+                else:
+                    up[k] = prev
+                if mine != NULL:
+                    mine.key = own
+                    mine.line = i
+                    table.used += 1
+                prev = i
     finally:
         free(seen)
     return ids_b, up_b
@@ -620,48 +676,94 @@ def reads_as_list(const uint8_t[::1] kinds, const int64_t[::1] pos, const int64_
 
 
 cdef struct _Keyed:
-    int64_t key
+    uint64_t key       # the id's int64 bits with the sign bit flipped: sorts as unsigned
     int64_t line
 
 
-cdef int _by_key(const void *a, const void *b) noexcept nogil:
-    cdef int64_t x = (<const _Keyed *>a).key, y = (<const _Keyed *>b).key
-    return -1 if x < y else (1 if x > y else 0)
+cdef enum:
+    _RADIX_BITS = 11
+    _RADIX = 1 << _RADIX_BITS
+    _PASSES = (64 + _RADIX_BITS - 1) // _RADIX_BITS
+
+
+cdef _Keyed *_radix_sort(_Keyed *a, _Keyed *b, Py_ssize_t n, Py_ssize_t *count) noexcept nogil:
+    """Sort ``a[0:n]`` (n >= 1) by key, stably (equal keys keep their order), with ``b``
+    as room for n more and ``count`` for ``_PASSES * _RADIX`` counters: LSD radix, 11 bits
+    a pass. Returns whichever of ``a`` and ``b`` holds the sorted items. A pass whose
+    digit is the same for every item is skipped."""
+    cdef Py_ssize_t k, total, c
+    cdef Py_ssize_t *cp
+    cdef int p, shift
+    cdef _Keyed *t
+    memset(count, 0, _PASSES * _RADIX * sizeof(Py_ssize_t))
+    # One read of the items counts the digits of every pass.
+    for k in range(n):
+        for p in range(_PASSES):
+            count[p * _RADIX + ((a[k].key >> (p * _RADIX_BITS)) & (_RADIX - 1))] += 1
+    for p in range(_PASSES):
+        shift = p * _RADIX_BITS
+        cp = count + p * _RADIX
+        if cp[(a[0].key >> shift) & (_RADIX - 1)] == n:
+            continue  # one digit for all: the order stands
+        # cp[d] becomes where the first item with digit d goes.
+        total = 0
+        for k in range(_RADIX):
+            c = cp[k]
+            cp[k] = total
+            total += c
+        # Invariant: a[0:k] are in b at their places, in their order within a digit.
+        for k in range(n):
+            c = (a[k].key >> shift) & (_RADIX - 1)
+            b[cp[c]] = a[k]
+            cp[c] += 1
+        t = a
+        a = b
+        b = t
+    return a
 
 
 def id_index(const int64_t[::1] ids, const int64_t[::1] up, int64_t line0):
     """The index an append finds earlier ids by: ``(keys, lines)`` as int64 bytes, the ids
     of lines ``line0...`` (``ids``, ``up``: theirs) that have one and are not copies,
-    sorted as int64, and the line of each."""
+    sorted as int64 (equal ids, which only a lying array holds, in line order), and the
+    line of each."""
     cdef Py_ssize_t n = ids.shape[0], k, got = 0
     cdef _Keyed *items
+    cdef _Keyed *done
+    cdef Py_ssize_t *count
     cdef bytes keys_b, lines_b
     cdef int64_t *keys
     cdef int64_t *lines
+    cdef uint64_t sign = 1ULL << 63
     if up.shape[0] != n:
         raise ValueError("ids and up differ in length")
     if not 0 <= line0 <= _MAX_LINE - n:
         raise ValueError(f"line {line0} is out of range")
-    items = <_Keyed *>malloc(max(n, 1) * sizeof(_Keyed))
-    if items == NULL:
+    items = <_Keyed *>malloc(2 * max(n, 1) * sizeof(_Keyed))
+    count = <Py_ssize_t *>malloc(_PASSES * _RADIX * sizeof(Py_ssize_t))
+    if items == NULL or count == NULL:
+        free(items)
+        free(count)
         raise MemoryError()
     try:
         with nogil:
             for k in range(n):
                 if ids[k] != 0 and up[k] != _COPY:
-                    items[got].key = ids[k]
+                    items[got].key = (<uint64_t>ids[k]) ^ sign
                     items[got].line = line0 + k
                     got += 1
-            qsort(items, got, sizeof(_Keyed), _by_key)
+            done = _radix_sort(items, items + max(n, 1), got, count) if got else items
         keys_b = PyBytes_FromStringAndSize(NULL, got * 8)
         lines_b = PyBytes_FromStringAndSize(NULL, got * 8)
         keys = <int64_t *><char *>keys_b
         lines = <int64_t *><char *>lines_b
-        for k in range(got):
-            keys[k] = items[k].key
-            lines[k] = items[k].line
+        with nogil:
+            for k in range(got):
+                keys[k] = <int64_t>(done[k].key ^ sign)
+                lines[k] = done[k].line
     finally:
         free(items)
+        free(count)
     return keys_b, lines_b
 
 

@@ -284,7 +284,7 @@ class Layout:
         # From the first line, every id goes in as it comes. Else only the ids the new lines
         # name (their own, to tell a copy; their parents) are looked up, in the sorted
         # index of each earlier run.
-        table = linetree.IdTable()
+        table = linetree.IdTable(n)
         if line0:
             named = np.frombuffer(links, dtype=np.uint64)
             keys, lines = self.lines_of_ids(np.unique(named[named >= 2]).view(_i8))

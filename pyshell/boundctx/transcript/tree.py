@@ -131,7 +131,7 @@ def build_tree(fd: int, starts: bytes, end: int, kinds: bytes, dialect: str, *,
     n = len(kinds)
     if links is None:
         links = read_links(fd, starts, 0, n, end, link_keys(dialect))
-    return grow(links, kinds, 0, linetree.IdTable())
+    return grow(links, kinds, 0, linetree.IdTable(n))
 
 
 def grow(links: bytes, kinds: bytes, line0: int, table, *, up_before: bytes = b"",
