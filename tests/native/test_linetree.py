@@ -197,7 +197,8 @@ def test_id_index_sorts_any_ids_stably_with_their_lines(ids, repeat, line0):
     keys, lines = linetree.id_index(np.array(ids, dtype=np.int64), np.array(up, dtype=np.int64), line0)
     want = sorted(((k, line0 + i) for i, (k, u) in enumerate(zip(ids, up)) if k != 0 and u != linetree.COPY),
                   key=lambda kl: kl[0])
-    assert list(zip(np.frombuffer(keys, dtype=np.int64).tolist(), np.frombuffer(lines, dtype=np.int64).tolist())) == want
+    got = zip(np.frombuffer(keys, dtype=np.int64).tolist(), np.frombuffer(lines, dtype=np.int64).tolist())
+    assert list(got) == want
 
 
 @pytest.mark.parametrize("expected", [0, 1, 3000])
