@@ -56,6 +56,10 @@ NOT_RUN = [
      "the test suite itself: CI runs it (.ci/run); run from a test it would recurse"),
     (r"^python -m bench\.",
      "a benchmark: minutes of work on up to 1 GiB in /tmp; its numbers are bench/RESULTS.md"),
+    (r"postgresql://",
+     "needs a PostgreSQL server at the address shown, which only its owner has: the same commands run "
+     "against a real server the suite starts in tests/cli/test_session_transfer.py (import, export) and "
+     "tests/serve/test_sessions_in_postgres.py (serve on a database)"),
     (r"^boundctx serve\b",
      "a server that runs until stopped: the examples that talk to it run against the same command "
      "started by this test (SERVED)"),

@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("boundctx.cli.ask", "answer a question, reading long inputs completely"),
     "plan": ("boundctx.cli.plan", "turn a message into a plan of operations (nothing is carried out)"),
     "reindex": ("boundctx.cli.reindex", "rebuild the layout of transcripts (files or folders)"),
-    "session": ("boundctx.cli.session", "read transcripts in bounded windows"),
+    "session": ("boundctx.cli.session", "read transcripts in bounded windows; move sessions to and from PostgreSQL"),
     "sample": ("boundctx.cli.sample", "write a seeded synthetic transcript"),
     "split": ("boundctx.cli.split", "cut a text file into sections that fit a token budget"),
     "config": ("boundctx.cli.config", "show, read or change settings"),

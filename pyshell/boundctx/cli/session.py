@@ -1,4 +1,5 @@
-"""``boundctx session get PATH``: print one bounded window of a transcript."""
+"""``boundctx session get PATH``: print one bounded window of a transcript; ``session
+import`` and ``session export`` (PostgreSQL) are :mod:`boundctx.cli.session_transfer`'s."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import msgspec
 from boundctx import config
 from boundctx.cli._dialect import AUTO, add_dialect_argument
 from boundctx.cli._progress import byte_progress
+from boundctx.cli.session_transfer import add_parsers as add_transfer_parsers
 from boundctx.errors import TranscriptError
 
 __all__ = ["add_parser"]
@@ -48,6 +50,7 @@ def add_parser(sub, summary: str) -> None:
     add_dialect_argument(g, "the transcript's")
     g.add_argument("--json", action="store_true", help="print the window as JSON")
     g.set_defaults(run=run_get)
+    add_transfer_parsers(ssub)
 
 
 #: The API's words in error messages, and the command line's.

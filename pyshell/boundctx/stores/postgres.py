@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -48,7 +49,7 @@ from boundctx.transcript.store import UNSET, Transcript, _check_limit, _span, fi
 from boundctx.transcript.tree import entry_id
 from boundctx.transcript.writing import History
 
-__all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore", "SessionStat"]
+__all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore", "SessionStat", "redacted"]
 
 #: The tables' layout; a database holding another version is refused, not migrated blind.
 SCHEMA_VERSION = 1
@@ -163,7 +164,7 @@ class PostgresStore:
             if not _connection_lost(exc):
                 raise
             raise StoreUnavailable(f"the connection to the sessions database {self.where} was lost "
-                                   f"({str(exc).strip() or type(exc).__name__}); nothing of this call was "
+                                   f"({redacted(str(exc).strip()) or type(exc).__name__}); nothing of this call was "
                                    "kept, and the next call connects again") from None
 
     def _why(self) -> str:
@@ -172,7 +173,7 @@ class PostgresStore:
         try:
             self._errors.connect(self.url, connect_timeout=2).close()
         except self._errors.Error as exc:
-            return " ".join(str(exc).split()) or type(exc).__name__
+            return redacted(" ".join(str(exc).split())) or type(exc).__name__
         return "no connection came free in time"
 
     @property
@@ -375,6 +376,16 @@ def _copy_lines(conn, sid: str, starts: np.ndarray, ends: np.ndarray, kinds: np.
             if progress is not None:
                 progress(int(ends[hi - 1]))
     return seq
+
+
+_USERINFO = re.compile(r"""([^\s:/@'"]+:)[^\s/@'"]+@""")
+_PASSWORD = re.compile(r"""(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]+)""")
+
+
+def redacted(text: str) -> str:
+    """``text`` (a URL, a connection string, or a message quoting one) with every
+    password in it shown as ``***``: the driver quotes a URL it cannot read whole."""
+    return _PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 def _ns(moment) -> int:
