@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from boundctx.cli._dialect import AUTO, add_dialect_argument
 from boundctx.cli._progress import byte_progress
@@ -90,6 +90,8 @@ class Transfer(NamedTuple):
     report: ImportReport | None = None
     written: int = 0
     seconds: float = 0.0
+    #: the database was lost during it (the rest are not tried)
+    lost: bool = False
 
 
 # -- the database ----------------------------------------------------------------------------
@@ -164,6 +166,26 @@ def _failures() -> tuple[type[BaseException], ...]:
     return BoundctxError, OSError, ValueError, _psycopg()[0].Error
 
 
+def _attempt(path: str, sid: str, failures: tuple, move: Callable[[], Any]) -> Transfer:
+    """One import or export (``move()``: an ImportReport, or the bytes written), as the
+    Transfer it makes: done, failed saying why, or failed because the database was lost
+    (``lost``: the rest are not tried)."""
+    start = time.perf_counter()
+    try:
+        result = move()
+    except FileExistsError:
+        return Transfer(path, sid, error=f"session {sid!r} is in the database already; --replace replaces it, "
+                                         "or --id stores the file under another id")
+    except StoreUnavailable as exc:
+        return Transfer(path, sid, error=_error(exc), lost=True)
+    except failures as exc:
+        return Transfer(path, sid, error=_error(exc))
+    seconds = time.perf_counter() - start
+    if isinstance(result, int):
+        return Transfer(path, sid, written=result, seconds=seconds)
+    return Transfer(path, sid, report=result, seconds=seconds)
+
+
 # -- import ----------------------------------------------------------------------------------
 
 
@@ -194,21 +216,9 @@ def import_files(url: str, files: list[str], *, sid: str | None = None, dialect:
                 if not os.path.isfile(f):
                     done.append(Transfer(f, name, error="is a folder or a device, not a JSONL file"))
                     continue
-                start = time.perf_counter()
-                try:
-                    r = store.import_jsonl(name, f, dialect=dialect, replace=replace,
-                                           progress=lambda n, _total: report(base + n))
-                except FileExistsError:
-                    done.append(Transfer(f, name, error=f"session {name!r} is in the database already; "
-                                                        "--replace replaces it, or --id stores the file under "
-                                                        "another id"))
-                except StoreUnavailable as exc:
-                    lost = True
-                    done.append(Transfer(f, name, error=_error(exc)))
-                except failures as exc:
-                    done.append(Transfer(f, name, error=_error(exc)))
-                else:
-                    done.append(Transfer(f, name, report=r, seconds=time.perf_counter() - start))
+                done.append(_attempt(f, name, failures, lambda: store.import_jsonl(
+                    name, f, dialect=dialect, replace=replace, progress=lambda n, _total: report(base + n))))
+                lost = done[-1].lost
                 base += size
                 report(base)
     return done
@@ -265,16 +275,8 @@ def export_sessions(url: str, ids: list[str], *, out: str | None = None, folder:
                         bar = stack.enter_context(byte_progress(total, f"export {sid}", enabled=progress))
                     bar(n)
 
-                start = time.perf_counter()
-                try:
-                    written = store.export_jsonl(sid, path, progress=report)
-                except StoreUnavailable as exc:
-                    lost = True
-                    done.append(Transfer(path, sid, error=_error(exc)))
-                except failures as exc:
-                    done.append(Transfer(path, sid, error=_error(exc)))
-                else:
-                    done.append(Transfer(path, sid, written=written, seconds=time.perf_counter() - start))
+                done.append(_attempt(path, sid, failures, lambda: store.export_jsonl(sid, path, progress=report)))
+                lost = done[-1].lost
     return done
 
 
