@@ -35,6 +35,9 @@ SUFFIX = ".jsonl"
 #: A session's title, when a person set one, sits beside it in ``<id>.title``.
 TITLE_SUFFIX = ".title"
 RETRY_AFTER = "1"
+#: The most of a title file read: the longest title a person can set (200 characters) at
+#: up to 4 bytes each.
+TITLE_READ_BYTES = 800
 #: What ``serve.sessions_dir`` begins with when it names a database, not a folder.
 DATABASE_SCHEMES = ("postgresql://", "postgres://")
 
@@ -133,7 +136,7 @@ class FolderSessions:
         except OSError:
             return None
         try:
-            data = os.read(fd, 4096)
+            data = os.read(fd, TITLE_READ_BYTES)
         finally:
             os.close(fd)
         return data.decode("utf-8", "replace").strip() or None

@@ -284,7 +284,7 @@ class Sessions:
         first line of the session's first question (``"first_question"``), else none."""
         title = self.store.title(sid)
         if title:
-            return {"title": title[: TITLE_MAX * 4], "title_source": "set"}
+            return {"title": title, "title_source": "set"}
         first = _first_question(t)
         return {"title": first, "title_source": "first_question" if first else None}
 

@@ -292,13 +292,9 @@ class PostgresStore:
         try:
             size = os.fstat(fd).st_size
             res = filescan.scan_fd(fd, native_table(dialect), end=size)
-            kinds = np.frombuffer(settle_undecided(fd, res, dialect), dtype=np.uint8)
-            starts = np.frombuffer(res.starts, dtype=np.int64)
-            ends = np.append(starts[1:], res.indexed_end)
-            if len(starts) and int((ends - starts).max()) > LINE_MAX:
+            found = _Lines.of(res, settle_undecided(fd, res, dialect))
+            if found.lines and int((found.ends - found.starts).max()) > LINE_MAX:
                 raise ValueError(f"{path!r} has a line over {LINE_MAX:,} bytes, more than a database row holds")
-            seq = np.isin(kinds, _IN_SEQUENCE)
-            compactions = int(np.count_nonzero(kinds == LineKind.COMPACTION))
             tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
             with self.connection() as conn, conn.transaction():
                 generation = 0
@@ -309,15 +305,15 @@ class PostgresStore:
                 cur = conn.execute(
                     "INSERT INTO boundctx_sessions (id, dialect, generation, lines, messages, compactions, bytes, "
                     "tail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (sid, dialect, generation, len(starts), int(seq.sum()), compactions, int(res.indexed_end),
+                    (sid, dialect, generation, found.lines, found.messages, found.compactions, int(res.indexed_end),
                      tail))
                 if cur.rowcount == 0:
                     raise FileExistsError(f"session {sid!r} exists")
-                _copy_lines(conn, sid, starts, ends, kinds, _batches(fd, starts, ends),
+                _copy_lines(conn, sid, found, _batches(fd, found.starts, found.ends),
                             progress=None if progress is None else lambda done: progress(done, size))
         finally:
             os.close(fd)
-        return ImportReport(sid, len(starts), int(seq.sum()), compactions, int(res.indexed_end), len(tail))
+        return ImportReport(sid, found.lines, found.messages, found.compactions, int(res.indexed_end), len(tail))
 
     def export_jsonl(self, sid: str, path: str | os.PathLike, *,
                      progress: Callable[[int, int], object] | None = None) -> int:
@@ -358,13 +354,38 @@ class PostgresStore:
         return written
 
 
-def _copy_lines(conn, sid: str, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray,
-                batches, *, progress: Callable[[int], object] | None = None) -> np.ndarray:
-    """Store the lines of session ``sid`` (each line's start and end offset and kind;
-    ``batches`` yields ``(lo, hi, bytes of lines lo..hi - 1)``), numbering the message
-    sequence; returns which lines are in it. ``progress(bytes stored)`` after each batch."""
-    seq = np.isin(kinds, _IN_SEQUENCE)
-    index = (np.cumsum(seq) - 1).tolist()
+class _Lines(NamedTuple):
+    """The lines a scan found: each one's start and end offset and kind, which of them are
+    in the message sequence, and the counts a session's row keeps."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    kinds: np.ndarray
+    in_sequence: np.ndarray
+    messages: int
+    compactions: int
+
+    @property
+    def lines(self) -> int:
+        return len(self.starts)
+
+    @classmethod
+    def of(cls, scan, kinds: bytes) -> _Lines:
+        """From a native scan and its kinds, settled (``settle_undecided``)."""
+        starts = np.frombuffer(scan.starts, dtype=np.int64)
+        kind = np.frombuffer(kinds, dtype=np.uint8)
+        seq = np.isin(kind, _IN_SEQUENCE)
+        return cls(starts, np.append(starts[1:], scan.indexed_end), kind, seq, int(seq.sum()),
+                   int(np.count_nonzero(kind == LineKind.COMPACTION)))
+
+
+def _copy_lines(conn, sid: str, found: _Lines, batches, *, progress: Callable[[int], object] | None = None) -> None:
+    """Store the lines of session ``sid`` (``batches`` yields ``(lo, hi, bytes of lines
+    lo..hi - 1)``), numbering the message sequence. ``progress(bytes stored)`` after each
+    batch."""
+    index = (np.cumsum(found.in_sequence) - 1).tolist()
+    seq = found.in_sequence.tolist()
+    starts, ends, kinds = found.starts, found.ends, found.kinds
     with conn.cursor().copy('COPY boundctx_lines (session, line, "offset", length, kind, message, data) '
                             "FROM STDIN") as copy:
         for lo, hi, buf in batches:
@@ -375,7 +396,6 @@ def _copy_lines(conn, sid: str, starts: np.ndarray, ends: np.ndarray, kinds: np.
                                 buf[a - base : b - base]))
             if progress is not None:
                 progress(int(ends[hi - 1]))
-    return seq
 
 
 _USERINFO = re.compile(r"""([^\s:/@'"]+:)[^\s/@'"]+@""")
@@ -698,7 +718,9 @@ class PostgresSession:
     def _rewrite(self, change: Callable[[History, int], None], message: int | Entry, lock_wait: float,
                  check: Callable[[History], None] | None) -> None:
         with self.store.connection() as conn, conn.transaction():
-            lines, messages, _c, size, tail, generation = self._lock(conn, lock_wait, "generation")
+            self._lock(conn, lock_wait)
+            messages, size, tail, generation = conn.execute(
+                "SELECT messages, bytes, tail, generation FROM boundctx_sessions WHERE id = %s", (self.id,)).fetchone()
             rows = conn.execute('SELECT data, "offset", message IS NOT NULL FROM boundctx_lines '
                                 "WHERE session = %s ORDER BY line", (self.id,)).fetchall()
             history = History([bytes(r[0]) for r in rows], [r[1] for r in rows], [r[2] for r in rows],
@@ -711,30 +733,24 @@ class PostgresSession:
             data = history.data()
             conn.execute("DELETE FROM boundctx_lines WHERE session = %s", (self.id,))
             scan = lineindex.scan_bytes(data, native_table(self.dialect))
-            kinds = np.frombuffer(settle_undecided(None, scan, self.dialect, data=data), dtype=np.uint8)
-            starts = np.frombuffer(scan.starts, dtype=np.int64)
-            ends = np.append(starts[1:], scan.indexed_end)
-            seq = _copy_lines(conn, self.id, starts, ends, kinds, [(0, len(starts), data)] if len(starts) else [])
+            found = _Lines.of(scan, settle_undecided(None, scan, self.dialect, data=data))
+            _copy_lines(conn, self.id, found, [(0, found.lines, data)] if found.lines else [])
             conn.execute("UPDATE boundctx_sessions SET lines = %s, messages = %s, compactions = %s, bytes = %s, "
                          "tail = ''::bytea, generation = generation + 1, modified = now() WHERE id = %s",
-                         (len(starts), int(seq.sum()), int(np.count_nonzero(kinds == LineKind.COMPACTION)),
-                          len(data), self.id))
+                         (found.lines, found.messages, found.compactions, len(data), self.id))
 
-    def _lock(self, conn, lock_wait: float, *extra: str) -> tuple:
-        """Take the session row's lock (waiting ``lock_wait`` seconds at most) and return
-        ``lines, messages, compactions, bytes, tail`` and the ``extra`` columns."""
+    def _lock(self, conn, lock_wait: float) -> None:
+        """Take the session row's lock for this transaction, waiting ``lock_wait`` seconds
+        at most (TranscriptLocked after that)."""
         psycopg = self.store._errors
         # lock_timeout takes milliseconds; 0 would mean wait forever, so "no wait" is 1 ms.
         conn.execute(f"SET LOCAL lock_timeout = {max(1, int(lock_wait * 1000))}")
-        columns = ", ".join(("lines", "messages", "compactions", "bytes", "tail", *extra))
         try:
-            row = conn.execute(f"SELECT {columns} FROM boundctx_sessions WHERE id = %s FOR UPDATE",
-                               (self.id,)).fetchone()
+            row = conn.execute("SELECT 1 FROM boundctx_sessions WHERE id = %s FOR UPDATE", (self.id,)).fetchone()
         except psycopg.errors.LockNotAvailable:
             raise TranscriptLocked(f"session {self.id!r} is being written by another writer; retry shortly") from None
         if row is None:
             raise TranscriptNotFound(f"no session {self.id!r}")
-        return row
 
     def _move_tail_aside(self, conn, size: int, tail: bytes) -> None:
         """An unfinished line from the file the session was imported from: kept aside, as
