@@ -24,3 +24,6 @@ class Running:
     def stop(self):
         self.server.should_exit = True
         self.thread.join(30)
+        close = getattr(self.app, "close", None)
+        if close is not None:  # boundctx's own app: its database connections, if any
+            close()

@@ -44,7 +44,7 @@ def test_a_reply_runs_to_its_end_and_is_forgotten_by_id_when_ended():
 
     assert asyncio.run(go()).finish_reason == "stop"
     with pytest.raises(ApiError) as caught:
-        s.cancel("r1")
+        asyncio.run(s.cancel("r1"))
     assert caught.value.status == 404 and caught.value.code == "reply_not_found"
 
 
@@ -62,7 +62,7 @@ def test_cancel_by_id_stops_the_reply_in_flight():
 
     async def go():
         run, first = await s.begin(ASK, reply_id="r2")
-        s.cancel("r2")
+        await s.cancel("r2")
         release.set()
         done = await drain(run, first)
         s.end("r2")

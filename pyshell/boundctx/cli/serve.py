@@ -107,4 +107,6 @@ def run(args) -> int:
                 if exc.errno == errno.EADDRINUSE else "; choose another with --host or --port")
         say(f"{exc.strerror}{hint}")
         return 2
+    finally:
+        app.close()  # the sessions database's connections, when there is one
     return 0 if started else 1

@@ -17,6 +17,7 @@ The package, one concern a module:
 * ``session_replies`` / ``sessions``: transcripts under the sessions folder, and replies
   on them as named events;
 * ``engine_routes``: counts, understanding, cancel by id;
+* ``coordination``: what the processes on one sessions database share (cancels, settings);
 * ``settings``: the settings schema, and changes that apply from the next reply;
 * ``replies``: reply slots, turns at the first model call, the reply's thread and its
   bridge to the loop;
@@ -41,7 +42,7 @@ from boundctx.providers.base import Provider
 from boundctx.serve.guard import LOOPBACK_NAMES, BearerKeys, HostCheck, Origins, cors_origins, is_loopback
 from boundctx.serve.http import API, ApiError
 
-__all__ = ["ServeError", "create_app", "is_loopback", "sessions_folder"]
+__all__ = ["Served", "ServeError", "create_app", "is_loopback", "sessions_folder"]
 
 
 class ServeError(BoundctxError, ValueError):
@@ -97,11 +98,12 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     from starlette.routing import Mount
 
     from boundctx.errors import StoreUnavailable
+    from boundctx.serve.coordination import DatabaseCoordination
     from boundctx.serve.engine_routes import engine_routes
     from boundctx.serve.openai_routes import openai_routes
     from boundctx.serve.service import ReplyService
     from boundctx.serve.session_replies import session_reply_routes
-    from boundctx.serve.session_stores import is_database_url
+    from boundctx.serve.session_stores import DatabaseSessions, is_database_url
     from boundctx.serve.sessions import Sessions, session_routes
     from boundctx.serve.settings import settings_routes
     from boundctx.serve.ui import ui_routes
@@ -134,9 +136,20 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
         sessions = Sessions(folder, service.live)
     except (StoreUnavailable, RuntimeError) as exc:  # no database there, or no psycopg to reach one
         raise ServeError(f"cannot use the sessions database (serve.sessions_dir): {exc}") from None
+    if isinstance(sessions.store, DatabaseSessions):
+        # The processes on one database share cancels and settings through it.
+        try:
+            service.coordination = DatabaseCoordination(sessions.store.store, service.live,
+                                                        in_flight=service.in_flight, cancel_here=service.cancel_here)
+        except StoreUnavailable as exc:
+            sessions.store.close()
+            raise ServeError(f"cannot use the sessions database (serve.sessions_dir): {exc}") from None
+    coordination = service.coordination
     app = Starlette(exception_handlers={ApiError: _render, HTTPException: _http_exception}, routes=[
         Mount(API, routes=[*session_routes(sessions), *session_reply_routes(service, sessions),
-                           *settings_routes(service.live, service.max_body), *engine_routes(service)]),
+                           *settings_routes(service.live, service.max_body, coordination.patch,
+                                            shared=coordination.shared),
+                           *engine_routes(service)]),
         *openai_routes(service),
         *ui_routes(),
     ])
@@ -144,7 +157,25 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     guarded = Origins(guarded, origins)
     if is_loopback(host):
         guarded = HostCheck(guarded, LOOPBACK_NAMES | {host.lower(), f"[{host.lower()}]"})
-    return guarded
+    return Served(guarded, closing=[coordination.close, getattr(sessions.store, "close", lambda: None)])
+
+
+class Served:
+    """The application as a server runs it, and what to let go when it stops serving
+    (:meth:`close`: the database connections and the listener of a deployment's
+    coordination; nothing for a sessions folder)."""
+
+    def __init__(self, app, *, closing) -> None:
+        self.app = app
+        self._closing = list(closing)
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+    def close(self) -> None:
+        closing, self._closing = self._closing, []
+        for close in closing:
+            close()
 
 
 async def _render(request, exc: Exception):

@@ -7,7 +7,9 @@ Routes::
     POST /boundctx/v1/understand            {"message", "catalog" | "bfcl", "records", "click",
                                              "single_call"} -> the checked plan and its budget
     POST /boundctx/v1/replies/{id}/cancel   stop a reply in flight (a chat completion's
-                                            ``chatcmpl-`` id or a session reply's ``reply-`` id)
+                                            ``chatcmpl-`` id or a session reply's ``reply-`` id),
+                                            in whichever process runs it when the sessions
+                                            are in a database
 
 Understanding makes model calls, so it takes a reply slot and waits its turn as a reply
 does (503 past the queue); a client that leaves stops the model call in flight, no call
@@ -100,7 +102,7 @@ def engine_routes(service: ReplyService) -> list:
 
     async def cancel(request):
         reply_id = request.path_params["id"]
-        service.cancel(reply_id)
+        await service.cancel(reply_id)
         return _json(200, {"object": "boundctx.reply", "id": reply_id, "cancelled": True})
 
     return [

@@ -83,6 +83,12 @@ def busy() -> ApiError:
                     type="server_overloaded", headers={"Retry-After": "5"})
 
 
+def store_unavailable(message: str) -> ApiError:
+    """503 when the sessions database is lost: the reason, and when to try again (the
+    server connects again by itself)."""
+    return ApiError(503, message, "store_unavailable", type="server_error", headers={"Retry-After": "1"})
+
+
 def client_closed() -> ApiError:
     """499: the client left, so nobody reads the answer."""
     return ApiError(499, "the client closed the connection", "client_closed")

@@ -20,10 +20,11 @@ from typing import Any, NamedTuple
 from boundctx import config
 from boundctx.analysis import Engine
 from boundctx.analysis.originals import Earlier
-from boundctx.errors import ConfigError, ResponseSchemaError, ToolOfferError
+from boundctx.errors import ConfigError, ResponseSchemaError, StoreUnavailable, ToolOfferError
 from boundctx.events import Failed
 from boundctx.providers.base import Provider, Sampling, ToolChoice
-from boundctx.serve.http import ApiError, busy
+from boundctx.serve.coordination import Coordination
+from boundctx.serve.http import ApiError, busy, store_unavailable
 from boundctx.serve.replies import Busy, GatedProvider, ReplyRun, Slots, Ticket
 from boundctx.serve.requests import BadRequest
 from boundctx.serve.settings import LiveSettings, with_values
@@ -67,6 +68,9 @@ class ReplyService:
         self.slots = Slots(active, settings.serve.queue_depth)
         self.created = int(time.time())
         self._replies: dict[str, ReplyRun] = {}
+        #: What this process shares with the others of its deployment (cancels, settings):
+        #: nothing unless its sessions are in a database (:mod:`boundctx.serve.coordination`).
+        self.coordination: Coordination = Coordination(self.live)
 
     @property
     def settings(self) -> config.Settings:
@@ -128,6 +132,7 @@ class ReplyService:
         run = ReplyRun(lambda: events, cancel, asyncio.get_running_loop(), on_end=ticket.release)
         self._replies[reply_id] = run
         try:
+            await self.coordination.registered(reply_id)  # cancellable from any process
             first = await run.next_event(None)
         except BaseException:
             run.abandon()
@@ -140,22 +145,44 @@ class ReplyService:
 
     def end(self, reply_id: str) -> None:
         """The reply ``reply_id`` is over: it can no longer be cancelled by id."""
-        self._replies.pop(reply_id, None)
+        if self._replies.pop(reply_id, None) is not None:
+            self.coordination.ended(reply_id)
 
-    def cancel(self, reply_id: str) -> None:
-        """Stop the reply ``reply_id``: it ends with finish reason ``cancelled`` at the
-        engine's next check.
+    def in_flight(self) -> list[str]:
+        """The ids of the replies running in this process."""
+        return list(self._replies)
+
+    def cancel_here(self, reply_id: str) -> bool:
+        """Stop ``reply_id`` if it runs in this process (any thread may ask)."""
+        run = self._replies.get(reply_id)
+        if run is not None:
+            run.cancel.set()
+        return run is not None
+
+    async def cancel(self, reply_id: str) -> None:
+        """Stop the reply ``reply_id``, in this process or (its sessions in a database)
+        whichever process of the deployment runs it: it ends with finish reason
+        ``cancelled`` at the engine's next check.
 
         Raises
         ------
         ApiError
-            404: no such reply in flight in this process.
+            404: no such reply in flight (here, or where a cancel can reach); 503: the
+            database that reaches the other processes is lost.
         """
-        run = self._replies.get(reply_id)
-        if run is None:
-            raise ApiError(404, f"no reply {reply_id!r} is in flight here (it ended, or another server process "
-                                "runs it)", "reply_not_found", "id")
-        run.cancel.set()
+        if self.cancel_here(reply_id):
+            return
+        if self.coordination.shared:
+            try:
+                if await asyncio.to_thread(self.coordination.cancel_elsewhere, reply_id):
+                    return
+            except StoreUnavailable as exc:
+                raise store_unavailable(f"reply {reply_id!r} is not running in this process, and the others "
+                                        f"cannot be asked: {exc}") from None
+            raise ApiError(404, f"no reply {reply_id!r} is in flight (it ended, or never ran)", "reply_not_found",
+                           "id")
+        raise ApiError(404, f"no reply {reply_id!r} is in flight here (it ended, or another server process "
+                            "runs it)", "reply_not_found", "id")
 
     def stream_settings(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~boundctx.serve.streaming.EventStream` from

@@ -18,7 +18,6 @@ from typing import Any
 
 from boundctx._atomic import replacing
 from boundctx.errors import (
-    StoreUnavailable,
     TranscriptChanged,
     TranscriptNotAFile,
     TranscriptNotFound,
@@ -29,7 +28,7 @@ from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
 
 __all__ = ["DATABASE_SCHEMES", "DatabaseSessions", "FolderSessions", "RETRY_AFTER", "SUFFIX", "TITLE_SUFFIX",
-           "is_database_url", "unavailable"]
+           "is_database_url"]
 
 SUFFIX = ".jsonl"
 #: A session's title, when a person set one, sits beside it in ``<id>.title``.
@@ -44,11 +43,6 @@ DATABASE_SCHEMES = ("postgresql://", "postgres://")
 
 def is_database_url(target: str) -> bool:
     return target.startswith(DATABASE_SCHEMES)
-
-
-def unavailable(exc: StoreUnavailable) -> ApiError:
-    """A lost database as the API says it: 503, the reason, and when to try again."""
-    return ApiError(503, str(exc), "store_unavailable", type="server_error", headers={"Retry-After": RETRY_AFTER})
 
 
 class FolderSessions:

@@ -89,7 +89,7 @@ from boundctx.errors import (
     TranscriptNotFound,
     TranscriptPermission,
 )
-from boundctx.serve.http import ApiError, read_body, read_json
+from boundctx.serve.http import ApiError, read_body, read_json, store_unavailable
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
 from boundctx.serve.session_stores import (
@@ -97,7 +97,6 @@ from boundctx.serve.session_stores import (
     DatabaseSessions,
     FolderSessions,
     is_database_url,
-    unavailable,
 )
 from boundctx.serve.settings import LiveSettings
 from boundctx.transcript.chat import (
@@ -195,7 +194,7 @@ class Sessions:
         except ApiError as exc:
             raise exc.with_message(self.public(exc.message)) from None
         except StoreUnavailable as exc:
-            raise unavailable(exc) from None
+            raise store_unavailable(str(exc)) from None
 
     # -- the parts of a reply --------------------------------------------------------
 

@@ -10,9 +10,12 @@ Routes::
 
 A change is checked exactly as a config file's value is (type, range, closed set; the
 message says what is accepted), all keys of one request or none, and applies from the
-next reply on; replies already running keep the settings they started with. It lives in
-this server process only (a restart, or another ``boundctx serve`` behind the same
-balancer, has the configured values): ``boundctx config set`` is what persists.
+next reply on; replies already running keep the settings they started with. With the
+sessions in a folder it lives in this server process only (a restart, or another
+``boundctx serve`` on the folder, has the configured values): ``boundctx config set`` is
+what persists. With the sessions in a database it is kept there and applies in every
+process on it, one started later included, until a ``PATCH`` puts the key back
+(:mod:`boundctx.serve.coordination`).
 
 What the server was built from cannot change while it runs: ``serve.*`` (the socket,
 the keys, the sessions folder, the queue), ``chat.n_ctx``, ``chat.provider``, ``local.*``
@@ -22,16 +25,17 @@ the keys, the sessions folder, the queue), ``chat.n_ctx``, ``chat.provider``, ``
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from boundctx import config
-from boundctx.errors import ConfigError
-from boundctx.serve.http import API, ApiError, read_json
+from boundctx.errors import ConfigError, StoreUnavailable
+from boundctx.serve.http import API, ApiError, read_json, store_unavailable
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import BadRequest, decode
 
-__all__ = ["LiveSettings", "SettingRefused", "fixed_while_serving", "settings_routes", "with_values"]
+__all__ = ["SOURCE", "LiveSettings", "SettingRefused", "fixed_while_serving", "merged_overrides", "settings_routes",
+           "with_values"]
 
 SOURCE = "PATCH /boundctx/v1/settings"
 _FIXED_KEYS = frozenset({"chat.n_ctx", "chat.provider"})
@@ -52,6 +56,18 @@ def with_values(settings: config.Settings, values: Mapping[str, Any], source: st
     return config.Settings(merged, sources)
 
 
+def merged_overrides(overrides: Mapping[str, Any], checked: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` with the checked ``changes`` made: a value sets its key, None takes the
+    key's override away (back to the value the server started with)."""
+    merged = dict(overrides)
+    for name, value in checked.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    return merged
+
+
 class SettingRefused(ConfigError):
     """A change the server does not take; ``name`` is the key."""
 
@@ -62,16 +78,23 @@ class SettingRefused(ConfigError):
 
 class LiveSettings:
     """The server's current settings: the ones it started with, with the changes made
-    through the API over them. ``current`` is swapped whole, so a reply that read it
-    once sees one consistent set."""
+    through the API (:attr:`overrides`) over them. ``current`` is swapped whole, so a
+    reply that read it once sees one consistent set.
+
+    Where the overrides live is its caller's: this process alone (:meth:`patch`), or a
+    database every process of a deployment shares (:mod:`boundctx.serve.coordination`,
+    which checks a change here, stores it, and has every process :meth:`adopt` it).
+    """
 
     def __init__(self, started: config.Settings) -> None:
         self.started = started
         self.current = started
+        #: The values the API set, by key (checked; each differs from ``started`` or not).
+        self.overrides: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def patch(self, changes: Mapping[str, Any]) -> config.Settings:
-        """Apply ``changes`` (all or none).
+        """Apply ``changes`` (all or none) in this process.
 
         Raises
         ------
@@ -79,6 +102,21 @@ class LiveSettings:
             An unknown key, a key fixed while serving, a value the key does not accept, or
             values that do not go together (``config.RELATIONS``, checked on the settings
             the change would make).
+        """
+        checked = self.check(changes)
+        with self._lock:
+            overrides = merged_overrides(self.overrides, checked)
+            self.current = self.compose(overrides, about=checked)
+            self.overrides = overrides
+            return self.current
+
+    def check(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``changes`` with each value checked as a config file's is (None stays None:
+        the key goes back to the value the server started with).
+
+        Raises
+        ------
+        SettingRefused
         """
         checked: dict[str, Any] = {}
         for name, value in changes.items():
@@ -92,22 +130,36 @@ class LiveSettings:
                 checked[name] = None if value is None else config.KEYS[name].check(value, "this change", parse=False)
             except ConfigError as exc:
                 raise SettingRefused(name, str(exc)) from None
+        return checked
+
+    def compose(self, overrides: Mapping[str, Any], *, about: Collection[str] = ()) -> config.Settings:
+        """The settings ``overrides`` make over the ones the server started with, their
+        relations checked (a refusal names one of the keys ``about``, the ones a change
+        asked for, where it can).
+
+        Raises
+        ------
+        SettingRefused
+        """
+        values = dict(self.started)
+        sources = {name: self.started.source(name) for name in values}
+        for name, value in overrides.items():
+            values[name], sources[name] = value, SOURCE
+        settings = config.Settings(values, sources)
+        try:
+            config.check_relations(settings, settings.source)
+        except ConfigError as exc:
+            # The param names a key of this request (the other may be one it left alone).
+            keys = [k for k in exc.keys if k in about] or list(about) or list(exc.keys) or [""]
+            raise SettingRefused(keys[0], str(exc)) from None
+        return settings
+
+    def adopt(self, overrides: Mapping[str, Any]) -> config.Settings:
+        """Run with exactly ``overrides`` (already checked and composed elsewhere, e.g. by
+        the process that took the change) from the next reply on."""
         with self._lock:
-            values = dict(self.current)
-            sources = {name: self.current.source(name) for name in values}
-            for name, value in checked.items():
-                if value is None:  # back to the value the server started with
-                    values[name], sources[name] = self.started[name], self.started.source(name)
-                else:
-                    values[name], sources[name] = value, SOURCE
-            settings = config.Settings(values, sources)
-            try:
-                config.check_relations(settings, settings.source)
-            except ConfigError as exc:
-                # The param names a key of this request (the other may be one it left alone).
-                keys = [k for k in exc.keys if k in checked] or list(checked) or [""]
-                raise SettingRefused(keys[0], str(exc)) from None
-            self.current = settings
+            self.current = self.compose(overrides)
+            self.overrides = dict(overrides)
             return self.current
 
     def view(self) -> dict[str, Any]:
@@ -117,9 +169,16 @@ class LiveSettings:
         return {"object": "boundctx.settings", "data": data}
 
 
-def settings_routes(live: LiveSettings, max_body: int) -> list:
-    """The settings routes, relative to :data:`~boundctx.serve.http.API`."""
+def settings_routes(live: LiveSettings, max_body: int, patch: Callable[[Mapping[str, Any]], object] | None = None,
+                    *, shared: bool = False) -> list:
+    """The settings routes, relative to :data:`~boundctx.serve.http.API`. ``patch``
+    applies a change (default: in this process, ``live.patch``); ``shared``: it writes to
+    the database every process of the deployment reads (run off the event loop, and a
+    lost database is a 503)."""
+    from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
+
+    apply = patch or live.patch
 
     def changes_of(body: bytes) -> dict[str, Any]:
         try:
@@ -139,9 +198,14 @@ def settings_routes(live: LiveSettings, max_body: int) -> list:
             return _json(200, live.view())
         changes = await read_json(request, max_body, changes_of)
         try:
-            live.patch(changes)
+            if shared:
+                await run_in_threadpool(apply, changes)
+            else:
+                apply(changes)
         except SettingRefused as exc:
             raise ApiError(400, str(exc), "invalid_setting", exc.name) from None
+        except StoreUnavailable as exc:
+            raise store_unavailable(f"the change was not made: {exc}") from None
         return _json(200, live.view())
 
     return [

@@ -95,6 +95,20 @@ CREATE TABLE IF NOT EXISTS boundctx_torn (
     data bytea NOT NULL,
     moved timestamptz NOT NULL DEFAULT now()
 );
+-- What the serve processes on this database share (boundctx.serve.coordination): the
+-- replies in flight, with the listening connection of the process running each, and the
+-- settings changed through the API, numbered so the newest change wins.
+CREATE TABLE IF NOT EXISTS boundctx_replies (
+    id text PRIMARY KEY,
+    owner text NOT NULL,
+    backend integer NOT NULL,
+    backend_start timestamptz NOT NULL,
+    cancel_asked boolean NOT NULL DEFAULT false,
+    started timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS boundctx_settings (name text PRIMARY KEY, value jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS boundctx_settings_version (version bigint NOT NULL);
+INSERT INTO boundctx_settings_version SELECT 0 WHERE NOT EXISTS (SELECT FROM boundctx_settings_version);
 """
 
 _IN_SEQUENCE = (int(LineKind.MESSAGE), int(LineKind.CORRUPT))
