@@ -253,6 +253,37 @@ def test_a_session_that_forks_is_refused_at_import_with_the_reason(store, tmp_pa
     assert store.ids() == []  # nothing half-imported
 
 
+def test_import_reads_the_file_once_and_writes_nothing_beside_it(store, tmp_path, monkeypatch):
+    """One scan frames the lines and reads their links (the fork check needs them); no
+    layout sidecar or lock is left beside a file that is only imported."""
+    from boundctx._native import filescan
+
+    path = tmp_path / "tree.jsonl"
+    path.write_bytes(b"".join(encode_record(r) for r in rewound_session()[:3]))
+    scans = []
+    real = filescan.scan_fd
+    monkeypatch.setattr(filescan, "scan_fd", lambda *a, **kw: scans.append(kw) or real(*a, **kw))
+    store.import_jsonl("tree", path)
+    assert len(scans) == 1 and scans[0]["link_keys"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tree.jsonl"]
+    with Transcript.open(path) as t:
+        assert store.open("tree").message_count == t.message_count
+
+
+def test_torn_tails_kept_aside_go_with_their_session(store, tmp_path):
+    """A torn tail moved aside by an append is the session's: removed with it, and not
+    handed to a session imported over it."""
+    path = tmp_path / "torn.jsonl"
+    path.write_bytes(encode_record({"type": "message", "message": {"role": "user", "content": "one"}}) + b'{"ty')
+    for _ in range(2):
+        store.import_jsonl("t", path, replace=True)
+        store.open("t").append({"type": "message", "message": {"role": "user", "content": "two"}})
+    with store.pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM boundctx_torn WHERE session = 't'").fetchone()[0] == 1
+        store.remove("t")
+        assert conn.execute("SELECT count(*) FROM boundctx_torn WHERE session = 't'").fetchone()[0] == 0
+
+
 def test_an_existing_session_is_not_overwritten(store, tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_bytes(encode_record({"type": "message", "message": {"role": "user", "content": "one"}}))

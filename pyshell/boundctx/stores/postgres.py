@@ -40,13 +40,14 @@ import numpy as np
 from boundctx._native import filescan, lineindex
 from boundctx.errors import StoreUnavailable, TranscriptChanged, TranscriptLocked, TranscriptNotFound
 from boundctx.transcript.branches import Branch
-from boundctx.transcript.dialects import native_table, settle_undecided
+from boundctx.transcript.dialects import dialect_kinds, native_table, settle_undecided
 from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.lineformat import encode_record
+from boundctx.transcript.opening import open_transcript_fd
 from boundctx.transcript.reading import ENVELOPE, NOT_DISPLAYABLE, _Line, _raw_entry, plain_entry, projected_record
-from boundctx.transcript.store import UNSET, Transcript, _check_limit, _span, fit_page, window_limits
-from boundctx.transcript.tree import entry_id
+from boundctx.transcript.store import UNSET, _check_limit, _span, fit_page, window_limits
+from boundctx.transcript.tree import build_tree, entry_id, link_keys
 from boundctx.transcript.writing import History
 
 __all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore", "SessionStat", "redacted"]
@@ -260,9 +261,11 @@ class PostgresStore:
         return [(sid, size, _ns(modified)) for sid, size, modified in rows]
 
     def remove(self, sid: str) -> None:
-        with self.connection() as conn:
+        """Remove session ``sid``: its lines, and the torn tails kept aside for it."""
+        with self.connection() as conn, conn.transaction():
             if conn.execute("DELETE FROM boundctx_sessions WHERE id = %s", (sid,)).rowcount == 0:
                 raise TranscriptNotFound(f"no session {sid!r}")
+            conn.execute("DELETE FROM boundctx_torn WHERE session = %s", (sid,))
 
     def ids(self) -> list[str]:
         with self.connection() as conn:
@@ -296,17 +299,20 @@ class PostgresStore:
             not the list of its lines), or a line is over 1 GB.
         """
         path = os.fspath(path)
-        with Transcript.open(path, dialect=dialect) as t:
-            if not t.in_file_order:
+        dialect_kinds(dialect)  # an unknown dialect is refused before any I/O
+        fd = open_transcript_fd(path)
+        try:
+            size = os.fstat(fd).st_size
+            # One read of the file: the scan frames the lines and reads each one's links,
+            # and the tree says whether it reads as the list of its lines (no sidecar is
+            # written beside a file that is only being imported).
+            res = filescan.scan_fd(fd, native_table(dialect), end=size, link_keys=link_keys(dialect))
+            kinds = settle_undecided(fd, res, dialect)
+            if not build_tree(fd, res.starts, res.indexed_end, kinds, dialect, links=res.links).reads_as_list:
                 raise ValueError(f"{path!r} forks (its entries name parents that make a tree, and the "
                                  "active branch is not every message in order): the PostgreSQL store keeps "
                                  "sessions as lists, so it is kept as a file")
-            dialect = t.dialect
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            res = filescan.scan_fd(fd, native_table(dialect), end=size)
-            found = _Lines.of(res, settle_undecided(fd, res, dialect))
+            found = _Lines.of(res, kinds)
             if found.lines and int((found.ends - found.starts).max()) > LINE_MAX:
                 raise ValueError(f"{path!r} has a line over {LINE_MAX:,} bytes, more than a database row holds")
             tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
@@ -316,6 +322,7 @@ class PostgresStore:
                     old = conn.execute("DELETE FROM boundctx_sessions WHERE id = %s RETURNING generation",
                                        (sid,)).fetchone()
                     generation = 0 if old is None else old[0] + 1
+                    conn.execute("DELETE FROM boundctx_torn WHERE session = %s", (sid,))  # the old one's
                 cur = conn.execute(
                     "INSERT INTO boundctx_sessions (id, dialect, generation, lines, messages, compactions, bytes, "
                     "tail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
