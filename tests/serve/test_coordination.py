@@ -139,6 +139,7 @@ def test_a_settings_change_applies_in_every_process_from_its_next_reply(deployme
     (a, b), more = deployment
     answer = a.http.patch(f"{API}/settings", json={"chat.temperature": 0.7})
     assert answer.status_code == 200, answer.text
+    assert answer.json()["shared"] is True
     for running in (a, b):
         seen = eventually(lambda r=running: setting(r, "chat.temperature")["value"] == 0.7)
         assert seen, setting(running, "chat.temperature")

@@ -203,6 +203,17 @@ def test_a_reply_whose_analysis_fails_says_what_was_not_read(page, serve, folder
     assert (folder / "partial.jsonl").read_bytes() == b""
 
 
+def test_settings_on_a_sessions_database_say_they_apply_in_every_process(page, serve, postgres_db):
+    server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL,
+                   sessions_dir=postgres_db.url)
+    open_app(page, server, "#/settings")
+    page.wait_for_selector("#settings-scope:has-text('every server process')")
+    page.get_by_label("Temperature").fill("0.6")
+    page.get_by_role("button", name="Save settings").click()
+    page.wait_for_selector("#settings-status:has-text('Saved: chat.temperature')")
+    assert "every server process" in page.text_content("#settings-scope")
+
+
 def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folder):
     server = serve(ScriptedProvider(lambda r: "x"), settings=settings(), model_id=MODEL, sessions_dir=str(folder))
     open_app(page, server, "#/settings")
@@ -226,6 +237,7 @@ def test_settings_round_trip_and_a_refused_value_is_explained(page, serve, folde
     page.wait_for_selector("#settings-status:has-text('Saved: chat.analysis_workers')")
     view = page.evaluate("() => fetch('/boundctx/v1/settings').then(r => r.json())")
     assert next(i for i in view["data"] if i["name"] == "chat.analysis_workers")["value"] == 0
+    assert view["shared"] is False and page.text_content("#settings-scope").endswith("in this server process.")
     page.locator("summary", has_text="Long inputs").click()  # the save re-rendered the groups
     page.get_by_label("Note-taking workers").fill("9")
     page.locator("summary", has_text="Long inputs").click()  # closed again: the refusal must open it

@@ -4,7 +4,8 @@ Routes::
 
     GET   /boundctx/v1/settings/schema     every key: type, default, accepted values, help
     GET   /boundctx/v1/settings            the schema with each key's value, source and
-                                           whether it can change while serving
+                                           whether it can change while serving; ``shared``:
+                                           whether a change applies in every process
     PATCH /boundctx/v1/settings            {"chat.analysis_workers": 0, ...}; null puts a
                                            key back to what it was when the server started
 
@@ -193,9 +194,13 @@ def settings_routes(live: LiveSettings, max_body: int, patch: Callable[[Mapping[
     async def schema(request):
         return _json(200, {"object": "boundctx.settings_schema", "data": config.schema()})
 
+    def view() -> dict[str, Any]:
+        # ``shared``: whether a change applies in every process on the sessions database.
+        return {**live.view(), "shared": shared}
+
     async def settings(request):
         if request.method == "GET":
-            return _json(200, live.view())
+            return _json(200, view())
         changes = await read_json(request, max_body, changes_of)
         try:
             if shared:
@@ -206,7 +211,7 @@ def settings_routes(live: LiveSettings, max_body: int, patch: Callable[[Mapping[
             raise ApiError(400, str(exc), "invalid_setting", exc.name) from None
         except StoreUnavailable as exc:
             raise store_unavailable(f"the change was not made: {exc}") from None
-        return _json(200, live.view())
+        return _json(200, view())
 
     return [
         Route("/settings/schema", schema, methods=["GET"]),

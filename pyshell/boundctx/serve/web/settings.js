@@ -77,8 +77,17 @@ function valueOf(item, input) {
   return input.value;
 }
 
+// Where a change applies: this server process, or (its sessions in a database) every
+// server process on that database, one started later included.
+function sayWhere(shared) {
+  $("settings-scope").textContent = shared
+    ? "Changes apply from the next reply, in every server process on this sessions database, and stay until set back."
+    : "Changes apply from the next reply, in this server process.";
+}
+
 export async function loadSettings() {
   const view = await api(`${API}/settings`);
+  sayWhere(view.shared);
   renderSettings(view.data);
 }
 
