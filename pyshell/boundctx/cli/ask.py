@@ -15,12 +15,13 @@ continue (:func:`read_transcript`), events to a callback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -49,8 +50,9 @@ def add_parser(sub, summary: str) -> None:
                         "when something is piped in")
     p.add_argument("--transcript", metavar="T",
                    help="continue the conversation in transcript T (JSONL; boundctx, pi, Claude Code or Codex "
-                        "CLI): its newest messages come first, and the question and answer are appended "
-                        "(if T does not exist, a new transcript is started there, and said on stderr)")
+                        "CLI), or in session ID of a PostgreSQL database given as postgresql://...#ID: its newest "
+                        "messages come first, and the question and answer are appended (if T does not exist, a "
+                        "new transcript is started there, and said on stderr)")
     p.add_argument("--history", type=int, default=50, metavar="N",
                    help="send at most the newest N messages of the transcript (default 50); their start moves "
                         "forward N/2 messages at a time, so a server's prompt cache keeps holding it")
@@ -112,6 +114,9 @@ class Asked(msgspec.Struct, frozen=True):
         Whether the exchange was appended to the transcript.
     cut_prompts : list of CutPrompt
         ``Done.cut_prompts``: the model calls whose server cut their prompt.
+    not_saved : str or None
+        Why a complete answer could not be appended to the transcript (the database
+        was lost, the disk full); None when it was, or was not to be.
     """
 
     answer: str
@@ -120,6 +125,7 @@ class Asked(msgspec.Struct, frozen=True):
     withheld_chars: int = 0
     saved: bool = False
     cut_prompts: list[Any] = []
+    not_saved: str | None = None
 
 
 def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Continuation:
@@ -140,28 +146,79 @@ def read_transcript(path: str, *, history: int = 50, save: bool = True) -> Conti
     FileNotFoundError
         No file at ``path`` and ``save`` is false.
     """
-    from boundctx.transcript import Transcript
+    from boundctx.errors import TranscriptNotFound
+    from boundctx.stores import database_session
     from boundctx.transcript.chat import Conversation, chat_messages, history_start, writable_style
 
     if history < 0:
         raise ValueError(f"--history must be >= 0, got {history}")
-    if not os.path.exists(path):
+    in_database = database_session(path) is not None
+    try:
+        if not in_database and not os.path.exists(path):
+            raise TranscriptNotFound(path)
+        with opened_transcript(path) as transcript:
+            total = transcript.message_count
+            start = history_start(total, history)
+            window = transcript.window(message_before=total, message_limit=total - start)
+            # A file is checked to be a transcript at all; a session row always holds records.
+            style = writable_style(window, transcript=None if in_database else transcript) if save else None
+    except TranscriptNotFound:
         if not save:
-            raise FileNotFoundError(f"no transcript at {path!r} (with --no-save it is only read)")
+            raise FileNotFoundError(f"no transcript at {_shown(path)!r} (with --no-save it is only read)") from None
         return Continuation(path, Conversation([], []), "text", new=True)
-    with Transcript.open(path) as transcript:
-        total = transcript.message_count
-        start = history_start(total, history)
-        window = transcript.window(message_before=total, message_limit=total - start)
-        style = writable_style(window, transcript=transcript) if save else None
     return Continuation(path, chat_messages(window), style)
 
 
-def _append(to: Continuation, style: str, question: str, answer: str, files: Sequence[tuple[str, str]]) -> None:
+@contextlib.contextmanager
+def opened_transcript(target: str, *, create: bool = False) -> Iterator[Any]:
+    """The transcript ``--transcript`` names: a JSONL file, or ``postgresql://...#ID``, a
+    session in a PostgreSQL database (decision 0048). ``create``: start it when missing.
+
+    Raises
+    ------
+    TranscriptNotFound
+        No such transcript, and ``create`` is false.
+    StoreUnavailable
+        The database cannot be reached.
+    """
+    from boundctx.stores import database_session
     from boundctx.transcript import Transcript
+
+    where = database_session(target)
+    if where is None:
+        with Transcript.open(target, create=create) as transcript:
+            yield transcript
+        return
+    from boundctx.stores.postgres import PostgresStore
+
+    url, sid = where
+    try:
+        store = PostgresStore(url, pool_size=1)
+    except RuntimeError as exc:  # no psycopg, or tables of another schema version
+        raise ValueError(f"cannot use the database of --transcript: {exc}") from None
+    with store:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                store.create(sid)
+        with store.open(sid) as session:
+            yield session
+
+
+def _shown(target: str) -> str:
+    """``target`` as a message may show it: a database URL without its password."""
+    from boundctx.stores import is_database_url
+
+    if is_database_url(target):
+        from boundctx.stores.postgres import redacted
+
+        return redacted(target)
+    return target
+
+
+def _append(to: Continuation, style: str, question: str, answer: str, files: Sequence[tuple[str, str]]) -> None:
     from boundctx.transcript.chat import append_exchange
 
-    with Transcript.open(to.path, create=True) as transcript:
+    with opened_transcript(to.path, create=True) as transcript:
         append_exchange(transcript, question, answer, style=style, parent_id=to.conversation.last_id,
                         attachments=[(path, len(text)) for path, text in files])
 
@@ -199,6 +256,7 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
     """
     from boundctx.analysis import Engine
     from boundctx.analysis.originals import Earlier
+    from boundctx.errors import BoundctxError
     from boundctx.events import Done, Failed, ReplyDelta
     from boundctx.transcript.chat import earlier_text
 
@@ -209,12 +267,13 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
         # The transcript's messages before the history read: searched only if the model
         # asks, within analysis.search_max_chars (decision 0046).
         path, start = transcript.path, transcript.conversation.start
-        earlier = Earlier(start, lambda max_chars: earlier_text(path, start, max_chars))
+        earlier = Earlier(start, lambda max_chars: earlier_text(lambda: opened_transcript(path), start, max_chars))
     messages = [*history, {"role": "user", "content": question}]
     pieces: list[str] = []
     finish = error = None
     withheld = 0
     saved = False
+    not_saved = None
     cuts: list[Any] = []
     for event in engine.reply(messages, files=files, cancel=cancel, earlier=earlier):
         if on_event is not None:
@@ -226,11 +285,14 @@ def ask(question: str, *, provider: Provider, settings: Mapping[str, Any], files
             withheld = int(event.usage.get("withheld_chars") or 0)
             cuts = list(event.cut_prompts)
             if finish == "stop" and transcript is not None and transcript.style is not None:
-                _append(transcript, transcript.style, question, "".join(pieces), files)
-                saved = True
+                try:
+                    _append(transcript, transcript.style, question, "".join(pieces), files)
+                    saved = True
+                except (OSError, BoundctxError) as exc:  # a lost database, a full disk: the answer stands
+                    not_saved = str(exc)
         elif isinstance(event, Failed):
             error = event.error
-    return Asked("".join(pieces), finish, error, withheld, saved, cuts)
+    return Asked("".join(pieces), finish, error, withheld, saved, cuts, not_saved)
 
 
 def cut_prompt_warning(cut: Any) -> str:
@@ -384,7 +446,7 @@ def run(args) -> int:
         question = _decode("the question", os.fsencode(args.question), notes)
         if transcript is not None:
             if transcript.new and transcript.style is not None:
-                notes.append(f"{args.transcript} does not exist: a new transcript is started there")
+                notes.append(f"{_shown(args.transcript)} does not exist: a new transcript is started there")
             history = transcript.conversation
             notes += [f"transcript: {notice}" for notice in history.notices]
             if args.system is not None and history.messages and history.messages[0].get("role") == "system":
@@ -441,7 +503,8 @@ def run(args) -> int:
             signal.signal(signal.SIGINT, previous)
         provider.close()
         if transcript is not None and transcript.style is not None and not (asked and asked.saved):
-            print("boundctx ask: nothing was appended to the transcript (no complete answer)", file=sys.stderr)
+            why = asked.not_saved if asked is not None and asked.not_saved else "no complete answer"
+            print(f"boundctx ask: nothing was appended to the transcript ({why})", file=sys.stderr)
     finish, withheld = asked.finish_reason, asked.withheld_chars
     # An answer cut at its budget or stopped in a loop is not complete: a script can tell.
     status = (1 if finish is None else 130 if finish == "cancelled"

@@ -24,6 +24,7 @@ from boundctx.errors import (
     TranscriptPermission,
 )
 from boundctx.serve.http import ApiError
+from boundctx.stores import DATABASE_SCHEMES, is_database_url
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
 
@@ -37,12 +38,6 @@ RETRY_AFTER = "1"
 #: The most of a title file read: the longest title a person can set (200 characters) at
 #: up to 4 bytes each.
 TITLE_READ_BYTES = 800
-#: What ``serve.sessions_dir`` begins with when it names a database, not a folder.
-DATABASE_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_database_url(target: str) -> bool:
-    return target.startswith(DATABASE_SCHEMES)
 
 
 class FolderSessions:

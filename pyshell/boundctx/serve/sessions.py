@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -99,6 +98,7 @@ from boundctx.serve.session_stores import (
     is_database_url,
 )
 from boundctx.serve.settings import LiveSettings
+from boundctx.stores import SESSION_ID
 from boundctx.transcript.chat import (
     Conversation,
     append_exchange,
@@ -116,7 +116,6 @@ __all__ = ["SESSION_ID", "Sessions", "layout_version", "session_routes"]
 
 T = TypeVar("T")
 #: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
-SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 TITLE_MAX, TITLE_SHOWN = 200, 80
 LIST_DEFAULT, LIST_MAX = 50, 1000
 BRANCHES_DEFAULT, BRANCHES_MAX = 100, 1000
