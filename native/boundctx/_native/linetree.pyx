@@ -42,6 +42,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
+from posix.mman cimport MADV_HUGEPAGE, MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, madvise, mmap, munmap
 
 from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
 from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_value, skip_ws
@@ -353,6 +354,38 @@ cdef struct _IdSlot:
     int64_t line
 
 
+cdef enum:
+    # A table this big or bigger is mapped on its own, asking for huge pages.
+    _MAPPED_TABLE_BYTES = 2 << 20
+
+
+cdef _IdSlot *_zeroed_slots(Py_ssize_t capacity) noexcept nogil:
+    """Room for ``capacity`` empty slots, or NULL. Every id lands on a random slot, so a
+    big table (32 MiB for a 1 GiB transcript) costs a TLB miss per probe in 4 KiB pages:
+    it is mapped by itself and the kernel asked for huge pages (a hint: without them it
+    is only as before). A fresh anonymous mapping is zero already, as calloc's is."""
+    cdef size_t size = <size_t>capacity * sizeof(_IdSlot)
+    cdef void *p
+    if size < _MAPPED_TABLE_BYTES:
+        return <_IdSlot *>calloc(capacity, sizeof(_IdSlot))
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    if p == MAP_FAILED:
+        return NULL
+    madvise(p, size, MADV_HUGEPAGE)
+    return <_IdSlot *>p
+
+
+cdef void _free_slots(_IdSlot *slots, Py_ssize_t capacity) noexcept nogil:
+    """Free what ``_zeroed_slots(capacity)`` gave (NULL: nothing)."""
+    cdef size_t size = <size_t>capacity * sizeof(_IdSlot)
+    if slots == NULL:
+        return
+    if size < _MAPPED_TABLE_BYTES:
+        free(slots)
+    else:
+        munmap(slots, size)
+
+
 cdef class IdTable:
     """Line of each entry id (by its hash): open addressing, kept beside a layout so an
     append resolves its parents without reading every earlier id again.
@@ -373,7 +406,7 @@ cdef class IdTable:
         self.reserve(expected)
 
     def __dealloc__(self):
-        free(self.slots)
+        _free_slots(self.slots, self.capacity)
 
     cdef int reserve(self, Py_ssize_t more) except -1:
         """Grow (if need be) so ``more`` ids more keep the table at most half full."""
@@ -390,7 +423,7 @@ cdef class IdTable:
         cdef _IdSlot *old = self.slots
         cdef _IdSlot *sl
         cdef Py_ssize_t old_capacity = self.capacity, k
-        self.slots = <_IdSlot *>calloc(capacity, sizeof(_IdSlot))
+        self.slots = _zeroed_slots(capacity)
         if self.slots == NULL:
             self.slots = old
             raise MemoryError()
@@ -401,7 +434,7 @@ cdef class IdTable:
                 sl = self._probe(old[k].key)
                 sl.key = old[k].key
                 sl.line = old[k].line
-        free(old)
+        _free_slots(old, old_capacity)
         return 0
 
     cdef inline Py_ssize_t _home(self, uint64_t key) noexcept nogil:
