@@ -9,14 +9,15 @@ import json
 import os
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boundctx._native import lineindex
+from boundctx._native import lineindex, linetree
 from boundctx.transcript import Transcript
 from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, settle_undecided
-from boundctx.transcript.layout import build_layout, native_table
+from boundctx.transcript.layout import Layout, build_layout, extend_layout, id_index_of, native_table
 from boundctx.transcript.tree import build_tree, link_keys
 
 from tests._support import SHARED_DATA, rewound_session
@@ -386,3 +387,48 @@ def test_links_read_in_the_scan_make_the_tree_a_second_read_makes(tmp_path, seed
     assert res.kinds.count(lineindex.UNDECIDED) == (pad > 100) * sum("pad" in r for r in records)
     with Transcript.open(path) as t:
         check_against_twin(path, t)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 30), parts=st.integers(1, 4))
+def test_a_build_sorts_its_ids_when_an_append_first_needs_them_into_the_runs_it_would_have(
+        tmp_path, seed, steps, parts):
+    # A build leaves its runs' ids unsorted (only an append reads the index); sorted
+    # later, in order, they are the runs a build that sorted them at once would hold.
+    rng = random.Random(seed)
+    path = tmp_path / "grown.jsonl"
+    data = write(path, pi_session(rng, steps))
+    cuts = sorted({data.rfind(b"\n", 0, len(data) * k // parts) + 1 for k in range(1, parts)} - {0})
+    path.write_bytes(data[:cuts[0]] if cuts else data)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        layout = build_layout(fd, dialect="auto")
+        for cut, nxt in zip(cuts, [*cuts[1:], len(data)]):
+            os.pwrite(fd, data[cut:nxt], cut)
+            extend_layout(layout, fd)
+        # Each append sorted the runs before it; the last scan's run is left unsorted.
+        bounds = [0, *[int(layout.starts.bisect_right(c - 1)) for c in cuts], layout.line_count]
+        runs = [lo for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+        assert [line0 for line0, _, _ in layout.unsorted_ids] == runs[-1:]
+        layout.sort_ids()
+        assert not layout.unsorted_ids
+        # The runs an eager build makes: each scan's run sorted as it came, small ones merged.
+        eager = Layout(dialect="auto", classify_window=layout.classify_window, identity=layout.identity)
+        for lo, hi in zip(bounds, bounds[1:]):
+            if hi > lo:
+                eager._index_ids(*id_index_of(layout.ids.slice(lo, hi), layout.up.slice(lo, hi), lo))
+        assert len(layout.id_index) == len(eager.id_index)
+        for (k1, l1), (k2, l2) in zip(layout.id_index, eager.id_index):
+            assert k1.tolist() == k2.tolist() and l1.tolist() == l2.tolist()
+        # And an append's lookups through them find each id's first line.
+        ids = layout.ids.all()
+        wanted = sorted({int(i) for i in ids if i})
+        keys, lines = layout.lines_of_ids(np.array(wanted, dtype="i8"))
+        first = {}
+        for line, i in enumerate(ids.tolist()):
+            if i and layout.up[line] != linetree.COPY:
+                first.setdefault(i, line)
+        assert dict(zip(keys.tolist(), lines.tolist())) == first
+    finally:
+        os.close(fd)

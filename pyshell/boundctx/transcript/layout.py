@@ -192,6 +192,12 @@ class Layout:
     #: lines that are not copies, sorted, and the line of each (binary searched by an
     #: append, which so reads a few elements, never every id)
     id_index: list = field(default_factory=list)
+    #: runs of lines indexed in this process whose ids are not in ``id_index`` yet:
+    #: ``(line0, ids, up)``, in line order. Sorting a run's ids costs about as much as
+    #: placing its lines, and only an append (``lines_of_ids``) reads the index, so a
+    #: build that is then only read never pays for it; the first append sorts them, in
+    #: order, into the runs it would have had.
+    unsorted_ids: list = field(default_factory=list, repr=False)
 
     @property
     def line_count(self) -> int:
@@ -297,12 +303,17 @@ class Layout:
                     last_kept=self._last_kept(line0), refs=self._places,
                     messages_before=len(self.messages),
                     compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1)
-        ids, up = np.frombuffer(tree.ids, dtype=_i8), np.frombuffer(tree.up, dtype=_i8)
         for arr, data in ((self.ids, tree.ids), (self.up, tree.up), (self.pos, tree.pos),
                           (self.tip, tree.tip), (self.comp, tree.comp)):
             arr.extend(np.frombuffer(data, dtype=_i8))
-        self._index_ids(*id_index_of(ids, up, line0))
+        self.unsorted_ids.append((line0, tree.ids, tree.up))
         self.reads_as_list = self.reads_as_list and tree.reads_as_list
+
+    def sort_ids(self) -> None:
+        """Put the runs in ``unsorted_ids`` into ``id_index``, in their order."""
+        pending, self.unsorted_ids = self.unsorted_ids, []
+        for line0, ids, up in pending:
+            self._index_ids(*id_index_of(np.frombuffer(ids, dtype=_i8), np.frombuffer(up, dtype=_i8), line0))
 
     def _index_ids(self, keys: np.ndarray, lines: np.ndarray) -> None:
         """Add a run's sorted ids to ``id_index``, merged into the last run when both are
@@ -322,6 +333,7 @@ class Layout:
         """``(keys, lines)``: those of the id hashes ``wanted`` (int64 bits, unique) that an
         entry has, and the first line (not a copy) that has each, by binary search in
         the sorted index of each run. A line found is checked to have the id."""
+        self.sort_ids()
         found_keys, found_lines = [], []
         remaining = np.asarray(wanted, dtype=_i8)
         for keys, lines in self.id_index:
