@@ -81,6 +81,17 @@ def test_a_line_that_is_not_one_object_has_no_links():
         assert native_links([line]) == [(0, 0, 0, 0)], line
 
 
+def test_only_a_plain_key_of_a_link_keys_exact_name_fills_its_slot():
+    # Keys are matched in place: by length first ("type" is as long as "uuid"), then by
+    # bytes. A key written with an escape never matches (it is read past), one longer
+    # than any name neither, and a raw control character in a key makes the line no object.
+    own = id_hash("a") % (1 << 64)
+    assert native_links([b'{"type":"x","uuid":"a","uuix":"b","uui":"c"}']) == [(own, 0, 0, 0)]
+    assert native_links([b'{"\\u0075uid":"a"}', b'{"uuid":"a","\\"":"b"}']) == [(0, 0, 0, 0), (own, 0, 0, 0)]
+    assert native_links([b'{"uuid":"a","' + b"p" * 100 + b'":"b"}']) == [(own, 0, 0, 0)]
+    assert native_links([b'{"uuid":"a","u\x01":"b"}', b'{"uuid":"a","u\\']) == [(0, 0, 0, 0)] * 2
+
+
 # -- where lines hang ----------------------------------------------------------------------
 
 POOL = 12

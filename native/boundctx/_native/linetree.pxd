@@ -15,6 +15,7 @@ cdef enum:
 # The top-level keys whose values fill each slot, as _fill_keys copies them in.
 cdef struct KeyTable:
     int count
+    uint64_t lengths        # bit k set: some key is k bytes long (k <= KEY_CAP < 64)
     int slot[MAX_KEYS]
     Py_ssize_t length[MAX_KEYS]
     unsigned char name[MAX_KEYS][KEY_CAP]

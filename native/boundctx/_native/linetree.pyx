@@ -125,6 +125,12 @@ cdef Py_ssize_t _hash_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
     # Invariant: h is the hash of the decoding of p[i0:i], whole characters and escapes.
     while i < n:
         c = p[i]
+        if c > 92 or (34 < c < 92):
+            # Neither a quote, a backslash nor a control character: ids are made of
+            # these, so they cost one or two compares a byte.
+            h = _fnv(h, c)
+            i += 1
+            continue
         if c == 34:  # '"'
             out[0] = h
             return i + 1
@@ -167,45 +173,51 @@ cdef Py_ssize_t _hash_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
     return RAN_OUT
 
 
-cdef Py_ssize_t _read_key(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
-                          unsigned char *key, Py_ssize_t *klen) noexcept nogil:
-    """Read the key whose opening quote is at p[i-1] into ``key`` as written (escapes
-    included; a key longer than KEY_CAP matches nothing: ``*klen`` KEY_CAP + 1)."""
+cdef inline Py_ssize_t _key_slot(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                                 const KeyTable *t, int *slot) noexcept nogil:
+    """Read the key whose opening quote is at p[i-1], in place: the index after its
+    closing quote (RAN_OUT, MALFORMED), and in ``*slot`` the slot its name fills, or -1.
+    A key with an escape never equals a dialect's plain name (it is read past,
+    unmatched), nor does one longer than KEY_CAP."""
+    cdef Py_ssize_t j = i
     cdef unsigned char c
-    klen[0] = 0
-    while i < n:
-        c = p[i]
+    cdef bint plain = True
+    # Invariant: p[i:j] is whole characters and escapes of the key, none its closing
+    # quote. Most key bytes are letters and digits: one or two compares each.
+    while j < n:
+        c = p[j]
+        if c > 92 or (34 < c < 92):
+            j += 1
+            continue
         if c == 34:
-            return i + 1
+            slot[0] = _slot_of(t, p + i, j - i) if plain else -1
+            return j + 1
         if c == 92:
-            # An escaped key never equals a dialect's plain name: read past it, unmatched.
-            if i + 1 >= n:
+            if j + 1 >= n:
                 return RAN_OUT
-            klen[0] = KEY_CAP + 1
-            i += 2
+            plain = False
+            j += 2
             continue
         if c < 32:
             return MALFORMED
-        if klen[0] < KEY_CAP:
-            key[klen[0]] = c
-            klen[0] += 1
-        else:
-            klen[0] = KEY_CAP + 1
-        i += 1
+        j += 1  # a space or "!"
     return RAN_OUT
 
 
 # KeyTable (the link keys, as _fill_keys copies them in) is declared in linetree.pxd.
 
 
-cdef int _slot_of(const KeyTable *t, const unsigned char *key, Py_ssize_t klen) noexcept nogil:
+cdef inline int _slot_of(const KeyTable *t, const unsigned char *key, Py_ssize_t klen) noexcept nogil:
+    """The slot of the key named by key[0:klen], or -1. Most top-level keys of a line
+    are no link key's length, and are turned away by one bit test."""
     cdef int k
     cdef Py_ssize_t j
-    if klen > KEY_CAP:
+    if klen > KEY_CAP or not (t.lengths >> klen) & 1:
         return -1
     for k in range(t.count):
         if t.length[k] != klen:
             continue
+        # A byte loop, not memcmp: names are a few bytes, and a call costs more.
         for j in range(klen):
             if t.name[k][j] != key[j]:
                 break
@@ -218,8 +230,7 @@ cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t
                          uint64_t *out) noexcept nogil:
     """The four links of one line (p[0:n], without its newline). Where a key appears
     twice, the last one counts, as a JSON parser keeps it."""
-    cdef unsigned char key[KEY_CAP]
-    cdef Py_ssize_t i, r, klen
+    cdef Py_ssize_t i, r
     cdef int slot
     cdef uint64_t h
     cdef uint64_t found[4]
@@ -238,7 +249,7 @@ cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t
         while True:
             if i >= n or p[i] != 34:
                 return
-            r = _read_key(p, n, i + 1, key, &klen)
+            r = _key_slot(p, n, i + 1, t, &slot)
             if r < 0:
                 return
             i = skip_ws(p, n, r)
@@ -247,7 +258,6 @@ cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t
             i = skip_ws(p, n, i + 1)
             if i >= n:
                 return
-            slot = _slot_of(t, key, klen)
             if slot >= 0 and p[i] == 34:
                 r = _hash_string(p, n, i + 1, &h)
                 if r < 0:
@@ -284,6 +294,7 @@ cdef int _fill_keys(KeyTable *t, keys) except -1:
     cdef bytes name
     cdef int slot
     t.count = 0
+    t.lengths = 0
     for name, slot in keys:
         if t.count >= MAX_KEYS:
             raise ValueError(f"at most {MAX_KEYS} link keys")
@@ -295,6 +306,7 @@ cdef int _fill_keys(KeyTable *t, keys) except -1:
             raise ValueError(f"a link key is plain text, not {name!r}")
         t.slot[t.count] = slot
         t.length[t.count] = len(name)
+        t.lengths |= 1ULL << len(name)
         memcpy(t.name[t.count], <const char *>name, len(name))
         t.count += 1
     return 0
