@@ -288,6 +288,27 @@ def links_of(result) -> list[tuple]:
     return [tuple(int(v) for v in row) for row in np.frombuffer(result.links, dtype=np.uint64).reshape(-1, 4)]
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 30000), st.booleans(), st.integers(0, 3)), min_size=1, max_size=8),
+       st.integers(1, 4), st.sampled_from([1, 4096, 20000]), st.sampled_from([LONGEST_LINKED_LINE, 30000, 9000]))
+def test_lines_over_many_blocks_link_as_line_links_in_a_scan_cut_into_parts(lines, threads, min_part, limit):
+    # A part reads the blocks that continue a line it carries in after the carry, not
+    # into its buffer: lines of up to ~7 blocks, their links before and after the long
+    # value (escapes and brackets inside it), cut anywhere by blocks and parts.
+    rows = []
+    for k, (size, after, escapes) in enumerate(lines):
+        text = ("x" * size + '\\"}]{[' * escapes)
+        record = {"uuid": f"u{k}", "message": {"content": [{"text": text}]}}
+        if after:
+            record["parentUuid"] = f"u{k - 1}"
+        rows.append(json.dumps(record).encode())
+    data = b"".join(r + b"\n" for r in rows)
+    result = scan_file(data, block_size=4096, threads=threads, min_part=min_part, link_keys=KEYS,
+                       link_limit=limit)
+    assert fields(result) == fields(ref.scan_bytes(data, PI_DIALECT))
+    assert links_of(result) == expected_links(data, result, limit=limit)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(linked_documents(), st.sampled_from(BLOCK_SIZES), st.integers(1, 4), st.sampled_from([1, 7, 100, 4096]),
        st.sampled_from([LONGEST_LINKED_LINE, 5000, 4096, 300, 1]))

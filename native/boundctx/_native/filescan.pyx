@@ -20,7 +20,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport errno, EINTR, ENOMEM
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
-from libc.string cimport memchr, memcpy, strerror
+from libc.string cimport memchr, memcpy, memmove, strerror
 
 from boundctx._native._build cimport BOUNDCTX_CHECKS
 from boundctx._native._posix cimport (
@@ -215,9 +215,21 @@ cdef unsigned char *_read_buffers(size_t block) noexcept nogil:
 
 cdef int _carry(Part *pt, const unsigned char *p, Py_ssize_t n) noexcept nogil:
     """Append p[0:n] to the part's carried line; 0, or -1 when memory runs out. Callers
-    keep the carry below ``link_limit``, so it never grows past that."""
+    keep the carry below ``link_limit``, so it never grows past that.
+
+    ``p`` may lie in the carry itself (a block read there by ``_part_step_direct``):
+    bytes already where they go are only counted, and a line begun inside such a block
+    moves to the front (memmove: the two may overlap). The carry never grows then: its
+    room was made before the read."""
     cdef Py_ssize_t cap
     cdef unsigned char *c
+    if pt.carry != NULL and p == pt.carry + pt.carry_len:
+        pt.carry_len += n
+        return 0
+    if pt.carry != NULL and <size_t>pt.carry <= <size_t>p < <size_t>(pt.carry + pt.carry_cap):
+        memmove(pt.carry + pt.carry_len, p, n)
+        pt.carry_len += n
+        return 0
     if pt.carry_len + n > pt.carry_cap:
         cap = max(pt.carry_len + n, min(2 * pt.carry_cap, <Py_ssize_t>pt.link_limit), 65536)
         c = <unsigned char *>realloc(pt.carry, cap)
@@ -378,23 +390,51 @@ cdef int _part_step(Part *pt) noexcept nogil:
     return 1
 
 
+cdef unsigned char *_room_after_carry(Part *pt, size_t want) noexcept nogil:
+    """Where the next block goes when it continues the carried line: right after the
+    carry, so the line's bytes lie together without being copied there (a tool's
+    output is megabytes of one line, and copying it block by block into the carry cost
+    a tenth of a scan). NULL when the block goes to the read buffer as usual: links not
+    asked for, no line carried, the carry at its limit, or no memory for the room (the
+    usual path then still works, or reports the lack itself)."""
+    cdef Py_ssize_t need, cap
+    cdef unsigned char *c
+    if pt.keys == NULL or not pt.st.in_line or pt.carry_over \
+            or pt.carry_len + <long long>want >= pt.link_limit:
+        return NULL
+    need = pt.carry_len + <Py_ssize_t>want
+    if need > pt.carry_cap:
+        cap = max(need, min(2 * pt.carry_cap, <Py_ssize_t>pt.link_limit), 65536)
+        c = <unsigned char *>realloc(pt.carry, cap)
+        if c == NULL:
+            return NULL
+        pt.carry = c
+        pt.carry_cap = cap
+    return pt.carry + pt.carry_len
+
+
 cdef int _part_step_direct(Part *pt) noexcept nogil:
     """``_part_step`` reading the block in this thread (same return values). One slot
-    is enough: the read and the scan of a block never overlap here."""
+    is enough: the read and the scan of a block never overlap here. A block that
+    continues a carried line is read in after the carry (``_room_after_carry``)."""
     cdef Prefetch *pf = &pt.pf
     cdef ssize_t got
     cdef size_t want
     cdef Py_ssize_t first = pt.out.count
+    cdef unsigned char *buf
     if pt.end != -1 and pt.pos >= pt.end:
         return 0
     want = pf.block if pt.end == -1 else <size_t>min(<long long>pf.block, pt.end - pt.pos)
-    got = _pread(pf.fd, pf.buf[0], want, pt.pos)
+    buf = _room_after_carry(pt, want)
+    if buf == NULL:
+        buf = pf.buf[0]
+    got = _pread(pf.fd, buf, want, pt.pos)
     if got < 0:
         pt.err = errno
     if got <= 0:
         return 0
-    if _scan_block(&pt.st, &pt.out, pf.buf[0], got, pt.pos, pt.d) < 0 \
-            or _part_links(pt, pf.buf[0], got, pt.pos, first) < 0:
+    if _scan_block(&pt.st, &pt.out, buf, got, pt.pos, pt.d) < 0 \
+            or _part_links(pt, buf, got, pt.pos, first) < 0:
         pt.nomem = 1
         return 0
     _atomic_store(&pt.pos, pt.pos + got)
