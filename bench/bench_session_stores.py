@@ -603,7 +603,7 @@ def markdown(res: Results) -> str:
             if "appends_per_s" in r:
                 return f"{r['appends_per_s']:,.0f}/s" + ("" if r["exactly_once"] else " **(check FAILED)**")
             text = _fmt_time(r["median_s"])
-            if r["n"] > 1 and key.startswith(("window", "direct")):
+            if r["n"] > 1:
                 text += f" (p90 {_fmt_time(r['p90_s'])})"
             if r.get("mb_per_s"):
                 text += f", {r['mb_per_s']:,.0f} MB/s"
