@@ -633,6 +633,26 @@ def markdown(res: Results) -> str:
 # -- main --------------------------------------------------------------------------------
 
 
+def engine_facts() -> dict:
+    """Which boundctx the servers ran: the package imported (an editable install may be
+    another checkout than the bench's), its checkout's commit and the files changed in
+    the package since (the run's own commit is the bench's)."""
+    import boundctx
+
+    package = pathlib.Path(boundctx.__file__).resolve().parent
+
+    def git(*argv: str) -> str | None:
+        try:
+            return subprocess.run(["git", "-C", str(package), *argv], capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain", "--", ".")
+    return {"package": str(package), "commit": git("rev-parse", "HEAD"),
+            "changed_files_in_package": None if status is None else status.splitlines()}
+
+
 def start_postgres(fsync: bool):
     """The suite's throwaway server, with ``fsync`` as asked (the suite's cluster has it
     off: its tests kill the server, they never crash the machine)."""
@@ -723,6 +743,7 @@ def run(args, data_dir: pathlib.Path, server) -> int:
 
     meta = {**run_header(args, run_facts(("boundctx", "psycopg", "psycopg-pool", "starlette", "uvicorn", "uvloop",
                                           "httptools"))),
+            "engine": engine_facts(),
             "postgres": {"bindir": str(server.bindir), "fsync": args.pg_fsync, "socket": "unix (the servers' and "
                          "this process's connections)", "setup_import_of_messages_file_s": setup_import_s},
             "data": {"messages_file": {"path": big, **big_meta},
