@@ -60,6 +60,7 @@ def test_a_tiny_run_writes_both_stores_rows_and_every_append_checks_out(tmp_path
                        ("import_db", "postgres")):
         assert rows[key, store]["bytes"] == sample_bytes and rows[key, store]["mb_per_s"] > 0
     assert report["meta"]["data"]["messages_file"]["messages"] == 500
+    assert report["meta"]["engine"]["package"].endswith("boundctx")  # which boundctx the servers ran
     (goal,) = report["goals"]
     assert goal["target_ms"] == 5 and isinstance(goal["met"], bool)
     res = bss.Results(report["meta"])
