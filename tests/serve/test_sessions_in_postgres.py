@@ -149,3 +149,27 @@ def test_a_lost_database_is_a_503_and_the_server_recovers(servers, postgres_serv
         assert time.monotonic() < deadline, "the server did not recover once the database was back"
         time.sleep(0.2)
     assert rows.http.get(f"{API}/s1/messages").status_code == 200
+
+
+def test_a_window_request_is_a_few_statements_in_one_snapshot(servers, monkeypatch):
+    """The handler asks the session its version twice, its size and its count beside the
+    window; on the database those are answered from one held snapshot, so a request costs
+    a handful of statements (not a transaction per question: decision 0048)."""
+    import psycopg
+
+    rows = servers[1]
+    statements = []
+    real = psycopg.Connection.execute
+
+    def counted(self, query, *args, **kwargs):
+        statements.append(str(query).split()[0].upper() if str(query).strip() else "")
+        return real(self, query, *args, **kwargs)
+
+    rows.http.get(f"{API}/s1/messages")  # warm: the pool's connections made
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    page = rows.http.get(f"{API}/s1/messages")
+    assert page.status_code == 200 and page.json()["messages"]
+    # BEGIN, the head, the lines' sizes, the lines kept, compactions and leaf, COMMIT
+    # (and the pool's check of the connection it hands out).
+    assert statements.count("BEGIN") == 1 and statements.count("COMMIT") == 1, statements
+    assert len(statements) <= 8, statements

@@ -97,6 +97,10 @@ class FolderSessions:
         with t:
             yield t
 
+    def reading(self, sid: str):
+        """Session ``sid`` for a burst of reads: a file is read as it is opened."""
+        return self.open(sid)
+
     def create(self, sid: str, records: Sequence[dict[str, Any]]) -> None:
         """A new session file holding ``records`` whole, or none at all."""
         lines = b"".join(encode_record(r) for r in records)
@@ -174,6 +178,16 @@ class DatabaseSessions:
             raise ApiError(404, f"no session {sid!r}", "session_not_found", "id") from None
         with session:
             yield session
+
+    @contextlib.contextmanager
+    def reading(self, sid: str) -> Iterator[Any]:
+        """Session ``sid`` held at one state for a burst of reads: one snapshot, a few
+        round trips (a window request's version, window, count and size)."""
+        try:
+            with self.store.reading(sid) as session:
+                yield session
+        except TranscriptNotFound:
+            raise ApiError(404, f"no session {sid!r}", "session_not_found", "id") from None
 
     def create(self, sid: str, records: Sequence[dict[str, Any]]) -> None:
         try:

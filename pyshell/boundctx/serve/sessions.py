@@ -203,7 +203,7 @@ class Sessions:
         was read (``st_size``, ``st_mtime_ns``)."""
         for _ in range(3):
             try:
-                with self.store.open(sid) as t:
+                with self.store.reading(sid) as t:
                     version = layout_version(t)
                     out = read(t, version)
                     # a read that followed the path to a rewrite's new file shows here
@@ -238,7 +238,7 @@ class Sessions:
         item: dict[str, Any] = {"id": sid, "object": "boundctx.session", "bytes": size,
                                 "modified": modified_ns // 1_000_000_000}
         try:
-            with self.store.open(sid) as t:
+            with self.store.reading(sid) as t:
                 item["message_count"], item["compaction_count"] = t.message_count, t.compaction_count
                 item.update(self._title(sid, t))
         except StoreUnavailable:

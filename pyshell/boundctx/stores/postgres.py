@@ -113,6 +113,11 @@ INSERT INTO boundctx_settings_version SELECT 0 WHERE NOT EXISTS (SELECT FROM bou
 """
 
 _IN_SEQUENCE = (int(LineKind.MESSAGE), int(LineKind.CORRUPT))
+#: The newest message or compaction of session %s: the line a list's reads follow.
+_LEAF_QUERY = (f"SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind IN ({int(LineKind.MESSAGE)}, "
+               f"{int(LineKind.CORRUPT)}, {int(LineKind.COMPACTION)})")
+#: A session row's head, in :class:`_Head`'s order.
+_HEAD_COLUMNS = "lines, messages, compactions, bytes, generation, modified, octet_length(tail)"
 
 
 def _psycopg():
@@ -278,6 +283,33 @@ class PostgresStore:
         if row is None:
             raise TranscriptNotFound(f"no session {sid!r}")
         return PostgresSession(self, sid, row[0])
+
+    @contextlib.contextmanager
+    def reading(self, sid: str) -> Iterator[PostgresSession]:
+        """Session ``sid`` held at one state for a burst of reads (a request's version,
+        window, counts and size): one connection and one read-only snapshot throughout,
+        the session's head read once, so the burst costs a few round trips, not a
+        transaction per question. Its writes still run on connections of their own.
+        TranscriptNotFound when there is none."""
+        with self.connection() as conn:
+            # One statement opens the snapshot (not BEGIN, then SET TRANSACTION).
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                row = conn.execute(f"SELECT dialect, {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
+                                   (sid,)).fetchone()
+                if row is None:
+                    raise TranscriptNotFound(f"no session {sid!r}")
+                session = PostgresSession(self, sid, row[0])
+                session._pinned, session._pinned_head = conn, _Head(*row[1:])
+                try:
+                    yield session
+                finally:
+                    session._pinned = session._pinned_head = None
+            except BaseException:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     # -- import and export --------------------------------------------------------------
 
@@ -490,6 +522,9 @@ class PostgresSession:
         self.store = store
         self.id = sid
         self.dialect = dialect
+        # Inside PostgresStore.reading: the snapshot's connection, and the head read in it.
+        self._pinned: Any = None
+        self._pinned_head: _Head | None = None
 
     def close(self) -> None:
         """Nothing is held between calls: each runs on a pooled connection."""
@@ -502,14 +537,25 @@ class PostgresSession:
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[Any]:
-        """A read-only transaction that sees one state of the session throughout."""
-        with self.store.connection() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield conn
+        """A read-only transaction that sees one state of the session throughout (the
+        held one, inside :meth:`PostgresStore.reading`)."""
+        if self._pinned is not None:
+            yield self._pinned
+            return
+        with self.store.connection() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield conn
+            except BaseException:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def _head(self, conn) -> _Head:
-        row = conn.execute("SELECT lines, messages, compactions, bytes, generation, modified, octet_length(tail) "
-                           "FROM boundctx_sessions WHERE id = %s", (self.id,)).fetchone()
+        if self._pinned_head is not None and conn is self._pinned:
+            return self._pinned_head  # the held snapshot's: it cannot change within it
+        row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s", (self.id,)).fetchone()
         if row is None:
             raise TranscriptNotFound(f"no session {self.id!r}")
         return _Head(*row)
@@ -554,9 +600,7 @@ class PostgresSession:
 
     def _leaf_line(self, conn) -> int | None:
         """The newest message or compaction: the line a list's reads follow."""
-        return conn.execute(f"SELECT max(line) FROM boundctx_lines WHERE session = %s "
-                            f"AND kind IN ({int(LineKind.MESSAGE)}, {int(LineKind.CORRUPT)}, "
-                            f"{int(LineKind.COMPACTION)})", (self.id,)).fetchone()[0]
+        return conn.execute(_LEAF_QUERY, (self.id,)).fetchone()[0]
 
     def identity(self) -> str:
         """What a cursor is taken against: the session and its generation, which only a
@@ -622,19 +666,19 @@ class PostgresSession:
                                (self.id, before)).fetchone() if before < total else None
             lo = hi = row[0] if row is not None else line_count
         # The compaction in force at the first message, and the newest `limit` of those
-        # among the window's lines (as the file store chooses them).
-        in_force = conn.execute(f"SELECT max(line) FROM boundctx_lines WHERE session = %s "
-                                f"AND kind = {int(LineKind.COMPACTION)} AND line <= %s", (self.id, lo)).fetchone()[0]
-        inside = conn.execute(f"SELECT count(*) FROM boundctx_lines WHERE session = %s "
-                              f"AND kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s",
-                              (self.id, lo, hi)).fetchone()[0]
+        # among the window's lines (as the file store chooses them); and the leaf. One
+        # round trip: three index lookups.
+        compaction = int(LineKind.COMPACTION)
+        in_force, inside, leaf_line = conn.execute(
+            f"SELECT (SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
+            f"AND line <= %s), (SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
+            f"AND line > %s AND line <= %s), ({_LEAF_QUERY})", (self.id, lo, self.id, lo, hi, self.id)).fetchone()
         keep = inside if limit is None else min(inside, limit)
         comp = self._rows(conn, f"kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s", (lo, hi),
                           content_limit, newest=keep) if keep else []
         if in_force is not None:
             comp = self._rows(conn, "line = %s", (in_force,), content_limit) + comp
         compactions = [self._entry(r, content_limit) for r in comp]
-        leaf_line = self._leaf_line(conn)
         leaf_id = None
         if before == total and leaf_line is not None:
             if messages and messages[-1].line == leaf_line:
