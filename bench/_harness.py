@@ -130,6 +130,17 @@ def parse_size(text: str) -> int:
     return int(float(number) * units[unit])
 
 
+def human_time(s: float | None) -> str:
+    """Seconds as a table shows them: s, ms or µs by size (None: a dash)."""
+    if s is None:
+        return "—"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
 def human_size(n: int) -> str:
     for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= div:

@@ -56,6 +56,7 @@ from typing import Any
 from bench._harness import (
     ROOT,
     human_size,
+    human_time,
     markdown_table,
     parse_size,
     read_through,
@@ -466,8 +467,8 @@ def bench_appends(res: Results, urls: Mapping[str, Sequence[str]], openers: Mapp
                     retries_409=sum(r["retries"] for r in reports), latency_median_s=latency["median_s"],
                     latency_p90_s=latency["p90_s"], exactly_once=not wrong, problems=wrong[:20],
                     messages_found=len(found))
-            print(f"    {acked / elapsed:,.0f} appends/s (latency median {_fmt_time(latency['median_s'])}, p90 "
-                  f"{_fmt_time(latency['p90_s'])}); every acknowledged append once, in order: "
+            print(f"    {acked / elapsed:,.0f} appends/s (latency median {human_time(latency['median_s'])}, p90 "
+                  f"{human_time(latency['p90_s'])}); every acknowledged append once, in order: "
                   f"{'yes' if not wrong else 'NO: ' + '; '.join(wrong[:3])}", flush=True)
             problems.extend(f"{name}, {writers} writer(s): {p}" for p in wrong)
     return problems
@@ -550,8 +551,8 @@ class Results:
         if bytes_:
             row["mb_per_s"] = bytes_ / st["median_s"] / 1e6
         self.rows.append(row)
-        print(f"  {group:10s} {STORE_NAMES[store]:11s} {case:62s} median {_fmt_time(st['median_s']):>10s}"
-              f"  p90 {_fmt_time(st['p90_s']):>10s}  (n={st['n']})", flush=True)
+        print(f"  {group:10s} {STORE_NAMES[store]:11s} {case:62s} median {human_time(st['median_s']):>10s}"
+              f"  p90 {human_time(st['p90_s']):>10s}  (n={st['n']})", flush=True)
         return row
 
     def find(self, key: str, store: str) -> dict | None:
@@ -576,16 +577,6 @@ class Results:
         os.replace(tmp, out)
 
 
-def _fmt_time(s: float | None) -> str:
-    if s is None:
-        return "—"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.0f} µs"
-
-
 def markdown(res: Results) -> str:
     """One line per case, the two stores side by side and the database's time over the
     file store's (for appends: its rate over the file store's)."""
@@ -602,9 +593,9 @@ def markdown(res: Results) -> str:
                 return ""
             if "appends_per_s" in r:
                 return f"{r['appends_per_s']:,.0f}/s" + ("" if r["exactly_once"] else " **(check FAILED)**")
-            text = _fmt_time(r["median_s"])
+            text = human_time(r["median_s"])
             if r["n"] > 1:
-                text += f" (p90 {_fmt_time(r['p90_s'])})"
+                text += f" (p90 {human_time(r['p90_s'])})"
             if r.get("mb_per_s"):
                 text += f", {r['mb_per_s']:,.0f} MB/s"
             return text

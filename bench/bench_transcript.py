@@ -60,6 +60,7 @@ from bench._harness import (
     ROOT,
     command_output,
     human_size,
+    human_time,
     markdown_table,
     parse_size,
     read_through,
@@ -686,16 +687,6 @@ def _expect(cond: bool, what: str) -> None:
 # -- output -----------------------------------------------------------------------------------
 
 
-def _fmt_time(s):
-    if s is None:
-        return "—"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.0f} µs"
-
-
 def markdown(res: Results) -> str:
     """One table row per result row. ``× wc -l`` compares seconds per GB (for a slice
     row that is its extrapolated rate); ``naive ÷ this`` is how many times faster the
@@ -714,8 +705,8 @@ def markdown(res: Results) -> str:
             ratio = nv["median_s"] / med
             vs_naive = f"{ratio:,.0f}×" if ratio >= 10 else f"{ratio:.1f}×"
         case = r["case"] + (f" — {r['note']}" if r.get("note") else "")
-        p90 = _fmt_time(r.get("p90_s")) if (r.get("n") or 0) > 1 else ""
-        rows.append((r["group"], case, _fmt_time(med), p90, r.get("n", ""), gbps, vs_wc, vs_naive,
+        p90 = human_time(r.get("p90_s")) if (r.get("n") or 0) > 1 else ""
+        rows.append((r["group"], case, human_time(med), p90, r.get("n", ""), gbps, vs_wc, vs_naive,
                      r.get("goal", "")))
     goals = []
     for g in res.goals():

@@ -38,6 +38,19 @@ def importable_env(env=None) -> dict:
     return env
 
 
+def eventually(check, *, within: float = 30.0):
+    """``check()``'s first true value, asked again every 50 ms until ``within`` seconds
+    pass (then its last value): for what another thread or process does in its own time."""
+    import time
+
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
 def write_lines(path, lines, *, newline=b"\n", trailing=True) -> pathlib.Path:
     data = newline.join(line if isinstance(line, bytes) else line.encode() for line in lines)
     if trailing and lines:

@@ -18,6 +18,8 @@ openai = pytest.importorskip("openai", reason="the official client is in the tes
 
 from boundctx.serve import create_app  # noqa: E402
 
+from tests._support import eventually  # noqa: E402
+
 API = "/boundctx/v1"
 ASK = [{"role": "user", "content": "hello"}]
 
@@ -80,16 +82,6 @@ def cancelled(stream) -> bool:
     boundctx's extension on the last chunk says why)."""
     last = [c for c in stream if c.choices and c.choices[0].finish_reason][-1]
     return last.choices[0].finish_reason == "stop" and last.model_extra["boundctx"]["cancelled"] is True
-
-
-def eventually(check, *, within: float = 30.0):
-    """``check()``'s first true value, asked again until ``within`` seconds pass."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def setting(running, name: str) -> dict:

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="boundctx serve needs the serve extra (pip install 'boundctx[serve]')")
 
-from tests._support import importable_env  # noqa: E402
+from tests._support import eventually, importable_env  # noqa: E402
 
 API = "/boundctx/v1"
 
@@ -77,15 +77,6 @@ def replicas(postgres_db):
     yield make
     for r in made:
         r.close()
-
-
-def eventually(check, *, within: float = 30.0):
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def first_chunk_id(lines) -> str:

@@ -57,6 +57,9 @@ __all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore",
 SCHEMA_VERSION = 1
 #: The longest line a row can hold (a ``bytea`` value is at most 1 GB).
 LINE_MAX = (1 << 30) - 1
+#: A window fetches a line this short with its size, in one round trip (a page that
+#: keeps fewer lines than it sized has fetched at most this much of each in vain).
+SHORT_LINE = 8192
 #: Lines are imported and exported in batches of about this many bytes.
 BATCH_BYTES = 8 << 20
 
@@ -673,16 +676,24 @@ class PostgresSession:
         head = self._head(conn)
         line_count, total = head.lines, head.messages
         before, start = _span(before, limit, total, "the transcript")
-        meta = conn.execute("SELECT line, length FROM boundctx_lines WHERE session = %s AND message >= %s "
-                            "AND message < %s ORDER BY message", (self.id, start, before)).fetchall()
-        lines = np.array([m[0] for m in meta], dtype=np.int64)
-        lengths = np.array([m[1] for m in meta], dtype=np.int64)
+        # The window's lines with their sizes, and the bytes of each short one that is
+        # shown whole (most lines of a chat) in the same round trip: only longer lines,
+        # or ones the page keeps that are projected, need a second.
+        whole = SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)
+        meta = [_Row(*r) for r in conn.execute(
+            'SELECT line, message, "offset", length, kind, CASE WHEN length <= %s THEN data END '
+            "FROM boundctx_lines WHERE session = %s AND message >= %s AND message < %s ORDER BY message",
+            (whole, self.id, start, before))]
+        lines = np.array([m.line for m in meta], dtype=np.int64)
+        lengths = np.array([m.length for m in meta], dtype=np.int64)
+        by_line = {m.line: m for m in meta}
 
         def entries(some: np.ndarray, first: int) -> list[Entry]:
-            if not len(some):
-                return []
-            rows = self._rows(conn, "line >= %s AND line <= %s AND message IS NOT NULL",
-                              (int(some[0]), int(some[-1])), content_limit)
+            rows = [by_line[int(line)] for line in some]
+            missing = [r.line for r in rows if r.data is None]
+            if missing:
+                fetched = {r.line: r for r in self._rows(conn, "line = ANY(%s)", (missing,), content_limit)}
+                rows = [fetched[r.line] if r.data is None else r for r in rows]
             return [self._entry(r, content_limit) for r in rows]
 
         messages, start, lines = fit_page(lines, lengths, start, content_limit, page_bytes, entries)
