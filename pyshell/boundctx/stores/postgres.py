@@ -165,7 +165,7 @@ class PostgresStore:
         # is replaced instead of failing the call it was given to.
         self.pool = psycopg_pool.ConnectionPool(url, min_size=1, max_size=pool_size, open=True,
                                                 timeout=connect_timeout, kwargs={"autocommit": True},
-                                                check=psycopg_pool.ConnectionPool.check_connection)
+                                                check=_check_idle)
         try:
             self._ensure_schema()
         except BaseException:
@@ -494,6 +494,21 @@ def redacted(text: str) -> str:
 def _ns(moment) -> int:
     """A timestamp as nanoseconds since the epoch, as a file's ``st_mtime_ns``."""
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+def _check_idle(conn) -> None:
+    """The pool's check of a connection it hands out. An idle connection the server has
+    let go (a restart, a terminated backend) has something to read — the server's last
+    word, or the end of the stream — so only then is it asked for a round trip (which
+    fails, and the pool replaces it); a quiet one is handed out as it is. Checking every
+    connection with a round trip would cost one per call, a window's slowest part."""
+    import select
+
+    import psycopg_pool
+
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        psycopg_pool.ConnectionPool.check_connection(conn)
 
 
 def _connection_lost(exc: Exception) -> bool:
