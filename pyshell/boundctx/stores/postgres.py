@@ -694,11 +694,23 @@ class PostgresSession:
         # The window's lines with their sizes, and the bytes of each short one that is
         # shown whole (most lines of a chat) in the same round trip: only longer lines,
         # or ones the page keeps that are projected, need a second.
+        # The same statement answers what the compactions and the leaf need for a page
+        # that keeps every line it sized (the usual page), below.
         whole = SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)
-        meta = [_Row(*r) for r in conn.execute(
-            'SELECT line, message, "offset", length, kind, CASE WHEN length <= %s THEN data END '
-            "FROM boundctx_lines WHERE session = %s AND message >= %s AND message < %s ORDER BY message",
-            (whole, self.id, start, before))]
+        compaction = int(LineKind.COMPACTION)
+        found = conn.execute(
+            'WITH span AS MATERIALIZED (SELECT line, message, "offset", length, kind, '
+            "CASE WHEN length <= %s THEN data END AS data FROM boundctx_lines "
+            "WHERE session = %s AND message >= %s AND message < %s) "
+            'SELECT s.line, s.message, s."offset", s.length, s.kind, s.data, a.in_force, a.inside, a.leaf '
+            "FROM span s CROSS JOIN (SELECT "
+            f"(SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
+            "AND line <= (SELECT min(line) FROM span)) AS in_force, "
+            f"(SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
+            "AND line > (SELECT min(line) FROM span) AND line <= (SELECT max(line) FROM span)) AS inside, "
+            f"({_LEAF_QUERY}) AS leaf) a ORDER BY s.message",
+            (whole, self.id, start, before, self.id, self.id, self.id)).fetchall()
+        meta = [_Row(*r[:6]) for r in found]
         lines = np.array([m.line for m in meta], dtype=np.int64)
         lengths = np.array([m.length for m in meta], dtype=np.int64)
         by_line = {m.line: m for m in meta}
@@ -711,6 +723,7 @@ class PostgresSession:
                 rows = [fetched[r.line] if r.data is None else r for r in rows]
             return [self._entry(r, content_limit) for r in rows]
 
+        sized = (int(lines[0]), int(lines[-1])) if len(lines) else None
         messages, start, lines = fit_page(lines, lengths, start, content_limit, page_bytes, entries)
         if len(lines):
             lo, hi = int(lines[0]), int(lines[-1])
@@ -719,13 +732,14 @@ class PostgresSession:
                                (self.id, before)).fetchone() if before < total else None
             lo = hi = row[0] if row is not None else line_count
         # The compaction in force at the first message, and the newest `limit` of those
-        # among the window's lines (as the file store chooses them); and the leaf. One
-        # round trip: three index lookups.
-        compaction = int(LineKind.COMPACTION)
-        in_force, inside, leaf_line = conn.execute(
-            f"SELECT (SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
-            f"AND line <= %s), (SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
-            f"AND line > %s AND line <= %s), ({_LEAF_QUERY})", (self.id, lo, self.id, lo, hi, self.id)).fetchone()
+        # among the window's lines (as the file store chooses them); and the leaf.
+        if sized == (lo, hi):
+            in_force, inside, leaf_line = found[0][6:]  # answered with the lines
+        else:  # the page kept fewer lines than it sized, or none: one more round trip
+            in_force, inside, leaf_line = conn.execute(
+                f"SELECT (SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
+                f"AND line <= %s), (SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
+                f"AND line > %s AND line <= %s), ({_LEAF_QUERY})", (self.id, lo, self.id, lo, hi, self.id)).fetchone()
         keep = inside if limit is None else min(inside, limit)
         comp = self._rows(conn, f"kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s", (lo, hi),
                           content_limit, newest=keep) if keep else []
