@@ -45,7 +45,8 @@ from libc.string cimport memcpy, memset
 from posix.mman cimport MADV_HUGEPAGE, MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, madvise, mmap, munmap
 
 from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
-from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_value, skip_ws
+from boundctx._native.jsonlex cimport (MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_string_unchecked,
+                                       skip_value, skip_ws)
 
 cdef enum:
     _SLOTS = LINK_SLOTS
@@ -75,6 +76,35 @@ COPY = _COPY
 FANOUT_SPAN = _FANOUT_SPAN
 #: A line longer than this (its newline included) is not read for its links.
 LONGEST_LINKED_LINE = LONGEST_LINKED
+
+cdef extern from "boundctx/_native/linewalk_simd.h":
+    enum:
+        BX_MORE
+        BX_SIMD_BUILT
+    int bx_cpu_has_avx2() noexcept nogil
+    Py_ssize_t bx_key_stop32(const unsigned char *p, Py_ssize_t i) noexcept nogil
+    Py_ssize_t bx_short_string_end32(const unsigned char *p, Py_ssize_t i) noexcept nogil
+    Py_ssize_t bx_skip_container64(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
+                                   Py_ssize_t *at, Py_ssize_t *depth) noexcept nogil
+
+# Whether the link walk takes its AVX2 paths: chosen once, here, from what the CPU has;
+# use_simd() turns them off (and on again) so the tests hold both paths to the twin.
+cdef bint _simd_ok = BX_SIMD_BUILT and bx_cpu_has_avx2()
+cdef bint _simd = _simd_ok
+
+#: Whether this build and CPU have the AVX2 walk (use_simd can only turn it on then).
+SIMD_AVAILABLE = bool(_simd_ok)
+
+
+def use_simd(bint on):
+    """Take the AVX2 paths of the link walk (when the CPU has them) or the scalar ones
+    only; returns whether the AVX2 paths were taken before. For tests and measurements:
+    both give the same links on any bytes. Not to be called while a scan runs."""
+    global _simd
+    cdef bint before = _simd
+    _simd = on and _simd_ok
+    return before
+
 
 cdef uint64_t FNV_OFFSET = 14695981039346656037ULL
 cdef uint64_t FNV_PRIME = 1099511628211ULL
@@ -182,6 +212,15 @@ cdef inline Py_ssize_t _key_slot(const unsigned char *p, Py_ssize_t n, Py_ssize_
     cdef Py_ssize_t j = i
     cdef unsigned char c
     cdef bint plain = True
+    if _simd and i + 32 <= n:
+        # The first byte that stops the byte loop below, 32 at a time: a key's closing
+        # quote, nearly always. Anything else (an escape, a control character, a key of
+        # 32 bytes or more) goes the byte loop's way from the start.
+        j = bx_key_stop32(p, i)
+        if j < 32 and p[i + j] == 34:
+            slot[0] = _slot_of(t, p + i, j)
+            return i + j + 1
+        j = i
     # Invariant: p[i:j] is whole characters and escapes of the key, none its closing
     # quote. Most key bytes are letters and digits: one or two compares each.
     while j < n:
@@ -226,6 +265,51 @@ cdef inline int _slot_of(const KeyTable *t, const unsigned char *key, Py_ssize_t
     return -1
 
 
+cdef Py_ssize_t _skip_nested(const unsigned char *p, Py_ssize_t n, Py_ssize_t j,
+                             Py_ssize_t depth) noexcept nogil:
+    """skip_value's container loop (unchecked strings) from p[j], outside any string,
+    with ``depth`` containers open: where the AVX2 walk leaves off, less than 64 bytes
+    before the line's end."""
+    cdef unsigned char c
+    while j < n:
+        c = p[j]
+        if c == 34:
+            j = skip_string_unchecked(p, n, j + 1)
+            if j < 0:
+                return j
+            continue
+        if c == 123 or c == 91:
+            depth += 1
+        elif c == 125 or c == 93:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return RAN_OUT
+
+
+cdef inline Py_ssize_t _skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    """skip_value(p, n, i, False), with the AVX2 paths when they are on: a short string
+    found by one compare of 32 bytes, a container (a line's ``message``) walked 64
+    bytes at a time."""
+    cdef Py_ssize_t r, at, depth
+    cdef unsigned char c
+    if _simd:
+        c = p[i]
+        if c == 34:
+            if i + 33 <= n:
+                r = bx_short_string_end32(p, i + 1)
+                if r != BX_MORE:
+                    return r
+            return skip_string_unchecked(p, n, i + 1)
+        if c == 123 or c == 91:
+            r = bx_skip_container64(p, n, i, &at, &depth)
+            if r != BX_MORE:
+                return r
+            return _skip_nested(p, n, at, depth)
+    return skip_value(p, n, i, False)
+
+
 cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t,
                          uint64_t *out) noexcept nogil:
     """The four links of one line (p[0:n], without its newline). Where a key appears
@@ -267,7 +351,7 @@ cdef void _links_of_line(const unsigned char *p, Py_ssize_t n, const KeyTable *t
             else:
                 # A scalar that runs to the line's end (RAN_OUT) has no "}" after it:
                 # not an object either way.
-                r = skip_value(p, n, i, False)
+                r = _skip_value(p, n, i)
                 if r < 0:
                     return
                 if slot >= 0:

@@ -17,6 +17,7 @@ ROOT: Final[int]
 COPY: Final[int]
 FANOUT_SPAN: Final[int]
 LONGEST_LINKED_LINE: Final[int]
+SIMD_AVAILABLE: Final[bool]
 
 class IdTable:
     def __init__(self, expected: int = 0) -> None: ...
@@ -24,6 +25,7 @@ class IdTable:
     def lookup(self, key: int) -> int: ...
     def add_ids(self, ids: _Ints, line0: int) -> None: ...
 
+def use_simd(on: bool) -> bool: ...
 def line_links(
     data: _Ints, starts: _Ints, first: int, count: int, end: int, base: int,
     keys: Sequence[tuple[bytes, int]],
