@@ -113,6 +113,8 @@ _JSON_PIECES = [
     b'"ty\\u0070e"', b'{"type":', b'{"a":1,"type":"message"}', b'"x":"' + b"y" * 40 + b'"',
     b"null", b"true", b"12", b"-1.5e3", BOM, b"\xe2\x80\xa8", b"\xe2\x80\xa9", b"\xc3\xa9",
     b"\xf0\x9f\x98\x80", b"\xff", b"\x00", b"\x1f",
+    # For the link walk's 64-byte blocks: backslash runs, and a string one block long.
+    b"\\\\", b'"' + b"z" * 80 + b'"', b'"message":{"content":[',
 ]
 
 _DIALECTS = [PI_DIALECT, {}, {"message": 1}, {"user": 1, "assistant": 1, "summary": 2, "x": 3},
@@ -413,6 +415,26 @@ def fuzz_line_links(src: Source) -> None:
             raise Mismatch(f"line_links({line!r}) = {got[k].tolist()}, twin {want}")
 
 
+def fuzz_link_walk_paths(src: Source) -> None:
+    """The AVX2 link walk gives what the scalar one gives, on any bytes (not only JSON):
+    blocks of 32 and 64 bytes, and the scalar tail where fewer are left."""
+    if not linetree.SIMD_AVAILABLE:
+        return
+    data = src.jsonish(2048)
+    starts = _lines_of(data)
+    before = linetree.use_simd(True)
+    try:
+        fast = linetree.line_links(data, _i64(starts), 0, len(starts), len(data), 0, _LINK_KEYS)
+        linetree.use_simd(False)
+        slow = linetree.line_links(data, _i64(starts), 0, len(starts), len(data), 0, _LINK_KEYS)
+    finally:
+        linetree.use_simd(before)
+    if fast != slow:
+        got, want = (np.frombuffer(x, dtype=np.uint64).reshape(-1, 4).tolist() for x in (fast, slow))
+        bad = next(k for k in range(len(starts)) if got[k] != want[k])
+        raise Mismatch(f"line {bad} of {data!r}: AVX2 walk {got[bad]}, scalar walk {want[bad]}")
+
+
 def _link_rows(src: Source, n: int) -> list[tuple[int, int, int, int]]:
     rows = []
     for _ in range(n):
@@ -649,6 +671,7 @@ TARGETS = {
     "lineindex.DialectTable": fuzz_dialect_table,
     "lineindex.QualifiedKind": fuzz_qualified_kind,
     "linetree.line_links": fuzz_line_links,
+    "linetree.use_simd": fuzz_link_walk_paths,
     "linetree.hang_lines": fuzz_hang_lines,
     "linetree.place_lines": fuzz_place_lines,
     "linetree.reads_as_list": fuzz_hang_lines,

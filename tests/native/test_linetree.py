@@ -43,17 +43,81 @@ def json_lines(draw) -> bytes:
         return text(True).encode("utf-8")
 
 
-def native_links(lines: list[bytes]) -> list[tuple[int, ...]]:
+#: The link walk's paths: AVX2 (where this CPU has it) and the scalar fallback.
+PATHS = [pytest.param(True, id="simd", marks=pytest.mark.skipif(not linetree.SIMD_AVAILABLE,
+                                                                 reason="no AVX2 here")),
+         pytest.param(False, id="scalar")]
+
+
+def native_links(lines: list[bytes], simd: bool | None = None) -> list[tuple[int, ...]]:
+    """The native links of ``lines``, by the walk's default path or the one named."""
     data = b"".join(line + b"\n" for line in lines)
     starts = np.cumsum([0] + [len(x) + 1 for x in lines[:-1]]).astype(np.int64)
-    out = linetree.line_links(data, starts, 0, len(lines), len(data), 0, KEYS)
+    before = linetree.use_simd(linetree.SIMD_AVAILABLE if simd is None else simd)
+    try:
+        out = linetree.line_links(data, starts, 0, len(lines), len(data), 0, KEYS)
+    finally:
+        linetree.use_simd(before)
     return [tuple(int(v) for v in row) for row in np.frombuffer(out, dtype=np.uint64).reshape(-1, 4)]
 
 
+@pytest.mark.parametrize("simd", PATHS)
 @settings(max_examples=300, deadline=None)
-@given(st.lists(json_lines(), min_size=1, max_size=6))
-def test_the_links_of_any_json_object_are_the_twins(lines):
-    assert native_links(lines) == [ref.links_of_line(x, KEYS) for x in lines]
+@given(lines=st.lists(json_lines(), min_size=1, max_size=6))
+def test_the_links_of_any_json_object_are_the_twins(simd, lines):
+    assert native_links(lines, simd) == [ref.links_of_line(x, KEYS) for x in lines]
+
+
+# Pieces of lines that the AVX2 walk's masks turn on: quotes, backslash runs, brackets of
+# both kinds, link keys, bytes that are no UTF-8, NULs and control characters.
+_PIECES = [b'"', b"\\", b"\\", b'\\"', b"\\\\", b"{", b"}", b"[", b"]", b":", b",", b" ", b"a", b"0",
+           b'"uuid":', b'"parentUuid":"', b'"id":"x"', b'"message":{', b'"content":[', b"\x00", b"\x1f",
+           b"\xff", b"\xc3", b"\xbc", b"n" * 40, b"null", b'"' + b"t" * 70 + b'"']
+_HEADS = [b"", b"{", b'{"uuid":"a","message":', b'{"message":{"x":"', b'{"parentUuid":"b","m":[']
+
+
+@st.composite
+def hostile_lines(draw) -> bytes:
+    """Any bytes, mostly ones that start a record, long enough to cross 32- and 64-byte
+    blocks and to end inside one."""
+    head = draw(st.sampled_from(_HEADS))
+    body = b"".join(draw(st.lists(st.one_of(st.sampled_from(_PIECES), st.binary(max_size=4)), max_size=60)))
+    return (head + body).replace(b"\n", b" ")
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(hostile_lines(), min_size=1, max_size=4))
+def test_the_simd_and_scalar_walks_give_the_same_links_on_any_bytes(lines):
+    if not linetree.SIMD_AVAILABLE:
+        pytest.skip("no AVX2 here")
+    assert native_links(lines, True) == native_links(lines, False)
+    for line, links in zip(lines, native_links(lines, True)):
+        try:
+            json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue
+        assert links == ref.links_of_line(line, KEYS)
+
+
+@pytest.mark.parametrize("simd", PATHS)
+def test_every_offset_of_a_block_pair_is_walked_alike(simd):
+    # Each token that changes the walk's state (a quote, an escaped quote after a run of
+    # backslashes of either parity, a bracket, a string that closes in the next block or
+    # the one after) at each of the 128 offsets of two 64-byte blocks of a nested value,
+    # with the line's end at every distance after it.
+    own = id_hash("a") % (1 << 64)
+    tokens = [b'"q"', b'"\\""', b'"\\\\"', b'"\\\\\\""', b'"' + b"\\" * 34 + b'"', b"{}", b"[[]]",
+              b'"' + b"y" * 70 + b'"', b'"x\\"' + b"z" * 60 + b'"']
+    for off in range(130):
+        for tok in tokens:
+            for tail in (b"", b" " * 5, b",0" * 40):
+                line = b'{"message":{"t":[' + b"1," * (off // 2) + b" " * (off % 2) + tok + tail \
+                    + b'],"k":0},"uuid":"a"}'
+                want = ref.links_of_line(line, KEYS)
+                assert want == (own, 0, 0, 0), line
+                assert native_links([line], simd) == [want], line
+                cut = line[: len(line) - 20]  # ends inside the nested value
+                assert native_links([cut], simd) == native_links([cut], False) == [(0, 0, 0, 0)], cut
 
 
 def test_an_escaped_id_links_as_its_decoded_text():
@@ -63,11 +127,12 @@ def test_an_escaped_id_links_as_its_decoded_text():
     assert native_links([plain])[0][0] == id_hash("ü-😀") % (1 << 64)
 
 
+@pytest.mark.parametrize("simd", PATHS)
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.binary(max_size=60), min_size=1, max_size=6))
-def test_any_bytes_give_links_without_crashing_and_json_ones_agree(lines):
+@given(lines=st.lists(st.binary(max_size=60), min_size=1, max_size=6))
+def test_any_bytes_give_links_without_crashing_and_json_ones_agree(simd, lines):
     lines = [x.replace(b"\n", b" ") for x in lines]
-    got = native_links(lines)
+    got = native_links(lines, simd)
     for line, links in zip(lines, got):
         try:
             json.loads(line.decode("utf-8"))
