@@ -72,24 +72,6 @@ BX_AVX2 static Py_ssize_t bx_key_stop32(const unsigned char *p, Py_ssize_t i)
     return m ? (Py_ssize_t)__builtin_ctz(m) : 32;
 }
 
-/* The index after a string whose body starts at p[i] when its closing quote is among
- * p[i:i+32] with no backslash right before it; BX_MORE otherwise (the caller's scalar
- * skip decides). The caller made sure i + 32 <= n. Most values of a line's top level are
- * short strings: this spares them a memchr call. */
-BX_AVX2 static Py_ssize_t bx_short_string_end32(const unsigned char *p, Py_ssize_t i)
-{
-    __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
-    uint32_t q = bx_eq32(v, 34);
-    Py_ssize_t t;
-    if (q == 0)
-        return BX_MORE;
-    t = __builtin_ctz(q);
-    /* The run of backslashes before the quote is counted from i on: at t == 0 it is empty. */
-    if (t > 0 && p[i + t - 1] == 92)
-        return BX_MORE;
-    return i + t + 1;
-}
-
 /* Four bitmasks of p[j:j+64]: quotes, backslashes, opening and closing brackets. */
 typedef struct { uint64_t q, b, o, c; } bx_masks;
 
@@ -197,7 +179,6 @@ BX_AVX2 static Py_ssize_t bx_skip_container64(const unsigned char *p, Py_ssize_t
 
 static int bx_cpu_has_avx2(void) { return 0; }
 static Py_ssize_t bx_key_stop32(const unsigned char *p, Py_ssize_t i) { (void)p; (void)i; return -1; }
-static Py_ssize_t bx_short_string_end32(const unsigned char *p, Py_ssize_t i) { (void)p; (void)i; return BX_MORE; }
 static Py_ssize_t bx_skip_container64(const unsigned char *p, Py_ssize_t n, Py_ssize_t i,
                                       Py_ssize_t *at, Py_ssize_t *depth)
 {
