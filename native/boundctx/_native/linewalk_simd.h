@@ -109,6 +109,32 @@ BX_AVX2 static Py_ssize_t bx_skip_container64(const unsigned char *p, Py_ssize_t
     while (j + 64 <= n) {
         bx_masks m = bx_classify64(p + j);
         int pos = 0;  /* bits below pos of this block are walked */
+        if (m.b == 0) {
+            /* No backslash: no quote here is escaped, and the block starts outside any
+             * string, so the bytes inside strings are those after an odd number of
+             * quotes (a prefix xor of the quote bits). The brackets outside them are
+             * counted at once unless the depth could reach zero among them. */
+            uint64_t s = m.q, o, c;
+            s ^= s << 1; s ^= s << 2; s ^= s << 4; s ^= s << 8; s ^= s << 16; s ^= s << 32;
+            o = m.o & ~s;
+            c = m.c & ~s;
+            if (c == 0 || d > (Py_ssize_t)__builtin_popcountll(c)) {
+                /* No close, or fewer than d: the depth stays above zero (the scalar
+                 * walk ends only where a close brings it to zero). */
+                d += (Py_ssize_t)__builtin_popcountll(o) - (Py_ssize_t)__builtin_popcountll(c);
+                if (s >> 63) {
+                    /* A string opened at the block's last quote runs on past it. */
+                    Py_ssize_t r = bx_string_end(p, n, j + (63 - __builtin_clzll(m.q)) + 1);
+                    if (r < 0)
+                        return r;
+                    j = r;
+                } else {
+                    j += 64;
+                }
+                continue;
+            }
+            /* Else the brackets one by one, below. */
+        }
         for (;;) {
             uint64_t live = ~0ULL << pos, q = m.q & live, range, o, c;
             int qbit = q ? __builtin_ctzll(q) : 64, t;
