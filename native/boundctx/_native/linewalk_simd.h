@@ -94,9 +94,11 @@ BX_AVX2 static inline bx_masks bx_classify64(const unsigned char *p)
 /* Skip the container whose opening bracket is p[i], as jsonlex.skip_value(checked=False)
  * does: brackets counted by depth (kinds not matched) outside strings, strings ended by
  * the first quote after an even run of backslashes. Works 64 bytes at a time while 64
- * remain: the brackets between two strings are counted by popcount unless the depth could
- * reach zero among them, a string that ends in the same 64 bytes is found by its quote's
- * bit, and a longer one (a tool's output) by memchr.
+ * remain. A block without backslashes is taken whole (strings from a prefix xor of its
+ * quotes); in one with backslashes, the brackets between two strings are counted by
+ * popcount unless the depth could reach zero among them, and a string that ends in the
+ * same 64 bytes is found by its quote's bit. Either way a string that runs past the
+ * block (a tool's output) is ended by memchr.
  *
  * Returns the index after the closing bracket, -1 (the bytes ran out inside a string), or
  * BX_MORE with *at the index (outside any string) and *depth the open containers from
