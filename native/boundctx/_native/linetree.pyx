@@ -45,8 +45,8 @@ from libc.string cimport memcpy, memset
 from posix.mman cimport MADV_HUGEPAGE, MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, madvise, mmap, munmap
 
 from boundctx._native.lineindex cimport KIND_COMPACTION, KIND_CORRUPT, KIND_MESSAGE
-from boundctx._native.jsonlex cimport (MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_string_unchecked,
-                                       skip_value, skip_ws)
+from boundctx._native.jsonlex cimport (MALFORMED, RAN_OUT, hexval, is_ws, scan_scalar, skip_container,
+                                       skip_string_unchecked, skip_value, skip_ws)
 
 cdef enum:
     _SLOTS = LINK_SLOTS
@@ -264,29 +264,6 @@ cdef inline int _slot_of(const KeyTable *t, const unsigned char *key, Py_ssize_t
     return -1
 
 
-cdef Py_ssize_t _skip_nested(const unsigned char *p, Py_ssize_t n, Py_ssize_t j,
-                             Py_ssize_t depth) noexcept nogil:
-    """skip_value's container loop (unchecked strings) from p[j], outside any string,
-    with ``depth`` containers open: where the AVX2 walk leaves off, less than 64 bytes
-    before the line's end."""
-    cdef unsigned char c
-    while j < n:
-        c = p[j]
-        if c == 34:
-            j = skip_string_unchecked(p, n, j + 1)
-            if j < 0:
-                return j
-            continue
-        if c == 123 or c == 91:
-            depth += 1
-        elif c == 125 or c == 93:
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    return RAN_OUT
-
-
 cdef inline Py_ssize_t _skip_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
     """skip_value(p, n, i, False), a container (a line's ``message``) walked 64 bytes at
     a time when the AVX2 paths are on. A string value keeps memchr: a 32-byte probe for
@@ -297,7 +274,7 @@ cdef inline Py_ssize_t _skip_value(const unsigned char *p, Py_ssize_t n, Py_ssiz
         r = bx_skip_container64(p, n, i, &at, &depth)
         if r != BX_MORE:
             return r
-        return _skip_nested(p, n, at, depth)
+        return skip_container(p, n, at, depth, False)
     return skip_value(p, n, i, False)
 
 
