@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import os
 import re
+import select
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -120,6 +121,22 @@ _IN_SEQUENCE = (int(LineKind.MESSAGE), int(LineKind.CORRUPT))
 #: The newest message or compaction of session %s: the line a list's reads follow.
 _LEAF_QUERY = (f"SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind IN ({int(LineKind.MESSAGE)}, "
                f"{int(LineKind.CORRUPT)}, {int(LineKind.COMPACTION)})")
+
+
+def _around(lo: str, hi: str) -> str:
+    """What a window needs beside its lines, as three values (the SQL expressions ``lo``
+    and ``hi`` bound its lines; the session's id is a parameter of each): the compaction
+    in force at ``lo``, the number of compactions after it up to ``hi``, and the leaf."""
+    compaction = int(LineKind.COMPACTION)
+    return (f"(SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} AND line <= {lo}), "
+            f"(SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} AND line > {lo} "
+            f"AND line <= {hi}), ({_LEAF_QUERY})")
+
+
+#: Bounded by the window's own lines (in the statement that reads them), or by two
+#: parameters (a page that kept fewer lines than it read).
+_AROUND_SPAN = _around("(SELECT min(line) FROM span)", "(SELECT max(line) FROM span)")
+_AROUND_LINES = _around("%s", "%s")
 #: A session row's head, in :class:`_Head`'s order.
 _HEAD_COLUMNS = "lines, messages, compactions, bytes, generation, modified, octet_length(tail)"
 
@@ -295,25 +312,17 @@ class PostgresStore:
         the session's head read once, so the burst costs a few round trips, not a
         transaction per question. Its writes still run on connections of their own.
         TranscriptNotFound when there is none."""
-        with self.connection() as conn:
-            # One statement opens the snapshot (not BEGIN, then SET TRANSACTION).
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with self.connection() as conn, _read_only(conn):
+            row = conn.execute(f"SELECT dialect, {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
+                               (sid,)).fetchone()
+            if row is None:
+                raise TranscriptNotFound(f"no session {sid!r}")
+            session = PostgresSession(self, sid, row[0])
+            session._pinned, session._pinned_head = conn, _Head(*row[1:])
             try:
-                row = conn.execute(f"SELECT dialect, {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
-                                   (sid,)).fetchone()
-                if row is None:
-                    raise TranscriptNotFound(f"no session {sid!r}")
-                session = PostgresSession(self, sid, row[0])
-                session._pinned, session._pinned_head = conn, _Head(*row[1:])
-                try:
-                    yield session
-                finally:
-                    session._pinned = session._pinned_head = None
-            except BaseException:
-                if not conn.broken:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                yield session
+            finally:
+                session._pinned = session._pinned_head = None
 
     # -- import and export --------------------------------------------------------------
 
@@ -496,14 +505,26 @@ def _ns(moment) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
+@contextlib.contextmanager
+def _read_only(conn) -> Iterator[Any]:
+    """One read-only transaction on ``conn`` that sees one state of the database
+    throughout, opened by one statement (not BEGIN, then SET TRANSACTION)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        yield conn
+    except BaseException:
+        if not conn.broken:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def _check_idle(conn) -> None:
     """The pool's check of a connection it hands out. An idle connection the server has
     let go (a restart, a terminated backend) has something to read — the server's last
     word, or the end of the stream — so only then is it asked for a round trip (which
     fails, and the pool replaces it); a quiet one is handed out as it is. Checking every
     connection with a round trip would cost one per call, a window's slowest part."""
-    import select
-
     import psycopg_pool
 
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
@@ -587,15 +608,8 @@ class PostgresSession:
         if self._pinned is not None:
             yield self._pinned
             return
-        with self.store.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                yield conn
-            except BaseException:
-                if not conn.broken:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self.store.connection() as conn, _read_only(conn):
+            yield conn
 
     def _head(self, conn) -> _Head:
         if self._pinned_head is not None and conn is self._pinned:
@@ -697,18 +711,12 @@ class PostgresSession:
         # The same statement answers what the compactions and the leaf need for a page
         # that keeps every line it sized (the usual page), below.
         whole = SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)
-        compaction = int(LineKind.COMPACTION)
         found = conn.execute(
             'WITH span AS MATERIALIZED (SELECT line, message, "offset", length, kind, '
             "CASE WHEN length <= %s THEN data END AS data FROM boundctx_lines "
             "WHERE session = %s AND message >= %s AND message < %s) "
             'SELECT s.line, s.message, s."offset", s.length, s.kind, s.data, a.in_force, a.inside, a.leaf '
-            "FROM span s CROSS JOIN (SELECT "
-            f"(SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
-            "AND line <= (SELECT min(line) FROM span)) AS in_force, "
-            f"(SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
-            "AND line > (SELECT min(line) FROM span) AND line <= (SELECT max(line) FROM span)) AS inside, "
-            f"({_LEAF_QUERY}) AS leaf) a ORDER BY s.message",
+            f"FROM span s CROSS JOIN (SELECT {_AROUND_SPAN}) a (in_force, inside, leaf) ORDER BY s.message",
             (whole, self.id, start, before, self.id, self.id, self.id)).fetchall()
         meta = [_Row(*r[:6]) for r in found]
         lines = np.array([m.line for m in meta], dtype=np.int64)
@@ -736,10 +744,8 @@ class PostgresSession:
         if sized == (lo, hi):
             in_force, inside, leaf_line = found[0][6:]  # answered with the lines
         else:  # the page kept fewer lines than it sized, or none: one more round trip
-            in_force, inside, leaf_line = conn.execute(
-                f"SELECT (SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
-                f"AND line <= %s), (SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} "
-                f"AND line > %s AND line <= %s), ({_LEAF_QUERY})", (self.id, lo, self.id, lo, hi, self.id)).fetchone()
+            in_force, inside, leaf_line = conn.execute(f"SELECT {_AROUND_LINES}",
+                                                       (self.id, lo, self.id, lo, hi, self.id)).fetchone()
         keep = inside if limit is None else min(inside, limit)
         comp = self._rows(conn, f"kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s", (lo, hi),
                           content_limit, newest=keep) if keep else []
