@@ -59,7 +59,7 @@ def sessions_folder(settings: config.Settings) -> str:
     """``serve.sessions_dir``, or the default under the user's data folder."""
     configured = settings.serve.sessions_dir
     if configured:
-        from boundctx.serve.session_stores import is_database_url
+        from boundctx.stores import is_database_url
 
         return configured if is_database_url(configured) else os.path.expanduser(configured)
     data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -103,10 +103,11 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     from boundctx.serve.openai_routes import openai_routes
     from boundctx.serve.service import ReplyService
     from boundctx.serve.session_replies import session_reply_routes
-    from boundctx.serve.session_stores import DatabaseSessions, is_database_url
+    from boundctx.serve.session_stores import DatabaseSessions
     from boundctx.serve.sessions import Sessions, session_routes
     from boundctx.serve.settings import settings_routes
     from boundctx.serve.ui import ui_routes
+    from boundctx.stores import is_database_url
 
     resolved = config.resolve(settings)
     keys = frozenset(api_keys or ())
@@ -147,9 +148,7 @@ def create_app(provider: Provider, *, settings: Mapping[str, Any] | None = None,
     coordination = service.coordination
     app = Starlette(exception_handlers={ApiError: _render, HTTPException: _http_exception}, routes=[
         Mount(API, routes=[*session_routes(sessions), *session_reply_routes(service, sessions),
-                           *settings_routes(service.live, service.max_body, coordination.patch,
-                                            shared=coordination.shared),
-                           *engine_routes(service)]),
+                           *settings_routes(coordination, service.max_body), *engine_routes(service)]),
         *openai_routes(service),
         *ui_routes(),
     ])

@@ -59,6 +59,11 @@ MAX_BACKOFF_S = 5.0
 _LIVE = ("EXISTS (SELECT 1 FROM pg_stat_activity a "
          "WHERE a.pid = r.backend AND a.backend_start = r.backend_start)")
 
+#: A reply in flight registered, or registered again, under a listening connection.
+_REGISTER = ("INSERT INTO boundctx_replies (id, owner, backend, backend_start) VALUES (%s, %s, %s, %s) "
+             "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, backend = excluded.backend, "
+             "backend_start = excluded.backend_start")
+
 
 class Coordination:
     """One process on its own: a cancel reaches its own replies, and a settings change
@@ -147,9 +152,7 @@ class DatabaseCoordination(Coordination):
             return  # away from the database: registered when the listener is back
         try:
             with self.store.connection() as conn:
-                conn.execute("INSERT INTO boundctx_replies (id, owner, backend, backend_start) "
-                             "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
-                             "backend = excluded.backend, backend_start = excluded.backend_start",
+                conn.execute(_REGISTER,
                              (reply_id, self.token, *listening))
         except (StoreUnavailable, self._psycopg.Error) as exc:
             # The reply runs all the same; only a cancel from another process misses it
@@ -292,9 +295,7 @@ class DatabaseCoordination(Coordination):
             conn.execute("DELETE FROM boundctx_replies WHERE owner = %s AND NOT (id = ANY(%s))",
                          (self.token, running))
             for reply_id in running:
-                conn.execute("INSERT INTO boundctx_replies (id, owner, backend, backend_start) "
-                             "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
-                             "backend = excluded.backend, backend_start = excluded.backend_start",
+                conn.execute(_REGISTER,
                              (reply_id, self.token, *listening))
             conn.execute(f"DELETE FROM boundctx_replies r WHERE owner <> %s AND NOT {_LIVE}", (self.token,))
             asked = conn.execute("SELECT id FROM boundctx_replies WHERE owner = %s AND cancel_asked",

@@ -24,12 +24,10 @@ from boundctx.errors import (
     TranscriptPermission,
 )
 from boundctx.serve.http import ApiError
-from boundctx.stores import DATABASE_SCHEMES, is_database_url
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
 
-__all__ = ["DATABASE_SCHEMES", "DatabaseSessions", "FolderSessions", "RETRY_AFTER", "SUFFIX", "TITLE_SUFFIX",
-           "is_database_url"]
+__all__ = ["DatabaseSessions", "FolderSessions", "RETRY_AFTER", "SUFFIX", "TITLE_SUFFIX"]
 
 SUFFIX = ".jsonl"
 #: A session's title, when a person set one, sits beside it in ``<id>.title``.

@@ -91,14 +91,9 @@ from boundctx.errors import (
 from boundctx.serve.http import ApiError, read_body, read_json, store_unavailable
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
-from boundctx.serve.session_stores import (
-    RETRY_AFTER,
-    DatabaseSessions,
-    FolderSessions,
-    is_database_url,
-)
+from boundctx.serve.session_stores import RETRY_AFTER, DatabaseSessions, FolderSessions
 from boundctx.serve.settings import LiveSettings
-from boundctx.stores import SESSION_ID
+from boundctx.stores import SESSION_ID, is_database_url
 from boundctx.transcript.chat import (
     Conversation,
     append_exchange,

@@ -26,14 +26,17 @@ the keys, the sessions folder, the queue), ``chat.n_ctx``, ``chat.provider``, ``
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
 
 from boundctx import config
 from boundctx.errors import ConfigError, StoreUnavailable
 from boundctx.serve.http import API, ApiError, read_json, store_unavailable
 from boundctx.serve.http import json_response as _json
 from boundctx.serve.requests import BadRequest, decode
+
+if TYPE_CHECKING:  # coordination builds on LiveSettings, defined here
+    from boundctx.serve.coordination import Coordination
 
 __all__ = ["SOURCE", "LiveSettings", "SettingRefused", "fixed_while_serving", "merged_overrides", "settings_routes",
            "with_values"]
@@ -156,8 +159,9 @@ class LiveSettings:
         return settings
 
     def adopt(self, overrides: Mapping[str, Any]) -> config.Settings:
-        """Run with exactly ``overrides`` (already checked and composed elsewhere, e.g. by
-        the process that took the change) from the next reply on."""
+        """Run with exactly ``overrides`` (each value already checked, e.g. by the process
+        that took the change) from the next reply on: composed over this process's own
+        start settings, SettingRefused leaving the current ones as they were."""
         with self._lock:
             self.current = self.compose(overrides)
             self.overrides = dict(overrides)
@@ -170,16 +174,15 @@ class LiveSettings:
         return {"object": "boundctx.settings", "data": data}
 
 
-def settings_routes(live: LiveSettings, max_body: int, patch: Callable[[Mapping[str, Any]], object] | None = None,
-                    *, shared: bool = False) -> list:
-    """The settings routes, relative to :data:`~boundctx.serve.http.API`. ``patch``
-    applies a change (default: in this process, ``live.patch``); ``shared``: it writes to
-    the database every process of the deployment reads (run off the event loop, and a
-    lost database is a 503)."""
+def settings_routes(coordination: Coordination, max_body: int) -> list:
+    """The settings routes, relative to :data:`~boundctx.serve.http.API`: the settings of
+    ``coordination.live``, changed through ``coordination`` (in this process, or, shared
+    by every process on a sessions database, off the event loop and with a lost database
+    a 503)."""
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
-    apply = patch or live.patch
+    live, shared = coordination.live, coordination.shared
 
     def changes_of(body: bytes) -> dict[str, Any]:
         try:
@@ -204,9 +207,9 @@ def settings_routes(live: LiveSettings, max_body: int, patch: Callable[[Mapping[
         changes = await read_json(request, max_body, changes_of)
         try:
             if shared:
-                await run_in_threadpool(apply, changes)
+                await run_in_threadpool(coordination.patch, changes)
             else:
-                apply(changes)
+                coordination.patch(changes)
         except SettingRefused as exc:
             raise ApiError(400, str(exc), "invalid_setting", exc.name) from None
         except StoreUnavailable as exc:
