@@ -242,6 +242,91 @@ def test_an_entry_read_before_another_rewrite_is_not_edited(store):
     assert [e.record["message"]["content"] for e in session.window().messages] == ["1", "x"]
 
 
+# -- reads bounded by their head, with no transaction ------------------------------------------
+
+
+def _said(n: int) -> list[dict]:
+    return [{"type": "message", "message": {"role": "user", "content": str(k)}} for k in range(n)]
+
+
+def _contents(window) -> list[str]:
+    return [e.record["message"]["content"] for e in window.messages]
+
+
+def test_a_held_read_sees_the_state_its_head_saw_under_appends(store):
+    """Lines appended by another writer during a held read are past its head: its
+    windows, counts and leaf are the state it started from, as one snapshot's would be."""
+    store.create("h", records=_said(4))
+    writer = store.open("h")
+    with store.reading("h") as t:
+        version = t.version()
+        writer.append_records(_said(3))
+        w = t.window()
+        assert _contents(w) == ["0", "1", "2", "3"] and w.message_count == 4 == t.message_count
+        assert w.leaf == 3 and t.message_bytes(0, 10) == [len(encode_record(r)) for r in _said(4)]
+        assert t.version() == version
+    assert store.open("h").message_count == 7
+
+
+def test_a_rewrite_under_a_held_read_is_said_not_mixed_in(store):
+    """A rewrite between a held read's head and its window: the window raises
+    TranscriptChanged (the sessions API reads again) instead of showing the rewritten
+    lines under the old version."""
+    store.create("r", records=_said(4))
+    with store.reading("r") as t:
+        t.version()
+        store.open("r").delete(0)
+        with pytest.raises(TranscriptChanged):
+            t.window()
+        with pytest.raises(TranscriptChanged):
+            t.message_bytes(0, 4)
+    store.remove("r")
+    store.create("r", records=_said(2))
+    with store.reading("r") as t:
+        t.head()
+        store.remove("r")
+        with pytest.raises(TranscriptChanged):
+            t.window()
+
+
+def test_a_read_of_its_own_reads_again_when_a_rewrite_lands_under_it(store, monkeypatch):
+    """Outside a held read, a window whose statement meets a rewrite that landed after its
+    head reads again, and answers the rewritten session."""
+    from boundctx.stores import postgres
+
+    store.create("o", records=_said(4))
+    session = store.open("o")
+    real = postgres.PostgresSession._window
+    calls = []
+
+    def rewritten_once(self, conn, head, *args):
+        calls.append(head.messages)
+        if len(calls) == 1:
+            store.open("o").delete(0)  # after the head was read, before the lines are
+        return real(self, conn, head, *args)
+
+    monkeypatch.setattr(postgres.PostgresSession, "_window", rewritten_once)
+    assert _contents(session.window()) == ["1", "2", "3"]
+    assert calls == [4, 3]
+
+
+def test_a_session_made_again_under_its_id_has_a_new_version(store, tmp_path):
+    """Every generation comes from one sequence: a version read from a session that was
+    removed (or imported over) is never the version of the one made under its id after."""
+    store.create("v", records=_said(2))
+    versions = {store.open("v").version()}
+    store.remove("v")
+    store.create("v", records=_said(2))
+    versions.add(store.open("v").version())
+    path = tmp_path / "v.jsonl"
+    path.write_bytes(b"".join(encode_record(r) for r in _said(2)))
+    store.import_jsonl("v", path, replace=True)
+    versions.add(store.open("v").version())
+    store.open("v").edit(0, _said(1)[0])
+    versions.add(store.open("v").version())
+    assert len(versions) == 4
+
+
 # -- what the store refuses, and how ----------------------------------------------------------
 
 
@@ -368,17 +453,22 @@ def test_a_long_record_crosses_the_wire_as_the_prefix_a_window_needs(store, tmp_
     store.create("big")
     session = store.open("big")
     session.append(big)
+    import psycopg
+
+    # Every bytes value any statement of the window brings back, as the cursor hands it over.
     fetched: list[int] = []
-    real_rows = type(session)._rows
+    for name in ("fetchall", "fetchone"):
+        real = getattr(psycopg.Cursor, name)
 
-    def counting(self, conn, where, params, content_limit, **kw):
-        rows = real_rows(self, conn, where, params, content_limit, **kw)
-        fetched.extend(len(r.data) for r in rows)
-        return rows
+        def counting(self, real=real):
+            got = real(self)
+            for row in got if isinstance(got, list) else [got] if got is not None else []:
+                fetched.extend(len(v) for v in row if isinstance(v, (bytes, memoryview)))
+            return got
 
-    monkeypatch.setattr(type(session), "_rows", counting)
+        monkeypatch.setattr(psycopg.Cursor, name, counting)
     w = session.window(content_limit=1000)
-    assert max(fetched) <= 1000 + 64 * 1024 + 3
+    assert fetched and max(fetched) <= 1000 + 64 * 1024 + 3
     assert w.messages[0].cut_bytes > 0 and w.messages[0].length > 5 << 20
     path = tmp_path / "big.jsonl"
     with Transcript.open(path, create=True) as t:

@@ -179,8 +179,9 @@ class DatabaseSessions:
 
     @contextlib.contextmanager
     def reading(self, sid: str) -> Iterator[Any]:
-        """Session ``sid`` held at one state for a burst of reads: one snapshot, a few
-        round trips (a window request's version, window, count and size)."""
+        """Session ``sid`` held at one state for a burst of reads (a window request's
+        version, window, count and size): its head read once, each read bounded by it, so
+        the burst is a few round trips; a rewrite under it raises TranscriptChanged."""
         try:
             with self.store.reading(sid) as session:
                 yield session

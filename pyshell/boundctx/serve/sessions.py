@@ -233,9 +233,11 @@ class Sessions:
         item: dict[str, Any] = {"id": sid, "object": "boundctx.session", "bytes": size,
                                 "modified": modified_ns // 1_000_000_000}
         try:
-            with self.store.reading(sid) as t:
-                item["message_count"], item["compaction_count"] = t.message_count, t.compaction_count
-                item.update(self._title(sid, t))
+            # Read as a window is: a rewrite under the read is read again, not said as an error.
+            (counts, title), _, _ = self._read(sid, lambda t, v: ((t.message_count, t.compaction_count),
+                                                                   self._title(sid, t)))
+            item["message_count"], item["compaction_count"] = counts
+            item.update(title)
         except StoreUnavailable:
             raise  # the database, not this session: the whole list fails with 503
         except ApiError as exc:  # gone since it was listed

@@ -16,7 +16,16 @@ gives it, and its index in the message sequence. So:
   processes: each takes the session row's lock in its transaction, so line numbers and
   message indexes have no gaps and no doubles.
 - **The layout version** is the session's ``generation``, which only a rewrite changes, as
-  a file's identity changes only when a rewrite replaces it.
+  a file's identity changes only when a rewrite replaces it. Every generation comes from
+  one sequence, so a session removed and made again under its id never has one it had.
+- **A read is bounded by the head it started from**, not by a transaction: the session's
+  row (counts, generation) is read first, and each statement after it reads only lines
+  below its counts and says the generation it saw. Lines are only ever added past the end
+  until a rewrite, and a rewrite takes a new generation, so a read that sees its own
+  generation throughout saw one state of the session; one that does not raises
+  TranscriptChanged (a caller holding a version reads again). So a window is two round
+  trips (the head, then one statement for its lines, compactions and leaf), with no
+  BEGIN and COMMIT around them.
 
 Sessions are read as lists, in the order their lines were written: a file whose tree
 forks (a rewind; decision 0047) is refused at import with the reason, never flattened.
@@ -34,7 +43,7 @@ import select
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -54,6 +63,8 @@ from boundctx.transcript.writing import History
 
 __all__ = ["SCHEMA_VERSION", "ImportReport", "PostgresSession", "PostgresStore", "SessionStat", "redacted"]
 
+T = TypeVar("T")
+
 #: The tables' layout; a database holding another version is refused, not migrated blind.
 SCHEMA_VERSION = 1
 #: The longest line a row can hold (a ``bytea`` value is at most 1 GB).
@@ -66,6 +77,10 @@ BATCH_BYTES = 8 << 20
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS boundctx_schema (version integer NOT NULL);
+-- Every generation a session takes (made, imported, rewritten) is the next of this
+-- sequence, so a version read from a session that was removed and made again is never
+-- the new one's. It starts past any generation a session counted up to before it.
+CREATE SEQUENCE IF NOT EXISTS boundctx_generation START WITH 4294967296;
 CREATE TABLE IF NOT EXISTS boundctx_sessions (
     id text PRIMARY KEY,
     dialect text NOT NULL,
@@ -117,26 +132,73 @@ CREATE TABLE IF NOT EXISTS boundctx_settings_version (version bigint NOT NULL);
 INSERT INTO boundctx_settings_version SELECT 0 WHERE NOT EXISTS (SELECT FROM boundctx_settings_version);
 """
 
+#: A session's next generation (made, imported or rewritten).
+_NEXT_GENERATION = "nextval('boundctx_generation')"
 _IN_SEQUENCE = (int(LineKind.MESSAGE), int(LineKind.CORRUPT))
-#: The newest message or compaction of session %s: the line a list's reads follow.
-_LEAF_QUERY = (f"SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind IN ({int(LineKind.MESSAGE)}, "
-               f"{int(LineKind.CORRUPT)}, {int(LineKind.COMPACTION)})")
+_COMPACTION = int(LineKind.COMPACTION)
+# The pieces of a read's statements. Each names its values (%(sid)s, the session; %(lines)s,
+# its head's line count; %(generation)s, its head's generation), so one statement can use
+# a value several times.
+#: The session's generation as the statement sees it, to compare with the head's.
+_GENERATION = "(SELECT generation FROM boundctx_sessions WHERE id = %(sid)s)"
+#: The newest message or compaction below the head: the line a list's reads follow.
+_LEAF = (f"(SELECT max(line) FROM boundctx_lines WHERE session = %(sid)s AND kind IN ({int(LineKind.MESSAGE)}, "
+         f"{int(LineKind.CORRUPT)}, {_COMPACTION}) AND line < %(lines)s)")
+#: Lines of the session at the head's generation (none once a rewrite has taken another).
+_AT_HEAD = ("boundctx_lines JOIN boundctx_sessions ON id = session AND generation = %(generation)s "
+            "WHERE session = %(sid)s")
 
 
 def _around(lo: str, hi: str) -> str:
-    """What a window needs beside its lines, as three values (the SQL expressions ``lo``
-    and ``hi`` bound its lines; the session's id is a parameter of each): the compaction
-    in force at ``lo``, the number of compactions after it up to ``hi``, and the leaf."""
-    compaction = int(LineKind.COMPACTION)
-    return (f"(SELECT max(line) FROM boundctx_lines WHERE session = %s AND kind = {compaction} AND line <= {lo}), "
-            f"(SELECT count(*) FROM boundctx_lines WHERE session = %s AND kind = {compaction} AND line > {lo} "
-            f"AND line <= {hi}), ({_LEAF_QUERY})")
+    """What a window needs beside its lines, as four values (the SQL expressions ``lo``
+    and ``hi`` bound its lines): the generation, the compaction in force at ``lo``, the
+    number of compactions after it up to ``hi``, and the leaf."""
+    return (f"{_GENERATION}, "
+            f"(SELECT max(line) FROM boundctx_lines WHERE session = %(sid)s AND kind = {_COMPACTION} "
+            f"AND line <= {lo}), "
+            f"(SELECT count(*) FROM boundctx_lines WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > {lo} "
+            f"AND line <= {hi}), {_LEAF}")
 
 
-#: Bounded by the window's own lines (in the statement that reads them), or by two
-#: parameters (a page that kept fewer lines than it read).
-_AROUND_SPAN = _around("(SELECT min(line) FROM span)", "(SELECT max(line) FROM span)")
-_AROUND_LINES = _around("%s", "%s")
+def _shown_bytes(content_limit: int | None) -> str:
+    """The bytes of a line a window fetches: all of them, or (with a display budget) the
+    prefix the projection reads of a line longer than the budget — content_limit +
+    ENVELOPE bytes of the body, and a BOM before it at byte 0 — so no more crosses the
+    wire (%(content)s and %(prefix)s: :func:`_shown_params`)."""
+    if content_limit is None:
+        return "data"
+    return ('CASE WHEN length - 1 > %(content)s THEN substring(data FROM 1 FOR least(length - 1, '
+            '%(prefix)s + CASE WHEN "offset" = 0 THEN 3 ELSE 0 END)) ELSE data END')
+
+
+def _shown_params(content_limit: int | None) -> dict[str, int]:
+    return {} if content_limit is None else {"content": content_limit, "prefix": content_limit + ENVELOPE}
+
+
+def _window_statement(content_limit: int | None) -> str:
+    """A window in one statement, one row per thing it needs, told apart by the first
+    column: 0, the lines of messages %(start)s..%(stop)s - 1 with their sizes and the
+    bytes of each one shorter than %(short)s (most lines of a chat; a longer one is
+    fetched only if the page keeps it); 1, the generation, the compaction in force, the
+    compactions inside and the leaf (:func:`_around`); 2, the compaction in force; 3, the
+    newest %(keep)s compactions among the lines (NULL: all)."""
+    shown = _shown_bytes(content_limit)
+    return ('WITH span AS MATERIALIZED (SELECT line, message, "offset", length, kind, '
+            "CASE WHEN length <= %(short)s THEN data END AS data FROM boundctx_lines "
+            "WHERE session = %(sid)s AND message >= %(start)s AND message < %(stop)s), "
+            "edge AS MATERIALIZED (SELECT min(line) AS lo, max(line) AS hi FROM span), "
+            "around (generation, in_force, inside, leaf) AS MATERIALIZED "
+            f"(SELECT {_around('(SELECT lo FROM edge)', '(SELECT hi FROM edge)')}) "
+            'SELECT 0, line, message, "offset", length::bigint, kind::bigint, data FROM span '
+            "UNION ALL SELECT 1, generation, in_force, inside, leaf, NULL, NULL FROM around "
+            f'UNION ALL SELECT 2, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
+            "WHERE session = %(sid)s AND line = (SELECT in_force FROM around) "
+            f'UNION ALL (SELECT 3, line, message, "offset", length, kind, {shown} FROM boundctx_lines, edge '
+            f"WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > edge.lo AND line <= edge.hi "
+            "ORDER BY line DESC LIMIT %(keep)s) "
+            "ORDER BY 1, 2")
+
+
 #: A session row's head, in :class:`_Head`'s order.
 _HEAD_COLUMNS = "lines, messages, compactions, bytes, generation, modified, octet_length(tail)"
 
@@ -256,8 +318,8 @@ class PostgresStore:
         (FileExistsError when there is one already)."""
         lines = [encode_record(r) for r in records]  # refused before anything is stored
         with self.connection() as conn, conn.transaction():
-            cur = conn.execute("INSERT INTO boundctx_sessions (id, dialect) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                               (sid, dialect))
+            cur = conn.execute("INSERT INTO boundctx_sessions (id, dialect, generation) "
+                               f"VALUES (%s, %s, {_NEXT_GENERATION}) ON CONFLICT DO NOTHING", (sid, dialect))
             if cur.rowcount == 0:
                 raise FileExistsError(f"session {sid!r} exists")
             session = PostgresSession(self, sid, dialect)
@@ -308,11 +370,12 @@ class PostgresStore:
     @contextlib.contextmanager
     def reading(self, sid: str) -> Iterator[PostgresSession]:
         """Session ``sid`` held at one state for a burst of reads (a request's version,
-        window, counts and size): one connection and one read-only snapshot throughout,
-        the session's head read once, so the burst costs a few round trips, not a
-        transaction per question. Its writes still run on connections of their own.
-        TranscriptNotFound when there is none."""
-        with self.connection() as conn, _read_only(conn):
+        window, counts and size): one connection, and the session's head read once, which
+        every read of the burst is bounded by (the module docstring). A rewrite under the
+        burst raises TranscriptChanged from the read that meets it; the caller reads
+        again. Its writes still run on connections of their own. TranscriptNotFound when
+        there is none."""
+        with self.connection() as conn:
             row = conn.execute(f"SELECT dialect, {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
                                (sid,)).fetchone()
             if row is None:
@@ -362,17 +425,13 @@ class PostgresStore:
                 raise ValueError(f"{path!r} has a line over {LINE_MAX:,} bytes, more than a database row holds")
             tail = os.pread(fd, res.scanned_end - res.indexed_end, res.indexed_end)
             with self.connection() as conn, conn.transaction():
-                generation = 0
                 if replace:
-                    old = conn.execute("DELETE FROM boundctx_sessions WHERE id = %s RETURNING generation",
-                                       (sid,)).fetchone()
-                    generation = 0 if old is None else old[0] + 1
+                    conn.execute("DELETE FROM boundctx_sessions WHERE id = %s", (sid,))
                     conn.execute("DELETE FROM boundctx_torn WHERE session = %s", (sid,))  # the old one's
                 cur = conn.execute(
                     "INSERT INTO boundctx_sessions (id, dialect, generation, lines, messages, compactions, bytes, "
-                    "tail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    (sid, dialect, generation, found.lines, found.messages, found.compactions, int(res.indexed_end),
-                     tail))
+                    f"tail) VALUES (%s, %s, {_NEXT_GENERATION}, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (sid, dialect, found.lines, found.messages, found.compactions, int(res.indexed_end), tail))
                 if cur.rowcount == 0:
                     raise FileExistsError(f"session {sid!r} exists")
                 _copy_lines(conn, sid, found, _batches(fd, found.starts, found.ends),
@@ -505,20 +564,6 @@ def _ns(moment) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
-@contextlib.contextmanager
-def _read_only(conn) -> Iterator[Any]:
-    """One read-only transaction on ``conn`` that sees one state of the database
-    throughout, opened by one statement (not BEGIN, then SET TRANSACTION)."""
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    try:
-        yield conn
-    except BaseException:
-        if not conn.broken:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def _check_idle(conn) -> None:
     """The pool's check of a connection it hands out. An idle connection the server has
     let go (a restart, a terminated backend) has something to read — the server's last
@@ -588,7 +633,7 @@ class PostgresSession:
         self.store = store
         self.id = sid
         self.dialect = dialect
-        # Inside PostgresStore.reading: the snapshot's connection, and the head read in it.
+        # Inside PostgresStore.reading: its connection, and the head its reads are bounded by.
         self._pinned: Any = None
         self._pinned_head: _Head | None = None
 
@@ -601,28 +646,35 @@ class PostgresSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def _snapshot(self) -> Iterator[Any]:
-        """A read-only transaction that sees one state of the session throughout (the
-        held one, inside :meth:`PostgresStore.reading`)."""
+    def _read(self, work: Callable[[Any, _Head], T]) -> T:
+        """``work(conn, head)``: in the held burst, on its connection and head; else on a
+        pooled connection with the head read now, and again (three times at most) when a
+        rewrite lands between the head and a statement after it."""
         if self._pinned is not None:
-            yield self._pinned
-            return
-        with self.store.connection() as conn, _read_only(conn):
-            yield conn
+            assert self._pinned_head is not None
+            return work(self._pinned, self._pinned_head)
+        for attempt in range(3):
+            with self.store.connection() as conn:
+                row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
+                                   (self.id,)).fetchone()
+                if row is None:
+                    raise TranscriptNotFound(f"no session {self.id!r}")
+                try:
+                    return work(conn, _Head(*row))
+                except TranscriptChanged:
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
 
-    def _head(self, conn) -> _Head:
-        if self._pinned_head is not None and conn is self._pinned:
-            return self._pinned_head  # the held snapshot's: it cannot change within it
-        row = conn.execute(f"SELECT {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s", (self.id,)).fetchone()
-        if row is None:
-            raise TranscriptNotFound(f"no session {self.id!r}")
-        return _Head(*row)
+    def _check(self, head: _Head, generation: int | None) -> None:
+        """A statement saw ``generation``: it read the head's state, or a rewrite (or a
+        removal) came between them."""
+        if generation != head.generation:
+            raise TranscriptChanged(f"session {self.id!r} was rewritten or removed during the read; read it again")
 
     def head(self) -> _Head:
         """The session's counts, size, generation and last change, as one state of it."""
-        with self._snapshot() as conn:
-            return self._head(conn)
+        return self._read(lambda conn, head: head)
 
     @property
     def message_count(self) -> int:
@@ -648,24 +700,22 @@ class PostgresSession:
 
     def branches(self) -> list[Branch]:
         """A list's one branch (as :meth:`Transcript.branches` lists a file without forks)."""
-        with self._snapshot() as conn:
-            total = self._head(conn).messages
-            leaf = self._leaf_line(conn)
-            entry = self._entry(self._rows(conn, "line = %s", (leaf,), None)[0], None) if leaf is not None else None
-        if leaf is None:
-            return []
-        leaf_id = entry_id(entry.record, self.dialect) if entry is not None and entry.record is not None else None
-        return [Branch(leaf=leaf, leaf_id=leaf_id, message_count=total, shared=total, active=True)]
+        def read(conn, head: _Head) -> list[Branch]:
+            generation, leaf = conn.execute(f"SELECT {_GENERATION}, {_LEAF}", self._values(head)).fetchone()
+            self._check(head, generation)
+            if leaf is None:
+                return []
+            entry = self._entry(self._rows(conn, head, "line = %(line)s", {"line": leaf}, None, expect=1)[0], None)
+            leaf_id = entry_id(entry.record, self.dialect) if entry.record is not None else None
+            return [Branch(leaf=leaf, leaf_id=leaf_id, message_count=head.messages, shared=head.messages,
+                           active=True)]
 
-    def _leaf_line(self, conn) -> int | None:
-        """The newest message or compaction: the line a list's reads follow."""
-        return conn.execute(_LEAF_QUERY, (self.id,)).fetchone()[0]
+        return self._read(read)
 
     def identity(self) -> str:
         """What a cursor is taken against: the session and its generation, which only a
         rewrite changes (a file's identity changes only when a rewrite replaces it)."""
-        with self._snapshot() as conn:
-            return _identity(self.id, self._head(conn).generation)
+        return _identity(self.id, self.head().generation)
 
     def version(self) -> str:
         """The layout version: a digest of :meth:`identity`."""
@@ -676,10 +726,23 @@ class PostgresSession:
         line holds it (``\\n`` included), from the lengths alone: nothing else is read."""
         _check_limit("message_start", message_start, 0)
         _check_limit("message_stop", message_stop, 0)
-        with self._snapshot() as conn:
-            return [r[0] for r in conn.execute(
-                "SELECT length FROM boundctx_lines WHERE session = %s AND message >= %s AND message < %s "
-                "ORDER BY message", (self.id, message_start, message_stop))]
+
+        def read(conn, head: _Head) -> list[int]:
+            stop = min(message_stop, head.messages)
+            if stop <= message_start:
+                return []
+            sizes = [r[0] for r in conn.execute(
+                f"SELECT length FROM {_AT_HEAD} AND message >= %(start)s AND message < %(stop)s ORDER BY message",
+                {**self._values(head), "start": message_start, "stop": stop})]
+            if len(sizes) != stop - message_start:
+                self._check(head, None)
+            return sizes
+
+        return self._read(read)
+
+    def _values(self, head: _Head) -> dict[str, Any]:
+        """The values every read's statement may name (:data:`_AT_HEAD`)."""
+        return {"sid": self.id, "lines": head.lines, "generation": head.generation}
 
     # -- windows --------------------------------------------------------------------------
 
@@ -698,27 +761,25 @@ class PostgresSession:
         if leaf is not None:
             raise ValueError(f"leaf={leaf!r}: this session is kept as a list, one branch read from its newest "
                              "message; leave leaf out")
-        with self._snapshot() as conn:
-            return self._window(conn, message_before, limit, content, page)
+        return self._read(lambda conn, head: self._window(conn, head, message_before, limit, content, page))
 
-    def _window(self, conn, before, limit, content_limit, page_bytes) -> Window:
-        head = self._head(conn)
+    def _window(self, conn, head: _Head, before, limit, content_limit, page_bytes) -> Window:
         line_count, total = head.lines, head.messages
         before, start = _span(before, limit, total, "the transcript")
-        # The window's lines with their sizes, and the bytes of each short one that is
-        # shown whole (most lines of a chat) in the same round trip: only longer lines,
-        # or ones the page keeps that are projected, need a second.
-        # The same statement answers what the compactions and the leaf need for a page
-        # that keeps every line it sized (the usual page), below.
-        whole = SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)
-        found = conn.execute(
-            'WITH span AS MATERIALIZED (SELECT line, message, "offset", length, kind, '
-            "CASE WHEN length <= %s THEN data END AS data FROM boundctx_lines "
-            "WHERE session = %s AND message >= %s AND message < %s) "
-            'SELECT s.line, s.message, s."offset", s.length, s.kind, s.data, a.in_force, a.inside, a.leaf '
-            f"FROM span s CROSS JOIN (SELECT {_AROUND_SPAN}) a (in_force, inside, leaf) ORDER BY s.message",
-            (whole, self.id, start, before, self.id, self.id, self.id)).fetchall()
-        meta = [_Row(*r[:6]) for r in found]
+        # One statement: the lines with their sizes and the bytes of each short one (a
+        # longer one the page keeps is a second), and what the compactions and the leaf
+        # need for a page that keeps every line it sized (the usual page).
+        values = self._values(head)
+        found = conn.execute(_window_statement(content_limit), {
+            **values, **_shown_params(content_limit), "start": start, "stop": before, "keep": limit,
+            "short": SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)},
+            binary=True).fetchall()
+        parts: list[list[Any]] = [[], [], [], []]
+        for r in found:
+            parts[r[0]].append(r[1:])
+        generation, in_force, inside, leaf_line = parts[1][0][:4]
+        self._check(head, generation)
+        meta = [_Row(*r) for r in parts[0]]
         lines = np.array([m.line for m in meta], dtype=np.int64)
         lengths = np.array([m.length for m in meta], dtype=np.int64)
         by_line = {m.line: m for m in meta}
@@ -727,59 +788,60 @@ class PostgresSession:
             rows = [by_line[int(line)] for line in some]
             missing = [r.line for r in rows if r.data is None]
             if missing:
-                fetched = {r.line: r for r in self._rows(conn, "line = ANY(%s)", (missing,), content_limit)}
+                fetched = {r.line: r for r in self._rows(conn, head, "line = ANY(%(some)s)", {"some": missing},
+                                                         content_limit, expect=len(missing))}
                 rows = [fetched[r.line] if r.data is None else r for r in rows]
             return [self._entry(r, content_limit) for r in rows]
 
         sized = (int(lines[0]), int(lines[-1])) if len(lines) else None
         messages, start, lines = fit_page(lines, lengths, start, content_limit, page_bytes, entries)
-        if len(lines):
-            lo, hi = int(lines[0]), int(lines[-1])
-        else:
-            row = conn.execute("SELECT line FROM boundctx_lines WHERE session = %s AND message = %s",
-                               (self.id, before)).fetchone() if before < total else None
-            lo = hi = row[0] if row is not None else line_count
-        # The compaction in force at the first message, and the newest `limit` of those
-        # among the window's lines (as the file store chooses them); and the leaf.
-        if sized == (lo, hi):
-            in_force, inside, leaf_line = found[0][6:]  # answered with the lines
-        else:  # the page kept fewer lines than it sized, or none: one more round trip
-            in_force, inside, leaf_line = conn.execute(f"SELECT {_AROUND_LINES}",
-                                                       (self.id, lo, self.id, lo, hi, self.id)).fetchone()
-        keep = inside if limit is None else min(inside, limit)
-        comp = self._rows(conn, f"kind = {int(LineKind.COMPACTION)} AND line > %s AND line <= %s", (lo, hi),
-                          content_limit, newest=keep) if keep else []
-        if in_force is not None:
-            comp = self._rows(conn, "line = %s", (in_force,), content_limit) + comp
+        if sized is not None and len(lines) and sized == (int(lines[0]), int(lines[-1])):
+            comp = [_Row(*r) for r in parts[2] + parts[3]]  # answered with the lines
+            keep = len(parts[3])
+        else:  # the page kept fewer lines than it sized, or none: one more round trip, or two
+            if len(lines):
+                lo, hi = int(lines[0]), int(lines[-1])
+            elif before < total:
+                row = conn.execute(f"SELECT line FROM {_AT_HEAD} AND message = %(m)s",
+                                   {**values, "m": before}).fetchone()
+                if row is None:
+                    self._check(head, None)
+                lo = hi = row[0]
+            else:
+                lo = hi = line_count
+            generation, in_force, inside, leaf_line = conn.execute(
+                f"SELECT {_around('%(lo)s', '%(hi)s')}", {**values, "lo": lo, "hi": hi}).fetchone()
+            self._check(head, generation)
+            keep = inside if limit is None else min(inside, limit)
+            comp = self._rows(conn, head, f"kind = {_COMPACTION} AND line > %(lo)s AND line <= %(hi)s",
+                              {"lo": lo, "hi": hi}, content_limit, expect=keep, newest=keep) if keep else []
+            if in_force is not None:
+                comp = self._rows(conn, head, "line = %(line)s", {"line": in_force}, content_limit, expect=1) + comp
         compactions = [self._entry(r, content_limit) for r in comp]
         leaf_id = None
         if before == total and leaf_line is not None:
             if messages and messages[-1].line == leaf_line:
                 leaf_entry = messages[-1]
             else:
-                leaf_entry = self._entry(self._rows(conn, "line = %s", (leaf_line,), None)[0], None)
+                leaf_entry = self._entry(self._rows(conn, head, "line = %(line)s", {"line": leaf_line}, None,
+                                                    expect=1)[0], None)
             leaf_id = entry_id(leaf_entry.record, self.dialect) if leaf_entry.record is not None else None
         return Window(messages=messages, message_start=start, message_count=total, has_more_before=start > 0,
                       compactions=compactions, compactions_omitted=inside - keep, content_limit=content_limit,
                       leaf=leaf_line, page_bytes=page_bytes, leaf_id=leaf_id)
 
-    def _rows(self, conn, where: str, params: tuple, content_limit: int | None, *,
-              newest: int | None = None) -> list[_Row]:
-        """Lines of this session matching ``where`` (the newest ``newest`` of them), in
-        line order; a line longer than the display budget comes as the prefix its
-        projection reads."""
-        if content_limit is None:
-            data = "data"
-            extra: tuple = ()
-        else:
-            # Past the budget, the projection reads content_limit + ENVELOPE bytes of the
-            # body (and a BOM before it at byte 0), so no more crosses the wire.
-            data = ('CASE WHEN length - 1 > %s THEN substring(data FROM 1 FOR least(length - 1, '
-                    '%s + CASE WHEN "offset" = 0 THEN 3 ELSE 0 END)) ELSE data END')
-            extra = (content_limit, content_limit + ENVELOPE)
+    def _rows(self, conn, head: _Head, where: str, values: dict[str, Any], content_limit: int | None, *,
+              expect: int, newest: int | None = None) -> list[_Row]:
+        """The ``expect`` lines of the head's state matching ``where`` (the newest
+        ``newest`` of them), in line order; a line longer than the display budget comes
+        as the prefix its projection reads. Fewer than ``expect``: the session was
+        rewritten since the head (TranscriptChanged)."""
         order = "ORDER BY line" if newest is None else f"ORDER BY line DESC LIMIT {int(newest)}"
-        rows = conn.execute(f'SELECT line, message, "offset", length, kind, {data} FROM boundctx_lines '
-                            f"WHERE session = %s AND {where} {order}", (*extra, self.id, *params)).fetchall()
+        rows = conn.execute(f'SELECT line, message, "offset", length, kind, {_shown_bytes(content_limit)} '
+                            f"FROM {_AT_HEAD} AND {where} {order}",
+                            {**self._values(head), **_shown_params(content_limit), **values}, binary=True).fetchall()
+        if len(rows) != expect:
+            self._check(head, None)
         found = [_Row(*r) for r in rows]
         return found if newest is None else found[::-1]
 
@@ -874,7 +936,7 @@ class PostgresSession:
             found = _Lines.of(scan, settle_undecided(None, scan, self.dialect, data=data))
             _copy_lines(conn, self.id, found, [(0, found.lines, data)] if found.lines else [])
             conn.execute("UPDATE boundctx_sessions SET lines = %s, messages = %s, compactions = %s, bytes = %s, "
-                         "tail = ''::bytea, generation = generation + 1, modified = now() WHERE id = %s",
+                         f"tail = ''::bytea, generation = {_NEXT_GENERATION}, modified = now() WHERE id = %s",
                          (found.lines, found.messages, found.compactions, len(data), self.id))
 
     def _lock(self, conn, lock_wait: float) -> None:
