@@ -327,6 +327,34 @@ def test_a_session_made_again_under_its_id_has_a_new_version(store, tmp_path):
     assert len(versions) == 4
 
 
+@pytest.mark.parametrize("content_limit", [None, 4096])
+def test_the_window_statement_keeps_one_plan_of_index_scans(store, content_limit):
+    """The pool's connections keep one (generic) plan per prepared statement; the window's
+    must be index scans bounded on every side whatever its values, never a scan of a
+    session's lines or compactions filtered after."""
+    import re
+
+    from boundctx.stores.postgres import _window_statement
+
+    store.create("p", records=_said(30))
+    sql = _window_statement(content_limit)
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+    for i, name in enumerate(names, 1):
+        sql = sql.replace(f"%({name})s", f"${i}")
+    types = ["text" if n == "sid" else "integer" if n in ("content", "prefix", "short") else "bigint" for n in names]
+    values = {"sid": "'p'", "lines": "30", "content": "4096", "prefix": "8192", "start": "20", "stop": "30",
+              "keep": "100", "short": "8192"}
+    with store.pool.connection() as conn:
+        assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_generic_plan"
+        conn.execute(f"PREPARE w ({', '.join(types)}) AS {sql}")
+        plan = [r[0] for r in conn.execute(f"EXPLAIN (COSTS OFF) EXECUTE w ({', '.join(values[n] for n in names)})")]
+        conn.execute("DEALLOCATE w")
+    text = "\n".join(plan)
+    assert "Seq Scan" not in text and "Join Filter" not in text and "Filter: ((line" not in text, text
+    scans = [i for i, line in enumerate(plan) if "Scan" in line and "boundctx_lines" in line]
+    assert scans and all("Index Cond" in plan[i + 1] for i in scans), text
+
+
 # -- what the store refuses, and how ----------------------------------------------------------
 
 

@@ -181,22 +181,28 @@ def _window_statement(content_limit: int | None) -> str:
     bytes of each one shorter than %(short)s (most lines of a chat; a longer one is
     fetched only if the page keeps it); 1, the generation, the compaction in force, the
     compactions inside and the leaf (:func:`_around`); 2, the compaction in force; 3, the
-    newest %(keep)s compactions among the lines (NULL: all)."""
+    newest %(keep)s compactions among the lines (NULL: all). In no order: the caller
+    sorts the few rows (a sort here would copy every line's bytes once more).
+
+    Written so its generic plan is as good as a planned one (the pool's connections keep
+    generic plans: planning this statement took longer than running it): the lines'
+    first and last line numbers are two lookups by message, and every bound is a scalar,
+    so each range is an index condition."""
     shown = _shown_bytes(content_limit)
-    return ('WITH span AS MATERIALIZED (SELECT line, message, "offset", length, kind, '
-            "CASE WHEN length <= %(short)s THEN data END AS data FROM boundctx_lines "
-            "WHERE session = %(sid)s AND message >= %(start)s AND message < %(stop)s), "
-            "edge AS MATERIALIZED (SELECT min(line) AS lo, max(line) AS hi FROM span), "
+    return ("WITH edge (lo, hi) AS MATERIALIZED (SELECT "
+            "(SELECT line FROM boundctx_lines WHERE session = %(sid)s AND message = %(start)s), "
+            "(SELECT line FROM boundctx_lines WHERE session = %(sid)s AND message = %(stop)s - 1)), "
             "around (generation, in_force, inside, leaf) AS MATERIALIZED "
             f"(SELECT {_around('(SELECT lo FROM edge)', '(SELECT hi FROM edge)')}) "
-            'SELECT 0, line, message, "offset", length::bigint, kind::bigint, data FROM span '
+            'SELECT 0, line, message, "offset", length::bigint, kind::bigint, '
+            "CASE WHEN length <= %(short)s THEN data END FROM boundctx_lines "
+            "WHERE session = %(sid)s AND message >= %(start)s AND message < %(stop)s "
             "UNION ALL SELECT 1, generation, in_force, inside, leaf, NULL, NULL FROM around "
             f'UNION ALL SELECT 2, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
             "WHERE session = %(sid)s AND line = (SELECT in_force FROM around) "
-            f'UNION ALL (SELECT 3, line, message, "offset", length, kind, {shown} FROM boundctx_lines, edge '
-            f"WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > edge.lo AND line <= edge.hi "
-            "ORDER BY line DESC LIMIT %(keep)s) "
-            "ORDER BY 1, 2")
+            f'UNION ALL (SELECT 3, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
+            f"WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > (SELECT lo FROM edge) "
+            "AND line <= (SELECT hi FROM edge) ORDER BY line DESC LIMIT %(keep)s)")
 
 
 #: A session row's head, in :class:`_Head`'s order.
@@ -244,7 +250,7 @@ class PostgresStore:
         # is replaced instead of failing the call it was given to.
         self.pool = psycopg_pool.ConnectionPool(url, min_size=1, max_size=pool_size, open=True,
                                                 timeout=connect_timeout, kwargs={"autocommit": True},
-                                                check=_check_idle)
+                                                check=_check_idle, configure=_configure)
         try:
             self._ensure_schema()
         except BaseException:
@@ -564,6 +570,15 @@ def _ns(moment) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
+def _configure(conn) -> None:
+    """A new pooled connection keeps one plan per prepared statement (psycopg prepares a
+    statement on its fifth use). PostgreSQL would plan a window's statement again on every
+    run, as the values of its bounds change the estimates, and planning it costs more than
+    running it; its statements are written so the one plan is the indexed one whatever the
+    values (:func:`_window_statement`)."""
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 def _check_idle(conn) -> None:
     """The pool's check of a connection it hands out. An idle connection the server has
     let go (a restart, a terminated backend) has something to read — the server's last
@@ -775,7 +790,7 @@ class PostgresSession:
             "short": SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)},
             binary=True).fetchall()
         parts: list[list[Any]] = [[], [], [], []]
-        for r in found:
+        for r in sorted(found, key=lambda r: (r[0], r[1])):
             parts[r[0]].append(r[1:])
         generation, in_force, inside, leaf_line = parts[1][0][:4]
         self._check(head, generation)
