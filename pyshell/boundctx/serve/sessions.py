@@ -316,9 +316,9 @@ class Sessions:
             return w, _writable(t, w, self.store.writes_into(t))
 
         (w, writable), version, _ = self._read(sid, read)
-        out = msgspec.to_builtins(w)
+        out = msgspec.structs.asdict(w)
         for key in ("messages", "compactions"):
-            out[key] = [_shown(entry, data) for entry, data in zip(getattr(w, key), out[key])]
+            out[key] = [_entry_out(entry) for entry in out[key]]
         return {**out, "layout_version": version, **writable}
 
     def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
@@ -348,7 +348,7 @@ class Sessions:
 
         entry, version, _ = self._read(sid, read)
         if text_limit is None:
-            return {**_shown(entry, msgspec.to_builtins(entry)), "layout_version": version}
+            return {**_entry_out(entry), "layout_version": version}
         page = _shown(entry, {"index": entry.index, "line": entry.line})
         text = page["text"]
         assert text_offset is not None
@@ -480,6 +480,13 @@ class Sessions:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _entry_out(entry: Entry) -> dict[str, Any]:
+    """An entry as the API sends it: its fields, and how it reads (:func:`_shown`). Its
+    record goes to the encoder as it is, not copied into new dicts first (a window's
+    records are most of its bytes)."""
+    return _shown(entry, msgspec.structs.asdict(entry))
 
 
 def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
