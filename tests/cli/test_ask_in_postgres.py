@@ -57,7 +57,9 @@ def test_a_lost_database_before_the_save_is_said_and_the_answer_kept(postgres_db
     finally:
         postgres_server.start()
     assert asked.answer == "the answer" and asked.finish_reason == "stop"
-    assert not asked.saved and "sessions database" in asked.not_saved
+    # Said as the session's opening says it: which database, the driver's reason, what to check.
+    assert not asked.saved and "cannot connect to the database at" in asked.not_saved
+    assert "check that the server runs" in asked.not_saved
 
 
 def test_a_missing_session_read_only_and_a_bad_id_are_refused_with_what_to_do(postgres_db, capsys):
@@ -73,3 +75,19 @@ def test_a_missing_session_read_only_and_a_bad_id_are_refused_with_what_to_do(po
 def test_a_database_url_without_a_session_id_is_refused(postgres_db):
     with pytest.raises(ValueError, match="URL#ID"):
         read_transcript(postgres_db.url)
+
+
+def test_a_database_that_does_not_answer_is_said_before_the_question_is_asked(capsys):
+    """A database that is not there (nothing listens on its port): ask says so at once, with
+    the URL it tried (never its password) and what to check, and asks the model nothing."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: nothing listens there
+    url = f"postgresql://me:secret@127.0.0.1:{port}/db#chat"
+    code = main(["ask", "--transcript", url, "--provider", "remote", "--base-url", "http://127.0.0.1:9/v1",
+                 "a question"])
+    err = capsys.readouterr().err
+    assert code != 0 and "cannot connect to the database at" in err and "check that the server runs" in err, err
+    assert "secret" not in err

@@ -178,8 +178,11 @@ def opened_transcript(target: str, *, create: bool = False) -> Iterator[Any]:
     ------
     TranscriptNotFound
         No such transcript, and ``create`` is false.
+    ConnectionError
+        The database cannot be reached when the session is opened (which URL, the driver's
+        reason, what to check).
     StoreUnavailable
-        The database cannot be reached.
+        The connection is lost during a call.
     """
     from boundctx.stores import database_session
     from boundctx.transcript import Transcript
@@ -189,11 +192,13 @@ def opened_transcript(target: str, *, create: bool = False) -> Iterator[Any]:
         with Transcript.open(target, create=create) as transcript:
             yield transcript
         return
-    from boundctx.stores.postgres import PostgresStore
+    from boundctx.cli.session_transfer import open_store
 
     url, sid = where
     try:
-        store = PostgresStore(url, pool_size=1)
+        # One plain connection first: a database that does not answer is said at once, in
+        # the driver's words (ConnectionError), not after the pool's wait.
+        store = open_store(url)
     except RuntimeError as exc:  # no psycopg, or tables of another schema version
         raise ValueError(f"cannot use the database of --transcript: {exc}") from None
     with store:
