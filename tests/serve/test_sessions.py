@@ -485,3 +485,44 @@ def test_a_new_session_continues_another_agents_session_with_its_newest_messages
     assert_error(h.post(API, json={"id": "x4", "history": 20}), 400, "invalid_value")  # nothing to carry over
     assert not (folder / "x4.jsonl").exists()
     assert_error(h.post(API, json={"id": "next", "continue_from": "agent"}), 409, "session_exists")
+
+
+def test_a_file_judged_a_transcript_is_read_for_it_once_until_it_is_rewritten(folder, monkeypatch):
+    """A window asks whether a reply could be saved to the session: a file's first lines
+    are read for it once, and again only after a rewrite (a new file at the path), or
+    while the file has too few lines for an append to leave the verdict alone."""
+    from boundctx.transcript.chat import FIRST_LINES, writable_style
+
+    store = session_stores.FolderSessions(folder)
+    judged = []
+    real = session_stores.refuse_unless_transcript
+    monkeypatch.setattr(session_stores, "refuse_unless_transcript", lambda t: (judged.append(1), real(t))[1])
+
+    def judge(sid):
+        with store.open(sid) as t:
+            on = store.writes_into(t)
+            if on is not None:
+                writable_style(t.window(message_limit=1), transcript=on)  # raises for no transcript
+
+    sample(folder, "s1", target_bytes=20_000)
+    with Transcript.open(str(folder / "s1.jsonl")) as t:
+        assert t.line_count >= FIRST_LINES
+    for _ in range(3):
+        judge("s1")
+    assert len(judged) == 1
+    # Rewritten into something that is no transcript: a new file, judged again, refused.
+    other = folder / "png.tmp"
+    other.write_bytes(b"\x89PNG\r\n\x1a\n" + b"x\n" * FIRST_LINES)
+    os.replace(other, folder / "s1.jsonl")
+    with pytest.raises(ValueError, match="does not look like a transcript"):
+        judge("s1")
+    assert len(judged) == 2
+    # Blank lines only, fewer than FIRST_LINES: no verdict yet, so each read judges again,
+    # and the line an append adds decides.
+    (folder / "few.jsonl").write_bytes(b"\n\n")
+    judge("few")
+    with open(folder / "few.jsonl", "ab") as f:
+        f.write(b"%PDF-1.7\n")
+    with pytest.raises(ValueError, match="a PDF document"):
+        judge("few")
+    assert len(judged) == 4

@@ -4,7 +4,7 @@ plain text, in every format boundctx reads."""
 
 import pytest
 
-from boundctx.transcript.dialects import display, display_kind
+from boundctx.transcript.dialects import display, display_kind, shown
 from boundctx.transcript.entries import Entry
 
 
@@ -54,8 +54,28 @@ def test_a_line_reads_as_what_it_is(record, kind, text):
     e = entry(record)
     assert display_kind(e) == kind
     assert display(e)[1] == text
+    assert shown(e) == (*display(e), *kind)  # both at once, as a window shows them
 
 
 def test_a_corrupt_line_is_text():
     e = Entry(line=0, index=0, offset=0, length=1, record=None, corrupt="not JSON", raw="{")
     assert display_kind(e) == ("text", None)
+    assert shown(e) == (*display(e), "text", None)
+
+
+@pytest.mark.parametrize("name", [
+    "claude-code-sessions/ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl",
+    "codex-sessions/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl",
+    "pi-sessions/large-session.jsonl",
+])
+def test_every_line_of_real_sessions_shows_as_display_and_kind_say(shared_file, name):
+    """``shown`` (what a window sends) is ``display`` and ``display_kind`` of each line, on
+    the real sessions of three agents: every message, corrupt lines included."""
+    from boundctx.transcript.store import Transcript
+
+    with Transcript.open(str(shared_file(name))) as t:
+        entries = t.read_lines(0, t.line_count, content_limit=4096)
+    assert len(entries) > 50
+    assert len({display_kind(e) for e in entries}) > 1  # not all one kind
+    for e in entries:
+        assert shown(e) == (*display(e), *display_kind(e)), e.line

@@ -16,8 +16,8 @@ import msgspec
 
 from boundctx.serve.wire import error_body
 
-__all__ = ["API", "PARSE_ON_LOOP_BYTES", "ApiError", "busy", "client_closed", "json_response", "read_body",
-           "read_json"]
+__all__ = ["API", "PARSE_ON_LOOP_BYTES", "ApiError", "busy", "client_closed", "encode_json", "encoded_response",
+           "json_response", "read_body", "read_json"]
 
 #: Where boundctx's own routes live (sessions, settings, counts, understanding, cancel).
 API = "/boundctx/v1"
@@ -25,14 +25,23 @@ API = "/boundctx/v1"
 #: larger ones in a worker thread.
 PARSE_ON_LOOP_BYTES = 64 * 1024
 
-_encode = msgspec.json.Encoder().encode
+#: A value as JSON bytes. A large answer (a window of 100 messages, 200 KB) is encoded
+#: by the worker thread that built it (:func:`encoded_response`): on the event loop it
+#: held every other client for 0.27 ms (measured in a server; 0.09 ms in a warm loop).
+encode_json = msgspec.json.Encoder().encode
 T = TypeVar("T")
 
 
 def json_response(status: int, body: Any, headers: Mapping[str, str] | None = None):
+    """``body`` as a JSON response, encoded here (on the event loop: a small answer)."""
+    return encoded_response(status, encode_json(body), headers)
+
+
+def encoded_response(status: int, encoded: bytes, headers: Mapping[str, str] | None = None):
+    """A JSON response of ``encoded``, a value :func:`encode_json` made already."""
     from starlette.responses import Response
 
-    return Response(_encode(body), status_code=status, media_type="application/json", headers=dict(headers or {}))
+    return Response(encoded, status_code=status, media_type="application/json", headers=dict(headers or {}))
 
 
 class ApiError(Exception):

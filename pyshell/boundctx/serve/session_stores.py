@@ -24,6 +24,7 @@ from boundctx.errors import (
     TranscriptPermission,
 )
 from boundctx.serve.http import ApiError
+from boundctx.transcript.chat import FIRST_LINES, refuse_unless_transcript
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.store import Transcript
 
@@ -36,6 +37,8 @@ RETRY_AFTER = "1"
 #: The most of a title file read: the longest title a person can set (200 characters) at
 #: up to 4 bytes each.
 TITLE_READ_BYTES = 800
+#: How many files' verdicts :meth:`FolderSessions.writes_into` keeps (then it starts over).
+JUDGED_KEPT = 4096
 
 
 class FolderSessions:
@@ -44,6 +47,11 @@ class FolderSessions:
     def __init__(self, folder: str | os.PathLike) -> None:
         self.dir = os.fspath(folder)
         self.real_dir = os.path.realpath(self.dir)
+        #: Identities of files whose first lines were judged a transcript's: a window
+        #: request asks every time, and the answer holds until the file is rewritten
+        #: (a new identity). Filled and read by the handler threads: a set's add and
+        #: membership test are atomic, and it is emptied, not evicted, when full.
+        self._judged: set[str] = set()
 
     def public(self, message: str) -> str:
         """``message`` without the server's own paths (the sessions folder): a client
@@ -149,9 +157,22 @@ class FolderSessions:
         return lambda: Transcript.open(path)
 
     def writes_into(self, t: Transcript) -> Transcript | None:
-        """What a reply's writability is judged on: the file itself (a file that is no
-        transcript at all is refused)."""
-        return t
+        """What a reply's writability is still to be judged on: the file itself when its
+        first lines may say it is no transcript at all (``writable_style`` then refuses
+        it and says why), else None. A file with :data:`FIRST_LINES` lines that passed is
+        remembered by its identity, so a window does not read its first lines again."""
+        key = t.identity()
+        if key in self._judged:
+            return None
+        try:
+            refuse_unless_transcript(t)
+        except ValueError:
+            return t
+        if t.line_count >= FIRST_LINES:  # lines an append never changes
+            if len(self._judged) >= JUDGED_KEPT:
+                self._judged.clear()
+            self._judged.add(key)
+        return None
 
 
 class DatabaseSessions:

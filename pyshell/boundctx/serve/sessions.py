@@ -88,8 +88,7 @@ from boundctx.errors import (
     TranscriptNotFound,
     TranscriptPermission,
 )
-from boundctx.serve.http import ApiError, read_body, read_json, store_unavailable
-from boundctx.serve.http import json_response as _json
+from boundctx.serve.http import ApiError, encode_json, encoded_response, read_body, read_json, store_unavailable
 from boundctx.serve.requests import HISTORY_MAX, BadRequest, SessionCreateRequest, SessionPatchRequest, decode
 from boundctx.serve.session_stores import RETRY_AFTER, DatabaseSessions, FolderSessions
 from boundctx.serve.settings import LiveSettings
@@ -102,7 +101,7 @@ from boundctx.transcript.chat import (
     history_start,
     writable_style,
 )
-from boundctx.transcript.dialects import dialect_of, display, display_kind
+from boundctx.transcript.dialects import dialect_of, display, shown
 from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.lineformat import LineUnreadable, decode_record, encode_record
 from boundctx.transcript.store import Transcript
@@ -493,8 +492,7 @@ def _shown(entry: Entry, data: dict[str, Any]) -> dict[str, Any]:
     """An entry as the API sends it: with ``role`` and ``text``, how it reads for a
     person by its format's rule, and ``kind`` (text, tool_call with its ``tool``,
     tool_result, reasoning), so no client derives them again."""
-    data["role"], data["text"] = display(entry)
-    data["kind"], data["tool"] = display_kind(entry)
+    data["role"], data["text"], data["kind"], data["tool"] = shown(entry)
     return data
 
 
@@ -672,7 +670,8 @@ def session_routes(sessions: Sessions) -> list:
     s = sessions
 
     async def answer(status: int, work: Callable[[], Any]):
-        return _json(status, await s.run(work))
+        # Encoded in the worker thread that built the answer, not on the event loop.
+        return encoded_response(status, await s.run(lambda: encode_json(work())))
 
     def create_request(body: bytes) -> SessionCreateRequest:
         try:

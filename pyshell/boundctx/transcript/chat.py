@@ -43,7 +43,8 @@ from boundctx.transcript.dialects import FORMATS, dialect_of, display
 from boundctx.transcript.dialects.base import SUMMARY, Notes, said
 from boundctx.transcript.entries import Entry, Window
 
-__all__ = ["Conversation", "append_exchange", "chat_messages", "earlier_text", "history_start", "writable_style"]
+__all__ = ["FIRST_LINES", "Conversation", "append_exchange", "chat_messages", "earlier_text", "history_start",
+           "refuse_unless_transcript", "writable_style"]
 
 
 def history_start(total: int, history: int) -> int:
@@ -372,10 +373,22 @@ def _looks_like(raw: str) -> str:
     return "binary data" if "\ufffd" in raw or "\x00" in raw else "text"
 
 
-def _refuse_unless_transcript(transcript) -> None:
+#: How many of a file's first lines :func:`refuse_unless_transcript` reads: once a file
+#: has this many, its verdict holds until the file is rewritten (an append adds lines
+#: after them).
+FIRST_LINES = 8
+
+
+def refuse_unless_transcript(transcript) -> None:
     """A non-empty file is written into only when its first non-blank line is a JSON
     record: anything else (an image, a log, a pretty-printed JSON file) is no transcript,
-    and appending would move its tail to a side file and cut it there."""
+    and appending would move its tail to a side file and cut it there.
+
+    Raises
+    ------
+    ValueError
+        Saying what the file looks like instead, and what to do.
+    """
     path = transcript.path
     how = ("Nothing was written to it. Give a .jsonl transcript or a path that does not exist yet, "
            "or pass --no-save to only read it")
@@ -384,7 +397,7 @@ def _refuse_unless_transcript(transcript) -> None:
             raise ValueError(f"{path!r} does not look like a transcript: its {transcript.torn_bytes:,} bytes "
                              f"hold no complete line, so no JSON record. {how}")
         return  # empty: a new conversation
-    for entry in transcript.read_lines(0, min(8, transcript.line_count), content_limit=256):
+    for entry in transcript.read_lines(0, min(FIRST_LINES, transcript.line_count), content_limit=256):
         if entry.record is not None:
             return
         if entry.corrupt == "blank line":
@@ -414,7 +427,7 @@ def writable_style(window: Window, *, transcript=None) -> str:
         does not write into them; and for a file that is not a transcript.
     """
     if transcript is not None:
-        _refuse_unless_transcript(transcript)
+        refuse_unless_transcript(transcript)
     for entry in reversed(window.messages):
         record = entry.record
         if not isinstance(record, dict):

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AUTO", "COMPACTION", "DIALECTS", "FORMATS", "MESSAGE", "NAMES", "Dialect", "QualifiedKind",
            "classify_by_parse", "dialect_kinds", "dialect_of", "display", "display_kind", "native_table",
-           "settle_undecided"]
+           "settle_undecided", "shown"]
 
 #: Every format, once (pi is boundctx's format under its own name).
 FORMATS: tuple[Dialect, ...] = (BOUNDCTX, CLAUDE_CODE, CODEX)
@@ -84,6 +84,14 @@ def display(entry: Entry) -> tuple[str, str]:
     if entry.record is None:
         return "corrupt", f"({entry.corrupt}) {entry.raw or ''}"
     return (dialect_of(entry.record) or BOUNDCTX).display(entry.record)
+
+
+def shown(entry: Entry) -> tuple[str, str, str, str | None]:
+    """:func:`display` and :func:`display_kind` of a window entry together: role, text,
+    kind and tool, its format looked up once."""
+    if entry.record is None:
+        return ("corrupt", f"({entry.corrupt}) {entry.raw or ''}", "text", None)
+    return (dialect_of(entry.record) or BOUNDCTX).shown(entry.record)
 
 
 def display_kind(entry: Entry) -> tuple[str, str | None]:

@@ -97,7 +97,21 @@ class Dialect:
 
     def display(self, record: dict[str, Any]) -> tuple[str, str]:
         """(role, text) of a line, for a person: the text blocks of its message."""
+        return self._display(record, _message_of(record))
+
+    def kind(self, record: dict[str, Any]) -> tuple[str, str | None]:
+        """What a line is for a person, beside its text: ``"tool_call"`` (with the tool's
+        name), ``"tool_result"``, ``"reasoning"`` or ``"text"``, so a front end can fold
+        an agent's tool traffic into blocks without reading its JSON."""
+        return self._kind(_message_of(record))
+
+    def shown(self, record: dict[str, Any]) -> tuple[str, str, str, str | None]:
+        """``display`` and ``kind`` of a line together: role, text, kind and tool, its
+        message found once (a window shows a hundred lines)."""
         msg = _message_of(record)
+        return (*self._display(record, msg), *self._kind(msg))
+
+    def _display(self, record: dict[str, Any], msg: dict[str, Any]) -> tuple[str, str]:
         role = msg.get("role") or record.get("type") or "?"
         content = msg.get("content", msg.get("summary", record.get("summary")))
         text = display_text(msg if content is None else content)
@@ -107,26 +121,24 @@ class Dialect:
                                                      if isinstance(c, dict) and isinstance(c.get("function"), dict)])
         return str(role), text
 
-    def kind(self, record: dict[str, Any]) -> tuple[str, str | None]:
-        """What a line is for a person, beside its text: ``"tool_call"`` (with the tool's
-        name), ``"tool_result"``, ``"reasoning"`` or ``"text"``, so a front end can fold
-        an agent's tool traffic into blocks without reading its JSON."""
-        msg = _message_of(record)
-        if msg.get("type") in TOOL_CALLS:
+    def _kind(self, msg: dict[str, Any]) -> tuple[str, str | None]:
+        type_ = msg.get("type")
+        if type_ in TOOL_CALLS:
             return "tool_call", _name(msg)
-        if msg.get("type") in TOOL_RESULTS or msg.get("role") in ("tool", "toolResult"):
+        if type_ in TOOL_RESULTS or msg.get("role") in ("tool", "toolResult"):
             return "tool_result", _name(msg)
-        if msg.get("type") in REASONING:
+        if type_ in REASONING:
             return "reasoning", None
         content = msg.get("content")
         blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-        types = {b.get("type") for b in blocks}
-        if blocks and types <= TOOL_CALLS | REASONING and types & TOOL_CALLS:
-            return "tool_call", next(_name(b) for b in blocks if b.get("type") in TOOL_CALLS)
-        if blocks and types <= TOOL_RESULTS:
-            return "tool_result", None
-        if blocks and types <= REASONING:
-            return "reasoning", None
+        if blocks:
+            types = {b.get("type") for b in blocks}
+            if types <= _CALLS_OR_REASONING and types & TOOL_CALLS:
+                return "tool_call", next(_name(b) for b in blocks if b.get("type") in TOOL_CALLS)
+            if types <= TOOL_RESULTS:
+                return "tool_result", None
+            if types <= REASONING:
+                return "reasoning", None
         if msg.get("tool_calls") and not (isinstance(content, str) and content.strip()):
             calls = msg["tool_calls"]
             first = calls[0] if isinstance(calls, list) and calls and isinstance(calls[0], dict) else {}
@@ -143,6 +155,7 @@ class Dialect:
 TOOL_CALLS = frozenset({"tool_use", "toolCall", "function_call", "custom_tool_call", "local_shell_call"})
 TOOL_RESULTS = frozenset({"tool_result", "function_call_output", "custom_tool_call_output"})
 REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
+_CALLS_OR_REASONING = TOOL_CALLS | REASONING
 
 
 def _message_of(record: dict[str, Any]) -> dict[str, Any]:
