@@ -4,6 +4,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from boundctx import Transcript, TranscriptNotFound
 from boundctx.errors import TranscriptNotAFile, TranscriptPermission
@@ -251,3 +253,47 @@ def test_a_fifo_at_the_sidecar_path_is_rebuilt_over_not_waited_on(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode().strip() == "5"
+
+
+# Lines whose bytes a reader must not share out among their neighbours: two records on
+# one line (with or without a comma), a blank line, a record whose brackets stay open,
+# and plain good records around them.
+_ODD_LINES = [
+    b'{"type":"message","message":{"role":"user","content":"A"}}',
+    b'{"type":"message","message":{"role":"user","content":"B"}} {"type":"message","message":{"content":"C"}}',
+    b'{"type":"message","message":{"role":"user","content":"D"}},{"type":"other"}',
+    b"",
+    b"   ",
+    b'{"type":"message","message":{"role":"user","content":[{"x":1}',
+    b'{"type":"message"}]}}',
+    b'{"type":"session","id":"s"}',
+    b"[1, 2]",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(picks=st.lists(st.integers(0, len(_ODD_LINES) - 1), min_size=1, max_size=12), data=st.data())
+def test_each_line_reads_as_its_own_bytes_say_whatever_its_neighbours_hold(tmp_path_factory, picks, data):
+    """The slow twin: each line decoded alone. A read of many lines at once (one decode
+    for a stretch of them) gives each line exactly what its own bytes give: a line with
+    two records is corrupt, a blank line is blank, and no record moves to another line."""
+    from boundctx.transcript.lineformat import LineUnreadable, decode_record
+
+    lines = [b'{"type":"session","id":"first"}'] + [_ODD_LINES[k] for k in picks]
+    path = tmp_path_factory.mktemp("odd") / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def alone(body):
+        try:
+            value = decode_record(body)
+        except LineUnreadable:
+            return None
+        return value if isinstance(value, dict) else None
+
+    with Transcript.open(str(path)) as t:
+        start = data.draw(st.integers(0, t.line_count - 1))
+        got = t.read_lines(start, t.line_count)
+        assert [e.record for e in got] == [alone(body) for body in lines[start:]]
+        w = t.window(message_limit=50)
+        message_lines = [e.line for e in w.messages]
+        assert [e.record for e in w.messages] == [alone(lines[k]) for k in message_lines]

@@ -26,7 +26,7 @@ from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_lines, de
 from boundctx.transcript.sidecar import pread_exact
 
 __all__ = ["COALESCE_GAP", "ENVELOPE", "MAX_RUN_BYTES", "NOT_DISPLAYABLE", "LineReader", "StaleLayout",
-           "plain_entry", "projected_record"]
+           "plain_entry", "projected_record", "records_together"]
 
 # A projected line is read as its first content_limit + ENVELOPE bytes: room for the
 # keys, ids and structure around the text without reading the rest of a huge line.
@@ -323,18 +323,34 @@ class LineReader:
 
 
 def _decoded_together(run: _Run, lines: list[_Line]) -> list | None:
-    """The records of ``lines`` (all of ``run``, back to back in the file, none at byte 0)
-    decoded in one call, each line its own JSON value: the same values
-    :func:`decode_record` gives, one call instead of one per line. None when that cannot
-    be said at once (a gap, the file's first line, a line any record check refuses or a
-    line that is not an object): each line is then read on its own, and says why."""
-    if len(lines) < 2 or lines[0].start == 0:
-        return None
+    """The records of ``lines`` (all of ``run``, back to back in the file) decoded in
+    one call (:func:`records_together`); None when they cannot be (a gap between them)."""
     for a, b in zip(lines, lines[1:]):
         if a.end != b.start:
             return None
+    return records_together(run.buf, lines[0].start - run.start + run.pre, lines) if lines else None
+
+
+#: The kinds of lines that begin with ``{`` and end with ``}`` (the scan frames them so).
+_OBJECT_KINDS = frozenset({LineKind.MESSAGE, LineKind.COMPACTION, LineKind.OTHER})
+
+
+def records_together(buf, at: int, lines: list[_Line]) -> list[dict] | None:
+    """The records of ``lines``, whole and back to back in ``buf`` from ``at`` (their
+    bytes, newlines included), decoded in one call, each line its own JSON value: the
+    same values :func:`decode_record` gives, one call instead of one a line (a window
+    holds a hundred). None when that cannot be said at once: the file's first line (a
+    BOM may begin it), a blank or corrupt line, a line any record check refuses, or a
+    value that is not an object. Each line is then read on its own, and says why.
+
+    One decode of many lines is one value a line only when no line can hold two values
+    while another holds none, or run into the next: so every line must be of a kind the
+    scan frames as ``{...}``. A ``}`` and the ``{`` after it, with only a newline
+    between, never continue one value, and a blank line (no value) is left out."""
+    if len(lines) < 2 or lines[0].start == 0 or any(ln.kind not in _OBJECT_KINDS for ln in lines):
+        return None
     try:
-        records = decode_lines(run.buf, lines[0].start - run.start + run.pre, [ln.end - ln.start for ln in lines])
+        records = decode_lines(buf, at, [ln.end - ln.start for ln in lines])
     except LineUnreadable:
         return None
     if set(map(type, records)) != {dict}:
