@@ -192,10 +192,11 @@ def deeply_nested_lines() -> st.SearchStrategy[bytes]:
 @st.composite
 def jsonl_lines(draw) -> bytes:
     """One line of a JSONL-ish file, without its ``\\n``: mostly JSON objects, some
-    blank, truncated, long, CRLF-terminated, non-object or garbage."""
+    blank, truncated, long, CRLF-terminated, non-object or garbage, or two objects on one
+    line (what a reader of many lines at once must not share out with a blank line)."""
     kind = draw(
         st.sampled_from(
-            ["object"] * 6 + ["value", "blank", "truncated", "long", "deep", "garbage", "bom"]
+            ["object"] * 6 + ["value", "blank", "truncated", "long", "deep", "garbage", "bom", "two"]
         )
     )
     if kind == "object":
@@ -220,6 +221,8 @@ def jsonl_lines(draw) -> bytes:
         line = draw(deeply_nested_lines())
     elif kind == "bom":
         line = BOM + draw(json_lines())
+    elif kind == "two":
+        line = draw(json_lines()) + draw(st.sampled_from([b" ", b",", b"\t"])) + draw(json_lines())
     else:
         line = draw(noisy_bytes(60)).replace(b"\n", b"")
     if draw(st.integers(0, 5)) == 0:

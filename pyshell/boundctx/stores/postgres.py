@@ -56,7 +56,15 @@ from boundctx.transcript.entries import Entry, Window
 from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.lineformat import encode_record
 from boundctx.transcript.opening import open_transcript_fd
-from boundctx.transcript.reading import ENVELOPE, NOT_DISPLAYABLE, _Line, _raw_entry, plain_entry, projected_record
+from boundctx.transcript.reading import (
+    ENVELOPE,
+    NOT_DISPLAYABLE,
+    _Line,
+    _raw_entry,
+    plain_entry,
+    projected_record,
+    records_together,
+)
 from boundctx.transcript.store import UNSET, _check_limit, _span, fit_page, window_limits
 from boundctx.transcript.tree import build_tree, entry_id, link_keys
 from boundctx.transcript.writing import History
@@ -640,6 +648,12 @@ class _Row(NamedTuple):
     data: bytes
 
 
+def _line_of(row: _Row, content_limit: int | None) -> _Line:
+    """Where a row's line lies, and whether a window shows it projected."""
+    return _Line(row.line, row.message, row.offset, row.offset + row.length, row.kind,
+                 content_limit is not None and row.length - 1 > content_limit)
+
+
 class PostgresSession:
     """One session of a :class:`PostgresStore`, read and written by the contract
     :class:`~boundctx.transcript.Transcript` keeps for a file."""
@@ -806,7 +820,7 @@ class PostgresSession:
                 fetched = {r.line: r for r in self._rows(conn, head, "line = ANY(%(some)s)", {"some": missing},
                                                          content_limit, expect=len(missing))}
                 rows = [fetched[r.line] if r.data is None else r for r in rows]
-            return [self._entry(r, content_limit) for r in rows]
+            return self._entries(rows, content_limit)
 
         sized = (int(lines[0]), int(lines[-1])) if len(lines) else None
         messages, start, lines = fit_page(lines, lengths, start, content_limit, page_bytes, entries)
@@ -860,9 +874,19 @@ class PostgresSession:
         found = [_Row(*r) for r in rows]
         return found if newest is None else found[::-1]
 
+    def _entries(self, rows: list[_Row], content_limit: int | None) -> list[Entry]:
+        """:meth:`_entry` of each row, whole records decoded in one call when every row is
+        one (:func:`~boundctx.transcript.reading.records_together`: a window's hundred)."""
+        lines = [_line_of(r, content_limit) for r in rows]
+        if not any(ln.projected for ln in lines):
+            records = records_together(b"".join(r.data for r in rows), 0, lines)
+            if records is not None:
+                return [Entry(line=ln.line, index=ln.message_index, offset=ln.start, length=ln.end - ln.start,
+                              record=rec) for ln, rec in zip(lines, records)]
+        return [self._entry(r, content_limit) for r in rows]
+
     def _entry(self, row: _Row, content_limit: int | None) -> Entry:
-        ln = _Line(row.line, row.message, row.offset, row.offset + row.length, row.kind,
-                   content_limit is not None and row.length - 1 > content_limit)
+        ln = _line_of(row, content_limit)
         if ln.projected:
             assert content_limit is not None
             rec, cut, prefix, body_len = projected_record(ln, row.data, content_limit)
