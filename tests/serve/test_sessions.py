@@ -526,3 +526,28 @@ def test_a_file_judged_a_transcript_is_read_for_it_once_until_it_is_rewritten(fo
     with pytest.raises(ValueError, match="a PDF document"):
         judge("few")
     assert len(judged) == 4
+
+
+def test_pages_back_from_the_newest_are_judged_writable_without_reading_the_newest_again(folder, monkeypatch):
+    """A window says whether a reply could be saved, judged by the session's newest
+    message. The pages a client reads back from the newest use the verdict the newest
+    window found; an append, which may change the newest message, is judged again."""
+    from boundctx import config
+    from boundctx.serve.settings import LiveSettings
+
+    sample(folder, "s1", target_bytes=20_000)
+    handler = sessions_module.Sessions(folder, LiveSettings(config.load(env={})))
+    reads = []
+    real = Transcript.window
+    monkeypatch.setattr(Transcript, "window", lambda self, **kw: (reads.append(kw), real(self, **kw))[1])
+
+    newest = handler.window("s1", {"message_limit": "5"})
+    assert (newest["writable"], newest["format"]) == (True, "boundctx") and len(reads) == 1
+    page = handler.window("s1", {"message_limit": "5", "message_before": str(newest["message_start"])})
+    assert (page["writable"], page["format"]) == (True, "boundctx")
+    assert len(reads) == 2  # the page alone, not the newest message again
+    # A Claude Code record appended by another program: the next page is judged anew.
+    with open(folder / "s1.jsonl", "ab") as f:
+        f.write(encode_record({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "hi"}}))
+    page = handler.window("s1", {"message_limit": "5", "message_before": str(newest["message_start"])})
+    assert len(reads) == 4 and page["writable"] is False and page["format"] == "claude-code"

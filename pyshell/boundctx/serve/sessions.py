@@ -124,6 +124,8 @@ PAGE_BYTES_MAX = config.WINDOW_PAGE_BYTES_MAX
 #: Writes wait this long for another writer (another server process, an agent appending)
 #: before answering 409 with Retry-After; short, as a request thread waits with it.
 LOCK_WAIT_S = 1.0
+#: How many sessions' verdicts ``Sessions._writable`` keeps (then it starts over).
+NEWEST_KEPT = 4096
 
 
 def _stale(param: str = "layout_version") -> ApiError:
@@ -159,6 +161,10 @@ class Sessions:
         self._live = settings
         #: ``serve.max_body_bytes``: fixed while serving, so read once.
         self.max_body = settings.started.serve.max_body_bytes
+        #: Each session's verdict of :meth:`_writable` by its version, size and count.
+        #: Read and written by the handler threads (a dict's get and set are atomic);
+        #: emptied, not evicted, when full.
+        self._newest: dict[tuple[str, str, int, int], dict[str, Any]] = {}
 
     @property
     def settings(self) -> config.Settings:
@@ -312,13 +318,28 @@ class Sessions:
                 raise _stale()
             w = _on_leaf(lambda: t.window(message_before=before, message_limit=limit, content_limit=content,
                                           leaf=leaf, page_bytes=page))
-            return w, _writable(t, w, self.store.writes_into(t))
+            return w, self._writable(sid, version, t, w)
 
         (w, writable), version, _ = self._read(sid, read)
         out = msgspec.structs.asdict(w)
         for key in ("messages", "compactions"):
             out[key] = [_entry_out(entry) for entry in out[key]]
         return {**out, "layout_version": version, **writable}
+
+    def _writable(self, sid: str, version: str, t: Transcript, w: Window) -> dict[str, Any]:
+        """:func:`_writable` of window ``w``, remembered for the session as it is now (its
+        version, size and count: an append or a rewrite changes one of them), so the pages
+        a client reads back from the newest are judged without the newest message read
+        again each time."""
+        key = (sid, version, t.stat().st_size, t.message_count)
+        holds_newest = bool(w.messages) and w.messages[-1].index == key[3] - 1
+        known = None if holds_newest else self._newest.get(key)
+        if known is None:
+            known = _writable(t, w, self.store.writes_into(t))
+            if len(self._newest) >= NEWEST_KEPT:
+                self._newest.clear()
+            self._newest[key] = known
+        return dict(known)
 
     def message(self, sid: str, index_text: str, query: Mapping[str, str]) -> dict[str, Any]:
         """One message whole, or, with ``text_limit``, one page of how it reads for a
