@@ -151,11 +151,12 @@ def test_a_lost_database_is_a_503_and_the_server_recovers(servers, postgres_serv
     assert rows.http.get(f"{API}/s1/messages").status_code == 200
 
 
-def test_a_window_request_is_the_head_and_one_statement_with_no_transaction(servers, monkeypatch):
+def test_a_window_request_is_one_statement_with_the_head_and_no_transaction(servers, monkeypatch):
     """The handler asks the session its version twice, its size and its count beside the
-    window; on the database those are answered from the head read once, and the window is
-    one statement bounded by that head (decision 0048): no BEGIN and COMMIT round trips,
-    and no ping of a quiet pooled connection."""
+    window; on the database the window's lines come in one statement with the session's
+    head, and those are answered from that head (decisions 0048 and 0050): no BEGIN and
+    COMMIT round trips, no head of its own, and no ping of a quiet pooled connection. A
+    page back from the newest is one statement too (its writability is the newest's)."""
     import psycopg
 
     rows = servers[1]
@@ -168,8 +169,13 @@ def test_a_window_request_is_the_head_and_one_statement_with_no_transaction(serv
 
     rows.http.get(f"{API}/s1/messages")  # warm: the pool's connections made
     monkeypatch.setattr(psycopg.Connection, "execute", counted)
-    page = rows.http.get(f"{API}/s1/messages")
-    assert page.status_code == 200 and page.json()["messages"]
-    # The head; the lines with the compactions and the leaf; the long lines the page
+    page = rows.http.get(f"{API}/s1/messages", params={"message_limit": 3})
+    assert page.status_code == 200 and len(page.json()["messages"]) == 3
+    # The head with the lines, the compactions and the leaf; the long lines the page
     # keeps (this session has messages over the display budget).
-    assert statements == ["SELECT", "WITH", "SELECT"], statements
+    assert statements == ["WITH", "SELECT"], statements
+    statements.clear()
+    before = rows.http.get(f"{API}/s1/messages", params={"message_limit": 3,
+                                                         "message_before": page.json()["message_start"]})
+    assert before.status_code == 200 and before.json()["message_start"] == page.json()["message_start"] - 3
+    assert statements[0] == "WITH" and statements.count("WITH") == 1, statements

@@ -48,6 +48,12 @@ def assert_same_windows(t: Transcript, session) -> None:
         for _ in range(t.message_count + 1):
             a, b = t.window(message_before=before, **shape), session.window(message_before=before, **shape)
             _same(a, b)
+            if "message_limit" in shape and "content_limit" in shape:
+                # The same window asked for ahead, its lines fetched with the head.
+                ask = {"message_before": before, "message_limit": shape["message_limit"],
+                       "content_limit": shape["content_limit"]}
+                with session.store.reading(session.id, window=ask) as held:
+                    _same(a, held.window(message_before=before, **shape))
             if not a.has_more_before or not a.messages:
                 break
             before = a.message_start
@@ -327,8 +333,9 @@ def test_a_session_made_again_under_its_id_has_a_new_version(store, tmp_path):
     assert len(versions) == 4
 
 
+@pytest.mark.parametrize("with_head", [False, True])
 @pytest.mark.parametrize("content_limit", [None, 4096])
-def test_the_window_statement_keeps_one_plan_of_index_scans(store, content_limit):
+def test_the_window_statement_keeps_one_plan_of_index_scans(store, content_limit, with_head):
     """The pool's connections keep one (generic) plan per prepared statement; the window's
     must be index scans bounded on every side whatever its values, never a scan of a
     session's lines or compactions filtered after."""
@@ -337,13 +344,13 @@ def test_the_window_statement_keeps_one_plan_of_index_scans(store, content_limit
     from boundctx.stores.postgres import _window_statement
 
     store.create("p", records=_said(30))
-    sql = _window_statement(content_limit)
+    sql = _window_statement(content_limit, with_head=with_head)
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
     for i, name in enumerate(names, 1):
         sql = sql.replace(f"%({name})s", f"${i}")
     types = ["text" if n == "sid" else "integer" if n in ("content", "prefix", "short") else "bigint" for n in names]
     values = {"sid": "'p'", "lines": "30", "content": "4096", "prefix": "8192", "start": "20", "stop": "30",
-              "keep": "100", "short": "8192"}
+              "keep": "100", "short": "8192", "before": "NULL", "limit": "10"}
     with store.pool.connection() as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "force_generic_plan"
         conn.execute(f"PREPARE w ({', '.join(types)}) AS {sql}")
@@ -565,3 +572,42 @@ def test_a_store_that_cannot_connect_says_why_without_the_password(tmp_path):
     assert "hunter2" not in str(caught.value)
     assert str(tmp_path) in str(caught.value) and "No such file" in str(caught.value)
 
+
+
+def test_a_window_asked_for_ahead_comes_with_the_head_in_one_statement(store, monkeypatch):
+    """``reading(window=...)``: the window's lines come in the head's statement, and that
+    window is answered from them; a different window in the same burst reads its own; a
+    missing session is said at once; values a window refuses are refused by the window,
+    as they are without asking ahead."""
+    import psycopg
+
+    store.create("a", records=[*_said(5), {"type": "compaction", "summary": "s"}, *_said(5)])
+    plain = store.open("a")
+    version = plain.version()
+    statements = []
+    real = psycopg.Connection.execute
+    monkeypatch.setattr(psycopg.Connection, "execute",
+                        lambda self, query, *a, **k: (statements.append(str(query).split()[0]), real(self, query, *a, **k))[1])
+    for before, limit, content in [(None, 3, 64), (4, 3, None), (None, None, 2), (0, 5, 10), (10, 0, 5)]:
+        ask = {"message_before": before, "message_limit": limit, "content_limit": content}
+        statements.clear()
+        alone = plain.window(**ask)  # the head, then the window's statement and any after it
+        assert statements[:2] == ["SELECT", "WITH"]
+        expected, statements[:] = statements[1:], []
+        with store.reading("a", window=ask) as t:
+            held = t.window(**ask)
+            assert (t.message_count, t.version()) == (10, version)
+        assert statements == expected, (ask, statements)  # the same, without the head's own
+        _same(held, alone)
+    with store.reading("a", window={"message_before": None, "message_limit": 3, "content_limit": None}) as t:
+        _same(t.window(message_limit=2, content_limit=None), plain.window(message_limit=2, content_limit=None))
+    with pytest.raises(TranscriptNotFound):
+        with store.reading("missing", window={"message_before": None, "message_limit": 3, "content_limit": None}):
+            pass
+    for bad in ({"message_before": 11, "message_limit": 3, "content_limit": None},
+                {"message_before": -1, "message_limit": 3, "content_limit": None}):
+        with pytest.raises(ValueError) as held_error, store.reading("a", window=bad) as t:
+            t.window(**bad)
+        with pytest.raises(ValueError) as plain_error:
+            plain.window(**bad)
+        assert str(held_error.value) == str(plain_error.value)

@@ -103,8 +103,9 @@ class FolderSessions:
         with t:
             yield t
 
-    def reading(self, sid: str):
-        """Session ``sid`` for a burst of reads: a file is read as it is opened."""
+    def reading(self, sid: str, *, window: dict[str, Any] | None = None):
+        """Session ``sid`` for a burst of reads: a file is read as it is opened (the
+        window the burst reads first, ``window``, is read when it asks)."""
         return self.open(sid)
 
     def create(self, sid: str, records: Sequence[dict[str, Any]]) -> None:
@@ -199,12 +200,14 @@ class DatabaseSessions:
             yield session
 
     @contextlib.contextmanager
-    def reading(self, sid: str) -> Iterator[Any]:
+    def reading(self, sid: str, *, window: dict[str, Any] | None = None) -> Iterator[Any]:
         """Session ``sid`` held at one state for a burst of reads (a window request's
         version, window, count and size): its head read once, each read bounded by it, so
-        the burst is a few round trips; a rewrite under it raises TranscriptChanged."""
+        the burst is a few round trips; a rewrite under it raises TranscriptChanged.
+        ``window``: the arguments of the window the burst reads first, fetched with the
+        head in its round trip."""
         try:
-            with self.store.reading(sid) as session:
+            with self.store.reading(sid, window=window) as session:
                 yield session
         except TranscriptNotFound:
             raise ApiError(404, f"no session {sid!r}", "session_not_found", "id") from None

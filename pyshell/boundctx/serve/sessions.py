@@ -197,13 +197,15 @@ class Sessions:
 
     # -- the parts of a reply --------------------------------------------------------
 
-    def _read(self, sid: str, read: Callable[[Transcript, str], Any]) -> tuple[Any, str, Any]:
+    def _read(self, sid: str, read: Callable[[Transcript, str], Any], *,
+              window: dict[str, Any] | None = None) -> tuple[Any, str, Any]:
         """``read(session, version)`` on one session that stayed the same throughout (a
         rewrite under the read is retried, then refused as 409). Also the stat of what
-        was read (``st_size``, ``st_mtime_ns``)."""
+        was read (``st_size``, ``st_mtime_ns``). ``window``: the arguments of the window
+        ``read`` reads first, which a database fetches with the session's head."""
         for _ in range(3):
             try:
-                with self.store.reading(sid) as t:
+                with self.store.reading(sid, window=window) as t:
                     version = layout_version(t)
                     out = read(t, version)
                     # a read that followed the path to a rewrite's new file shows here
@@ -320,7 +322,8 @@ class Sessions:
                                           leaf=leaf, page_bytes=page))
             return w, self._writable(sid, version, t, w)
 
-        (w, writable), version, _ = self._read(sid, read)
+        ahead = {"message_before": before, "message_limit": limit, "content_limit": content}
+        (w, writable), version, _ = self._read(sid, read, window=ahead if leaf is None else None)
         out = msgspec.structs.asdict(w)
         for key in ("messages", "compactions"):
             out[key] = [_entry_out(entry) for entry in out[key]]

@@ -36,6 +36,7 @@ Requires ``psycopg`` 3 (``pip install 'boundctx[postgres]'``).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import os
 import re
@@ -150,22 +151,28 @@ _COMPACTION = int(LineKind.COMPACTION)
 #: The session's generation as the statement sees it, to compare with the head's.
 _GENERATION = "(SELECT generation FROM boundctx_sessions WHERE id = %(sid)s)"
 #: The newest message or compaction below the head: the line a list's reads follow.
-_LEAF = (f"(SELECT max(line) FROM boundctx_lines WHERE session = %(sid)s AND kind IN ({int(LineKind.MESSAGE)}, "
-         f"{int(LineKind.CORRUPT)}, {_COMPACTION}) AND line < %(lines)s)")
+def _leaf(lines: str = "%(lines)s") -> str:
+    """The newest message or compaction below line ``lines`` (an SQL expression)."""
+    return (f"(SELECT max(line) FROM boundctx_lines WHERE session = %(sid)s AND kind IN ({int(LineKind.MESSAGE)}, "
+            f"{int(LineKind.CORRUPT)}, {_COMPACTION}) AND line < {lines})")
+
+
+_LEAF = _leaf()
 #: Lines of the session at the head's generation (none once a rewrite has taken another).
 _AT_HEAD = ("boundctx_lines JOIN boundctx_sessions ON id = session AND generation = %(generation)s "
             "WHERE session = %(sid)s")
 
 
-def _around(lo: str, hi: str) -> str:
+def _around(lo: str, hi: str, lines: str = "%(lines)s") -> str:
     """What a window needs beside its lines, as four values (the SQL expressions ``lo``
-    and ``hi`` bound its lines): the generation, the compaction in force at ``lo``, the
-    number of compactions after it up to ``hi``, and the leaf."""
+    and ``hi`` bound its lines, ``lines`` is the head's line count): the generation, the
+    compaction in force at ``lo``, the number of compactions after it up to ``hi``, and
+    the leaf."""
     return (f"{_GENERATION}, "
             f"(SELECT max(line) FROM boundctx_lines WHERE session = %(sid)s AND kind = {_COMPACTION} "
             f"AND line <= {lo}), "
             f"(SELECT count(*) FROM boundctx_lines WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > {lo} "
-            f"AND line <= {hi}), {_LEAF}")
+            f"AND line <= {hi}), {_leaf(lines)}")
 
 
 def _shown_bytes(content_limit: int | None) -> str:
@@ -183,7 +190,25 @@ def _shown_params(content_limit: int | None) -> dict[str, int]:
     return {} if content_limit is None else {"content": content_limit, "prefix": content_limit + ENVELOPE}
 
 
-def _window_statement(content_limit: int | None) -> str:
+def _short(content_limit: int | None) -> int:
+    """The longest line a window fetches with its size (%(short)s): no longer than one it
+    shows whole."""
+    return SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)
+
+
+def _window_ask(window: Mapping[str, Any] | None) -> tuple[int | None, int | None, int | None] | None:
+    """``(message_before, message_limit, content_limit)`` of a window asked for ahead
+    (:meth:`PostgresStore.reading`), or None when there is none or a value is not one a
+    window takes (the window itself then says why)."""
+    if window is None:
+        return None
+    ask = (window.get("message_before"), window.get("message_limit"), window.get("content_limit"))
+    if any(v is not None and (type(v) is not int or v < 0) for v in ask):
+        return None
+    return ask
+
+
+def _window_statement(content_limit: int | None, *, with_head: bool = False) -> str:
     """A window in one statement, one row per thing it needs, told apart by the first
     column: 0, the lines of messages %(start)s..%(stop)s - 1 with their sizes and the
     bytes of each one shorter than %(short)s (most lines of a chat; a longer one is
@@ -192,27 +217,51 @@ def _window_statement(content_limit: int | None) -> str:
     newest %(keep)s compactions among the lines (NULL: all). In no order: the caller
     sorts the few rows (a sort here would copy every line's bytes once more).
 
+    ``with_head``: the session's head comes with the window, and the window's messages
+    are reckoned from it (the %(limit)s messages before %(before)s, NULL: the newest),
+    so a request's first read is one round trip instead of two: 4, the head's counts,
+    generation and dialect; 5, when it changed (microseconds since 1970) and its torn
+    tail's size. No rows of 4 and 5: there is no such session.
+
     Written so its generic plan is as good as a planned one (the pool's connections keep
     generic plans: planning this statement took longer than running it): the lines'
     first and last line numbers are two lookups by message, and every bound is a scalar,
     so each range is an index condition."""
     shown = _shown_bytes(content_limit)
-    return ("WITH edge (lo, hi) AS MATERIALIZED (SELECT "
-            "(SELECT line FROM boundctx_lines WHERE session = %(sid)s AND message = %(start)s), "
-            "(SELECT line FROM boundctx_lines WHERE session = %(sid)s AND message = %(stop)s - 1)), "
-            "around (generation, in_force, inside, leaf) AS MATERIALIZED "
-            f"(SELECT {_around('(SELECT lo FROM edge)', '(SELECT hi FROM edge)')}) "
-            'SELECT 0, line, message, "offset", length::bigint, kind::bigint, '
-            "CASE WHEN length <= %(short)s THEN data END FROM boundctx_lines "
-            "WHERE session = %(sid)s AND message >= %(start)s AND message < %(stop)s "
-            "UNION ALL SELECT 1, generation, in_force, inside, leaf, NULL, NULL FROM around "
-            f'UNION ALL SELECT 2, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
-            "WHERE session = %(sid)s AND line = (SELECT in_force FROM around) "
-            f'UNION ALL (SELECT 3, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
-            f"WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > (SELECT lo FROM edge) "
-            "AND line <= (SELECT hi FROM edge) ORDER BY line DESC LIMIT %(keep)s)")
+    head = start = stop = lines = ""
+    if with_head:
+        head = (f"head AS MATERIALIZED (SELECT {_HEAD_COLUMNS} AS torn, dialect FROM boundctx_sessions "
+                "WHERE id = %(sid)s), "
+                "span (start, stop) AS MATERIALIZED (SELECT CASE WHEN %(limit)s::bigint IS NULL THEN 0 "
+                "ELSE greatest(0, stop - %(limit)s::bigint) END, stop FROM (SELECT CASE WHEN %(before)s::bigint "
+                "IS NULL THEN messages ELSE least(%(before)s::bigint, messages) END AS stop FROM head) AS b), ")
+        start, stop, lines = "(SELECT start FROM span)", "(SELECT stop FROM span)", "(SELECT lines FROM head)"
+    else:
+        start, stop, lines = "%(start)s", "%(stop)s", "%(lines)s"
+    statement = (f"WITH {head}edge (lo, hi) AS MATERIALIZED (SELECT "
+                 f"(SELECT line FROM boundctx_lines WHERE session = %(sid)s AND message = {start}), "
+                 f"(SELECT line FROM boundctx_lines WHERE session = %(sid)s AND message = {stop} - 1)), "
+                 "around (generation, in_force, inside, leaf) AS MATERIALIZED "
+                 f"(SELECT {_around('(SELECT lo FROM edge)', '(SELECT hi FROM edge)', lines)}) "
+                 'SELECT 0, line, message, "offset", length::bigint, kind::bigint, '
+                 "CASE WHEN length <= %(short)s THEN data END FROM boundctx_lines "
+                 f"WHERE session = %(sid)s AND message >= {start} AND message < {stop} "
+                 "UNION ALL SELECT 1, generation, in_force, inside, leaf, NULL, NULL FROM around "
+                 f'UNION ALL SELECT 2, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
+                 "WHERE session = %(sid)s AND line = (SELECT in_force FROM around) "
+                 f'UNION ALL (SELECT 3, line, message, "offset", length, kind, {shown} FROM boundctx_lines '
+                 f"WHERE session = %(sid)s AND kind = {_COMPACTION} AND line > (SELECT lo FROM edge) "
+                 "AND line <= (SELECT hi FROM edge) ORDER BY line DESC LIMIT %(keep)s)")
+    if with_head:
+        statement += (" UNION ALL SELECT 4, lines, messages, compactions, bytes, generation, "
+                      "convert_to(dialect, 'UTF8') FROM head UNION ALL SELECT 5, "
+                      "(extract(epoch FROM modified) * 1000000)::bigint, torn, NULL, NULL, NULL, NULL "
+                      "FROM head")
+    return statement
 
 
+#: When a head's change time is counted from (its statement says it in microseconds).
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 #: A session row's head, in :class:`_Head`'s order.
 _HEAD_COLUMNS = "lines, messages, compactions, bytes, generation, modified, octet_length(tail)"
 
@@ -382,24 +431,51 @@ class PostgresStore:
         return PostgresSession(self, sid, row[0])
 
     @contextlib.contextmanager
-    def reading(self, sid: str) -> Iterator[PostgresSession]:
+    def reading(self, sid: str, *, window: Mapping[str, Any] | None = None) -> Iterator[PostgresSession]:
         """Session ``sid`` held at one state for a burst of reads (a request's version,
         window, counts and size): one connection, and the session's head read once, which
         every read of the burst is bounded by (the module docstring). A rewrite under the
         burst raises TranscriptChanged from the read that meets it; the caller reads
         again. Its writes still run on connections of their own. TranscriptNotFound when
-        there is none."""
+        there is none.
+
+        ``window``: the ``message_before``, ``message_limit`` and ``content_limit`` of the
+        window the burst reads first. Its lines come with the head, in one statement
+        (:func:`_window_statement`), and that window is answered from them: one round
+        trip fewer. Values a window would refuse are left for the window to refuse."""
         with self.connection() as conn:
-            row = conn.execute(f"SELECT dialect, {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
-                               (sid,)).fetchone()
-            if row is None:
-                raise TranscriptNotFound(f"no session {sid!r}")
-            session = PostgresSession(self, sid, row[0])
-            session._pinned, session._pinned_head = conn, _Head(*row[1:])
+            ask = _window_ask(window)
+            if ask is None:
+                row = conn.execute(f"SELECT dialect, {_HEAD_COLUMNS} FROM boundctx_sessions WHERE id = %s",
+                                   (sid,)).fetchone()
+                if row is None:
+                    raise TranscriptNotFound(f"no session {sid!r}")
+                session, head = PostgresSession(self, sid, row[0]), _Head(*row[1:])
+            else:
+                session, head = self._head_with_window(conn, sid, ask)
+            session._pinned, session._pinned_head = conn, head
             try:
                 yield session
             finally:
-                session._pinned = session._pinned_head = None
+                session._pinned = session._pinned_head = session._prefetched = None
+
+    def _head_with_window(self, conn, sid: str, ask: tuple[int | None, int | None, int | None],
+                          ) -> tuple[PostgresSession, _Head]:
+        """The session, its head, and the rows of the window ``ask`` (before, limit,
+        content limit) kept on it for its first window, all from one statement."""
+        before, limit, content_limit = ask
+        found = conn.execute(_window_statement(content_limit, with_head=True), {
+            "sid": sid, **_shown_params(content_limit), "before": before, "limit": limit, "keep": limit,
+            "short": _short(content_limit)}, binary=True).fetchall()
+        heads = {r[0]: r for r in found if r[0] >= 4}
+        if 4 not in heads:
+            raise TranscriptNotFound(f"no session {sid!r}")
+        (_, lines, messages, compactions, size, generation, dialect), changed = heads[4], heads[5]
+        head = _Head(lines, messages, compactions, size, generation,
+                     _EPOCH + datetime.timedelta(microseconds=changed[1]), changed[2])
+        session = PostgresSession(self, sid, bytes(dialect).decode())
+        session._prefetched = (ask, [r for r in found if r[0] < 4])
+        return session, head
 
     # -- import and export --------------------------------------------------------------
 
@@ -665,6 +741,8 @@ class PostgresSession:
         # Inside PostgresStore.reading: its connection, and the head its reads are bounded by.
         self._pinned: Any = None
         self._pinned_head: _Head | None = None
+        # Inside PostgresStore.reading(window=...): the window asked for ahead, and its rows.
+        self._prefetched: tuple[tuple[int | None, int | None, int | None], list] | None = None
 
     def close(self) -> None:
         """Nothing is held between calls: each runs on a pooled connection."""
@@ -794,15 +872,20 @@ class PostgresSession:
 
     def _window(self, conn, head: _Head, before, limit, content_limit, page_bytes) -> Window:
         line_count, total = head.lines, head.messages
+        ask = (before, limit, content_limit)
         before, start = _span(before, limit, total, "the transcript")
         # One statement: the lines with their sizes and the bytes of each short one (a
         # longer one the page keeps is a second), and what the compactions and the leaf
-        # need for a page that keeps every line it sized (the usual page).
+        # need for a page that keeps every line it sized (the usual page). The burst's
+        # first read may have fetched them with the head already.
         values = self._values(head)
-        found = conn.execute(_window_statement(content_limit), {
-            **values, **_shown_params(content_limit), "start": start, "stop": before, "keep": limit,
-            "short": SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)},
-            binary=True).fetchall()
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == ask:
+            found = prefetched[1]
+        else:
+            found = conn.execute(_window_statement(content_limit), {
+                **values, **_shown_params(content_limit), "start": start, "stop": before, "keep": limit,
+                "short": _short(content_limit)}, binary=True).fetchall()
         parts: list[list[Any]] = [[], [], [], []]
         for r in sorted(found, key=lambda r: (r[0], r[1])):
             parts[r[0]].append(r[1:])
