@@ -25,7 +25,8 @@ gives it, and its index in the message sequence. So:
   generation throughout saw one state of the session; one that does not raises
   TranscriptChanged (a caller holding a version reads again). So a window is two round
   trips (the head, then one statement for its lines, compactions and leaf), with no
-  BEGIN and COMMIT around them (decision 0050).
+  BEGIN and COMMIT around them (decision 0050), and one when the window is named before
+  the read: its statement reads the head too (serve's requests; decision 0051).
 
 Sessions are read as lists, in the order their lines were written: a file whose tree
 forks (a rewind; decision 0047) is refused at import with the reason, never flattened.
