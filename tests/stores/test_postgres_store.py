@@ -586,8 +586,12 @@ def test_a_window_asked_for_ahead_comes_with_the_head_in_one_statement(store, mo
     version = plain.version()
     statements = []
     real = psycopg.Connection.execute
-    monkeypatch.setattr(psycopg.Connection, "execute",
-                        lambda self, query, *a, **k: (statements.append(str(query).split()[0]), real(self, query, *a, **k))[1])
+
+    def counted(self, query, *args, **kwargs):
+        statements.append(str(query).split()[0])
+        return real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
     for before, limit, content in [(None, 3, 64), (4, 3, None), (None, None, 2), (0, 5, 10), (10, 0, 5)]:
         ask = {"message_before": before, "message_limit": limit, "content_limit": content}
         statements.clear()
