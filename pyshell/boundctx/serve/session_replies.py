@@ -54,10 +54,10 @@ from boundctx.serve.requests import parse_session_reply
 from boundctx.serve.service import ReplyService
 from boundctx.serve.sessions import Sessions
 from boundctx.serve.streaming import EventStream, ProgressGate
+from boundctx.serve.wire import encode_json
 
 __all__ = ["named_event", "session_reply_routes"]
 
-_encode = msgspec.json.Encoder().encode
 #: What the end of a reply does with a complete answer: the fields it adds to ``done``.
 Finish = Callable[[Done, str], Awaitable[dict[str, Any]]]
 
@@ -65,7 +65,7 @@ Finish = Callable[[Done, str], Awaitable[dict[str, Any]]]
 def named_event(name: str, data: Any, seq: int) -> bytes:
     """One server-sent event named ``name``, numbered ``seq`` (its ``id:``, counted from 0
     in each reply), its data compact JSON."""
-    return b"event: " + name.encode() + b"\nid: " + str(seq).encode() + b"\ndata: " + _encode(data) + b"\n\n"
+    return b"event: " + name.encode() + b"\nid: " + str(seq).encode() + b"\ndata: " + encode_json(data) + b"\n\n"
 
 
 def _name(event: Any) -> str:

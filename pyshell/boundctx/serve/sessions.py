@@ -109,7 +109,7 @@ from boundctx.transcript.store import Transcript
 __all__ = ["SESSION_ID", "Sessions", "layout_version", "session_routes"]
 
 T = TypeVar("T")
-#: What a session id may be: a file name stem, with no dot, slash or anything a path needs.
+#: The longest title a person may set, and the most of a first question shown as one.
 TITLE_MAX, TITLE_SHOWN = 200, 80
 LIST_DEFAULT, LIST_MAX = 50, 1000
 BRANCHES_DEFAULT, BRANCHES_MAX = 100, 1000

@@ -25,9 +25,10 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DONE", "PING", "Chunks", "error_body", "frame"]
+__all__ = ["DONE", "PING", "Chunks", "encode_json", "error_body", "frame"]
 
-_encode = msgspec.json.Encoder().encode
+#: A value as compact JSON bytes: every answer and event the server sends is encoded by it.
+encode_json = msgspec.json.Encoder().encode
 
 DONE = b"data: [DONE]\n\n"
 PING = b": ping\n\n"
@@ -35,7 +36,7 @@ PING = b": ping\n\n"
 
 def frame(obj: Any) -> bytes:
     """One server-sent event carrying ``obj`` as compact JSON."""
-    return b"data: " + _encode(obj) + b"\n\n"
+    return b"data: " + encode_json(obj) + b"\n\n"
 
 
 def error_body(message: str, type: str, code: str | int | None = None, param: str | None = None,
