@@ -320,6 +320,8 @@ class Sessions:
                 raise _stale()
             w = _on_leaf(lambda: t.window(message_before=before, message_limit=limit, content_limit=content,
                                           leaf=leaf, page_bytes=page))
+            if leaf is not None:  # another branch: judged by it, as it is, never kept
+                return w, _writable(t, w, self.store.writes_into(t))
             return w, self._writable(sid, version, t, w)
 
         ahead = {"message_before": before, "message_limit": limit, "content_limit": content}
