@@ -151,13 +151,13 @@ _COMPACTION = int(LineKind.COMPACTION)
 # a value several times.
 #: The session's generation as the statement sees it, to compare with the head's.
 _GENERATION = "(SELECT generation FROM boundctx_sessions WHERE id = %(sid)s)"
-#: The newest message or compaction below the head: the line a list's reads follow.
 def _leaf(lines: str = "%(lines)s") -> str:
     """The newest message or compaction below line ``lines`` (an SQL expression)."""
     return (f"(SELECT max(line) FROM boundctx_lines WHERE session = %(sid)s AND kind IN ({int(LineKind.MESSAGE)}, "
             f"{int(LineKind.CORRUPT)}, {_COMPACTION}) AND line < {lines})")
 
 
+#: The newest message or compaction below the head: the line a list's reads follow.
 _LEAF = _leaf()
 #: Lines of the session at the head's generation (none once a rewrite has taken another).
 _AT_HEAD = ("boundctx_lines JOIN boundctx_sessions ON id = session AND generation = %(generation)s "
@@ -191,10 +191,12 @@ def _shown_params(content_limit: int | None) -> dict[str, int]:
     return {} if content_limit is None else {"content": content_limit, "prefix": content_limit + ENVELOPE}
 
 
-def _short(content_limit: int | None) -> int:
-    """The longest line a window fetches with its size (%(short)s): no longer than one it
-    shows whole."""
-    return SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)
+def _window_params(content_limit: int | None, limit: int | None) -> dict[str, Any]:
+    """The values :func:`_window_statement` names besides the session and its bounds:
+    the display budget's, the compactions kept (%(keep)s) and the longest line fetched
+    with its size (%(short)s: no longer than one the window shows whole)."""
+    return {**_shown_params(content_limit), "keep": limit,
+            "short": SHORT_LINE if content_limit is None else min(SHORT_LINE, content_limit + 1)}
 
 
 def _window_ask(window: Mapping[str, Any] | None) -> tuple[int | None, int | None, int | None] | None:
@@ -229,7 +231,7 @@ def _window_statement(content_limit: int | None, *, with_head: bool = False) -> 
     first and last line numbers are two lookups by message, and every bound is a scalar,
     so each range is an index condition."""
     shown = _shown_bytes(content_limit)
-    head = start = stop = lines = ""
+    head = ""
     if with_head:
         head = (f"head AS MATERIALIZED (SELECT {_HEAD_COLUMNS} AS torn, dialect FROM boundctx_sessions "
                 "WHERE id = %(sid)s), "
@@ -466,8 +468,8 @@ class PostgresStore:
         content limit) kept on it for its first window, all from one statement."""
         before, limit, content_limit = ask
         found = conn.execute(_window_statement(content_limit, with_head=True), {
-            "sid": sid, **_shown_params(content_limit), "before": before, "limit": limit, "keep": limit,
-            "short": _short(content_limit)}, binary=True).fetchall()
+            "sid": sid, "before": before, "limit": limit, **_window_params(content_limit, limit)},
+            binary=True).fetchall()
         heads = {r[0]: r for r in found if r[0] >= 4}
         if 4 not in heads:
             raise TranscriptNotFound(f"no session {sid!r}")
@@ -885,8 +887,8 @@ class PostgresSession:
             found = prefetched[1]
         else:
             found = conn.execute(_window_statement(content_limit), {
-                **values, **_shown_params(content_limit), "start": start, "stop": before, "keep": limit,
-                "short": _short(content_limit)}, binary=True).fetchall()
+                **values, "start": start, "stop": before, **_window_params(content_limit, limit)},
+                binary=True).fetchall()
         parts: list[list[Any]] = [[], [], [], []]
         for r in sorted(found, key=lambda r: (r[0], r[1])):
             parts[r[0]].append(r[1:])

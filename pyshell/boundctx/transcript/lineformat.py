@@ -89,8 +89,11 @@ def decode_lines(buf: bytes, start: int, lengths: list[int]) -> list[Any]:
     """The JSON values of consecutive whole lines (``buf[start:]``: their bytes, newlines
     included; ``lengths``: each line's), one each, held to :func:`decode_record`'s rules.
     :class:`LineUnreadable` when the values cannot be told line by line in one call (a
-    line msgspec refuses, a blank line, nesting past :data:`MAX_DEPTH`): the caller then
-    reads each line with :func:`decode_record`, and learns which and why."""
+    line msgspec refuses, as many values as lines not found, nesting past
+    :data:`MAX_DEPTH`): the caller then reads each line with :func:`decode_record`, and
+    learns which and why. msgspec reads a stream of values, so the count proves which
+    value is which line's only when no line can hold two beside one that holds none:
+    the caller makes sure of that (``reading.records_together``: lines framed ``{...}``)."""
     end = start + sum(lengths)
     try:
         values = _decoder.decode_lines(memoryview(buf)[start:end])

@@ -90,7 +90,7 @@ def shown(entry: Entry) -> tuple[str, str, str, str | None]:
     """:func:`display` and :func:`display_kind` of a window entry together: role, text,
     kind and tool, its format looked up once."""
     if entry.record is None:
-        return ("corrupt", f"({entry.corrupt}) {entry.raw or ''}", "text", None)
+        return (*display(entry), *display_kind(entry))  # a corrupt line: no format to look up
     return (dialect_of(entry.record) or BOUNDCTX).shown(entry.record)
 
 
