@@ -38,9 +38,9 @@ from boundctx.transcript.sidecar import (
     Identity,
     beside_allowed,
     encode_header,
-    encode_segment,
     file_hashes,
     pad8,
+    segment_pieces,
     sidecar_paths,
     write_first_place,
 )
@@ -454,7 +454,7 @@ class SegmentHeader(msgspec.Struct, forbid_unknown_fields=False):
     bad: list[int] = []
 
 
-def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
+def _segment_pieces(layout: Layout, path: str, line0: int, start: int) -> list:
     n = len(layout.starts) - line0
     starts = layout.starts.slice(line0, line0 + n).astype(_i8, copy=False)
     kinds = layout.kinds.slice(line0, line0 + n).astype(np.uint8)
@@ -472,7 +472,7 @@ def _segment_bytes(layout: Layout, path: str, line0: int, start: int) -> bytes:
         start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
         n=n, m=len(messages), c=len(compactions), k=len(keys), as_list=int(layout.reads_as_list),
         identity=tuple(ident), head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
-    return encode_segment(header, starts.tobytes(), kinds.tobytes(), messages.tobytes(),
+    return segment_pieces(header, starts.tobytes(), kinds.tobytes(), messages.tobytes(),
                           compactions.tobytes(), tree)
 
 
@@ -490,10 +490,10 @@ def save_layout(layout: Layout, real: str, fd: int) -> str | None:
             if _append_segment(layout, real, layout.sidecar_path):
                 return layout.sidecar_path
         # Encoded once, whichever place takes it.
-        data = MAGIC + _segment_bytes(layout, real, 0, 0)
-        target = write_first_place(data, real, beside=beside_allowed(fd, layout.dialect))
+        pieces = [MAGIC, *_segment_pieces(layout, real, 0, 0)]
+        target = write_first_place(pieces, real, beside=beside_allowed(fd, layout.dialect))
         if target is not None:
-            _mark_persisted(layout, target, len(data), 1)
+            _mark_persisted(layout, target, sum(len(piece) for piece in pieces), 1)
         return target
     except SidecarGone:
         # Copying arrays read from the old sidecar found it lying or cut short: write
@@ -503,7 +503,7 @@ def save_layout(layout: Layout, real: str, fd: int) -> str | None:
 
 
 def _append_segment(layout: Layout, real: str, sidecar: str) -> bool:
-    seg = _segment_bytes(layout, real, layout.persisted_lines, layout.persisted_end)
+    seg = b"".join(_segment_pieces(layout, real, layout.persisted_lines, layout.persisted_end))
     try:
         # Never through a symlink put at the sidecar's name: the append would land outside.
         fd = os.open(sidecar, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -23,8 +23,8 @@ from boundctx.transcript.sidecar import (
     Identity,
     beside_allowed,
     encode_header,
-    encode_segment,
     file_hashes,
+    segment_pieces,
     write_first_place,
 )
 from boundctx.transcript.tree import build_tree, id_index, link_keys
@@ -73,7 +73,7 @@ def reindex(path: str | os.PathLike, *, dialect: str = "auto",
                              seconds=time.perf_counter() - t0)
 
 
-def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> tuple[ReindexReport, bytes]:
+def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> tuple[ReindexReport, list]:
     # The identity is taken before the scan and the scan stops at that size, as an
     # open's build does: bytes appended meanwhile are past the recorded size, and the
     # next open sees the file grew.
@@ -97,5 +97,5 @@ def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> t
     report = ReindexReport(
         path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
         corrupt=kinds.count(LineKind.CORRUPT), torn_bytes=res.torn_bytes)
-    return report, MAGIC + encode_segment(header, res.starts, kinds, messages, compactions,
-                                          [*tree[:5], id_keys, id_lines])
+    return report, [MAGIC, *segment_pieces(header, res.starts, kinds, messages, compactions,
+                                           [*tree[:5], id_keys, id_lines])]

@@ -48,6 +48,10 @@ import stat
 import struct
 import sys
 import zlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "FOREIGN_DIALECTS",
@@ -59,9 +63,9 @@ __all__ = [
     "Identity",
     "beside_allowed",
     "encode_header",
-    "encode_segment",
     "file_hashes",
     "pread_exact",
+    "segment_pieces",
     "sidecar_paths",
     "write_first_place",
     "write_whole",
@@ -168,16 +172,17 @@ def pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def encode_segment(header: bytes, starts, kinds, messages, compactions, tree) -> bytes:
+def segment_pieces(header: bytes, starts, kinds, messages, compactions, tree) -> list:
     """One segment: the header (from :func:`encode_header`), the four arrays and the
     seven of ``tree`` (buffers of little-endian int64, of uint8 for ``kinds``), padded as
-    the format says."""
+    the format says, as the pieces it is made of, in order. A whole sidecar of a big
+    transcript is tens of megabytes: written piece by piece (:func:`write_whole`), it is
+    never copied into one buffer first."""
     head = header
     head += b"\0" * (pad8(len(head)) - len(head))
     kinds_b = bytes(kinds)
     kinds_b += b"\0" * (pad8(len(kinds_b)) - len(kinds_b))
-    return b"".join([SEG_HEAD.pack(len(head), zlib.crc32(head)), head, starts, kinds_b,
-                     messages, compactions, *tree])
+    return [SEG_HEAD.pack(len(head), zlib.crc32(head)), head, starts, kinds_b, messages, compactions, *tree]
 
 
 def pread_exact(fd: int, offset: int, length: int) -> bytes:
@@ -256,21 +261,22 @@ def sidecar_paths(real: str) -> tuple[str, str]:
     return real + ".layout", os.path.join(_cache_root(), digest + ".layout")
 
 
-def write_first_place(data: bytes, real: str, *, beside: bool) -> str | None:
-    """Write a whole sidecar for the transcript at ``real`` (its resolved path) to the
-    first place that takes it: with ``beside`` (:func:`beside_allowed`), beside the
-    transcript, else the cache; without, the cache only. Returns where, or None when no
-    place does (the layout still works; only the next open pays a scan)."""
+def write_first_place(pieces: Sequence[bytes], real: str, *, beside: bool) -> str | None:
+    """Write a whole sidecar, the bytes of ``pieces`` one after another, for the
+    transcript at ``real`` (its resolved path) to the first place that takes it: with
+    ``beside`` (:func:`beside_allowed`), beside the transcript, else the cache; without,
+    the cache only. Returns where, or None when no place does (the layout still works;
+    only the next open pays a scan)."""
     beside_it, cached = sidecar_paths(real)
     for target in (beside_it, cached) if beside else (cached,):
-        if write_whole(data, real, target):
+        if write_whole(pieces, real, target):
             return target
     return None
 
 
-def write_whole(data: bytes, real: str, target: str) -> bool:
-    """Replace the sidecar at ``target`` with ``data`` atomically, as readable as the
-    transcript ``real``. False when that place is not writable."""
+def write_whole(pieces: Sequence[bytes], real: str, target: str) -> bool:
+    """Replace the sidecar at ``target`` with the bytes of ``pieces`` atomically, as
+    readable as the transcript ``real``. False when that place is not writable."""
     try:
         transcript_mode = stat.S_IMODE(os.stat(real).st_mode)
     except OSError:
@@ -283,7 +289,8 @@ def write_whole(data: bytes, real: str, target: str) -> bool:
         return False
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for piece in pieces:
+                f.write(piece)
             # Created 0600; a sidecar is as readable as its transcript, so other
             # users of a shared transcript can use it instead of rebuilding on every open.
             os.fchmod(f.fileno(), transcript_mode & 0o666 if transcript_mode else 0o644)
