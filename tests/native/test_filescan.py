@@ -367,6 +367,19 @@ def test_scan_fd_without_link_keys_has_no_links():
     assert links_of(scan_file(b"", link_keys=KEYS)) == []
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(linked_documents(), st.integers(1, 4), st.sampled_from([1, 4096]))
+def test_scan_fd_with_no_link_key_gives_every_line_absent_links(data, threads, min_part):
+    # A dialect whose entries name no parent (codex) has no key to look for: no line is
+    # walked, and every line's links are absent, as line_links gives them with no key.
+    result = scan_file(data, block_size=4096, threads=threads, min_part=min_part, link_keys=())
+    assert fields(result) == fields(ref.scan_bytes(data, PI_DIALECT))
+    starts = np.frombuffer(result.starts, dtype=np.int64)
+    walked = linetree.line_links(data, starts, 0, len(starts), result.indexed_end, 0, ())
+    assert links_of(result) == [(0, 0, 0, 0)] * len(starts)
+    assert result.links == walked
+
+
 @pytest.mark.parametrize(("keys", "limit", "message"), [
     (KEYS, 0, "link_limit must be >= 1"),
     ([(b"", 0)], 64, "a link key is"),

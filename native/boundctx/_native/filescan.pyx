@@ -592,7 +592,8 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
         bytes of every part counted), with the GIL held.
     link_keys : sequence of (bytes, int), optional
         Read every line's links too, in the same pass: the ``(name, slot)`` pairs of
-        ``linetree.line_links`` (``tree.link_keys(dialect)``).
+        ``linetree.line_links`` (``tree.link_keys(dialect)``). An empty sequence walks
+        no line: every link is absent.
     link_limit : int
         A line longer than this, its newline included, has all-absent links (it is not
         kept whole to be read); default ``linetree.LONGEST_LINKED_LINE``.
@@ -631,7 +632,10 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
         raise ValueError(f"link_limit must be >= 1, got {link_limit}")
     if link_keys is not None:
         _fill_keys(&keys, link_keys)
-        keys_p = &keys
+        # No key to look for (a dialect whose entries name no parent): every link is
+        # absent whatever a line holds, so no line is walked for them.
+        if keys.count:
+            keys_p = &keys
     if threads == 0:
         threads = _default_threads()
     threads = min(threads, MAX_SCAN_THREADS)
@@ -699,7 +703,10 @@ def scan_fd(int fd, DialectTable dialect not None, *, long long start=0, long lo
             for k in range(n):
                 done += parts[k].pos - parts[k].start
             progress(done)
-        return _joined_result(parts, n)
+        result = _joined_result(parts, n)
+        if link_keys is not None and keys_p == NULL:
+            result.links = bytes(len(result.kinds) * LINK_SLOTS * sizeof(uint64_t))
+        return result
     finally:
         # Runs on every path, errors included: no thread outlives the call, and no
         # buffer either (the result holds copies).
