@@ -55,6 +55,7 @@ from boundctx.transcript import Transcript, reindex
 from boundctx.transcript.dialects import dialect_kinds, native_table
 from boundctx.transcript.layout import build_layout, sidecar_paths
 from boundctx.transcript.sample import write_sample
+from boundctx.transcript.tree import link_keys
 
 from bench._harness import (
     ROOT,
@@ -103,7 +104,13 @@ GOAL_OPEN_S = 0.005
 #: are about 0.5 ms of it).
 GOAL_WINDOW_S = 0.001
 GOAL_SCALE_RATIO = 1.5
+#: A reindex of a file whose dialect names no parent (no line is walked for links), and
+#: of one whose lines are read for their links (decision 0052: on two cores the walk
+#: cannot fit under one ``wc -l`` beside the copy and the framing).
 GOAL_REINDEX_VS_WC = 1.0
+GOAL_REINDEX_TREE_VS_WC = 1.5
+#: Real Codex sessions (their dialect names no parent), repeated into a big file.
+CODEX_SESSIONS = ROOT.parent / "shared" / "data" / "codex-sessions"
 
 
 def versions() -> dict:
@@ -265,8 +272,12 @@ class Results:
         wc = self.find("wc")
         native = self.find("reindex_native")
         if wc and native:
-            goal(None, "reindex (build_layout) time / wc -l time", native["median_s"] / wc["median_s"],
-                 GOAL_REINDEX_VS_WC, "x")
+            goal(None, "reindex (build_layout, links read) time / wc -l time", native["median_s"] / wc["median_s"],
+                 GOAL_REINDEX_TREE_VS_WC, "x")
+        codex_wc, codex = self.find("codex_wc"), self.find("reindex_codex")
+        if codex_wc and codex:
+            goal(None, "reindex (build_layout) of Codex sessions / wc -l time",
+                 codex["median_s"] / codex_wc["median_s"], GOAL_REINDEX_VS_WC, "x")
         for key, what in (("open_big", "open newest 100, renderer, big file: median"),
                           ("open_small", "open newest 100, renderer, 10k file: median"),
                           ("open_worst", "open worst 100-message window, renderer: median"),
@@ -292,6 +303,49 @@ class Results:
 
 
 # -- the cases -----------------------------------------------------------------------------
+
+
+def codex_file(data_dir: str, size: int) -> str | None:
+    """The real Codex sessions of ``../shared/data``, repeated whole until the file holds
+    ``size`` bytes (once per size, in ``data_dir``); None when they are not there."""
+    sessions = sorted(CODEX_SESSIONS.glob("*.jsonl"))
+    if not sessions:
+        return None
+    path = os.path.join(data_dir, f"codex-sessions-repeated-{size}.jsonl")
+    if not os.path.exists(path):
+        body = b"".join(p.read_bytes() for p in sessions)
+        with open(path + ".partial", "wb") as f:
+            for _ in range(-(-size // len(body))):
+                f.write(body)
+        os.replace(path + ".partial", path)
+    return path
+
+
+def bench_reindex_codex(res: Results, args) -> None:
+    """A dialect whose entries name no parent, at the big file's size: Codex's, from real
+    sessions. No line is walked for links, so it keeps decision 0024's bound."""
+    path = codex_file(args.data_dir, parse_size(args.size))
+    if path is None:
+        res.rows.append({"group": "reindex", "case": "Codex sessions: build_layout", "key": "reindex_codex",
+                         "median_s": None, "note": f"SKIPPED: no Codex sessions at {CODEX_SESSIONS}"})
+        print(f"  reindex  Codex sessions SKIPPED: none at {CODEX_SESSIONS}", flush=True)
+        return
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:  # warm, as the big file is
+        while f.read(16 * MiB):
+            pass
+    lines = int(subprocess.run(["wc", "-l", path], capture_output=True, check=True, text=True).stdout.split()[0])
+    s, _, _ = timed(lambda: subprocess.run(["wc", "-l", path], capture_output=True, check=True), args.repeats)
+    res.add("reindex", f"`wc -l` of {human_size(size)} of real Codex sessions, repeated", s, bytes_=size,
+            key="codex_wc")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        s, _, _ = timed(lambda: build_layout(fd, dialect="codex"), args.repeats,
+                        check=lambda lay: _expect(lay.line_count == lines, "Codex layout line count"))
+    finally:
+        os.close(fd)
+    res.add("reindex", "boundctx `build_layout(fd, dialect='codex')` of the same (no line walked for links)", s,
+            bytes_=size, key="reindex_codex", goal=f"<= {GOAL_REINDEX_VS_WC:.1f}x wc -l")
 
 
 def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
@@ -325,13 +379,18 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
                     f"layout counts {lay.line_count}/{lay.message_count} != {lines}/{messages}")
 
         s, _, _ = timed(lambda: build_layout(fd, dialect="auto"), args.repeats, check=check_layout)
-        res.add("reindex", "boundctx `build_layout(fd, dialect='auto')` (native scan)", s,
-                bytes_=size, key="reindex_native", naive_key="naive_json", goal=f"<= {GOAL_REINDEX_VS_WC:.1f}x wc -l")
+        res.add("reindex", "boundctx `build_layout(fd, dialect='auto')` (native scan, links read, tree)", s,
+                bytes_=size, key="reindex_native", naive_key="naive_json",
+                goal=f"<= {GOAL_REINDEX_TREE_VS_WC:.1f}x wc -l")
 
-        table = native_table("auto")
+        table, keys = native_table("auto"), link_keys("auto")
+        s, _, _ = timed(lambda: _fs.scan_fd(fd, table, link_keys=keys), args.repeats,
+                     check=lambda r: _expect(len(r.starts) // 8 == lines, "scan_fd line count"))
+        res.add("reindex", "  of which: native `scan_fd` with links (as build_layout runs it)", s,
+                bytes_=size, key="scan_fd_links", naive_key="naive_json")
         s, _, _ = timed(lambda: _fs.scan_fd(fd, table), args.repeats,
                      check=lambda r: _expect(len(r.starts) // 8 == lines, "scan_fd line count"))
-        res.add("reindex", "  of which: native `scan_fd` alone (no numpy post-processing)", s,
+        res.add("reindex", "  the same scan without links (framing and kinds only)", s,
                 bytes_=size, key="scan_fd", naive_key="naive_json")
 
         # The reference twin on a slice, and native scan_bytes on the same slice.
@@ -358,6 +417,8 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
                     extrapolated_s_per_gb=per_gb, native_equals_reference=agree)
     finally:
         os.close(fd)
+
+    bench_reindex_codex(res, args)
 
     s, _, rep = timed(lambda: reindex(path), max(3, args.repeats // 2),
                    check=lambda r: _expect(r.ok and r.messages == messages, f"reindex report {r}"))
