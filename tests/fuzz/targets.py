@@ -171,6 +171,26 @@ def fuzz_scan_bytes(src: Source) -> None:
         raise Mismatch(f"scan_bytes({data!r}, dialect {i}, base={base}, window={window})")
 
 
+def fuzz_string_skip_paths(src: Source) -> None:
+    """The classifier passes over a string's plain bytes 32 at a time with AVX2, or one at
+    a time: the two give every line the same kind, on any bytes."""
+    if not lineindex.SIMD_AVAILABLE:
+        return
+    data = src.jsonish(2048)
+    i = src.int(0, len(_DIALECTS) - 1)
+    window = src.choice([1, 16, 64, lineindex.DEFAULT_CLASSIFY_WINDOW])
+    before = lineindex.use_simd(True)
+    try:
+        fast = lineindex.scan_bytes(data, _TABLES[i], classify_window=window)
+        lineindex.use_simd(False)
+        slow = lineindex.scan_bytes(data, _TABLES[i], classify_window=window)
+    finally:
+        lineindex.use_simd(before)
+    if _fields(fast) != _fields(slow):
+        raise Mismatch(f"scan_bytes({data!r}, dialect {i}, window={window}): the AVX2 string skip "
+                       f"classifies {list(fast.kinds)}, the byte loop {list(slow.kinds)}")
+
+
 _memfd: int | None = None
 
 
@@ -670,6 +690,7 @@ TARGETS = {
     "lineindex.sequence_lines": fuzz_sequence_lines,
     "lineindex.DialectTable": fuzz_dialect_table,
     "lineindex.QualifiedKind": fuzz_qualified_kind,
+    "lineindex.use_simd": fuzz_string_skip_paths,
     "linetree.line_links": fuzz_line_links,
     "linetree.use_simd": fuzz_link_walk_paths,
     "linetree.hang_lines": fuzz_hang_lines,

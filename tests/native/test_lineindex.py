@@ -641,3 +641,43 @@ def test_dialect_table_accepts_32_names_of_64_bytes():
     line = b'{"type":"31' + b"n" * 62 + b'"}\n'
     assert list(native.scan_bytes(line, table).kinds) == [MESSAGE]
     assert kinds_of(line, names) == [MESSAGE]
+
+
+# -- the AVX2 pass over a string's plain bytes ------------------------------------------
+
+# Pieces of keys and values around the 32 bytes the AVX2 skip takes at a time: runs just
+# under and over 32, escapes (a quote, a backslash, \u), a raw control byte and a stray
+# quote or backslash at any offset, UTF-8, and a key longer than any name a dialect has.
+_STRING_PIECES = [b"a" * 31, b"b" * 33, b"t" * 64, b'\\"', b"\\\\", b"\\u00e9", b"\\u12", b"\\n", b"\x01",
+                  b"\x1f", b"\xc3\xa9", b"\xff", b'"', b"\\", b"type", b"message", b"compaction"]
+
+
+@st.composite
+def long_string_lines(draw) -> bytes:
+    """A line of one object (or its start) whose keys and values are built of pieces."""
+    def text() -> bytes:
+        return b"".join(draw(st.lists(st.sampled_from(_STRING_PIECES), max_size=6)))
+
+    members = []
+    for _ in range(draw(st.integers(0, 4))):
+        key = text() if draw(st.booleans()) else draw(st.sampled_from([b"type", b"subtype", b"message"]))
+        value = (b'"' + text() + b'"' if draw(st.booleans())
+                 else draw(st.sampled_from([b'"message"', b'"compaction"', b'{"type":"x"}', b"1"])))
+        members.append(b'"' + key + b'":' + value)
+    line = b"{" + b",".join(members) + b"}"
+    return line[: draw(st.integers(0, len(line)))] if draw(st.booleans()) else line
+
+
+@settings(max_examples=300)
+@given(st.lists(long_string_lines(), min_size=1, max_size=5), dialects(), classify_windows())
+def test_strings_are_passed_over_alike_with_and_without_avx2(lines, dialect, window):
+    data = b"".join(line.replace(b"\n", b" ") + b"\n" for line in lines)
+    table = native.DialectTable(dialect)
+    before = native.use_simd(True)
+    try:
+        fast = fields(native.scan_bytes(data, table, classify_window=window))
+        native.use_simd(False)
+        slow = fields(native.scan_bytes(data, table, classify_window=window))
+    finally:
+        native.use_simd(before)
+    assert fast == slow == fields(ref.scan_bytes(data, dialect, classify_window=window))

@@ -25,6 +25,25 @@ from boundctx._native.jsonlex cimport MALFORMED, RAN_OUT, is_ws, read_string, sk
 #: True when built with -DBOUNDCTX_CYTHON_CHECKS=ON (bounds and wraparound checks on).
 BUILT_WITH_CHECKS = bool(BOUNDCTX_CHECKS)
 
+cdef extern from "boundctx/_native/linewalk_simd.h":
+    int bx_use_plain_simd(int on) noexcept nogil
+    int bx_cpu_has_avx2() noexcept nogil
+
+# The classifier passes over the strings before a line's kind (a Claude Code line's
+# message can come before its type) 32 bytes at a time where the CPU has AVX2: chosen
+# once, here; use_simd() turns it off (and on again) so tests hold both paths equal.
+bx_use_plain_simd(1)
+
+#: Whether this build and CPU have the AVX2 string skip (use_simd can only turn it on then).
+SIMD_AVAILABLE = bool(bx_cpu_has_avx2())
+
+
+def use_simd(bint on):
+    """Pass over the plain bytes of a string 32 at a time with AVX2 (where the CPU has it)
+    or one at a time; returns whether the AVX2 path was taken before. For tests and
+    measurements: both classify every line alike. Not to be called while a scan runs."""
+    return bool(bx_use_plain_simd(on))
+
 MESSAGE = KIND_MESSAGE
 COMPACTION = KIND_COMPACTION
 OTHER = KIND_OTHER

@@ -1,12 +1,14 @@
-/* The parts of linetree's link walk that look at many bytes for few tokens, done 32 or
- * 64 bytes at a time with AVX2 where the CPU has it (chosen at run time: the wheel runs
- * on every x86-64, so nothing here is compiled for AVX2 outside these functions), and
- * stubs elsewhere that tell the caller to take its scalar path.
+/* The parts of the byte walkers that look at many bytes for few tokens, done 32 or 64
+ * bytes at a time with AVX2 where the CPU has it (chosen at run time: the wheel runs on
+ * every x86-64, so nothing here is compiled for AVX2 outside these functions), and stubs
+ * elsewhere that tell the caller to take its scalar path: linetree's link walk (a key's
+ * end, a nested value), and jsonlex's read_string (a string's plain bytes), which the
+ * classifier in lineindex uses.
  *
- * Each function gives exactly what linetree's scalar code gives on the same bytes, on any
- * bytes (not only JSON): tests/native/test_linetree.py holds the two equal with the SIMD
- * path on and forced off. Nothing reads past p[n-1]: a vector load is made only where
- * 32 (or 64) bytes remain, and the caller's scalar code walks the tail.
+ * Each function gives exactly what the scalar code gives on the same bytes, on any bytes
+ * (not only JSON): tests/native/test_linetree.py and test_lineindex.py hold the two equal
+ * with the SIMD path on and forced off. Nothing reads past p[n-1]: a vector load is made
+ * only where 32 (or 64) bytes remain, and the caller's scalar code walks the tail.
  */
 #ifndef BOUNDCTX_LINEWALK_SIMD_H
 #define BOUNDCTX_LINEWALK_SIMD_H
@@ -59,16 +61,20 @@ BX_AVX2 static inline uint32_t bx_eq32(__m256i v, char c)
     return (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(c)));
 }
 
+/* One bit per byte of p[0:32] that is a control character (<= 31: max(byte, 31) == 31). */
+BX_AVX2 static inline uint32_t bx_le31_32(__m256i v)
+{
+    return (uint32_t)_mm256_movemask_epi8(
+        _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(31)), _mm256_set1_epi8(31)));
+}
+
 /* The first byte of p[i:i+32] that ends a key's plain run (a quote, a backslash or a
  * control character, as _key_slot's byte loop stops at), as its offset from i; 32 when
  * none does. The caller made sure i + 32 <= n. */
 BX_AVX2 static Py_ssize_t bx_key_stop32(const unsigned char *p, Py_ssize_t i)
 {
     __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
-    /* A control character is a byte <= 31: max(byte, 31) == 31. */
-    uint32_t ctl = (uint32_t)_mm256_movemask_epi8(
-        _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(31)), _mm256_set1_epi8(31)));
-    uint32_t m = bx_eq32(v, 34) | bx_eq32(v, 92) | ctl;
+    uint32_t m = bx_eq32(v, 34) | bx_eq32(v, 92) | bx_le31_32(v);
     return m ? (Py_ssize_t)__builtin_ctz(m) : 32;
 }
 
@@ -201,6 +207,38 @@ BX_AVX2 static Py_ssize_t bx_skip_container64(const unsigned char *p, Py_ssize_t
     return BX_MORE;
 }
 
+/* Whether bx_plain_run takes its AVX2 path in this module: off until the module turns it
+ * on (bx_use_plain_simd), so tests can hold both paths to the same answers. */
+static int bx_plain_simd = 0;
+
+static int bx_use_plain_simd(int on)
+{
+    int before = bx_plain_simd;
+    bx_plain_simd = on && bx_cpu_has_avx2();
+    return before;
+}
+
+/* The index of the first byte at or after i that is a quote, a backslash or a control
+ * character, where 32 bytes from it lie in p[0:n]; else the first index from which fewer
+ * than 32 are left (the caller's byte loop goes on from there). Only skips bytes a JSON
+ * string's byte loop takes as themselves, so the loop's answer is the same either way. */
+BX_AVX2 static Py_ssize_t bx_plain_run_avx2(const unsigned char *p, Py_ssize_t n, Py_ssize_t i)
+{
+    while (i + 32 <= n) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        uint32_t m = bx_eq32(v, 34) | bx_eq32(v, 92) | bx_le31_32(v);
+        if (m)
+            return i + (Py_ssize_t)__builtin_ctz(m);
+        i += 32;
+    }
+    return i;
+}
+
+static inline Py_ssize_t bx_plain_run(const unsigned char *p, Py_ssize_t n, Py_ssize_t i)
+{
+    return bx_plain_simd ? bx_plain_run_avx2(p, n, i) : i;
+}
+
 #else  /* no AVX2 to dispatch to: every call says "go scalar" */
 
 #define BX_SIMD_BUILT 0
@@ -214,6 +252,12 @@ static Py_ssize_t bx_skip_container64(const unsigned char *p, Py_ssize_t n, Py_s
     *at = i;
     *depth = 0;
     return BX_MORE;
+}
+static int bx_use_plain_simd(int on) { (void)on; return 0; }
+static inline Py_ssize_t bx_plain_run(const unsigned char *p, Py_ssize_t n, Py_ssize_t i)
+{
+    (void)p; (void)n;
+    return i;
 }
 
 #endif
