@@ -109,8 +109,11 @@ GOAL_SCALE_RATIO = 1.5
 #: cannot fit under one ``wc -l`` beside the copy and the framing).
 GOAL_REINDEX_VS_WC = 1.0
 GOAL_REINDEX_TREE_VS_WC = 1.5
-#: Real Codex sessions (their dialect names no parent), repeated into a big file.
+#: Real sessions, repeated whole into a file the big file's size: Codex's (its dialect
+#: names no parent) and Claude Code's (a dozen keys a line, UUIDs, the type after the
+#: message), the shapes users bring beside the synthetic sample's.
 CODEX_SESSIONS = ROOT.parent / "shared" / "data" / "codex-sessions"
+CLAUDE_SESSIONS = ROOT.parent / "shared" / "data" / "claude-code-sessions"
 
 
 def versions() -> dict:
@@ -274,10 +277,12 @@ class Results:
         if wc and native:
             goal(None, "reindex (build_layout, links read) time / wc -l time", native["median_s"] / wc["median_s"],
                  GOAL_REINDEX_TREE_VS_WC, "x")
-        codex_wc, codex = self.find("codex_wc"), self.find("reindex_codex")
-        if codex_wc and codex:
-            goal(None, "reindex (build_layout) of Codex sessions / wc -l time",
-                 codex["median_s"] / codex_wc["median_s"], GOAL_REINDEX_VS_WC, "x")
+        for key, what, target in (("reindex_claude", "Claude Code sessions (links read)", GOAL_REINDEX_TREE_VS_WC),
+                                  ("reindex_codex", "Codex sessions (no link key)", GOAL_REINDEX_VS_WC)):
+            real, real_wc = self.find(key), self.find(f"{key}_wc")
+            if real and real_wc:
+                goal(None, f"reindex (build_layout) of real {what} / wc -l time",
+                     real["median_s"] / real_wc["median_s"], target, "x")
         for key, what in (("open_big", "open newest 100, renderer, big file: median"),
                           ("open_small", "open newest 100, renderer, 10k file: median"),
                           ("open_worst", "open worst 100-message window, renderer: median"),
@@ -305,13 +310,13 @@ class Results:
 # -- the cases -----------------------------------------------------------------------------
 
 
-def codex_file(data_dir: str, size: int) -> str | None:
-    """The real Codex sessions of ``../shared/data``, repeated whole until the file holds
-    ``size`` bytes (once per size, in ``data_dir``); None when they are not there."""
-    sessions = sorted(CODEX_SESSIONS.glob("*.jsonl"))
+def real_sessions_file(folder: pathlib.Path, name: str, data_dir: str, size: int) -> str | None:
+    """The real sessions in ``folder`` (``../shared/data``), repeated whole until the file
+    holds ``size`` bytes (once per size, in ``data_dir``); None when they are not there."""
+    sessions = sorted(folder.glob("*.jsonl"))
     if not sessions:
         return None
-    path = os.path.join(data_dir, f"codex-sessions-repeated-{size}.jsonl")
+    path = os.path.join(data_dir, f"{name}-sessions-repeated-{size}.jsonl")
     if not os.path.exists(path):
         body = b"".join(p.read_bytes() for p in sessions)
         with open(path + ".partial", "wb") as f:
@@ -321,31 +326,30 @@ def codex_file(data_dir: str, size: int) -> str | None:
     return path
 
 
-def bench_reindex_codex(res: Results, args) -> None:
-    """A dialect whose entries name no parent, at the big file's size: Codex's, from real
-    sessions. No line is walked for links, so it keeps decision 0024's bound."""
-    path = codex_file(args.data_dir, parse_size(args.size))
+def bench_reindex_real(res: Results, args, *, folder: pathlib.Path, name: str, dialect: str, key: str,
+                       goal: float, what: str) -> None:
+    """build_layout of real sessions repeated to the big file's size, beside ``wc -l`` of
+    the same file."""
+    path = real_sessions_file(folder, name, args.data_dir, parse_size(args.size))
     if path is None:
-        res.rows.append({"group": "reindex", "case": "Codex sessions: build_layout", "key": "reindex_codex",
-                         "median_s": None, "note": f"SKIPPED: no Codex sessions at {CODEX_SESSIONS}"})
-        print(f"  reindex  Codex sessions SKIPPED: none at {CODEX_SESSIONS}", flush=True)
+        res.rows.append({"group": "reindex", "case": f"{name} sessions: build_layout", "key": key,
+                         "median_s": None, "note": f"SKIPPED: no sessions at {folder}"})
+        print(f"  reindex  {name} sessions SKIPPED: none at {folder}", flush=True)
         return
     size = os.path.getsize(path)
-    with open(path, "rb") as f:  # warm, as the big file is
-        while f.read(16 * MiB):
-            pass
+    read_through(path, passes=1)  # warm, as the big file is
     lines = int(subprocess.run(["wc", "-l", path], capture_output=True, check=True, text=True).stdout.split()[0])
     s, _, _ = timed(lambda: subprocess.run(["wc", "-l", path], capture_output=True, check=True), args.repeats)
-    res.add("reindex", f"`wc -l` of {human_size(size)} of real Codex sessions, repeated", s, bytes_=size,
-            key="codex_wc")
+    res.add("reindex", f"`wc -l` of {human_size(size)} of real {name} sessions, repeated", s, bytes_=size,
+            key=f"{key}_wc")
     fd = os.open(path, os.O_RDONLY)
     try:
-        s, _, _ = timed(lambda: build_layout(fd, dialect="codex"), args.repeats,
-                        check=lambda lay: _expect(lay.line_count == lines, "Codex layout line count"))
+        s, _, _ = timed(lambda: build_layout(fd, dialect=dialect), args.repeats,
+                        check=lambda lay: _expect(lay.line_count == lines, f"{name} layout line count"))
     finally:
         os.close(fd)
-    res.add("reindex", "boundctx `build_layout(fd, dialect='codex')` of the same (no line walked for links)", s,
-            bytes_=size, key="reindex_codex", goal=f"<= {GOAL_REINDEX_VS_WC:.1f}x wc -l")
+    res.add("reindex", f"boundctx `build_layout(fd, dialect={dialect!r})` of the same ({what})", s,
+            bytes_=size, key=key, goal=f"<= {goal:.1f}x wc -l")
 
 
 def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
@@ -418,7 +422,10 @@ def bench_reindex(res: Results, path: str, meta: dict, args) -> None:
     finally:
         os.close(fd)
 
-    bench_reindex_codex(res, args)
+    bench_reindex_real(res, args, folder=CLAUDE_SESSIONS, name="claude-code", dialect="auto", key="reindex_claude",
+                       goal=GOAL_REINDEX_TREE_VS_WC, what="links read")
+    bench_reindex_real(res, args, folder=CODEX_SESSIONS, name="codex", dialect="codex", key="reindex_codex",
+                       goal=GOAL_REINDEX_VS_WC, what="no line walked for links")
 
     s, _, rep = timed(lambda: reindex(path), max(3, args.repeats // 2),
                    check=lambda r: _expect(r.ok and r.messages == messages, f"reindex report {r}"))
