@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -37,6 +38,20 @@ def boundctx_command() -> list[str]:
     beside = pathlib.Path(sys.executable).with_name("boundctx")
     exe = str(beside) if beside.exists() else shutil.which("boundctx")
     return [exe] if exe else [sys.executable, "-m", "boundctx"]
+
+
+def editable_install() -> bool:
+    """Whether the boundctx this Python imports is an editable install: one that checks
+    its native build on every import (scikit-build-core's, ~190 ms a process here), which
+    a user's regular install never pays."""
+    try:
+        text = importlib.metadata.distribution("boundctx").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    try:
+        return bool(json.loads(text or "{}").get("dir_info", {}).get("editable"))
+    except ValueError:
+        return False
 
 
 def once(argv: list[str]) -> float:
@@ -66,6 +81,11 @@ def main() -> int:
     ap.add_argument("--json-out", default=str(ROOT / "bench" / "results" / "startup.json"))
     args = ap.parse_args()
     cmd = boundctx_command()
+    editable = editable_install()
+    if editable:
+        print("[warn] boundctx is an editable install here: every process checks its native build first, "
+              "so the boundctx rows are slower than a regular install's (pip install . in a venv)",
+              file=sys.stderr, flush=True)
     data = pathlib.Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     path = data / f"startup-sample-{args.size}.jsonl"
@@ -85,7 +105,7 @@ def main() -> int:
               "help_ms": rows["boundctx --help"] * 1e3,
               "reindex_over_wc": statistics.median(ratios),
               "reindex_over_wc_rounds": ratios,
-              "load_average": os.getloadavg(), "versions": run_facts(("boundctx",))}
+              "load_average": os.getloadavg(), "editable_install": editable, "versions": run_facts(("boundctx",))}
     pathlib.Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
     print(markdown_table(("process", "median"), [(name, f"{s * 1e3:.0f} ms") for name, s in rows.items()]))
     print(f"\nboundctx --help: {report['help_ms']:.0f} ms (goal <= 60 ms); reindex / wc -l: "
