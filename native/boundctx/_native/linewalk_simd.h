@@ -225,10 +225,9 @@ static int bx_use_plain_simd(int on)
 BX_AVX2 static Py_ssize_t bx_plain_run_avx2(const unsigned char *p, Py_ssize_t n, Py_ssize_t i)
 {
     while (i + 32 <= n) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
-        uint32_t m = bx_eq32(v, 34) | bx_eq32(v, 92) | bx_le31_32(v);
-        if (m)
-            return i + (Py_ssize_t)__builtin_ctz(m);
+        Py_ssize_t j = bx_key_stop32(p, i);  /* the same stops as a key's: inlined here */
+        if (j < 32)
+            return i + j;
         i += 32;
     }
     return i;
