@@ -14,6 +14,7 @@ from boundctx import Transcript, TranscriptChanged
 from boundctx.transcript import encode_record
 from boundctx.transcript import layout as layout_mod
 from boundctx.transcript import store as store_mod
+from boundctx.transcript.arrays import Chunked, SidecarLies
 from boundctx.transcript.sidecar import MAGIC, sidecar_paths
 
 
@@ -408,6 +409,34 @@ def test_a_large_sidecar_read_on_demand_that_lies_is_rebuilt_on_first_use(tmp_pa
     lie(segs, damage, path.stat().st_size)
     write_segments(str(path) + ".layout", segs, path=path)
     check_reads_give_the_file(path, n, near=n // 2)
+
+
+@pytest.mark.parametrize("damage", ["falls", "repeats", "negative", "at_the_end", "past_the_end"])
+def test_a_span_of_lines_is_refused_when_its_offsets_do_not_rise_inside_the_file(tmp_path, damage):
+    # Every read of a window goes through one span of line offsets (Layout.line_span):
+    # they must rise strictly from 0 or more to the indexed end, or a read would go to a
+    # negative offset, past the file, or ask for an absurd length.
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(encode_record({"type": "message", "id": f"m{i}"}) for i in range(8)))
+    with Transcript.open(path) as t:
+        layout = t._layout
+        starts = layout.starts.all().copy()
+        end = layout.indexed_end
+        if damage == "falls":
+            starts[5] = starts[3]
+        elif damage == "repeats":
+            starts[5] = starts[4]
+        elif damage == "negative":
+            starts[0] = -1
+        elif damage == "at_the_end":
+            starts[7] = end
+        else:
+            starts[7] = end + 10
+        layout.starts = Chunked([starts])
+        with pytest.raises(SidecarLies):
+            layout.line_span(0, 8)
+        with pytest.raises(SidecarLies):
+            layout.line_info(np.arange(8))
 
 
 def test_random_lies_in_a_large_sidecar_never_escape_as_exceptions(tmp_path, big_transcript):

@@ -116,6 +116,15 @@ def is_dense(lo: int, hi: int, count: int) -> bool:
     return hi - lo <= 64 * count + 1024
 
 
+def _lines_outside(layout: Layout, lo: int, hi: int) -> SidecarLies:
+    """Arrays read on demand from a sidecar are checked only at their ends on load: every
+    offset handed out must lie inside the indexed bytes, and every line must hold at
+    least its ``\\n``, or reads would go to negative offsets, past the file, or ask for
+    absurd lengths. A layout that fails this lied."""
+    return SidecarLies(f"the layout puts lines {lo}..{hi - 1} outside the indexed bytes "
+                       f"0..{layout.indexed_end} or makes one end before it starts")
+
+
 class LineSpan(NamedTuple):
     """Lines ``lo..hi - 1`` of a layout as one read: ``offs`` their start offsets and the
     end of the last (``hi - lo + 1`` values), ``kinds`` theirs. A reader keeps the span
@@ -212,10 +221,17 @@ class Layout:
         return self.scanned_end - self.indexed_end
 
     def line_span(self, lo: int, hi: int) -> LineSpan:
-        """Lines ``lo..hi - 1`` as one read of each array: see :class:`LineSpan`."""
+        """Lines ``lo..hi - 1`` as one read of each array: see :class:`LineSpan`. The
+        offsets are checked here, once for every read of the span: they rise strictly
+        and lie inside the indexed bytes, so each line of it starts in the file and
+        holds at least its ``\\n`` (:meth:`line_info` says why that must hold)."""
         offs = self.starts.slice(lo, hi + 1)
         if hi == len(self.starts):
             offs = np.append(offs, self.indexed_end)
+        # Compared, never subtracted (np.diff wraps on int64).
+        if len(offs) and not (int(offs[0]) >= 0 and int(offs[-1]) <= self.indexed_end
+                              and bool(np.all(offs[1:] > offs[:-1]))):
+            raise _lines_outside(self, lo, hi)
         return LineSpan(lo, hi, offs, self.kinds.slice(lo, hi))
 
     def line_info(self, lines: np.ndarray, span: LineSpan | None = None,
@@ -232,24 +248,17 @@ class Layout:
             if span is None or not span.covers(lo, hi):
                 span = self.line_span(lo, hi)
             rel = lines - span.lo
-            starts, ends, kinds = span.offs[rel], span.offs[rel + 1], span.kinds[rel]
-        else:
-            starts = self.starts.take(lines)
-            nxt = lines + 1
-            last = nxt >= len(self.starts)
-            ends = np.empty_like(starts)
-            ends[~last] = self.starts.take(nxt[~last])
-            ends[last] = self.indexed_end
-            kinds = self.kinds.take(lines)
-        # Arrays read on demand from a sidecar are checked only at their ends on load:
-        # every offset handed out must lie inside the indexed bytes, and every line
-        # must hold at least its "\n", or reads would go to negative offsets, past the
-        # file, or ask for absurd lengths. A layout that fails this lied.
-        if len(starts) and not (int(starts.min()) >= 0 and int(ends.max()) <= self.indexed_end
-                                and bool(np.all(ends > starts))):
-            raise SidecarLies(f"the layout puts lines {lo}..{hi - 1} outside the indexed bytes "
-                              f"0..{self.indexed_end} or makes one end before it starts")
-        return starts, ends, kinds
+            # A span's offsets were checked when it was read (line_span).
+            return span.offs[rel], span.offs[rel + 1], span.kinds[rel]
+        starts = self.starts.take(lines)
+        nxt = lines + 1
+        last = nxt >= len(self.starts)
+        ends = np.empty_like(starts)
+        ends[~last] = self.starts.take(nxt[~last])
+        ends[last] = self.indexed_end
+        if not (int(starts.min()) >= 0 and int(ends.max()) <= self.indexed_end and bool(np.all(ends > starts))):
+            raise _lines_outside(self, lo, hi)
+        return starts, ends, self.kinds.take(lines)
 
     def agrees(self, starts: np.ndarray, kinds: np.ndarray) -> bool:
         """Whether the arrays agree with each other throughout (O(lines): for reads that

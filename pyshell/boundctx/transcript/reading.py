@@ -37,6 +37,9 @@ COALESCE_GAP = 64 * 1024
 MAX_RUN_BYTES = 8 << 20
 
 
+_I8 = np.dtype("<i8")  # the arrays' line numbers and offsets, as the native scan writes them
+
+
 class StaleLayout(Exception):
     """A line read does not match what the layout says: rebuild and retry once."""
 
@@ -113,14 +116,20 @@ class LineReader:
         if not len(lines):
             return
         layout = self.layout
-        if int(lines[0]) < 0 or int(lines[-1]) >= layout.line_count:
+        lo, hi = int(lines[0]), int(lines[-1]) + 1
+        if lo < 0 or hi > layout.line_count:
             raise StaleLayout("indexed line numbers out of range")
+        cover = self._cover(lo, hi)
+        span = cover.kinds[lo - cover.lo : hi - cover.lo]
+        if complete and kind in (None, LineKind.COMPACTION):
+            # Every such line from the first to the last, and no other: one native pass
+            # over the kinds says which they are, and the lines must be exactly those.
+            messages, compactions = lineindex.sequence_lines(span.data, lo)
+            if (messages if kind is None else compactions) == np.asarray(lines, dtype=_I8).tobytes():
+                return
         # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
         if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
             raise StaleLayout("indexed line numbers not increasing")
-        lo, hi = int(lines[0]), int(lines[-1]) + 1
-        cover = self._cover(lo, hi)
-        span = cover.kinds[lo - cover.lo : hi - cover.lo]
         mask = is_sequence(span) if kind is None else span == kind
         if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
             raise StaleLayout("indexed lines disagree with the line kinds")
@@ -128,40 +137,48 @@ class LineReader:
     # -- entries ------------------------------------------------------------------
 
     def entries(self, lines: np.ndarray, content_limit: int | None, *,
-                first_index: int | None, any_kind: bool = False) -> list[Entry]:
+                first_index: int | None, any_kind: bool = False,
+                info: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> list[Entry]:
         """Entries of physical ``lines`` (sorted). ``first_index``: the message index of
         the first (None: lines outside the message sequence); ``any_kind``: lines of
-        every kind are expected, so a record's type is not held to the indexed kind."""
-        starts, ends, kinds = self.line_info(lines)
-        kinds = kinds.tolist()
+        every kind are expected, so a record's type is not held to the indexed kind;
+        ``info``: their :meth:`line_info`, when the caller has it already."""
+        starts, ends, kinds = self.line_info(lines) if info is None else info
+        count = len(lines)
         if content_limit is None:
-            projected = [False] * len(lines)
+            projected = [False] * count
         else:
             projected = ((ends - starts - 1) > content_limit).tolist()
-        indices = (range(first_index, first_index + len(lines)) if first_index is not None
-                   else [None] * len(lines))
-        plan = list(map(_Line, lines.tolist(), indices, starts.tolist(), ends.tolist(), kinds, projected))
+        # Parallel lists, not a _Line per line: most lines are whole records, read and
+        # checked in runs, and a window holds a hundred of them. A _Line is made for a
+        # line read on its own.
+        numbers, starts_l, ends_l, kinds_l = lines.tolist(), starts.tolist(), ends.tolist(), kinds.tolist()
+        indices: list[int | None] = (list(range(first_index, first_index + count)) if first_index is not None
+                                     else [None] * count)
+
+        def line(k: int) -> _Line:
+            return _Line(numbers[k], indices[k], starts_l[k], ends_l[k], kinds_l[k], projected[k])
+
         entries: list[Entry] = []
         i = 0
-        count = len(plan)
         while i < count:
-            if plan[i].projected and content_limit is not None:  # projected only under a limit
-                entries.append(self._projected(plan[i], content_limit, any_kind))
+            if projected[i] and content_limit is not None:  # projected only under a limit
+                entries.append(self._projected(line(i), content_limit, any_kind))
                 i += 1
                 continue
             j = i + 1
-            while j < count and not plan[j].projected:
+            while j < count and not projected[j]:
                 j += 1
             # A stretch of whole lines: read in coalesced runs.
-            stretch = plan[i:j]
-            for run in self._runs([ln.start for ln in stretch], [ln.end for ln in stretch],
-                                  [ln.line for ln in stretch]):
-                lines_of_run = stretch[run.i : run.j]
-                records = _decoded_together(run, lines_of_run)
+            for run in self._runs(starts_l[i:j], ends_l[i:j], numbers[i:j]):
+                a, b = i + run.i, i + run.j
+                records = _decoded_together(run, starts_l[a:b], ends_l[a:b], kinds_l[a:b])
                 if records is not None:
-                    entries.extend(self._record_entries(lines_of_run, records, any_kind))
+                    entries.extend(self._record_entries(numbers[a:b], indices[a:b], starts_l[a:b], ends_l[a:b],
+                                                        kinds_l[a:b], records, any_kind))
                     continue
-                for ln in lines_of_run:
+                for k in range(a, b):
+                    ln = line(k)
                     at = ln.start - run.start + run.pre
                     body = _without_bom(run.buf[at : at + ln.end - ln.start - 1], ln.start)
                     entries.append(self._entry(ln, body, raw=body, cut=0, any_kind=any_kind,
@@ -226,12 +243,13 @@ class LineReader:
         res = lineindex.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect),
                                    base_offset=start, classify_window=self.classify_window)
         span = self._cover(first, last + 1)
-        starts = np.frombuffer(res.starts, dtype=np.int64)
-        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
-        if res.torn_bytes or len(starts) != last - first + 1 \
-                or not np.array_equal(starts, span.offs[first - span.lo : last + 1 - span.lo]):
+        if res.torn_bytes or res.starts != span.offs[first - span.lo : last + 1 - span.lo].tobytes():
             raise StaleLayout(f"lines {first}..{last} are not framed as the layout says")
         want = span.kinds[first - span.lo : last + 1 - span.lo]
+        if res.kinds == want.tobytes():
+            return
+        starts = np.frombuffer(res.starts, dtype=_I8)
+        kinds = np.frombuffer(res.kinds, dtype=np.uint8)
         differ = np.flatnonzero(kinds != want)
         for k in differ.tolist():
             # The scan leaves a line whose "type" lies past its window undecided; the
@@ -281,19 +299,21 @@ class LineReader:
     def _known_bad(self, line: int) -> bool:
         return line in self.layout.known_bad or line in self.bad_lines
 
-    def _record_entries(self, lines: list[_Line], records: list[dict], any_kind: bool) -> list[Entry]:
-        """:meth:`_record_entry` of whole records, line by line: a record whose type maps
-        to its line's kind (every one, unless the file or the layout is wrong) is taken
-        on the spot, without a call per line (a window holds a hundred)."""
+    def _record_entries(self, numbers: list[int], indices: list, starts: list[int], ends: list[int],
+                        kinds: list[int], records: list[dict], any_kind: bool) -> list[Entry]:
+        """:meth:`_record_entry` of whole records (lines ``numbers``, message ``indices``,
+        ``starts``, ``ends`` and ``kinds`` as the layout says), line by line: a record
+        whose type maps to its line's kind (every one, unless the file or the layout is
+        wrong) is taken on the spot, without a call per line (a window holds a hundred)."""
         type_kinds = self.type_kinds
         out = []
-        for ln, rec in zip(lines, records):
+        for number, index, start, end, kind, rec in zip(numbers, indices, starts, ends, kinds, records):
             t = rec.get("type")
-            if any_kind or (type_kinds.get(t) if type(t) is str else None) == ln.kind:
-                out.append(Entry(line=ln.line, index=ln.message_index, offset=ln.start,
-                                 length=ln.end - ln.start, record=rec))
+            if any_kind or (type_kinds.get(t) if type(t) is str else None) == kind:
+                out.append(Entry(line=number, index=index, offset=start, length=end - start, record=rec))
             else:
-                out.append(self._record_entry(ln, rec, cut=0, any_kind=any_kind))
+                out.append(self._record_entry(_Line(number, index, start, end, kind, False), rec, cut=0,
+                                              any_kind=any_kind))
         return out
 
     def _record_entry(self, ln: _Line, rec: dict, *, cut: int, any_kind: bool) -> Entry:
@@ -322,13 +342,13 @@ class LineReader:
         return _raw_entry(ln, body, why, content_limit)
 
 
-def _decoded_together(run: _Run, lines: list[_Line]) -> list | None:
-    """The records of ``lines`` (all of ``run``, back to back in the file) decoded in
-    one call (:func:`records_together`); None when they cannot be (a gap between them)."""
-    for a, b in zip(lines, lines[1:]):
-        if a.end != b.start:
-            return None
-    return records_together(run.buf, lines[0].start - run.start + run.pre, lines) if lines else None
+def _decoded_together(run: _Run, starts: list[int], ends: list[int], kinds: list[int]) -> list | None:
+    """The records of the lines at ``starts``/``ends`` (all of ``run``; ``kinds`` as the
+    layout says) decoded in one call (:func:`records_together`); None when they cannot
+    be (a gap between them)."""
+    if starts[1:] != ends[:-1]:
+        return None
+    return _records_of(run.buf, starts[0] - run.start + run.pre, starts, ends, kinds) if starts else None
 
 
 #: The kinds of lines that begin with ``{`` and end with ``}`` (the scan frames them so).
@@ -347,10 +367,15 @@ def records_together(buf, at: int, lines: list[_Line]) -> list[dict] | None:
     while another holds none, or run into the next: so every line must be of a kind the
     scan frames as ``{...}``. A ``}`` and the ``{`` after it, with only a newline
     between, never continue one value, and a blank line (no value) is left out."""
-    if len(lines) < 2 or lines[0].start == 0 or any(ln.kind not in _OBJECT_KINDS for ln in lines):
+    return _records_of(buf, at, [ln.start for ln in lines], [ln.end for ln in lines], [ln.kind for ln in lines])
+
+
+def _records_of(buf, at: int, starts: list[int], ends: list[int], kinds: list[int]) -> list[dict] | None:
+    """:func:`records_together` of the lines at ``starts``/``ends`` of ``kinds``."""
+    if len(starts) < 2 or starts[0] == 0 or not _OBJECT_KINDS.issuperset(kinds):
         return None
     try:
-        records = decode_lines(buf, at, [ln.end - ln.start for ln in lines])
+        records = decode_lines(buf, at, list(map(int.__sub__, ends, starts)))
     except LineUnreadable:
         return None
     if set(map(type, records)) != {dict}:

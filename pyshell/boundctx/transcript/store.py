@@ -519,12 +519,18 @@ class Transcript:
     def _page(self, reader: LineReader, lines: np.ndarray, start: int, content_limit: int | None,
               page_bytes: int | None) -> tuple[list[Entry], int, np.ndarray]:
         """:func:`fit_page` of message ``lines`` read by ``reader``."""
-        lengths = None
-        if page_bytes is not None and len(lines):
-            starts, ends, _kinds = reader.line_info(lines)
-            lengths = ends - starts
-        return fit_page(lines, lengths, start, content_limit, page_bytes,
-                        lambda some, first: reader.entries(some, content_limit, first_index=first))
+        if not len(lines):
+            return fit_page(lines, None, start, content_limit, page_bytes,
+                            lambda some, first: reader.entries(some, content_limit, first_index=first))
+        info = reader.line_info(lines)  # once: the page's lengths, then each read's
+
+        def read(some: np.ndarray, first: int) -> list[Entry]:
+            k = first - start
+            return reader.entries(some, content_limit, first_index=first,
+                                  info=(info[0][k : k + len(some)], info[1][k : k + len(some)],
+                                        info[2][k : k + len(some)]))
+        return fit_page(lines, info[1] - info[0] if page_bytes is not None else None, start, content_limit,
+                        page_bytes, read)
 
     def _leaf_line(self, leaf: int | str | None) -> int:
         """The line of the leaf a read follows (-1: an empty transcript)."""
