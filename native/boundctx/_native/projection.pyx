@@ -68,6 +68,13 @@ cdef struct Projection:
     unsigned char stack[MAX_DEPTH]   # the open containers' brackets, outermost first
 
 
+# 1 for the ASCII bytes text content copies as they are: printable, but for '"' and '\\'.
+cdef unsigned char _TEXT_ASCII[256]
+for _c in range(256):
+    _TEXT_ASCII[_c] = 1 if 32 <= _c < 128 and _c != 34 and _c != 92 else 0
+del _c
+
+
 cdef inline Py_ssize_t _utf8_len(unsigned char c) noexcept nogil:
     """Bytes of the UTF-8 sequence that lead byte ``c`` announces (1 for a stray
     continuation byte: copied alone; the decoder will flag it)."""
@@ -117,7 +124,7 @@ cdef TextEnd _copy_text(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at,
     budget lasts, one whole character or escape at a time, so a cut never splits either
     (a surrogate pair counts as one). ``*at``, ``*o_at`` and ``*budget_at`` advance past
     what was copied; the return value says why the copy stopped. Never reads p[n]."""
-    cdef Py_ssize_t j = at[0], o = o_at[0], budget = budget_at[0], u, k
+    cdef Py_ssize_t j = at[0], o = o_at[0], budget = budget_at[0], u, k, limit
     cdef unsigned char c
     cdef TextEnd end
     # Invariant: out[o0:o] == p[j0:j] (the values on entry), whole characters and
@@ -131,14 +138,19 @@ cdef TextEnd _copy_text(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at,
         # byte, alone). Text in other scripts is then not copied a character at a time.
         # Invariant: p[j:u] is whole characters the slow path would copy one by one,
         # and u - j never exceeds the budget.
+        # ASCII is passed over by one table look-up a byte, as far as the budget and
+        # the prefix reach (limit); the mix of ASCII and other scripts in real text
+        # made the range tests before mispredict.
         u = j
-        while u < n:
+        limit = j + budget if budget < n - j else n
+        while True:
+            while u < limit and _TEXT_ASCII[p[u]]:
+                u += 1
+            if u >= limit:
+                break
             c = p[u]
             if c < 128:
-                if c < 32 or c == 34 or c == 92 or u + 1 - j > budget:
-                    break
-                u += 1
-                continue
+                break
             k = _utf8_len(c)
             if k > 1:
                 if u + k > n:
