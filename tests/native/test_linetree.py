@@ -277,6 +277,23 @@ def test_id_index_sorts_any_ids_stably_with_their_lines(ids, repeat, line0):
     assert list(got) == want
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**30), 2**30 - 1), st.integers(1, 300)), min_size=1, max_size=12),
+       st.integers(0, 2**32), st.randoms(use_true_random=False))
+def test_id_index_sorts_ids_that_share_their_top_bits(runs, low_span, rnd):
+    # id_index sorts by the top 31 bits first, then finishes each run of ids whose top
+    # bits are equal: short runs one way, long ones (past 64) another. Runs of up to 300
+    # ids share their top bits here, their low bits drawn from a span that makes
+    # repeats likely or rare; lines come shuffled.
+    ids = [(top << 33) | rnd.randrange(low_span + 1) for top, length in runs for _ in range(length)]
+    rnd.shuffle(ids)
+    up = [0] * len(ids)
+    keys, lines = linetree.id_index(np.array(ids, dtype=np.int64), np.array(up, dtype=np.int64), 0)
+    want = sorted(((k, i) for i, k in enumerate(ids) if k != 0), key=lambda kl: kl[0])
+    got = zip(np.frombuffer(keys, dtype=np.int64).tolist(), np.frombuffer(lines, dtype=np.int64).tolist())
+    assert list(got) == want
+
+
 @pytest.mark.parametrize("expected", [0, 1, 3000])
 def test_an_id_table_grown_past_its_room_keeps_every_first_line(expected):
     table = linetree.IdTable(expected)

@@ -785,25 +785,34 @@ cdef enum:
     _RADIX_BITS = 11
     _RADIX = 1 << _RADIX_BITS
     _PASSES = (64 + _RADIX_BITS - 1) // _RADIX_BITS
+    # The passes from _TOP_PASS on sort by the key's top 31 bits; ids are hashes, so
+    # those nearly always tell them apart, and the rest is a few runs of equal tops.
+    _TOP_PASS = 3
+    _TOP_SHIFT = _TOP_PASS * _RADIX_BITS
+    # A run of equal tops this short is finished by insertion, a longer one by the
+    # passes below _TOP_PASS.
+    _SHORT_RUN = 64
 
 
-cdef _Keyed *_radix_sort(_Keyed *a, _Keyed *b, Py_ssize_t n, Py_ssize_t *count) noexcept nogil:
-    """Sort ``a[0:n]`` (n >= 1) by key, stably (equal keys keep their order), with ``b``
-    as room for n more and ``count`` for ``_PASSES * _RADIX`` counters: LSD radix, 11 bits
-    a pass. Returns whichever of ``a`` and ``b`` holds the sorted items. A pass whose
-    digit is the same for every item is skipped."""
+cdef _Keyed *_radix_sort(_Keyed *a, _Keyed *b, Py_ssize_t n, Py_ssize_t *count, int first,
+                         int last) noexcept nogil:
+    """Sort ``a[0:n]`` (n >= 1) by the key's digits of passes ``first..last - 1`` (11 bits
+    a pass, the least significant first), stably (equal digits keep their order), with
+    ``b`` as room for n more and ``count`` for ``_PASSES * _RADIX`` counters: LSD radix.
+    Returns whichever of ``a`` and ``b`` holds the sorted items. A pass whose digit is
+    the same for every item is skipped."""
     cdef Py_ssize_t k, total, c
     cdef Py_ssize_t *cp
     cdef int p, shift
     cdef _Keyed *t
-    memset(count, 0, _PASSES * _RADIX * sizeof(Py_ssize_t))
+    memset(count, 0, (last - first) * _RADIX * sizeof(Py_ssize_t))
     # One read of the items counts the digits of every pass.
     for k in range(n):
-        for p in range(_PASSES):
-            count[p * _RADIX + ((a[k].key >> (p * _RADIX_BITS)) & (_RADIX - 1))] += 1
-    for p in range(_PASSES):
+        for p in range(first, last):
+            count[(p - first) * _RADIX + ((a[k].key >> (p * _RADIX_BITS)) & (_RADIX - 1))] += 1
+    for p in range(first, last):
         shift = p * _RADIX_BITS
-        cp = count + p * _RADIX
+        cp = count + (p - first) * _RADIX
         if cp[(a[0].key >> shift) & (_RADIX - 1)] == n:
             continue  # one digit for all: the order stands
         # cp[d] becomes where the first item with digit d goes.
@@ -821,6 +830,41 @@ cdef _Keyed *_radix_sort(_Keyed *a, _Keyed *b, Py_ssize_t n, Py_ssize_t *count) 
         a = b
         b = t
     return a
+
+
+cdef _Keyed *_sort_by_key(_Keyed *a, _Keyed *b, Py_ssize_t n, Py_ssize_t *count) noexcept nogil:
+    """``a[0:n]`` (n >= 1) sorted by key, stably, with ``b`` as room for n more: returns
+    whichever holds them. First by the top bits (three passes where all six would read
+    and write every item twice as often), then each run of equal tops by the rest."""
+    cdef _Keyed *done = _radix_sort(a, b, n, count, _TOP_PASS, _PASSES)
+    cdef _Keyed *spare = b if done == a else a
+    cdef _Keyed *run
+    cdef _Keyed item
+    cdef Py_ssize_t k = 0, e, x, y
+    cdef uint64_t top
+    # Invariant: done[0:k] is sorted by key, and every key after it is greater than
+    # any in it (a run of equal tops is finished whole).
+    while k < n:
+        top = done[k].key >> _TOP_SHIFT
+        e = k + 1
+        while e < n and done[e].key >> _TOP_SHIFT == top:
+            e += 1
+        if e - k > _SHORT_RUN:
+            run = _radix_sort(done + k, spare + k, e - k, count, 0, _TOP_PASS)
+            if run != done + k:
+                memcpy(done + k, run, (e - k) * sizeof(_Keyed))
+        else:
+            # Insertion: an item moves back past the greater keys only, so equal
+            # keys keep their order.
+            for x in range(k + 1, e):
+                item = done[x]
+                y = x
+                while y > k and done[y - 1].key > item.key:
+                    done[y] = done[y - 1]
+                    y -= 1
+                done[y] = item
+        k = e
+    return done
 
 
 def id_index(const int64_t[::1] ids, const int64_t[::1] up, int64_t line0):
@@ -853,7 +897,7 @@ def id_index(const int64_t[::1] ids, const int64_t[::1] up, int64_t line0):
                     items[got].key = (<uint64_t>ids[k]) ^ sign
                     items[got].line = line0 + k
                     got += 1
-            done = _radix_sort(items, items + max(n, 1), got, count) if got else items
+            done = _sort_by_key(items, items + max(n, 1), got, count) if got else items
         keys_b = PyBytes_FromStringAndSize(NULL, got * 8)
         lines_b = PyBytes_FromStringAndSize(NULL, got * 8)
         keys = <int64_t *><char *>keys_b
