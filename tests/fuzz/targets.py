@@ -485,6 +485,23 @@ def fuzz_hang_lines(src: Source) -> None:
             raise Mismatch(f"IdTable does not keep the first line of id {row[0]}")
 
 
+def fuzz_hangs_as_chain(src: Source) -> None:
+    """Chains, broken anywhere by a copy, a root, a fork or a wild value; any first line."""
+    n = src.int(0, 12)
+    line0 = src.choice([0, 1, 9, 2**62 - n, 2**62 - n + 1, -1])
+    up = [line0 + k - 1 for k in range(n)]
+    if n and src.bool():
+        up[src.int(0, n - 1)] = src.choice([-3, -1, 0, 5, INT64_MAX, INT64_MIN])
+    try:
+        got = linetree.hangs_as_chain(_i64(up), line0)
+    except ValueError:
+        if 0 <= line0 <= 2**62 - n:
+            raise Mismatch(f"hangs_as_chain refused line {line0} for {n} lines") from None
+        return
+    if got != ref_linetree.hangs_as_chain(up, line0):
+        raise Mismatch(f"hangs_as_chain({up}, {line0}) = {got}")
+
+
 def fuzz_place_lines(src: Source) -> None:
     """Hostile ``up`` arrays: later lines, lines not given, copies hung on: refused."""
     n = src.int(0, 12)
@@ -698,6 +715,7 @@ TARGETS = {
     "linetree.reads_as_list": fuzz_hang_lines,
     "linetree.branch_lines": fuzz_branch_lines,
     "linetree.id_index": fuzz_id_index,
+    "linetree.hangs_as_chain": fuzz_hangs_as_chain,
     "projection.project_display": fuzz_project_display,
     "projection.escape_line_separators": fuzz_escape_line_separators,
     "projection.count_openers": fuzz_count_openers,

@@ -277,6 +277,22 @@ def test_id_index_sorts_any_ids_stably_with_their_lines(ids, repeat, line0):
     assert list(got) == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(link_rows())
+def test_a_tree_hangs_as_a_chain_as_the_twin_says(case):
+    # hang_lines of random links (copies, forks, roots), and the same lines as a plain
+    # chain, whole and from a later first line.
+    rows, _kinds, cuts = case
+    up = ref.hang(rows)
+    assert linetree.hangs_as_chain(np.array(up, dtype=np.int64), 0) == ref.hangs_as_chain(up)
+    line0 = cuts[0] if cuts else 0
+    chain = [line0 + k - 1 for k in range(len(rows))]
+    assert linetree.hangs_as_chain(np.array(chain, dtype=np.int64), line0)
+    if rows:
+        chain[-1] = linetree.COPY
+        assert not linetree.hangs_as_chain(np.array(chain, dtype=np.int64), line0)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(-(2**30), 2**30 - 1), st.integers(1, 300)), min_size=1, max_size=12),
        st.integers(0, 2**32), st.randoms(use_true_random=False))

@@ -92,6 +92,11 @@ def hang(links: list[tuple[int, int, int, int]]) -> list[int]:
     return up
 
 
+def hangs_as_chain(up: list[int], line0: int = 0) -> bool:
+    """Whether each line hangs on the line just before it (the first of a file on nothing)."""
+    return all(u == line0 + k - 1 for k, u in enumerate(up))
+
+
 def _descends(up: list[int], c: int, a: int) -> bool:
     while c >= 0:
         if c == a:

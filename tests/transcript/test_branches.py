@@ -381,8 +381,16 @@ def test_links_read_in_the_scan_make_the_tree_a_second_read_makes(tmp_path, seed
     finally:
         os.close(fd)
     assert bytes(layout.kinds.all().astype("u1")) == kinds
-    for name in ("ids", "up", "pos", "tip", "comp"):
+    assert layout.reads_as_chain == again.chain
+    for name in ("ids", "up") if again.chain else ("ids", "up", "pos", "tip", "comp"):
         assert getattr(layout, name).all().astype("i8").tobytes() == getattr(again, name), name
+    if again.chain:
+        # A chain's places are worked out when read, never made (decision 0053): they
+        # are the ones the twin places.
+        up = np.frombuffer(again.up, dtype=np.int64).tolist()
+        assert up == list(range(-1, len(up) - 1))
+        for name, want in zip(("pos", "tip", "comp"), ref.place(up, list(kinds))):
+            assert getattr(layout, name).all().tolist() == want, name
     assert layout.kinds.all().tolist().count(lineindex.UNDECIDED) == 0
     assert res.kinds.count(lineindex.UNDECIDED) == (pad > 100) * sum("pad" in r for r in records)
     with Transcript.open(path) as t:

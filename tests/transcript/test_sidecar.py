@@ -17,6 +17,8 @@ from boundctx.transcript import store as store_mod
 from boundctx.transcript.arrays import Chunked, SidecarLies
 from boundctx.transcript.sidecar import MAGIC, sidecar_paths
 
+from tests._support import rewound_session
+
 
 def make(path, n, prefix="m"):
     path.write_bytes(b"".join(
@@ -246,7 +248,8 @@ TREE = ("ids", "up", "pos", "tip", "comp", "id_keys", "id_lines")
 
 def read_segments(side):
     """The segments of a sidecar: [header dict, starts, kinds, messages, compactions,
-    ids, up, pos, tip, comp, id_keys, id_lines]."""
+    ids, up, pos, tip, comp, id_keys, id_lines]; a chain's segment has ids alone of the
+    five tree arrays (decision 0053)."""
     data = Path(side).read_bytes()
     assert data[:8] == MAGIC
     pos, segs = 8, []
@@ -257,7 +260,8 @@ def read_segments(side):
         n, m, c, k = header["n"], header["m"], header["c"], header["k"]
         arrays = []
         for dtype, count, width in (("<i8", n, 8 * n), ("u1", n, (n + 7) & ~7),
-                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c), *[("<i8", n, 8 * n)] * 5,
+                                    ("<i8", m, 8 * m), ("<i8", c, 8 * c),
+                                    *[("<i8", n, 8 * n)] * (1 if header["chain"] else 5),
                                     ("<i8", k, 8 * k), ("<i8", k, 8 * k)):
             arrays.append(np.frombuffer(data, dtype=dtype, count=count, offset=pos).copy())
             pos += width
@@ -411,6 +415,65 @@ def test_a_large_sidecar_read_on_demand_that_lies_is_rebuilt_on_first_use(tmp_pa
     check_reads_give_the_file(path, n, near=n // 2)
 
 
+def test_a_chain_stores_no_places_and_a_rewind_appended_after_it_stores_them(tmp_path):
+    # Decision 0053: while every line hangs on the one before, a segment stores ids alone
+    # of the five tree arrays, and the places are worked out when read. A rewind makes
+    # the tree a tree: the next segment stores them, and both read back.
+    records = rewound_session(old=8, fork_after=3, new=3, header=False)
+    path = tmp_path / "s.jsonl"
+    side = str(path) + ".layout"
+    path.write_bytes(b"".join(encode_record(r) for r in records[:8]))
+    Transcript.open(path).close()
+    [seg] = read_segments(side)
+    assert seg[0]["chain"] == 1 and seg[0]["as_list"] == 1
+    assert len(seg) == 1 + 4 + 1 + 2  # header, starts..compactions, ids, the id index
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        assert [m.line for m in t.window().messages] == list(range(8))
+        assert [m.line for m in t.window(leaf=4).messages] == list(range(5))
+        assert [m.index for m in t.window(leaf=4, message_before=3).messages] == [0, 1, 2]
+    with open(path, "ab") as f:
+        f.write(b"".join(encode_record(r) for r in records[8:]))
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "extend"
+        assert [m.line for m in t.window().messages] == [0, 1, 2, 3, 8, 9, 10]
+        assert not t.in_file_order
+    segs = read_segments(side)
+    assert [g[0]["chain"] for g in segs] == [1, 0]
+    assert len(segs[1]) == 1 + 4 + 5 + 2
+    with Transcript.open(path) as t:
+        assert t.layout_outcome == "valid"
+        assert [m.line for m in t.window().messages] == [0, 1, 2, 3, 8, 9, 10]
+        assert [m.line for m in t.window(leaf=7).messages] == list(range(8))
+        assert sorted(b.leaf for b in t.branches()) == [7, 10]
+
+
+@pytest.mark.parametrize("lie_about", ["a chain after a tree", "a chain that is no list"])
+def test_a_segment_that_claims_a_chain_it_cannot_be_is_rebuilt(tmp_path, lie_about):
+    records = rewound_session(old=8, fork_after=3, new=3, header=False)
+    path = tmp_path / "s.jsonl"
+    side = str(path) + ".layout"
+    path.write_bytes(b"".join(encode_record(r) for r in records[:8]))
+    Transcript.open(path).close()
+    with open(path, "ab") as f:
+        f.write(b"".join(encode_record(r) for r in records[8:]))
+    Transcript.open(path).close()
+    first, second = read_segments(side)
+    if lie_about == "a chain after a tree":
+        # The first segment a tree (its places written out), the second a chain.
+        up = np.arange(-1, 7, dtype=np.int64)
+        pos = np.arange(8, dtype=np.int64)
+        first = [{**first[0], "chain": 0}, *first[1:6], up, pos, up + 1, np.full(8, -1), *first[6:]]
+        second = [{**second[0], "chain": 1, "as_list": 1}, *second[1:6], *second[10:]]
+    else:
+        first = [{**first[0], "as_list": 0}, *first[1:]]
+        second = [{**second[0], "chain": 0, "as_list": 0}, *second[1:]]
+    write_segments(side, [first, second], path=path)
+    with Transcript.open(path) as t:
+        assert t.layout_outcome != "valid"
+        assert [m.line for m in t.window().messages] == [0, 1, 2, 3, 8, 9, 10]
+
+
 @pytest.mark.parametrize("damage", ["falls", "repeats", "negative", "at_the_end", "past_the_end"])
 def test_a_span_of_lines_is_refused_when_its_offsets_do_not_rise_inside_the_file(tmp_path, damage):
     # Every read of a window goes through one span of line offsets (Layout.line_span):
@@ -450,7 +513,8 @@ def test_random_lies_in_a_large_sidecar_never_escape_as_exceptions(tmp_path, big
         which = int(rng.integers(0, 5))
         values = rng.choice([I64_MAX, I64_MIN, -1, 0, size, size + 1, int(rng.integers(-size, 2 * size)),
                              int(rng.integers(I64_MIN, I64_MAX, dtype=np.int64))], size=2)
-        target = (starts, messages, kinds, tree[1], tree[3])[which]  # tree: up, tip
+        # tree: up and tip, or a chain's ids and id keys (it stores no places)
+        target = (starts, messages, kinds, *((tree[0], tree[1]) if segs[0][0]["chain"] else (tree[1], tree[3])))[which]
         if which == 2:
             kinds[at] = int(rng.integers(0, 256))
         else:
@@ -537,7 +601,8 @@ _ints = st.one_of(st.integers(-2**63, 2**64 - 1), st.integers(-300, 300),
     # str8/16/32 forms: a 2-byte character 40,000 times is 80,000 bytes
     "path": st.one_of(st.text(max_size=300), st.integers(0, 3).map(lambda k: "\u00fc" * (40000 + k))),
     "start": _ints, "end": _ints, "scanned": _ints, "line0": _ints, "n": _ints, "m": _ints,
-    "c": _ints, "k": _ints, "as_list": st.sampled_from([0, 1]), "identity": st.tuples(_ints, _ints, _ints, _ints),
+    "c": _ints, "k": _ints, "as_list": st.sampled_from([0, 1]), "chain": st.sampled_from([0, 1]),
+    "identity": st.tuples(_ints, _ints, _ints, _ints),
     "head": st.text(max_size=40), "tail": st.text(max_size=40),
     "bad": st.one_of(st.lists(_ints, max_size=20), st.integers(65530, 65540).map(lambda k: list(range(k)))),
 }))
@@ -551,7 +616,8 @@ def test_encode_header_writes_what_msgspec_writes_and_reads(fields):
 
 def test_encode_header_refuses_other_fields_and_values():
     fields = dict(v=2, dialect="auto", window=1, path="/p", start=0, end=0, scanned=0,
-                  line0=0, n=0, m=0, c=0, k=0, as_list=1, identity=(0, 0, 0, 0), head="", tail="", bad=[])
+                  line0=0, n=0, m=0, c=0, k=0, as_list=1, chain=1, identity=(0, 0, 0, 0), head="", tail="",
+                  bad=[])
     with pytest.raises(ValueError, match="fields"):
         sidecar.encode_header(**{k: v for k, v in fields.items() if k != "bad"})
     with pytest.raises(OverflowError):
@@ -590,7 +656,7 @@ def test_a_large_sidecar_whose_id_index_lies_is_rebuilt_when_an_append_reads_it(
     from boundctx.transcript.tree import id_hash
 
     path, n, segs = copy_of(big_transcript, tmp_path)
-    keys, lines = segs[0][10], segs[0][11]
+    keys, lines = segs[0][-2], segs[0][-1]
     at = int(np.flatnonzero(keys == id_hash("m5"))[0])
     lines[at] = 4000  # m5 said to be another line
     write_segments(str(path) + ".layout", segs, path=path)
@@ -603,7 +669,7 @@ def test_a_large_sidecar_whose_id_index_lies_is_rebuilt_when_an_open_extends_it(
     from boundctx.transcript.tree import id_hash
 
     path, n, segs = copy_of(big_transcript, tmp_path)
-    keys, lines = segs[0][10], segs[0][11]
+    keys, lines = segs[0][-2], segs[0][-1]
     lines[int(np.flatnonzero(keys == id_hash("m5"))[0])] = 4000
     write_segments(str(path) + ".layout", segs, path=path)
     with open(path, "ab") as f:  # another writer appends: the next open extends the layout

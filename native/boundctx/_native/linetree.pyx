@@ -33,7 +33,8 @@ the file in order shows abandoned branches as current. This module gives each li
 
   and, from ``up``: ``pos`` (the messages above the line on its branch: a message's
   stable index on any branch through it), ``tip`` (the nearest message at or above it)
-  and ``comp`` (the nearest compaction at or above it).
+  and ``comp`` (the nearest compaction at or above it). A tree whose lines each hang on
+  the line before (:func:`hangs_as_chain`) needs none of them made (decision 0053).
 
 Nothing here decodes JSON into Python objects; the lexer is ``jsonlex.pxd``'s.
 """
@@ -634,6 +635,20 @@ def hang_lines(const uint64_t[::1] links, IdTable table not None, int64_t line0,
     finally:
         free(seen)
     return ids_b, up_b
+
+
+def hangs_as_chain(const int64_t[::1] up, int64_t line0) -> bool:
+    """Whether each of lines ``line0...`` hangs on the line just before it (``up[k] ==
+    line0 + k - 1``; the first line of a file on nothing, ``ROOT``): no copy, no fork, no
+    line hung elsewhere. A tree that is such a chain keeps its places implicit (every
+    line's ``pos``, ``tip`` and ``comp`` follow from the message and compaction lines)."""
+    cdef Py_ssize_t count = up.shape[0], k = 0
+    if not 0 <= line0 <= _MAX_LINE - count:
+        raise ValueError(f"line {line0} is out of range")
+    with nogil:
+        while k < count and up[k] == line0 + k - 1:
+            k += 1
+    return k == count
 
 
 cdef inline int64_t _up_of(int64_t j, int64_t line0, const int64_t *up_new,

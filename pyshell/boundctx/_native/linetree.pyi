@@ -33,6 +33,7 @@ def line_links(
 def hang_lines(
     links: _Ints, table: IdTable, line0: int, up_before: _Ints, last_kept: int
 ) -> tuple[bytes, bytes]: ...
+def hangs_as_chain(up: _Ints, line0: int) -> bool: ...
 def place_lines(
     up: _Ints, kinds: _Ints, line0: int, ref_lines: _Ints, ref_pos: _Ints, ref_tip: _Ints,
     ref_comp: _Ints,

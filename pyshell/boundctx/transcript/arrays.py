@@ -15,7 +15,7 @@ import numpy as np
 from boundctx._files import open_regular
 from boundctx.transcript.sidecar import pread_exact
 
-__all__ = ["Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
+__all__ = ["ChainPlaces", "Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
@@ -133,6 +133,66 @@ class FileArray:
         return lo + int(np.searchsorted(self.read(lo, hi), value, side="right"))
 
 
+class ChainPlaces:
+    """``up``, ``pos``, ``tip`` or ``comp`` (``what``) of lines ``line0...line0 + count -
+    1`` of a tree that is a chain (decision 0053): each line hangs on the one before, so
+    ``up`` is the line before, ``pos`` the messages before the line, ``tip`` and ``comp``
+    the newest message and the newest compaction at or before it (-1: none). Worked out
+    on demand from the layout's message and compaction lines, as ``linetree.place_lines``
+    would have placed them, and indexed like a :class:`FileArray` (chunk-relative)."""
+
+    __slots__ = ("what", "line0", "count", "messages", "compactions")
+
+    def __init__(self, what: str, line0: int, count: int, messages: Chunked, compactions: Chunked) -> None:
+        if what not in ("up", "pos", "tip", "comp"):
+            raise ValueError(f"no place is called {what!r}")
+        self.what = what
+        self.line0 = line0
+        self.count = count
+        self.messages = messages
+        self.compactions = compactions
+
+    def __len__(self) -> int:
+        return self.count
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        lines = np.arange(self.line0 + lo, self.line0 + hi, dtype=np.int64)
+        if self.what == "up":
+            return lines - 1
+        seq = self.compactions if self.what == "comp" else self.messages
+        if not len(lines):
+            return lines
+        first = seq.bisect_right(int(lines[0]) - 1)  # entries before the first line
+        inside = seq.slice(first, seq.bisect_right(int(lines[-1])))
+        if self.what == "pos":
+            return first + np.searchsorted(inside, lines, side="left")
+        at = np.searchsorted(inside, lines, side="right")  # entries of `inside` at or before each
+        newest = np.full(len(lines), seq[first - 1] if first else -1, dtype=np.int64)
+        newest[at > 0] = inside[at[at > 0] - 1]
+        return newest
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(self.count)
+            assert step == 1
+            return self.read(lo, max(lo, hi))
+        if isinstance(key, np.ndarray):
+            if len(key) == 0:
+                return np.empty(0, dtype=np.int64)
+            lo, hi = int(key.min()), int(key.max()) + 1
+            if lo < 0 or hi > self.count:
+                raise IndexError(f"index out of range 0..{self.count - 1}")
+            return self.read(lo, hi)[key - lo]
+        i = int(key)
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return self.read(i, i + 1)[0]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = self.read(0, self.count)
+        return whole if dtype is None else whole.astype(dtype)
+
+
 def _searchsorted_right(arr, value: int) -> int:
     if isinstance(arr, FileArray):
         return arr.searchsorted_right(value)
@@ -155,7 +215,13 @@ class Chunked:
         if len(arr) == 0:
             return
         last = self._chunks[-1] if self._chunks else None
-        if last is not None and len(last) < _SMALL and not isinstance(arr, FileArray):
+        if isinstance(last, ChainPlaces) and isinstance(arr, ChainPlaces) and last.what == arr.what \
+                and last.line0 + last.count == arr.line0:
+            # A chain goes on: still one chunk (its places are worked out, not stored).
+            last.count += arr.count
+            self._bounds[-1] += len(arr)
+        elif last is not None and len(last) < _SMALL and isinstance(arr, np.ndarray) \
+                and not isinstance(last, ChainPlaces):
             # Merge into a small tail chunk, so many single-line appends stay one chunk
             # (lookups walk the chunks).
             if isinstance(last, FileArray):

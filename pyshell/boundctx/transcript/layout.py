@@ -23,6 +23,7 @@ import numpy as np
 
 from boundctx._native import filescan, lineindex, linetree
 from boundctx.transcript.arrays import (
+    ChainPlaces,
     Chunked,
     FileArray,
     SidecarFile,
@@ -159,6 +160,11 @@ class Layout:
     reads_as_list : bool
         Every message follows the one before it in the file: the tree is a list, read
         as one (the message arrays above are its only branch).
+    reads_as_chain : bool
+        Every line hangs on the line before it (decision 0053): ``up``, ``pos``, ``tip``
+        and ``comp`` are worked out from the message and compaction lines
+        (:class:`~boundctx.transcript.arrays.ChainPlaces`), and a sidecar stores none
+        of them. A chain reads as a list.
     indexed_end : int
         Offset just past the last ``\\n`` indexed.
     scanned_end : int
@@ -178,6 +184,7 @@ class Layout:
     tip: Chunked = field(default_factory=Chunked)
     comp: Chunked = field(default_factory=Chunked)
     reads_as_list: bool = True
+    reads_as_chain: bool = True
     indexed_end: int = 0
     scanned_end: int = 0
     head_hash: str = ""
@@ -311,12 +318,23 @@ class Layout:
                     up_before=np.ascontiguousarray(self.up.slice(line0 - tail, line0), dtype=_i8).tobytes(),
                     last_kept=self._last_kept(line0), refs=self._places,
                     messages_before=len(self.messages),
-                    compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1)
-        for arr, data in ((self.ids, tree.ids), (self.up, tree.up), (self.pos, tree.pos),
-                          (self.tip, tree.tip), (self.comp, tree.comp)):
-            arr.extend(np.frombuffer(data, dtype=_i8))
+                    compaction_before=self.compactions[len(self.compactions) - 1] if len(self.compactions) else -1,
+                    chain_before=self.reads_as_chain)
+        self.ids.extend(np.frombuffer(tree.ids, dtype=_i8))
+        if tree.chain:
+            self._extend_chain(line0, n)
+        else:
+            for arr, data in ((self.up, tree.up), (self.pos, tree.pos), (self.tip, tree.tip), (self.comp, tree.comp)):
+                arr.extend(np.frombuffer(data, dtype=_i8))  # type: ignore[arg-type]
         self.unsorted_ids.append((line0, tree.ids, tree.up))
         self.reads_as_list = self.reads_as_list and tree.reads_as_list
+        self.reads_as_chain = self.reads_as_chain and tree.chain
+
+    def _extend_chain(self, line0: int, n: int) -> None:
+        """``up``, ``pos``, ``tip`` and ``comp`` of lines ``line0...line0 + n - 1`` of a
+        chain: worked out when read, never stored."""
+        for arr, what in ((self.up, "up"), (self.pos, "pos"), (self.tip, "tip"), (self.comp, "comp")):
+            arr.extend(ChainPlaces(what, line0, n, self.messages, self.compactions))
 
     def sort_ids(self) -> None:
         """Put the runs in ``unsorted_ids`` into ``id_index``, in their order."""
@@ -457,6 +475,7 @@ class SegmentHeader(msgspec.Struct, forbid_unknown_fields=False):
     c: int
     k: int
     as_list: int
+    chain: int
     identity: tuple[int, int, int, int]
     head: str
     tail: str
@@ -472,15 +491,19 @@ def _segment_pieces(layout: Layout, path: str, line0: int, start: int) -> list:
     messages = layout.messages.slice(mlo, len(layout.messages)).astype(_i8, copy=False)
     compactions = layout.compactions.slice(clo, len(layout.compactions)).astype(_i8, copy=False)
     ident = layout.identity
+    # A chain's sidecar stores only its ids of the tree arrays (decision 0053).
+    chain = layout.reads_as_chain
     tree_arrays = [np.ascontiguousarray(a.slice(line0, line0 + n), dtype=_i8)
-                   for a in (layout.ids, layout.up, layout.pos, layout.tip, layout.comp)]
+                   for a in ((layout.ids, layout.up) if chain else
+                             (layout.ids, layout.up, layout.pos, layout.tip, layout.comp))]
     keys, lines = id_index_of(tree_arrays[0], tree_arrays[1], line0)
-    tree = [a.tobytes() for a in tree_arrays] + [keys.tobytes(), lines.tobytes()]
+    tree = [a.tobytes() for a in (tree_arrays[:1] if chain else tree_arrays)] + [keys.tobytes(), lines.tobytes()]
     header = encode_header(
         v=FORMAT_VERSION, dialect=layout.dialect, window=layout.classify_window, path=path,
         start=start, end=layout.indexed_end, scanned=layout.scanned_end, line0=line0,
         n=n, m=len(messages), c=len(compactions), k=len(keys), as_list=int(layout.reads_as_list),
-        identity=tuple(ident), head=layout.head_hash, tail=layout.tail_hash, bad=sorted(layout.known_bad))
+        chain=int(chain), identity=tuple(ident), head=layout.head_hash, tail=layout.tail_hash,
+        bad=sorted(layout.known_bad))
     return segment_pieces(header, starts.tobytes(), kinds.tobytes(), messages.tobytes(),
                           compactions.tobytes(), tree)
 
@@ -607,13 +630,18 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
             raise ValueError("inconsistent counts")
         if not 0 <= h.k <= h.n:
             raise ValueError("inconsistent counts")
-        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c + 5 * 8 * h.n + 2 * 8 * h.k
+        if h.chain and not (h.as_list and (layout is None or layout.reads_as_chain)):
+            raise ValueError("a segment says its tree is a chain where the tree before it is not one, "
+                             "or where it does not read as a list")
+        # A chain stores ids alone of the five tree arrays (decision 0053).
+        per_line = 1 if h.chain else 5
+        need = 8 * h.n + pad8(h.n) + 8 * h.m + 8 * h.c + per_line * 8 * h.n + 2 * 8 * h.k
         if pos + need > size:
             raise ValueError("truncated arrays")
         stored: list[FileArray] = []
         for dtype, count, width, increasing in ((_i8, h.n, 8 * h.n, True), (np.uint8, h.n, pad8(h.n), False),
                                                 (_i8, h.m, 8 * h.m, True), (_i8, h.c, 8 * h.c, True),
-                                                *[(_i8, h.n, 8 * h.n, False)] * 5,
+                                                *[(_i8, h.n, 8 * h.n, False)] * per_line,
                                                 (_i8, h.k, 8 * h.k, True), (_i8, h.k, 8 * h.k, False)):
             stored.append(FileArray(f, pos, count, dtype, increasing=increasing))
             pos += width
@@ -625,23 +653,31 @@ def _read_segments(f: SidecarFile, real: str, dialect: str, classify_window: int
             # Compactions are few: hold them, for the binary searches every window does.
             arrays[3] = stored[3].read(0, len(stored[3]))
         starts, kinds, messages, compactions = arrays[:4]
-        tree = arrays[4:9]
-        id_keys, id_lines = arrays[9:]
+        tree = arrays[4 : 4 + per_line]
+        id_keys, id_lines = arrays[4 + per_line :]
         if layout is None:
             layout = Layout(dialect=dialect, classify_window=classify_window, identity=Identity(*h.identity))
         # Segments must tile the file and the line numbering without gaps.
         if h.start != layout.indexed_end or h.line0 != len(layout.starts):
             raise ValueError("segments do not join up")
         _check_segment(h, starts, kinds, messages, compactions)
-        _check_tree(layout, h, kinds, tree, id_keys, id_lines)
+        if h.chain:
+            _check_chain(h, tree[0], id_keys, id_lines)
+        else:
+            _check_tree(layout, h, kinds, tree, id_keys, id_lines)
         layout.starts.extend(starts)
         layout.kinds.extend(kinds)
         layout.messages.extend(messages)
         layout.compactions.extend(compactions)
-        for arr, part in zip((layout.ids, layout.up, layout.pos, layout.tip, layout.comp), tree):
-            arr.extend(part)
+        layout.ids.extend(tree[0])
+        if h.chain:
+            layout._extend_chain(h.line0, h.n)
+        else:
+            for arr, part in zip((layout.up, layout.pos, layout.tip, layout.comp), tree[1:]):
+                arr.extend(part)
         layout.id_index.append((id_keys, id_lines))
         layout.reads_as_list = layout.reads_as_list and bool(h.as_list)
+        layout.reads_as_chain = layout.reads_as_chain and bool(h.chain)
         layout.indexed_end = h.end
         layout.scanned_end = h.scanned
         layout.identity = Identity(*h.identity)
@@ -685,6 +721,19 @@ def _check_segment(h: SegmentHeader, starts, kinds, messages, compactions) -> No
     for name, arr in (("messages", messages), ("compactions", compactions)):
         if len(arr) and not (lo <= int(arr[0]) and int(arr[len(arr) - 1]) < hi):
             raise ValueError(f"{name} outside the segment")
+
+
+def _check_chain(h: SegmentHeader, ids, id_keys, id_lines) -> None:
+    """What a chain's segment claims of its tree (decision 0053), checked whole where its
+    ids are held in memory: the id index is the one its lines make, each line hung on the
+    line before it. (That the tree before it is a chain, and that it reads as a list, is
+    checked by the reader.)"""
+    if not isinstance(ids, np.ndarray):
+        return
+    up = np.arange(h.line0 - 1, h.line0 + h.n - 1, dtype=_i8)
+    keys, lines = id_index_of(ids, up, h.line0)
+    if not (np.array_equal(keys, id_keys) and np.array_equal(lines, id_lines)):
+        raise ValueError("the segment's id index is not the one its lines make")
 
 
 def _check_tree(layout: Layout, h: SegmentHeader, kinds, tree, id_keys, id_lines) -> None:

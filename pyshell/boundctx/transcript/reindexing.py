@@ -93,9 +93,12 @@ def _scan_and_encode(fd: int, path: str, real: str, dialect: str, progress) -> t
     header = encode_header(
         v=FORMAT_VERSION, dialect=dialect, window=DEFAULT_CLASSIFY_WINDOW, path=real,
         start=0, end=res.indexed_end, scanned=res.scanned_end, line0=0, n=n, m=m, c=c,
-        k=len(id_keys) // 8, as_list=int(tree.reads_as_list), identity=tuple(ident), head=head, tail=tail, bad=[])
+        k=len(id_keys) // 8, as_list=int(tree.reads_as_list), chain=int(tree.chain), identity=tuple(ident),
+        head=head, tail=tail, bad=[])
     report = ReindexReport(
         path=path, ok=True, bytes=res.scanned_end, lines=n, messages=m, compactions=c,
         corrupt=kinds.count(LineKind.CORRUPT), torn_bytes=res.torn_bytes)
+    # A chain stores ids alone of its tree arrays (decision 0053).
+    arrays: list = [tree.ids] if tree.chain else [tree.ids, tree.up, tree.pos, tree.tip, tree.comp]
     return report, [MAGIC, *segment_pieces(header, res.starts, kinds, messages, compactions,
-                                           [*tree[:5], id_keys, id_lines])]
+                                           [*arrays, id_keys, id_lines])]

@@ -25,7 +25,10 @@ read. The format::
 
 The last seven are the tree of the entries (``tree.py``) and the index an append finds
 earlier ids by (binary search, not a read of every id); the header's ``as_list`` says
-whether the tree, up to the segment's end, still reads as a list. The header says which
+whether the tree, up to the segment's end, still reads as a list, and ``chain`` whether it
+is a chain: every line hung on the line before it. A chain's segment stores no ``up``,
+``pos``, ``tip`` or ``comp``: they follow from ``messages`` and ``compactions``
+(decision 0053), and most transcripts are chains. The header says which
 byte range the segment covers (``start``..``end``), the line number of its first line,
 the counts, the file identity ``(dev, ino, size, mtime_ns)``
 seen when it was written, and hashes of the first 4 KiB and of the 4 KiB before
@@ -73,13 +76,13 @@ __all__ = [
 
 MAGIC = b"BCTXLAY\x01"
 # 2: Claude Code compact_boundary and Codex user_message lines (decision 0018);
-# 3: the tree of the entries (decision 0047)
-FORMAT_VERSION = 3
+# 3: the tree of the entries (decision 0047); 4: a chain stores no places (decision 0053)
+FORMAT_VERSION = 4
 HASH_SPAN = 4096
 SEG_HEAD = struct.Struct("<II")
 #: The header's keys, in the order they are written (layout.SegmentHeader's fields).
 HEADER_FIELDS = ("v", "dialect", "window", "path", "start", "end", "scanned", "line0", "n",
-                 "m", "c", "k", "as_list", "identity", "head", "tail", "bad")
+                 "m", "c", "k", "as_list", "chain", "identity", "head", "tail", "bad")
 
 if sys.byteorder != "little":  # the arrays are written as the native scan makes them
     raise ImportError("boundctx's layout sidecar is little-endian; this platform is not")
@@ -173,9 +176,9 @@ def pad8(n: int) -> int:
 
 
 def segment_pieces(header: bytes, starts, kinds, messages, compactions, tree) -> list:
-    """One segment: the header (from :func:`encode_header`), the four arrays and the
-    seven of ``tree`` (buffers of little-endian int64, of uint8 for ``kinds``), padded as
-    the format says, as the pieces it is made of, in order. A whole sidecar of a big
+    """One segment: the header (from :func:`encode_header`), the four arrays and those
+    of ``tree`` (seven, or three for a chain: buffers of little-endian int64, of uint8
+    for ``kinds``), padded as the format says, as the pieces it is made of, in order. A whole sidecar of a big
     transcript is tens of megabytes: written piece by piece (:func:`write_whole`), it is
     never copied into one buffer first."""
     head = header

@@ -13,7 +13,9 @@ Where each line hangs is worked out once, natively, when the line is indexed
 the line offsets: per line its id's hash, the line it hangs on (``up``), the messages above
 it (``pos``: a message's index on any branch through it), the nearest message and the
 nearest compaction at or above it (``tip``, ``comp``). A branch's newest window is a walk
-of ``tip`` and ``up`` from the leaf, as long as the window; nothing is parsed.
+of ``tip`` and ``up`` from the leaf, as long as the window; nothing is parsed. A tree in
+which every line hangs on the one before (a chain: most files) keeps the last four
+implicit, worked out from the message and compaction lines (decision 0053).
 
 This module imports no numpy: ``boundctx reindex`` builds a tree with it too.
 """
@@ -113,14 +115,18 @@ def read_links(fd: int, starts, first: int, count: int, end: int,
 
 class Tree(NamedTuple):
     """The tree arrays of some lines (int64 bytes each, ``ids`` the hashes' bits) and
-    whether, with the lines before them, they still read as a list."""
+    whether, with the lines before them, they still read as a list, and as a chain:
+    every line hung on the line before it (decision 0053). The places of a chain's
+    lines are not made (``pos``, ``tip`` and ``comp`` are None): they follow from the
+    message and compaction lines (:class:`~boundctx.transcript.arrays.ChainPlaces`)."""
 
     ids: bytes
     up: bytes
-    pos: bytes
-    tip: bytes
-    comp: bytes
+    pos: bytes | None
+    tip: bytes | None
+    comp: bytes | None
     reads_as_list: bool
+    chain: bool = False
 
 
 def build_tree(fd: int, starts: bytes, end: int, kinds: bytes, dialect: str, *,
@@ -131,19 +137,23 @@ def build_tree(fd: int, starts: bytes, end: int, kinds: bytes, dialect: str, *,
     n = len(kinds)
     if links is None:
         links = read_links(fd, starts, 0, n, end, link_keys(dialect))
-    return grow(links, kinds, 0, linetree.IdTable(n))
+    return grow(links, kinds, 0, linetree.IdTable(n), chain_before=True)
 
 
 def grow(links: bytes, kinds: bytes, line0: int, table, *, up_before: bytes = b"",
          last_kept: int = -1, refs=None, messages_before: int = 0,
-         compaction_before: int = -1) -> Tree:
+         compaction_before: int = -1, chain_before: bool = False) -> Tree:
     """The tree arrays of lines ``line0...`` from their links and kinds. ``table`` holds
     the ids of the lines before (and takes theirs); ``up_before``: ``up`` of the lines
     just before ``line0`` (up to ``FANOUT_SPAN`` of them); ``last_kept``: the newest line
     before ``line0`` that is not a copy; ``refs(lines)``: ``(pos, tip, comp)`` of earlier
     lines, as int64 buffers; ``messages_before`` and ``compaction_before`` as
-    :func:`linetree.reads_as_list` takes them."""
+    :func:`linetree.reads_as_list` takes them; ``chain_before``: the lines before
+    ``line0`` are a chain, so new lines that go on with it are one too, and get no
+    places made."""
     ids, up = linetree.hang_lines(_u64(links), table, line0, _i64(up_before), last_kept)
+    if chain_before and linetree.hangs_as_chain(_i64(up), line0):
+        return Tree(ids, up, None, None, None, True, True)
     if line0 and refs is not None:
         ref_lines = sorted({u for u in _i64(up) if 0 <= u < line0})
         ref_b = array.array("q", ref_lines).tobytes()
