@@ -64,7 +64,37 @@ class SidecarFile:
         self.close()
 
 
-class FileArray:
+class _ReadIndexed:
+    """Indexing by reads: a slice, an array of indices (one read of the span they
+    cover) or one index, answered by ``read(lo, hi)`` of ``count`` elements of ``dtype``.
+    What a :class:`FileArray` and :class:`ChainPlaces` answer alike."""
+
+    __slots__ = ()
+    count: int
+    dtype: np.dtype
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(self.count)
+            assert step == 1
+            return self.read(lo, max(lo, hi))
+        if isinstance(key, np.ndarray):
+            if len(key) == 0:
+                return np.empty(0, dtype=self.dtype)
+            lo, hi = int(key.min()), int(key.max()) + 1
+            if lo < 0 or hi > self.count:
+                raise IndexError(f"index out of range 0..{self.count - 1}")
+            return self.read(lo, hi)[key - lo]  # one read of the span the indices cover
+        i = int(key)
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return self.read(i, i + 1)[0]
+
+
+class FileArray(_ReadIndexed):
     """``count`` elements of ``dtype`` stored at ``offset`` in a sidecar, read on demand.
 
     ``increasing``: the array must be strictly increasing (line offsets, line numbers);
@@ -102,23 +132,6 @@ class FileArray:
                               "of an increasing array are not increasing")
         return arr
 
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            lo, hi, step = key.indices(self.count)
-            assert step == 1
-            return self.read(lo, max(lo, hi))
-        if isinstance(key, np.ndarray):
-            if len(key) == 0:
-                return np.empty(0, dtype=self.dtype)
-            lo, hi = int(key.min()), int(key.max()) + 1
-            if lo < 0 or hi > self.count:
-                raise IndexError(f"index out of range 0..{self.count - 1}")
-            return self.read(lo, hi)[key - lo]  # one read of the span the indices cover
-        i = int(key)
-        if not 0 <= i < self.count:
-            raise IndexError(i)
-        return self.read(i, i + 1)[0]
-
     def searchsorted_right(self, value: int) -> int:
         """Elements <= ``value``, by binary search over reads (the array is sorted)."""
         if self.count <= _SMALL:
@@ -133,7 +146,7 @@ class FileArray:
         return lo + int(np.searchsorted(self.read(lo, hi), value, side="right"))
 
 
-class ChainPlaces:
+class ChainPlaces(_ReadIndexed):
     """``up``, ``pos``, ``tip`` or ``comp`` (``what``) of lines ``line0...line0 + count -
     1`` of a tree that is a chain (decision 0053): each line hangs on the one before, so
     ``up`` is the line before, ``pos`` the messages before the line, ``tip`` and ``comp``
@@ -142,6 +155,7 @@ class ChainPlaces:
     would have placed them, and indexed like a :class:`FileArray` (chunk-relative)."""
 
     __slots__ = ("what", "line0", "count", "messages", "compactions")
+    dtype = np.dtype(np.int64)
 
     def __init__(self, what: str, line0: int, count: int, messages: Chunked, compactions: Chunked) -> None:
         if what not in ("up", "pos", "tip", "comp"):
@@ -170,23 +184,6 @@ class ChainPlaces:
         newest = np.full(len(lines), seq[first - 1] if first else -1, dtype=np.int64)
         newest[at > 0] = inside[at[at > 0] - 1]
         return newest
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            lo, hi, step = key.indices(self.count)
-            assert step == 1
-            return self.read(lo, max(lo, hi))
-        if isinstance(key, np.ndarray):
-            if len(key) == 0:
-                return np.empty(0, dtype=np.int64)
-            lo, hi = int(key.min()), int(key.max()) + 1
-            if lo < 0 or hi > self.count:
-                raise IndexError(f"index out of range 0..{self.count - 1}")
-            return self.read(lo, hi)[key - lo]
-        i = int(key)
-        if not 0 <= i < self.count:
-            raise IndexError(i)
-        return self.read(i, i + 1)[0]
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         whole = self.read(0, self.count)
