@@ -185,10 +185,6 @@ class ChainPlaces(_ReadIndexed):
         newest[at > 0] = inside[at[at > 0] - 1]
         return newest
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        whole = self.read(0, self.count)
-        return whole if dtype is None else whole.astype(dtype)
-
 
 def _searchsorted_right(arr, value: int) -> int:
     if isinstance(arr, FileArray):

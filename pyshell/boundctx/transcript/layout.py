@@ -728,9 +728,12 @@ def _check_chain(h: SegmentHeader, ids, id_keys, id_lines) -> None:
     ids are held in memory: the id index is the one its lines make, each line hung on the
     line before it. (That the tree before it is a chain, and that it reads as a list, is
     checked by the reader.)"""
-    if not isinstance(ids, np.ndarray):
-        return
-    up = np.arange(h.line0 - 1, h.line0 + h.n - 1, dtype=_i8)
+    if isinstance(ids, np.ndarray):
+        _check_id_index(h, ids, np.arange(h.line0 - 1, h.line0 + h.n - 1, dtype=_i8), id_keys, id_lines)
+
+
+def _check_id_index(h: SegmentHeader, ids: np.ndarray, up: np.ndarray, id_keys, id_lines) -> None:
+    """A segment's id index must be the one its lines make (its ids, where they hang)."""
     keys, lines = id_index_of(ids, up, h.line0)
     if not (np.array_equal(keys, id_keys) and np.array_equal(lines, id_lines)):
         raise ValueError("the segment's id index is not the one its lines make")
@@ -745,9 +748,7 @@ def _check_tree(layout: Layout, h: SegmentHeader, kinds, tree, id_keys, id_lines
     ids, up, pos, tip, comp = tree
     if not isinstance(up, np.ndarray):
         return
-    keys, lines = id_index_of(ids, up, h.line0)
-    if not (np.array_equal(keys, id_keys) and np.array_equal(lines, id_lines)):
-        raise ValueError("the segment's id index is not the one its lines make")
+    _check_id_index(h, ids, up, id_keys, id_lines)
     lines = np.arange(h.line0, h.line0 + h.n, dtype=_i8)
     if not bool(np.all((up < lines) & ((up >= 0) | (up == linetree.ROOT) | (up == linetree.COPY)))):
         raise ValueError("a line hangs on a later line, or on nothing a tree allows")

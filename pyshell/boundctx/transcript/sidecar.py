@@ -178,9 +178,9 @@ def pad8(n: int) -> int:
 def segment_pieces(header: bytes, starts, kinds, messages, compactions, tree) -> list:
     """One segment: the header (from :func:`encode_header`), the four arrays and those
     of ``tree`` (seven, or three for a chain: buffers of little-endian int64, of uint8
-    for ``kinds``), padded as the format says, as the pieces it is made of, in order. A whole sidecar of a big
-    transcript is tens of megabytes: written piece by piece (:func:`write_whole`), it is
-    never copied into one buffer first."""
+    for ``kinds``), padded as the format says, as the pieces it is made of, in order. A
+    whole sidecar of a big transcript is tens of megabytes: written piece by piece
+    (:func:`write_whole`), it is never copied into one buffer first."""
     head = header
     head += b"\0" * (pad8(len(head)) - len(head))
     kinds_b = bytes(kinds)

@@ -519,9 +519,6 @@ class Transcript:
     def _page(self, reader: LineReader, lines: np.ndarray, start: int, content_limit: int | None,
               page_bytes: int | None) -> tuple[list[Entry], int, np.ndarray]:
         """:func:`fit_page` of message ``lines`` read by ``reader``."""
-        if not len(lines):
-            return fit_page(lines, None, start, content_limit, page_bytes,
-                            lambda some, first: reader.entries(some, content_limit, first_index=first))
         info = reader.line_info(lines)  # once: the page's lengths, then each read's
 
         def read(some: np.ndarray, first: int) -> list[Entry]:
