@@ -477,8 +477,8 @@ def fuzz_hang_lines(src: Source) -> None:
     if [np.frombuffer(x, dtype=np.int64).tolist() for x in (pos, tip, comp)] != list(ref_linetree.place(want, kinds)):
         raise Mismatch(f"place_lines({want}, {kinds}) disagrees with the twin")
     twin_pos, _tip, twin_comp = ref_linetree.place(want, kinds)
-    if linetree.reads_as_list(bytes(kinds), _i64(twin_pos), _i64(twin_comp), 0, 0, -1) != \
-            ref_linetree.reads_as_list(kinds, twin_pos, twin_comp):
+    if linetree.reads_as_list(bytes(kinds), _i64(twin_pos), _i64(twin_comp), _i64(want), 0, 0, -1) != \
+            ref_linetree.reads_as_list(kinds, twin_pos, twin_comp, want):
         raise Mismatch(f"reads_as_list({kinds}, {twin_pos}, {twin_comp}) disagrees with the twin")
     for k, row in enumerate(rows):
         if row[0] >= 2 and table.lookup(row[0]) != next(j for j, r in enumerate(rows) if r[0] == row[0]):

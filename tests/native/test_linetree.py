@@ -221,7 +221,7 @@ def test_where_lines_hang_is_the_twins_grown_at_once_or_in_pieces(case):
         assert arrays["pos"].tolist() == pos
         assert arrays["tip"].tolist() == tip
         assert arrays["comp"].tolist() == comp
-        assert as_list == ref.reads_as_list(kinds, pos, comp)
+        assert as_list == ref.reads_as_list(kinds, pos, comp, up)
 
 
 def test_a_parallel_calls_result_stays_on_the_branch():

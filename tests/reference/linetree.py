@@ -9,7 +9,7 @@ that are messages, in file order.
 - ``links_of_line(raw, keys)``: the four links of one line.
 - ``hang(links)``: ``up`` of every line.
 - ``place(up, kinds)``: ``(pos, tip, comp)`` of every line.
-- ``reads_as_list(kinds, pos, comp)``.
+- ``reads_as_list(kinds, pos, comp, up)``.
 - ``branch_messages(up, kinds, leaf)``: the message lines of the branch to ``leaf``.
 - ``active_leaf(up, kinds)``: the newest message or compaction that is not a copy.
 """
@@ -134,7 +134,7 @@ def place(up: list[int], kinds: list[int]) -> tuple[list[int], list[int], list[i
     return pos, tip, comp
 
 
-def reads_as_list(kinds: list[int], pos: list[int], comp: list[int]) -> bool:
+def reads_as_list(kinds: list[int], pos: list[int], comp: list[int], up: list[int]) -> bool:
     seen = 0
     last = -1
     for i, kind in enumerate(kinds):
@@ -143,7 +143,9 @@ def reads_as_list(kinds: list[int], pos: list[int], comp: list[int]) -> bool:
                 return False
             seen += 1
         elif kind == COMPACTION:
-            if pos[i] != seen:
+            # ...and the compaction above the line it hangs on is the one before it in
+            # the file (two compactions hung on one line are a fork)
+            if pos[i] != seen or (comp[up[i]] if up[i] >= 0 else -1) != last:
                 return False
             last = i
     return True

@@ -155,7 +155,7 @@ def check_against_twin(path, t: Transcript) -> None:
     msgs, comps = expected_window(up, kinds, leaf)
     w = t.window(message_limit=None)  # (a read notices the file grew; the facts are as of the last read)
     assert t.message_count == len(msgs)
-    assert t.in_file_order == ref.reads_as_list(kinds, *ref.place(up, kinds)[::2])
+    assert t.in_file_order == ref.reads_as_list(kinds, *ref.place(up, kinds)[::2], up)
     assert [m.line for m in w.messages] == msgs
     assert [m.index for m in w.messages] == list(range(len(msgs)))
     assert [c.line for c in w.compactions] == comps
@@ -213,6 +213,28 @@ def test_a_generated_tree_reads_as_its_twin_built_appended_or_reloaded(tmp_path,
         with Transcript.open(path) as t:
             assert t.layout_outcome == "built"
             check_against_twin(path, t)
+
+
+def test_two_compactions_hung_on_one_line_are_a_fork_and_the_first_is_left_off(tmp_path):
+    # A compaction on an abandoned branch: lines 5 and 6 are both compactions of m3's
+    # branch, and the newest message follows the second. Messages alone would read as a
+    # list; the window must still leave the first compaction off (seed 5950 of the
+    # generated trees above found it).
+    records = [{"type": "message", "id": "m0", "parentId": None, "message": {"role": "user", "content": "a"}},
+               {"type": "compaction", "id": "c1", "parentId": "m0", "firstKeptEntryId": "m0", "summary": "s1"},
+               *({"type": "message", "id": f"m{k}", "parentId": "c1" if k == 2 else f"m{k - 1}",
+                  "message": {"role": "user", "content": str(k)}} for k in (2, 3, 4)),
+               {"type": "compaction", "id": "c5", "parentId": "m4", "firstKeptEntryId": "m4", "summary": "s5"},
+               {"type": "compaction", "id": "c6", "parentId": "m4", "firstKeptEntryId": "m4", "summary": "s6"},
+               {"type": "message", "id": "m7", "parentId": "c6", "message": {"role": "user", "content": "7"}}]
+    path = tmp_path / "forked-compactions.jsonl"
+    write(path, records)
+    with Transcript.open(path) as t:
+        assert not t.in_file_order
+        w = t.window(message_limit=None)
+        assert [m.record["id"] for m in w.messages] == ["m0", "m2", "m3", "m4", "m7"]
+        assert [c.record["id"] for c in w.compactions] == ["c1", "c6"]
+        check_against_twin(path, t)
 
 
 def test_a_rewind_leaves_the_abandoned_branch_out_of_the_window_and_in_the_list(tmp_path):

@@ -767,15 +767,20 @@ def place_lines(const int64_t[::1] up, const uint8_t[::1] kinds, int64_t line0,
 
 
 def reads_as_list(const uint8_t[::1] kinds, const int64_t[::1] pos, const int64_t[::1] comp,
-                  int64_t line0, int64_t messages_before, int64_t compaction_before) -> bool:
+                  const int64_t[::1] up, int64_t line0, int64_t messages_before,
+                  int64_t compaction_before) -> bool:
     """Whether lines ``line0...`` keep the tree a list: each message is the one after the
     previous message in the file (its position is its index in the file's message
     sequence) under the newest compaction before it, and each compaction comes after the
-    messages before it in the file. ``messages_before`` and ``compaction_before``: the
-    messages before ``line0``, and the newest compaction line before it (-1: none)."""
+    messages before it in the file and follows the compaction before it in the file (the
+    nearest compaction above the line it hangs on is that one: two compactions hung on
+    one line are a fork, and the first is left off the second's branch).
+    ``messages_before`` and ``compaction_before``: the messages before ``line0``, and the
+    newest compaction line before it (-1: none); the lines before ``line0`` are taken to
+    read as a list (the caller holds them to it)."""
     cdef Py_ssize_t count = kinds.shape[0], k
-    cdef int64_t j = messages_before, last = compaction_before
-    if pos.shape[0] != count or comp.shape[0] != count:
+    cdef int64_t j = messages_before, last = compaction_before, u, above
+    if pos.shape[0] != count or comp.shape[0] != count or up.shape[0] != count:
         raise ValueError("one position per line")
     if not 0 <= line0 <= _MAX_LINE - count:
         raise ValueError(f"line {line0} is out of range")
@@ -786,6 +791,19 @@ def reads_as_list(const uint8_t[::1] kinds, const int64_t[::1] pos, const int64_
             j += 1
         elif kinds[k] == KIND_COMPACTION:
             if pos[k] != j:
+                return False
+            # The nearest compaction above the line it hangs on: a new line's comp, or,
+            # for an earlier line of a list, the newest compaction at or before it.
+            u = up[k]
+            if u >= line0 + k:
+                return False
+            if u >= line0:
+                above = comp[u - line0]
+            elif u >= 0:
+                above = compaction_before if u >= compaction_before else -2
+            else:
+                above = -1
+            if above != last:
                 return False
             last = line0 + k
     return True

@@ -763,7 +763,7 @@ def _check_tree(layout: Layout, h: SegmentHeader, kinds, tree, id_keys, id_lines
         if not np.array_equal(got, np.frombuffer(expected, dtype=_i8)):
             raise ValueError(f"the tree's {name} array disagrees with where its lines hang")
     comp_before = layout.compactions[len(layout.compactions) - 1] if len(layout.compactions) else -1
-    as_list = linetree.reads_as_list(np.ascontiguousarray(kinds, dtype=np.uint8), pos, comp, h.line0,
+    as_list = linetree.reads_as_list(np.ascontiguousarray(kinds, dtype=np.uint8), pos, comp, up_b, h.line0,
                                      len(layout.messages), comp_before)
     if bool(h.as_list) != (as_list and layout.reads_as_list):
         raise ValueError("the segment says whether its tree reads as a list, and is wrong")

@@ -162,7 +162,7 @@ def grow(links: bytes, kinds: bytes, line0: int, table, *, up_before: bytes = b"
         ref_b = ref_pos = ref_tip = ref_comp = b""
     pos, tip, comp = linetree.place_lines(_i64(up), kinds, line0, _i64(ref_b), _i64(ref_pos),
                                           _i64(ref_tip), _i64(ref_comp))
-    as_list = linetree.reads_as_list(kinds, _i64(pos), _i64(comp), line0, messages_before,
+    as_list = linetree.reads_as_list(kinds, _i64(pos), _i64(comp), _i64(up), line0, messages_before,
                                      compaction_before)
     return Tree(ids, up, pos, tip, comp, as_list)
 
