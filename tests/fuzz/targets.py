@@ -272,6 +272,25 @@ def fuzz_sequence_lines(src: Source) -> None:
         raise Mismatch(f"sequence_lines({kinds!r}, {line0})")
 
 
+def fuzz_rises_within(src: Source) -> None:
+    values = [src.int64() if src.bool() else src.int(-3, 40) for _ in range(src.int(0, 12))]
+    low, high = src.int64(), src.int64()
+    raw = array.array("q", values).tobytes()
+    if src.bool():
+        raw = raw + src.raw(7)  # a partial int64 at the end is refused
+    whole = len(raw) % 8 == 0
+    try:
+        got = lineindex.rises_within(memoryview(b"." + raw)[1:] if src.bool() else raw, low, high)
+    except ValueError:
+        if whole:
+            raise Mismatch(f"rises_within refused {len(raw)} bytes") from None
+        return
+    if not whole:
+        raise Mismatch(f"rises_within accepted {len(raw)} bytes")
+    if got != ref_lineindex.rises_within(values, low, high):
+        raise Mismatch(f"rises_within({values}, {low}, {high})")
+
+
 _NAMES = ["message", "compaction", "session", "x", "type", "", "m\u00e9ssage", "a" * 64, "a" * 65,
           b"message", 7, None, "\x00", " "]
 _KINDS = [1, 2, 3, 0, 4, -1, True, 1.0, 2.5, "1", None]
@@ -705,6 +724,7 @@ TARGETS = {
     "filescan.scan_fd": fuzz_scan_fd,
     "lineindex.scan_bytes": fuzz_scan_bytes,
     "lineindex.sequence_lines": fuzz_sequence_lines,
+    "lineindex.rises_within": fuzz_rises_within,
     "lineindex.DialectTable": fuzz_dialect_table,
     "lineindex.QualifiedKind": fuzz_qualified_kind,
     "lineindex.use_simd": fuzz_string_skip_paths,

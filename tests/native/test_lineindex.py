@@ -17,6 +17,7 @@ import pickle
 import random
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -565,6 +566,32 @@ def test_sequence_lines_are_the_message_corrupt_and_compaction_lines(kinds, line
         line0 + i for i, k in enumerate(kinds) if k in (MESSAGE, CORRUPT)]
     assert list(memoryview(compactions).cast("q")) == [
         line0 + i for i, k in enumerate(kinds) if k == COMPACTION]
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(_INT64, max_size=12),
+                 # mostly rising runs, so the bounds and a single fall are what decide
+                 st.lists(st.integers(0, 3), max_size=40).map(
+                     lambda steps: [sum(steps[:i + 1]) - 5 for i in range(len(steps))])),
+       _INT64, _INT64, st.sampled_from(["bytes", "array", "slice"]))
+def test_rises_within_agrees_with_its_twin_on_any_values_and_bounds(values, low, high, form):
+    raw = array.array("q", values).tobytes()
+    if form == "array":
+        buf = np.frombuffer(raw, dtype=np.int64)
+    elif form == "slice":  # a view one byte in: unaligned int64s
+        buf = memoryview(b"x" + raw)[1:]
+    else:
+        buf = raw
+    assert native.rises_within(buf, low, high) == ref.rises_within(values, low, high)
+
+
+def test_rises_within_refuses_a_buffer_of_partial_int64s():
+    with pytest.raises(ValueError, match="whole int64s"):
+        native.rises_within(b"\0" * 12, 0, 1)
+    assert native.rises_within(b"", 5, 1)  # none: nothing to fall or stray
 
 
 @pytest.mark.parametrize("names, message", [

@@ -226,6 +226,15 @@ def sequence_lines(kinds: bytes, line0: int = 0) -> tuple[list[int], list[int]]:
     return messages, compactions
 
 
+def rises_within(values: list[int], low: int, high: int) -> bool:
+    """Whether ``values`` rise strictly, the first at least ``low`` and the last at
+    most ``high`` (True of none)."""
+    if not values:
+        return True
+    pairs_rise = all(a < b for a, b in zip(values, values[1:]))
+    return pairs_rise and values[0] >= low and values[-1] <= high
+
+
 def classify_line(
     line: bytes,
     dialect: Mapping[str, int],

@@ -14,6 +14,7 @@ The slow, obviously-correct twin of this module is ``tests/reference/lineindex.p
 property tests assert the two agree on arbitrary bytes.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
@@ -703,3 +704,37 @@ def sequence_lines(const unsigned char[::1] kinds not None, long long line0=0):
                 cp[c] = line0 + i
                 c += 1
     return messages, compactions
+
+
+def rises_within(values not None, long long low, long long high):
+    """Whether the native-endian int64 ``values`` (any contiguous buffer: bytes, an
+    array) rise strictly, the first at least ``low`` and the last at most ``high``
+    (True of none). One pass, where numpy takes a comparison, a reduction and their
+    temporaries: a window checks every span of offsets and line numbers it reads."""
+    cdef Py_buffer view
+    cdef Py_ssize_t n, i
+    cdef int64_t prev, cur
+    cdef const unsigned char *p
+    cdef bint ok = True
+    PyObject_GetBuffer(values, &view, PyBUF_SIMPLE)
+    try:
+        if view.len % sizeof(int64_t):
+            raise ValueError(f"values must be whole int64s, got {view.len} bytes")
+        n = view.len // sizeof(int64_t)
+        p = <const unsigned char *>view.buf
+        if n:
+            with nogil:
+                # Loaded by memcpy: a slice of a buffer need not be aligned.
+                memcpy(&prev, p, sizeof(int64_t))
+                ok = prev >= low
+                # Invariant: values[0:i] rise strictly from at least low; prev is values[i - 1].
+                i = 1
+                while ok and i < n:
+                    memcpy(&cur, p + i * sizeof(int64_t), sizeof(int64_t))
+                    ok = cur > prev
+                    prev = cur
+                    i += 1
+                ok = ok and prev <= high
+        return ok
+    finally:
+        PyBuffer_Release(&view)

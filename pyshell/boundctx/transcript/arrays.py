@@ -13,9 +13,12 @@ import os
 import numpy as np
 
 from boundctx._files import open_regular
+from boundctx._native import lineindex
 from boundctx.transcript.sidecar import pread_exact
 
 __all__ = ["ChainPlaces", "Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
@@ -101,7 +104,7 @@ class FileArray(_ReadIndexed):
     every read checks that of what it read, so a lie inside the array (only its ends are
     checked on load) surfaces as :class:`SidecarLies` where it is used."""
 
-    __slots__ = ("file", "offset", "count", "dtype", "increasing", "_kept")
+    __slots__ = ("file", "offset", "count", "dtype", "increasing", "_kept", "_kept_raw")
 
     def __init__(self, file: SidecarFile, offset: int, count: int, dtype, *,
                  increasing: bool = False) -> None:
@@ -111,26 +114,38 @@ class FileArray(_ReadIndexed):
         self.dtype = np.dtype(dtype)
         self.increasing = increasing
         self._kept: np.ndarray | None = None
+        self._kept_raw = b""
 
     def __len__(self) -> int:
         return self.count
 
     def read(self, lo: int, hi: int) -> np.ndarray:
         if self.count <= _KEPT:
-            if self._kept is None:
-                self._kept = self._read(0, self.count)
-            return self._kept[lo:hi]
-        return self._read(lo, hi)
+            return self._whole()[lo:hi]
+        return np.frombuffer(self._raw(lo, hi), dtype=self.dtype)
 
-    def _read(self, lo: int, hi: int) -> np.ndarray:
+    def read_bytes(self, lo: int, hi: int) -> bytes:
+        """Elements ``lo:hi`` as their stored bytes (no array made: a window's checks
+        and reads go through bytes and lists)."""
+        if self.count <= _KEPT:
+            self._whole()
+            size = self.dtype.itemsize
+            return self._kept_raw[lo * size : hi * size]
+        return self._raw(lo, hi)
+
+    def _whole(self) -> np.ndarray:
+        if self._kept is None:
+            self._kept_raw = self._raw(0, self.count)
+            self._kept = np.frombuffer(self._kept_raw, dtype=self.dtype)
+        return self._kept
+
+    def _raw(self, lo: int, hi: int) -> bytes:
         size = self.dtype.itemsize
         raw = self.file.pread(self.offset + lo * size, (hi - lo) * size)
-        arr = np.frombuffer(raw, dtype=self.dtype)
-        # Compared, never subtracted (np.diff wraps on int64).
-        if self.increasing and len(arr) > 1 and not bool(np.all(arr[1:] > arr[:-1])):
+        if self.increasing and not lineindex.rises_within(raw, _INT64_MIN, _INT64_MAX):
             raise SidecarLies(f"layout sidecar {self.file.path!r}: elements {lo}..{hi - 1} "
                               "of an increasing array are not increasing")
-        return arr
+        return raw
 
     def searchsorted_right(self, value: int) -> int:
         """Elements <= ``value``, by binary search over reads (the array is sorted)."""
@@ -257,6 +272,18 @@ class Chunked:
                 continue
             parts.append(arr[max(lo - a, 0) : min(hi, b) - a])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def slice_bytes(self, lo: int, hi: int) -> bytes:
+        """Elements ``lo:hi`` as bytes (native int64s, or the kinds' bytes)."""
+        lo, hi = max(lo, 0), min(hi, len(self))
+        parts = []
+        for c, arr in enumerate(self._chunks):
+            a, b = self._bounds[c], self._bounds[c + 1]
+            if b <= lo or a >= hi:
+                continue
+            i, j = max(lo - a, 0), min(hi, b) - a
+            parts.append(arr.read_bytes(i, j) if isinstance(arr, FileArray) else arr[i:j].tobytes())
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def bisect_right(self, value: int) -> int:
         """Number of elements <= ``value`` (the sequence is sorted)."""

@@ -126,18 +126,30 @@ def _lines_outside(layout: Layout, lo: int, hi: int) -> SidecarLies:
                        f"0..{layout.indexed_end} or makes one end before it starts")
 
 
-class LineSpan(NamedTuple):
+class LineSpan:
     """Lines ``lo..hi - 1`` of a layout as one read: ``offs`` their start offsets and the
-    end of the last (``hi - lo + 1`` values), ``kinds`` theirs. A reader keeps the span
-    it read last, so the checks and reads of one window fetch each array once."""
+    end of the last (``hi - lo + 1`` native int64s), ``kinds`` theirs (a byte each). A
+    reader keeps the span it read last, so the checks and reads of one window fetch each
+    array once. Bytes, not arrays: a window compares them with a rescan's bytes and
+    slices them into lists, and a small numpy step costs more than the work it does."""
 
-    lo: int
-    hi: int
-    offs: np.ndarray
-    kinds: np.ndarray
+    __slots__ = ("lo", "hi", "offs", "kinds", "_lists")
+
+    def __init__(self, lo: int, hi: int, offs: bytes, kinds: bytes) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.offs = offs
+        self.kinds = kinds
+        self._lists: tuple[list[int], list[int]] | None = None
 
     def covers(self, lo: int, hi: int) -> bool:
         return self.lo <= lo and hi <= self.hi
+
+    def lists(self) -> tuple[list[int], list[int]]:
+        """``offs`` and ``kinds`` as lists of ints (made once)."""
+        if self._lists is None:
+            self._lists = (memoryview(self.offs).cast("q").tolist(), list(self.kinds))
+        return self._lists
 
 
 @dataclass
@@ -232,20 +244,19 @@ class Layout:
         offsets are checked here, once for every read of the span: they rise strictly
         and lie inside the indexed bytes, so each line of it starts in the file and
         holds at least its ``\\n`` (:meth:`line_info` says why that must hold)."""
-        offs = self.starts.slice(lo, hi + 1)
+        offs = self.starts.slice_bytes(lo, hi + 1)
         if hi == len(self.starts):
-            offs = np.append(offs, self.indexed_end)
-        # Compared, never subtracted (np.diff wraps on int64).
-        if len(offs) and not (int(offs[0]) >= 0 and int(offs[-1]) <= self.indexed_end
-                              and bool(np.all(offs[1:] > offs[:-1]))):
+            offs += self.indexed_end.to_bytes(8, "little", signed=True)
+        if not lineindex.rises_within(offs, 0, self.indexed_end):
             raise _lines_outside(self, lo, hi)
-        return LineSpan(lo, hi, offs, self.kinds.slice(lo, hi))
+        return LineSpan(lo, hi, offs, self.kinds.slice_bytes(lo, hi))
 
     def line_info(self, lines: np.ndarray, span: LineSpan | None = None,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start offset, end offset (after the ``\\n``) and kind of each of ``lines``
-        (sorted). Dense lines (a window) cost one read of each array's span, none when
-        ``span`` (read before, by the same reader) covers them."""
+        (rising strictly: readers check them first, ``LineReader.check_lines``). Dense
+        lines (a window) cost one read of each array's span, none when ``span`` (read
+        before, by the same reader) covers them."""
         lines = np.asarray(lines, dtype=np.int64)
         if not len(lines):
             empty = np.empty(0, dtype=np.int64)
@@ -254,9 +265,10 @@ class Layout:
         if is_dense(lo, hi, len(lines)):
             if span is None or not span.covers(lo, hi):
                 span = self.line_span(lo, hi)
-            rel = lines - span.lo
             # A span's offsets were checked when it was read (line_span).
-            return span.offs[rel], span.offs[rel + 1], span.kinds[rel]
+            offs, kinds = np.frombuffer(span.offs, dtype=_i8), np.frombuffer(span.kinds, dtype=np.uint8)
+            rel = lines - span.lo
+            return offs[rel], offs[rel + 1], kinds[rel]
         starts = self.starts.take(lines)
         nxt = lines + 1
         last = nxt >= len(self.starts)

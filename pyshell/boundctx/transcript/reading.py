@@ -11,8 +11,8 @@ layout wrong raises :class:`StaleLayout`, and the Transcript rebuilds and reads 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -98,12 +98,23 @@ class LineReader:
             span = self._span = self.layout.line_span(lo, hi)
         return span
 
-    def line_info(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`Layout.line_info`, from the span read last when it holds the lines."""
-        lines = np.asarray(lines, dtype=np.int64)
-        if len(lines) and is_dense(int(lines[0]), int(lines[-1]) + 1, len(lines)):
-            self._cover(int(lines[0]), int(lines[-1]) + 1)
-        return self.layout.line_info(lines, self._span)
+    def line_info(self, lines: np.ndarray) -> tuple[list[int], list[int], list[int]]:
+        """Start offset, end offset (after the ``\\n``) and kind of each of ``lines``
+        (rising strictly: :meth:`check_lines` first), as lists: :meth:`Layout.line_info`,
+        from the span read last when it holds the lines. A run of consecutive lines (a
+        window's page) is sliced from the span's lists, with no array made."""
+        count = len(lines)
+        if count:
+            lo, hi = int(lines[0]), int(lines[-1]) + 1
+            if hi - lo == count:
+                span = self._cover(lo, hi)
+                offs, kinds = span.lists()
+                a, b = lo - span.lo, hi - span.lo
+                return offs[a:b], offs[a + 1 : b + 1], kinds[a:b]
+            if is_dense(lo, hi, count):
+                self._cover(lo, hi)
+        starts, ends, kinds_a = self.layout.line_info(np.asarray(lines, dtype=np.int64), self._span)
+        return starts.tolist(), ends.tolist(), kinds_a.tolist()
 
     # -- what the layout's arrays say ---------------------------------------------
 
@@ -120,16 +131,17 @@ class LineReader:
         if lo < 0 or hi > layout.line_count:
             raise StaleLayout("indexed line numbers out of range")
         cover = self._cover(lo, hi)
-        span = cover.kinds[lo - cover.lo : hi - cover.lo]
+        kinds = cover.kinds[lo - cover.lo : hi - cover.lo]
         if complete and kind in (None, LineKind.COMPACTION):
             # Every such line from the first to the last, and no other: one native pass
             # over the kinds says which they are, and the lines must be exactly those.
-            messages, compactions = lineindex.sequence_lines(span.data, lo)
+            messages, compactions = lineindex.sequence_lines(kinds, lo)
             if (messages if kind is None else compactions) == np.asarray(lines, dtype=_I8).tobytes():
                 return
         # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
         if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
             raise StaleLayout("indexed line numbers not increasing")
+        span = np.frombuffer(kinds, dtype=np.uint8)
         mask = is_sequence(span) if kind is None else span == kind
         if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
             raise StaleLayout("indexed lines disagree with the line kinds")
@@ -138,53 +150,55 @@ class LineReader:
 
     def entries(self, lines: np.ndarray, content_limit: int | None, *,
                 first_index: int | None, any_kind: bool = False,
-                info: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> list[Entry]:
+                info: tuple[list[int], list[int], list[int]] | None = None) -> list[Entry]:
         """Entries of physical ``lines`` (sorted). ``first_index``: the message index of
         the first (None: lines outside the message sequence); ``any_kind``: lines of
         every kind are expected, so a record's type is not held to the indexed kind;
         ``info``: their :meth:`line_info`, when the caller has it already."""
-        starts, ends, kinds = self.line_info(lines) if info is None else info
-        count = len(lines)
-        if content_limit is None:
-            projected = [False] * count
-        else:
-            projected = ((ends - starts - 1) > content_limit).tolist()
         # Parallel lists, not a _Line per line: most lines are whole records, read and
         # checked in runs, and a window holds a hundred of them. A _Line is made for a
         # line read on its own.
-        numbers, starts_l, ends_l, kinds_l = lines.tolist(), starts.tolist(), ends.tolist(), kinds.tolist()
-        indices: list[int | None] = (list(range(first_index, first_index + count)) if first_index is not None
-                                     else [None] * count)
-
-        def line(k: int) -> _Line:
-            return _Line(numbers[k], indices[k], starts_l[k], ends_l[k], kinds_l[k], projected[k])
+        starts_l, ends_l, kinds_l = self.line_info(lines) if info is None else info
+        numbers = lines.tolist()
+        count = len(numbers)
+        # The lines longer than the budget are projected, each read on its own; the
+        # whole lines between them are read in coalesced runs.
+        longest = content_limit + 1 if content_limit is not None else None
+        projected = ([] if longest is None
+                     else [k for k, (a, b) in enumerate(zip(starts_l, ends_l)) if b - a > longest])
 
         entries: list[Entry] = []
         i = 0
-        while i < count:
-            if projected[i] and content_limit is not None:  # projected only under a limit
-                entries.append(self._projected(line(i), content_limit, any_kind))
-                i += 1
-                continue
-            j = i + 1
-            while j < count and not projected[j]:
-                j += 1
-            # A stretch of whole lines: read in coalesced runs.
-            for run in self._runs(starts_l[i:j], ends_l[i:j], numbers[i:j]):
-                a, b = i + run.i, i + run.j
-                records = _decoded_together(run, starts_l[a:b], ends_l[a:b], kinds_l[a:b])
-                if records is not None:
-                    entries.extend(self._record_entries(numbers[a:b], indices[a:b], starts_l[a:b], ends_l[a:b],
-                                                        kinds_l[a:b], records, any_kind))
-                    continue
-                for k in range(a, b):
-                    ln = line(k)
-                    at = ln.start - run.start + run.pre
-                    body = _without_bom(run.buf[at : at + ln.end - ln.start - 1], ln.start)
-                    entries.append(self._entry(ln, body, raw=body, cut=0, any_kind=any_kind,
-                                               content_limit=content_limit))
-            i = j
+        for cut in [*projected, count]:
+            if i < cut:
+                entries.extend(self._whole_lines(numbers, starts_l, ends_l, kinds_l, i, cut, first_index,
+                                                 any_kind, content_limit))
+            if cut < count and content_limit is not None:
+                ln = _Line(numbers[cut], None if first_index is None else first_index + cut, starts_l[cut],
+                           ends_l[cut], kinds_l[cut], True)
+                entries.append(self._projected(ln, content_limit, any_kind))
+            i = cut + 1
         return entries
+
+    def _whole_lines(self, numbers: list[int], starts: list[int], ends: list[int], kinds: list[int], i: int,
+                     j: int, first_index: int | None, any_kind: bool, content_limit: int | None) -> list[Entry]:
+        """:meth:`entries` of the whole lines ``i:j`` of those asked for, read in runs."""
+        out: list[Entry] = []
+        starts, ends, numbers, kinds = starts[i:j], ends[i:j], numbers[i:j], kinds[i:j]
+        first = None if first_index is None else first_index + i
+        for run in self._runs(starts, ends, numbers):
+            a, b = run.i, run.j
+            records = _decoded_together(run, starts[a:b], ends[a:b], kinds[a:b])
+            if records is not None:
+                out.extend(self._record_entries(numbers[a:b], None if first is None else first + a, starts[a:b],
+                                                ends[a:b], kinds[a:b], records, any_kind))
+                continue
+            for k in range(a, b):
+                ln = _Line(numbers[k], None if first is None else first + k, starts[k], ends[k], kinds[k], False)
+                at = ln.start - run.start + run.pre
+                body = _without_bom(run.buf[at : at + ln.end - ln.start - 1], ln.start)
+                out.append(self._entry(ln, body, raw=body, cut=0, any_kind=any_kind, content_limit=content_limit))
+        return out
 
     # -- the full history ---------------------------------------------------------
 
@@ -216,22 +230,31 @@ class LineReader:
         lines asked for included) against the layout."""
         numbers = list(numbers)
         count = len(starts)
+        if count and ends[-1] - starts[0] <= MAX_RUN_BYTES and starts[1:] == ends[:-1]:
+            # Back to back and short enough (a window's page): one run, without asking
+            # line by line.
+            yield self._read_run(0, count, starts[0], ends[-1], numbers)
+            return
         i = 0
         while i < count:
             j = i + 1
             while (j < count and starts[j] - ends[j - 1] < COALESCE_GAP
                    and ends[j] - starts[i] <= MAX_RUN_BYTES):
                 j += 1
-            lo, hi = starts[i], ends[j - 1]
-            pre = 1 if lo > 0 else 0
-            buf = pread_exact(self.fd, lo - pre, hi - lo + pre)
-            if len(buf) != hi - lo + pre:
-                raise StaleLayout(f"line {numbers[j - 1]} runs past the end of the file")
-            if pre and buf[0] != 10:
-                raise StaleLayout(f"line {numbers[i]} does not start after a newline")
-            self._check_framing(buf, pre, lo, numbers[i], numbers[j - 1])
-            yield _Run(i, j, lo, pre, buf)
+            yield self._read_run(i, j, starts[i], ends[j - 1], numbers)
             i = j
+
+    def _read_run(self, i: int, j: int, lo: int, hi: int, numbers: list[int]) -> _Run:
+        """Lines ``i:j`` (physical ``numbers[i:j]``), bytes ``lo..hi`` of the file, read
+        and checked as one run (see :meth:`_runs`)."""
+        pre = 1 if lo > 0 else 0
+        buf = pread_exact(self.fd, lo - pre, hi - lo + pre)
+        if len(buf) != hi - lo + pre:
+            raise StaleLayout(f"line {numbers[j - 1]} runs past the end of the file")
+        if pre and buf[0] != 10:
+            raise StaleLayout(f"line {numbers[i]} does not start after a newline")
+        self._check_framing(buf, pre, lo, numbers[i], numbers[j - 1])
+        return _Run(i, j, lo, pre, buf)
 
     def _check_framing(self, buf: bytes, pre: int, start: int, first: int, last: int) -> None:
         """Frame and classify again every line whose bytes a read holds (physical lines
@@ -243,11 +266,12 @@ class LineReader:
         res = lineindex.scan_bytes(memoryview(buf)[pre:], native_table(self.dialect),
                                    base_offset=start, classify_window=self.classify_window)
         span = self._cover(first, last + 1)
-        if res.torn_bytes or res.starts != span.offs[first - span.lo : last + 1 - span.lo].tobytes():
+        a, b = first - span.lo, last + 1 - span.lo
+        if res.torn_bytes or res.starts != span.offs[8 * a : 8 * b]:
             raise StaleLayout(f"lines {first}..{last} are not framed as the layout says")
-        want = span.kinds[first - span.lo : last + 1 - span.lo]
-        if res.kinds == want.tobytes():
+        if res.kinds == span.kinds[a:b]:
             return
+        want = np.frombuffer(span.kinds[a:b], dtype=np.uint8)
         starts = np.frombuffer(res.starts, dtype=_I8)
         kinds = np.frombuffer(res.kinds, dtype=np.uint8)
         differ = np.flatnonzero(kinds != want)
@@ -299,22 +323,28 @@ class LineReader:
     def _known_bad(self, line: int) -> bool:
         return line in self.layout.known_bad or line in self.bad_lines
 
-    def _record_entries(self, numbers: list[int], indices: list, starts: list[int], ends: list[int],
+    def _record_entries(self, numbers: list[int], first_index: int | None, starts: list[int], ends: list[int],
                         kinds: list[int], records: list[dict], any_kind: bool) -> list[Entry]:
-        """:meth:`_record_entry` of whole records (lines ``numbers``, message ``indices``,
-        ``starts``, ``ends`` and ``kinds`` as the layout says), line by line: a record
-        whose type maps to its line's kind (every one, unless the file or the layout is
-        wrong) is taken on the spot, without a call per line (a window holds a hundred)."""
-        type_kinds = self.type_kinds
-        out = []
-        for number, index, start, end, kind, rec in zip(numbers, indices, starts, ends, kinds, records):
-            t = rec.get("type")
-            if any_kind or (type_kinds.get(t) if type(t) is str else None) == kind:
-                out.append(Entry(line=number, index=index, offset=start, length=end - start, record=rec))
-            else:
-                out.append(self._record_entry(_Line(number, index, start, end, kind, False), rec, cut=0,
-                                              any_kind=any_kind))
-        return out
+        """:meth:`_record_entry` of whole records (lines ``numbers``, message indexes from
+        ``first_index``, ``starts``, ``ends`` and ``kinds`` as the layout says): when every
+        record's type maps to its line's kind (so, unless the file or the layout is
+        wrong), all are taken at once, without a call per line (a window holds a
+        hundred); else line by line, each saying why."""
+        count = len(records)
+        indices = [None] * count if first_index is None else range(first_index, first_index + count)
+        if not any_kind:
+            type_kinds: Mapping[Any, int] = self.type_kinds
+            try:
+                agree = [type_kinds.get(rec.get("type")) for rec in records] == kinds
+            except TypeError:  # a "type" that is no key at all (a list, an object)
+                agree = False
+            if not agree:
+                return [self._record_entry(_Line(number, index, start, end, kind, False), rec, cut=0,
+                                           any_kind=False)
+                        for number, index, start, end, kind, rec in zip(numbers, indices, starts, ends, kinds,
+                                                                        records)]
+        return [Entry(line=number, index=index, offset=start, length=end - start, record=rec)
+                for number, index, start, end, rec in zip(numbers, indices, starts, ends, records)]
 
     def _record_entry(self, ln: _Line, rec: dict, *, cut: int, any_kind: bool) -> Entry:
         t = rec.get("type")
