@@ -1,10 +1,12 @@
 """Chunked arrays (sidecar segments + appends) behave like one concatenated array."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boundctx.transcript.arrays import Chunked
+from boundctx.transcript import arrays
+from boundctx.transcript.arrays import Chunked, FileArray, SidecarFile
 
 chunk_lists = st.lists(st.lists(st.integers(0, 50), max_size=20), max_size=6)
 
@@ -34,3 +36,65 @@ def test_chunked_matches_the_concatenated_array(chunks, data):
     assert ch.slice(lo, hi).tolist() == flat[max(lo, 0) : max(hi, 0)].tolist()
     v = data.draw(st.integers(-1, int(flat[-1]) + 1 if len(flat) else 5))
     assert ch.bisect_right(v) == int(np.searchsorted(flat, v, side="right"))
+
+
+# -- a large array read from a sidecar ------------------------------------------------
+
+
+class _CountedSidecar(SidecarFile):
+    """A sidecar that notes the length of every read."""
+
+    __slots__ = ("reads",)
+
+    def pread(self, offset: int, length: int) -> bytes:
+        self.reads.append(length)
+        return super().pread(offset, length)
+
+
+def _file_array(tmp_path, values: np.ndarray) -> tuple[FileArray, list[int]]:
+    """``values`` as a sidecar's increasing array, and the list its reads are noted in."""
+    path = tmp_path / "array.bin"
+    path.write_bytes(b"head" + values.astype("<i8").tobytes())
+    sidecar = _CountedSidecar(str(path))
+    sidecar.reads = []
+    return FileArray(sidecar, 4, len(values), np.int64, increasing=True), sidecar.reads
+
+
+def _spread(kind: str, n: int, rng) -> np.ndarray:
+    if kind == "even":  # line numbers of messages: a non-message line now and then
+        gaps = 1 + (rng.random(n) < 0.01)
+    elif kind == "lengths":  # line offsets: lengths of a few hundred bytes, a huge line now and then
+        gaps = rng.integers(1, 2000, n) + (rng.random(n) < 0.001) * 5_000_000
+    elif kind == "doubling":  # no even spread at all: each gap a little larger than the last
+        gaps = np.ceil(1.0002 ** np.arange(n)).astype(np.int64)
+    else:  # "clustered": dense runs between far jumps
+        gaps = np.where(np.arange(n) % 5000 == 0, 10**12, 1)
+    return np.cumsum(gaps).astype(np.int64) - 1000
+
+
+@pytest.mark.parametrize("kind", ["even", "lengths", "doubling", "clustered"])
+def test_a_large_file_array_is_searched_as_the_array_it_holds(tmp_path, kind):
+    rng = np.random.default_rng(7)
+    values = _spread(kind, arrays._SMALL + 7 * arrays._PROBE + 13, rng)
+    fa, reads = _file_array(tmp_path, values)
+    picks = values[rng.integers(0, len(values), 300)]
+    probes = [values[0] - 1, values[0], values[-1] - 1, values[-1], values[-1] + 1, *picks, *(picks - 1), *(picks + 1),
+              *rng.integers(int(values[0]), int(values[-1]), 100)]
+    for v in probes:
+        assert fa.searchsorted_right(int(v)) == int(np.searchsorted(values, v, side="right")), v
+    # Without an even spread a search still costs about a bisection's reads at most.
+    assert len(reads) <= 2 + len(probes) * 2 * (1 + int(np.log2(len(values) / arrays._PROBE)))
+
+
+def test_a_search_of_evenly_spread_values_reads_a_probe_or_two(tmp_path):
+    """Line numbers grow about one a message: where the ends put a value is where it
+    is, so a search reads once or twice past the ends, where a bisection read once
+    per halving (eleven times for this array)."""
+    rng = np.random.default_rng(3)
+    values = _spread("even", 700_000, rng)
+    fa, reads = _file_array(tmp_path, values)
+    fa.searchsorted_right(int(values[0]))  # the ends, read once
+    for v in values[rng.integers(0, len(values), 50)]:
+        reads.clear()
+        assert fa.searchsorted_right(int(v)) == int(np.searchsorted(values, v, side="right"))
+        assert len(reads) <= 2

@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from boundctx import Transcript, TranscriptChanged
@@ -292,3 +293,36 @@ def test_an_in_place_change_the_fingerprint_cannot_see_is_caught_by_the_read(tmp
             assert t.message_count == 200 and got == ["m99", "m100", "new"]
     finally:
         t.close()
+
+
+def test_check_lines_refuses_lines_the_kinds_do_not_bear_out(tmp_path):
+    """A window holds the layout's own arrays to each other before it reads: lines that
+    fall or repeat, a line of another kind, and (complete) a message left out are each
+    refused, for the message sequence, compactions and any other kind."""
+    from boundctx.transcript.kinds import LineKind
+    from boundctx.transcript.reading import LineReader, StaleLayout
+
+    path = tmp_path / "t.jsonl"
+    rows = [msg(0), msg(1), encode_record({"type": "compaction", "summary": "s"}), msg(2),
+            encode_record({"type": "session", "id": "x"}), msg(3), msg(4)]
+    path.write_bytes(b"".join(rows))
+    with Transcript.open(path) as t:
+        reader = LineReader(t._fd, t._layout, dialect=t.dialect, classify_window=t._classify_window)
+
+        def check(lines, **kw):
+            reader.check_lines(np.array(lines, dtype=np.int64), **kw)
+
+        check([0, 1, 3, 5, 6])
+        check([1, 3], complete=True)
+        check([0, 3, 6], complete=False)
+        check([2], kind=LineKind.COMPACTION)
+        check([4], kind=LineKind.OTHER)
+        for lines, kw in [([0, 1, 5, 6], {}),  # message 3 left out
+                          ([0, 0, 1], {"complete": False}),  # a repeat
+                          ([3, 1], {"complete": False}),  # a fall
+                          ([0, 2, 3], {"complete": False}),  # a compaction among the messages
+                          ([1, 2], {"kind": LineKind.COMPACTION, "complete": False}),
+                          ([2, 4], {"kind": LineKind.OTHER, "complete": False}),
+                          ([4, 7], {"complete": False})]:  # past the last line
+            with pytest.raises(StaleLayout):
+                check(lines, **kw)

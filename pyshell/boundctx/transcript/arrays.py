@@ -8,7 +8,9 @@ costs the same for a 10 MB and a 10 GB transcript.
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -22,6 +24,8 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # Below this many elements a file-backed chunk is simply read whole when searched.
 _SMALL = 1 << 16
+# Elements one probe of a search reads (4 KiB of int64s).
+_PROBE = 512
 # An array this short (a few compactions, a small segment's ids) is read whole once and
 # kept: a window asks it several small questions, each of which would be a read. A
 # segment's bytes never change while its sidecar is open (a sidecar grows by new
@@ -94,6 +98,9 @@ class _ReadIndexed:
         i = int(key)
         if not 0 <= i < self.count:
             raise IndexError(i)
+        return self._item(i)
+
+    def _item(self, i: int):
         return self.read(i, i + 1)[0]
 
 
@@ -104,7 +111,7 @@ class FileArray(_ReadIndexed):
     every read checks that of what it read, so a lie inside the array (only its ends are
     checked on load) surfaces as :class:`SidecarLies` where it is used."""
 
-    __slots__ = ("file", "offset", "count", "dtype", "increasing", "_kept", "_kept_raw")
+    __slots__ = ("file", "offset", "count", "dtype", "increasing", "_kept", "_kept_raw", "_end_values")
 
     def __init__(self, file: SidecarFile, offset: int, count: int, dtype, *,
                  increasing: bool = False) -> None:
@@ -115,6 +122,7 @@ class FileArray(_ReadIndexed):
         self.increasing = increasing
         self._kept: np.ndarray | None = None
         self._kept_raw = b""
+        self._end_values: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -148,17 +156,57 @@ class FileArray(_ReadIndexed):
         return raw
 
     def searchsorted_right(self, value: int) -> int:
-        """Elements <= ``value``, by binary search over reads (the array is sorted)."""
-        if self.count <= _SMALL:
-            return int(np.searchsorted(self.read(0, self.count), value, side="right"))
-        lo, hi = 0, self.count
-        while hi - lo > 512:
-            mid = (lo + hi) // 2
-            if self[mid] <= value:
-                lo = mid + 1
+        """Elements <= ``value`` (the array is sorted): a small array read whole, a large
+        one by probes of ``_PROBE`` elements. A probe goes where the values at the ends
+        of the range left put ``value``, were they spread evenly (line numbers and offsets
+        nearly are, so a probe or two find it where a bisection took a read per halving),
+        or halfway when the probe before did not halve the range (so no spread of values
+        costs more than about twice a bisection's probes)."""
+        count = self.count
+        if count <= _SMALL:
+            return int(np.searchsorted(self.read(0, count), value, side="right"))
+        first, last = self._ends()
+        if value < first:
+            return 0
+        if value >= last:
+            return count
+        # The answer r lies in lo..hi: element lo - 1 (lo_v) is <= value, element hi
+        # (hi_v) is above it.
+        lo, hi, lo_v, hi_v = 1, count - 1, first, last
+        even = True
+        while hi - lo > _PROBE:
+            if even:
+                guess = lo - 1 + (value - lo_v) * (hi - lo + 1) // (hi_v - lo_v)
             else:
-                hi = mid
-        return lo + int(np.searchsorted(self.read(lo, hi), value, side="right"))
+                guess = (lo + hi) // 2
+            a = min(max(guess - _PROBE // 2, lo), hi - _PROBE)
+            block = self._values(a, a + _PROBE)
+            k = bisect.bisect_right(block, value)
+            if 0 < k < _PROBE:
+                return a + k
+            before = hi - lo
+            if k == 0:
+                hi, hi_v = a, block[0]
+            else:
+                lo, lo_v = a + _PROBE, block[-1]
+            even = 2 * (hi - lo) <= before
+        return lo + bisect.bisect_right(self._values(lo, hi), value)
+
+    def _item(self, i: int) -> int:
+        if i == 0 or i == self.count - 1:  # a search asks the ends again and again
+            return self._ends()[i > 0]
+        return self._values(i, i + 1)[0]
+
+    def _ends(self) -> tuple[int, int]:
+        """The first and last elements (read once: a segment's bytes do not change)."""
+        if self._end_values is None:
+            self._end_values = (self._values(0, 1)[0], self._values(self.count - 1, self.count)[0])
+        return self._end_values
+
+    def _values(self, lo: int, hi: int) -> Sequence[int]:
+        """Elements ``lo:hi`` as a sequence of ints, with no array made."""
+        view = memoryview(self.read_bytes(lo, hi))
+        return view.cast("q") if self.dtype.itemsize == 8 else view.cast("B")  # int64s, or kinds
 
 
 class ChainPlaces(_ReadIndexed):

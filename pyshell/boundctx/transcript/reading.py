@@ -11,7 +11,7 @@ layout wrong raises :class:`StaleLayout`, and the Transcript rebuilds and reads 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -21,7 +21,7 @@ from boundctx._search import longest_fitting
 from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.kinds import LineKind
-from boundctx.transcript.layout import Layout, LineSpan, is_dense, is_sequence
+from boundctx.transcript.layout import Layout, LineSpan, is_dense
 from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_lines, decode_record
 from boundctx.transcript.sidecar import pread_exact
 
@@ -106,13 +106,14 @@ class LineReader:
         count = len(lines)
         if count:
             lo, hi = int(lines[0]), int(lines[-1]) + 1
-            if hi - lo == count:
+            if is_dense(lo, hi, count):
                 span = self._cover(lo, hi)
                 offs, kinds = span.lists()
                 a, b = lo - span.lo, hi - span.lo
-                return offs[a:b], offs[a + 1 : b + 1], kinds[a:b]
-            if is_dense(lo, hi, count):
-                self._cover(lo, hi)
+                if b - a == count:  # every line from lo to hi
+                    return offs[a:b], offs[a + 1 : b + 1], kinds[a:b]
+                rel = [line - span.lo for line in lines.tolist()]
+                return [offs[k] for k in rel], [offs[k + 1] for k in rel], [kinds[k] for k in rel]
         starts, ends, kinds_a = self.layout.line_info(np.asarray(lines, dtype=np.int64), self._span)
         return starts.tolist(), ends.tolist(), kinds_a.tolist()
 
@@ -138,12 +139,15 @@ class LineReader:
             messages, compactions = lineindex.sequence_lines(kinds, lo)
             if (messages if kind is None else compactions) == np.asarray(lines, dtype=_I8).tobytes():
                 return
-        # Compare neighbours, never subtract them: np.diff wraps on int64 offsets.
-        if len(lines) > 1 and not bool(np.all(lines[1:] > lines[:-1])):
+        if not lineindex.rises_within(np.ascontiguousarray(lines, dtype=_I8).data, lo, hi - 1):
             raise StaleLayout("indexed line numbers not increasing")
-        span = np.frombuffer(kinds, dtype=np.uint8)
-        mask = is_sequence(span) if kind is None else span == kind
-        if (complete and int(mask.sum()) != len(lines)) or not bool(np.all(mask[lines - lines[0]])):
+        # Each line must be one of the sequence (or of ``kind``); complete: and no other.
+        if kind in (None, LineKind.COMPACTION):
+            messages, compactions = lineindex.sequence_lines(kinds, lo)
+            of_kind: Sequence[int] = memoryview(messages if kind is None else compactions).cast("q")
+        else:
+            of_kind = [lo + k for k, c in enumerate(kinds) if c == kind]
+        if (complete and len(of_kind) != len(lines)) or not set(lines.tolist()).issubset(of_kind):
             raise StaleLayout("indexed lines disagree with the line kinds")
 
     # -- entries ------------------------------------------------------------------
