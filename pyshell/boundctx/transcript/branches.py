@@ -65,11 +65,17 @@ class BranchCache(NamedTuple):
     lines: np.ndarray
 
 
+#: The kinds of line a branch can end at.
+_LEAF_KINDS = frozenset({LineKind.MESSAGE, LineKind.CORRUPT, LineKind.COMPACTION})
+
+
 def active_leaf(layout: Layout) -> int:
     """The line reads follow by default: the newest message or compaction that is not a
     replayed copy (-1: there is none). A rewind starts with a message, so the newest
     message names the branch in use; progress and bookkeeping lines do not."""
     hi = layout.line_count
+    if hi and layout.kinds[hi - 1] in _LEAF_KINDS and layout.up[hi - 1] != linetree.COPY:
+        return hi - 1  # the newest line, as it mostly is: two elements read, not a block
     while hi > 0:
         lo = max(0, hi - 1024)
         kinds = layout.kinds.slice(lo, hi)

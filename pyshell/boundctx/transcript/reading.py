@@ -167,9 +167,12 @@ class LineReader:
         count = len(numbers)
         # The lines longer than the budget are projected, each read on its own; the
         # whole lines between them are read in coalesced runs.
-        longest = content_limit + 1 if content_limit is not None else None
-        projected = ([] if longest is None
-                     else [k for k, (a, b) in enumerate(zip(starts_l, ends_l)) if b - a > longest])
+        projected: list[int] = []
+        if content_limit is not None and count:
+            lengths = list(map(int.__sub__, ends_l, starts_l))
+            longest = content_limit + 1  # the body and its "\n"
+            if max(lengths) > longest:
+                projected = [k for k, n in enumerate(lengths) if n > longest]
 
         entries: list[Entry] = []
         i = 0

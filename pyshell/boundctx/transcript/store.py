@@ -98,6 +98,12 @@ def _span(before: int | None, limit: int | None, total: int, of: str) -> tuple[i
     return before, 0 if limit is None else max(0, before - limit)
 
 
+def _identity_of(fd: int) -> tuple[int, int]:
+    """``(inode, device)`` of an open file."""
+    st = os.fstat(fd)
+    return st.st_ino, st.st_dev
+
+
 def _renderer_limits(settings: Mapping[str, Any] | None = None) -> dict[str, int]:
     """The renderer preset's ``message_limit`` and ``content_limit``, from settings.
 
@@ -167,9 +173,11 @@ def fit_page(lines: np.ndarray, lengths: Sequence[int] | np.ndarray | None, star
         # A projected line shows at most the prefix it is projected from, and at
         # least the content limit (or its whole line).
         cap = content_limit + ENVELOPE + 4
-        high, low = [n if n < cap else cap for n in high], [n if n < content_limit else content_limit for n in low]
+        high = [n if n < cap else cap for n in high]
     if sum(high) <= page_bytes:
         return entries(lines, start), start, lines
+    if content_limit is not None:
+        low = [n if n < content_limit else content_limit for n in low]
     kept: list[Entry] = []
     used = 0
     hi = len(lines)
@@ -213,6 +221,9 @@ class Transcript:
         self.path = path
         self.dialect = dialect
         self._fd = fd
+        # The open file's identity, which an fd keeps for life: a refresh compares the
+        # path's with it, so a read costs one stat.
+        self._fd_ident = _identity_of(fd)
         # Where the open file really is (checked against the fd): the lock, the sidecar,
         # torn tails and rewrites go beside this, never beside wherever ``path`` points
         # later. It changes only when a refresh follows ``path`` to a replacement file.
@@ -631,8 +642,7 @@ class Transcript:
         """Notice a replaced, grown, shrunk or rewritten file since the last read.
         Costs one ``stat`` when nothing changed."""
         st = self._stat_path()
-        mine = os.fstat(self._fd)
-        if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
+        if (st.st_ino, st.st_dev) != self._fd_ident:
             # Replaced by a rename (a rewrite): follow the path to the new file.
             self._reopen()
             self._layout = _load_or_build(self._real, self._fd, self.dialect, self._classify_window, None)
@@ -654,6 +664,7 @@ class Transcript:
         fd, real = _open_resolved(self.path, self._within, lambda: open_regular_fd(self.path))
         os.close(self._fd)
         self._fd, self._real = fd, real
+        self._fd_ident = _identity_of(fd)
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
