@@ -431,7 +431,8 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
     """
     cdef Projection pr
     cdef Shown shown
-    cdef bytes display
+    cdef bytes display, marker
+    cdef char *w
     if content_limit < 0:
         raise ValueError(f"content_limit must be >= 0, got {content_limit}")
     if total_len < prefix.shape[0]:
@@ -450,10 +451,14 @@ def project_display(const unsigned char[::1] prefix not None, long long total_le
             return (None, pr.kept, total_len)
         if shown == SHOW_WHOLE:
             return (PyBytes_FromStringAndSize(<char *>pr.out, pr.o), pr.kept, 0)
-        display = PyBytes_FromStringAndSize(<char *>pr.out, pr.shown)
-        if pr.in_text:
-            display += f" [... {pr.cut} more bytes not shown]\"".encode("ascii")
-        return (display + PyBytes_FromStringAndSize(<char *>pr.closers, pr.nclose), pr.kept, pr.cut)
+        # One copy into the result: what is shown, the marker, the closers.
+        marker = f" [... {pr.cut} more bytes not shown]\"".encode("ascii") if pr.in_text else b""
+        display = PyBytes_FromStringAndSize(NULL, pr.shown + len(marker) + pr.nclose)
+        w = <char *>display
+        memcpy(w, pr.out, pr.shown)
+        memcpy(w + pr.shown, <char *>marker, len(marker))
+        memcpy(w + pr.shown + len(marker), pr.closers, pr.nclose)
+        return (display, pr.kept, pr.cut)
     finally:
         free(pr.out)
 
