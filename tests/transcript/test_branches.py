@@ -258,6 +258,25 @@ def test_a_rewind_leaves_the_abandoned_branch_out_of_the_window_and_in_the_list(
             t.window(leaf=10**6)
 
 
+def test_a_branch_window_whose_message_positions_lie_is_read_again_from_the_file(tmp_path):
+    """A branch's lines come from a walk of ``up``; their ``pos`` must say the same
+    places. A layout whose ``pos`` lies for one line of the window is rebuilt, and the
+    window is still the branch."""
+    records = rewound_session(old=30, fork_after=20, new=6)
+    path = tmp_path / "pi.jsonl"
+    write(path, records)
+    with Transcript.open(path) as t:
+        layout = t._layout
+        before = t.window(message_limit=5).messages
+        assert [m.record["id"] for m in before] == ["n22", "n23", "n24", "n25", "n26"]
+        pos = layout.pos.all().copy()
+        pos[before[2].line] += 1
+        layout.pos = type(layout.pos)([pos])
+        w = t.window(message_limit=5)
+        assert t.layout_outcome == "rebuilt"
+        assert [m.record["id"] for m in w.messages] == ["n22", "n23", "n24", "n25", "n26"]
+
+
 def test_replayed_copies_after_a_second_compaction_are_read_once(tmp_path):
     """Claude Code's second /compact appends copies of earlier rows (the same uuids):
     a transcript that grows quadratically for its users. Each is read once."""
