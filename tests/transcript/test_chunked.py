@@ -72,18 +72,20 @@ def _spread(kind: str, n: int, rng) -> np.ndarray:
     return np.cumsum(gaps).astype(np.int64) - 1000
 
 
+@pytest.mark.parametrize("size", [1, 5, arrays._KEPT, arrays._KEPT + 1, 3 * arrays._PROBE + arrays._KEPT,
+                                  arrays._SMALL + 7 * arrays._PROBE + 13])
 @pytest.mark.parametrize("kind", ["even", "lengths", "doubling", "clustered"])
-def test_a_large_file_array_is_searched_as_the_array_it_holds(tmp_path, kind):
+def test_a_file_array_is_searched_as_the_array_it_holds(tmp_path, kind, size):
     rng = np.random.default_rng(7)
-    values = _spread(kind, arrays._SMALL + 7 * arrays._PROBE + 13, rng)
+    values = _spread(kind, size, rng)
     fa, reads = _file_array(tmp_path, values)
     picks = values[rng.integers(0, len(values), 300)]
     probes = [values[0] - 1, values[0], values[-1] - 1, values[-1], values[-1] + 1, *picks, *(picks - 1), *(picks + 1),
-              *rng.integers(int(values[0]), int(values[-1]), 100)]
+              *rng.integers(int(values[0]), int(values[-1]) + 1, 100)]
     for v in probes:
         assert fa.searchsorted_right(int(v)) == int(np.searchsorted(values, v, side="right")), v
     # Without an even spread a search still costs about a bisection's reads at most.
-    assert len(reads) <= 2 + len(probes) * 2 * (1 + int(np.log2(len(values) / arrays._PROBE)))
+    assert len(reads) <= 2 + len(probes) * 2 * (1 + max(0, int(np.log2(len(values) / arrays._PROBE))))
 
 
 def test_a_search_of_evenly_spread_values_reads_a_probe_or_two(tmp_path):

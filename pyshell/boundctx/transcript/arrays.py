@@ -22,7 +22,8 @@ __all__ = ["ChainPlaces", "Chunked", "FileArray", "SidecarFile", "SidecarGone", 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-# Below this many elements a file-backed chunk is simply read whole when searched.
+# A chunk shorter than this takes in-memory appends (they merge into it, so many
+# single-line appends stay one chunk).
 _SMALL = 1 << 16
 # Elements one probe of a search reads (4 KiB of int64s).
 _PROBE = 512
@@ -156,15 +157,15 @@ class FileArray(_ReadIndexed):
         return raw
 
     def searchsorted_right(self, value: int) -> int:
-        """Elements <= ``value`` (the array is sorted): a small array read whole, a large
-        one by probes of ``_PROBE`` elements. A probe goes where the values at the ends
+        """Elements <= ``value`` (the array is sorted): a short array from its kept
+        copy, a longer one by probes of ``_PROBE`` elements. A probe goes where the values at the ends
         of the range left put ``value``, were they spread evenly (line numbers and offsets
         nearly are, so a probe or two find it where a bisection took a read per halving),
         or halfway when the probe before did not halve the range (so no spread of values
         costs more than about twice a bisection's probes)."""
         count = self.count
-        if count <= _SMALL:
-            return int(np.searchsorted(self.read(0, count), value, side="right"))
+        if count <= _KEPT:
+            return bisect.bisect_right(self._values(0, count), value)  # kept whole
         first, last = self._ends()
         if value < first:
             return 0
