@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boundctx import Transcript
+from boundctx._native import projection
 from boundctx.errors import EntryInvalid
 from boundctx.transcript import encode_record
 from boundctx.transcript.chat import chat_messages
-from boundctx.transcript.lineformat import MAX_DEPTH, LineUnreadable, decode_record
+from boundctx.transcript.lineformat import MAX_DEPTH, LineUnreadable, decode_display, decode_record
 
 
 def msg(content, **kw):
@@ -144,3 +145,19 @@ def test_session_get_shows_a_deeply_nested_line_instead_of_a_traceback(tmp_path)
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr and "deeper than" in run.stdout
+
+
+_NESTED = 256  # the deepest the display projection follows
+
+
+@pytest.mark.parametrize("line", [
+    b'{"type":"message","text":"' + b"x" * 5000 + b'","n":1.5}',
+    b'{"type":"message","text":"\\ud83d half then ' + "\u00e9\U0001f680".encode() * 900 + b'"}',  # a lone surrogate
+    b'{"type":"message","a":' + b"[" * (_NESTED - 1) + b'"' + b"y" * 3000 + b'"' + b"]" * (_NESTED - 1) + b"}",
+    b'{"type":"message","big":123456789012345678901234567890,"text":"' + b"z\\n" * 2000 + b'"}',
+])
+@pytest.mark.parametrize("budget", [0, 100, 4096])
+def test_a_display_decodes_as_any_record_does_without_counting_its_brackets(line, budget):
+    display, _kept, _cut = projection.project_display(line, len(line), budget)
+    assert display is not None
+    assert decode_display(display) == decode_record(display)

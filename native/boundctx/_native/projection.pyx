@@ -69,6 +69,10 @@ cdef struct Projection:
     unsigned char stack[MAX_DEPTH]   # the open containers' brackets, outermost first
 
 
+#: The deepest nesting a display holds: the projection follows no deeper.
+DISPLAY_DEPTH = MAX_DEPTH
+
+
 # 1 for the ASCII bytes text content copies as they are: printable, but for '"' and '\\'.
 cdef unsigned char _TEXT_ASCII[256]
 for _c in range(256):

@@ -1,4 +1,8 @@
+from typing import Final
+
 from typing_extensions import Buffer
+
+DISPLAY_DEPTH: Final[int]
 
 def project_display(
     prefix: Buffer, total_len: int, content_limit: int

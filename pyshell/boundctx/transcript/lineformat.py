@@ -38,7 +38,8 @@ import msgspec
 from boundctx._native import projection
 from boundctx.errors import EntryInvalid
 
-__all__ = ["BOM", "MAX_DEPTH", "LineUnreadable", "decode_lines", "decode_record", "encode_record"]
+__all__ = ["BOM", "MAX_DEPTH", "LineUnreadable", "decode_display", "decode_lines", "decode_record",
+           "encode_record"]
 
 #: A UTF-8 byte-order mark; tolerated before the first line only, never part of a record.
 BOM = b"\xef\xbb\xbf"
@@ -73,6 +74,20 @@ def decode_record(body: bytes) -> Any:
         if _nests_too_deep(body, 0, len(body), value):
             raise LineUnreadable(f"nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def decode_display(display: bytes) -> Any:
+    """:func:`decode_record` of a display the projection built. It nests at most
+    ``projection.DISPLAY_DEPTH`` levels, fewer than :data:`MAX_DEPTH`, so its brackets are
+    not counted (a window's display holds 64 KiB of text)."""
+    try:
+        return _decoder.decode(display)
+    except msgspec.DecodeError as exc:
+        return _decode_lenient(display, str(exc))
+
+
+if projection.DISPLAY_DEPTH >= MAX_DEPTH:  # decode_display would then need the count
+    raise ImportError("the display projection follows nesting deeper than a record may hold")
 
 
 def _nests_too_deep(buf: bytes, start: int, end: int, value: Any) -> bool:

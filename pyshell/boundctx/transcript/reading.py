@@ -22,7 +22,7 @@ from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, nativ
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.kinds import LineKind
 from boundctx.transcript.layout import Layout, LineSpan, is_dense
-from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_lines, decode_record
+from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_display, decode_lines, decode_record
 from boundctx.transcript.sidecar import pread_exact
 
 __all__ = ["COALESCE_GAP", "ENVELOPE", "MAX_RUN_BYTES", "NOT_DISPLAYABLE", "LineReader", "StaleLayout",
@@ -437,7 +437,7 @@ def projected_record(ln: _Line, head, content_limit: int) -> tuple[dict | None, 
     rec = None
     if display is not None:
         try:
-            rec = decode_record(display)
+            rec = decode_display(display)
         except LineUnreadable:
             rec = None
     return (rec if isinstance(rec, dict) else None), cut, prefix, body_len
