@@ -100,3 +100,41 @@ def test_a_search_of_evenly_spread_values_reads_a_probe_or_two(tmp_path):
         reads.clear()
         assert fa.searchsorted_right(int(v)) == int(np.searchsorted(values, v, side="right"))
         assert len(reads) <= 2
+
+
+def test_a_slice_of_bytes_runs_like_a_slice_even_backwards(tmp_path):
+    values = _spread("lengths", arrays._KEPT + 900, np.random.default_rng(5))
+    fa, _reads = _file_array(tmp_path, values)
+    ch = Chunked([fa])  # read from the file, not kept: more than _KEPT elements
+    for lo, hi in [(0, 5), (4000, 100), (len(values), 3), (len(values) - 3, len(values) + 5), (-4, 2), (7, 7),
+                   (arrays._KEPT + 890, arrays._KEPT + 905)]:
+        assert ch.slice_bytes(lo, hi) == values[max(lo, 0) : max(hi, 0)].tobytes(), (lo, hi)
+
+
+@pytest.mark.parametrize("size", [arrays._KEPT + 1, 20_000])
+def test_an_array_searched_whole_is_caught_lying_anywhere(tmp_path, size):
+    """Up to _SMALL elements a search reads the array whole, so its order is checked
+    whole: a lie far from the value searched is caught, not answered around."""
+    values = _spread("even", size, np.random.default_rng(9))
+    lied = values.copy()
+    lied[size // 4] = lied[size // 4 - 5]
+    fa, _reads = _file_array(tmp_path, lied)
+    with pytest.raises(arrays.SidecarLies):
+        fa.searchsorted_right(int(values[size * 3 // 4]))
+
+
+def test_a_probed_array_is_caught_lying_where_a_probe_lands_and_at_its_ends(tmp_path):
+    size = arrays._SMALL + 3 * arrays._PROBE
+    values = _spread("even", size, np.random.default_rng(11))
+    mid = size // 2
+    lied = values.copy()
+    lied[mid - 2000 : mid + 2000] += 10**12  # rising inside the probe, above all that follows it
+    fa, _reads = _file_array(tmp_path, lied)
+    with pytest.raises(arrays.SidecarLies):
+        fa.searchsorted_right(int(values[mid]))
+    ends = values.copy()
+    ends[-1] = ends[0] - 1
+    (tmp_path / "ends").mkdir()
+    fb, _reads = _file_array(tmp_path / "ends", ends)
+    with pytest.raises(arrays.SidecarLies):
+        fb.searchsorted_right(int(values[mid]))

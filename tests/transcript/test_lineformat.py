@@ -161,3 +161,24 @@ def test_a_display_decodes_as_any_record_does_without_counting_its_brackets(line
     display, _kept, _cut = projection.project_display(line, len(line), budget)
     assert display is not None
     assert decode_display(display) == decode_record(display)
+
+
+def test_a_display_too_deep_for_the_callers_stack_is_unreadable_not_an_error():
+    import sys
+
+    line = b'{"type":"message","a":' + b"[" * 200 + b'"' + b"y" * 300 + b'"' + b"]" * 200 + b"}"
+    display, _kept, _cut = projection.project_display(line, len(line), 100)
+    old = sys.getrecursionlimit()
+
+    def frames() -> int:
+        f, n = sys._getframe(), 0
+        while f is not None:
+            f, n = f.f_back, n + 1
+        return n
+
+    sys.setrecursionlimit(frames() + 60)  # room for the call, not for 200 levels
+    try:
+        with pytest.raises(LineUnreadable):
+            decode_display(display)
+    finally:
+        sys.setrecursionlimit(old)

@@ -84,10 +84,21 @@ cdef extern from *:
     """
     #define BX_LOW 0x0101010101010101ULL  /* 1 in every byte of a word */
     #define BX_HIGH 0x8080808080808080ULL /* the top bit of every byte */
+    /* The word test finds the first byte as the lowest flag: little-endian words only;
+       elsewhere every byte goes through the byte loop. */
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ \
+        && (defined(__GNUC__) || defined(__clang__))
+    #define BX_WORD_RUNS 1
+    #define BX_CTZ64(x) __builtin_ctzll(x)
+    #else
+    #define BX_WORD_RUNS 0
+    #define BX_CTZ64(x) 0
+    #endif
     """
     const uint64_t BX_LOW
     const uint64_t BX_HIGH
-    int __builtin_ctzll(unsigned long long) noexcept nogil
+    const bint BX_WORD_RUNS
+    int BX_CTZ64(unsigned long long) noexcept nogil
 
 
 cdef inline Py_ssize_t _plain_run(const unsigned char *p, Py_ssize_t u, Py_ssize_t limit) noexcept nogil:
@@ -97,13 +108,13 @@ cdef inline Py_ssize_t _plain_run(const unsigned char *p, Py_ssize_t u, Py_ssize
     tests below flag that byte exactly; a borrow can flag a byte after it, never one
     before, so the lowest flag (the first byte, little-endian) is the answer."""
     cdef uint64_t w, q, b, m
-    while u + 8 <= limit:
+    while BX_WORD_RUNS and u + 8 <= limit:
         memcpy(&w, p + u, 8)
         q = w ^ (34 * BX_LOW)
         b = w ^ (92 * BX_LOW)
         m = (w | ((w - 32 * BX_LOW) & ~w) | ((q - BX_LOW) & ~q) | ((b - BX_LOW) & ~b)) & BX_HIGH
         if m:
-            return u + (__builtin_ctzll(m) >> 3)
+            return u + (BX_CTZ64(m) >> 3)
         u += 8
     while u < limit and _TEXT_ASCII[p[u]]:
         u += 1

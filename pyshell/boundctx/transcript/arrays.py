@@ -22,8 +22,9 @@ __all__ = ["ChainPlaces", "Chunked", "FileArray", "SidecarFile", "SidecarGone", 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-# A chunk shorter than this takes in-memory appends (they merge into it, so many
-# single-line appends stay one chunk).
+# Up to this many elements a file-backed chunk is read whole when searched (and so its
+# order checked whole); a chunk shorter than this takes in-memory appends (they merge
+# into it, so many single-line appends stay one chunk).
 _SMALL = 1 << 16
 # Elements one probe of a search reads (4 KiB of int64s).
 _PROBE = 512
@@ -157,15 +158,19 @@ class FileArray(_ReadIndexed):
         return raw
 
     def searchsorted_right(self, value: int) -> int:
-        """Elements <= ``value`` (the array is sorted): a short array from its kept
-        copy, a longer one by probes of ``_PROBE`` elements. A probe goes where the values at the ends
-        of the range left put ``value``, were they spread evenly (line numbers and offsets
-        nearly are, so a probe or two find it where a bisection took a read per halving),
-        or halfway when the probe before did not halve the range (so no spread of values
-        costs more than about twice a bisection's probes)."""
+        """Elements <= ``value`` (the array is sorted). An array of up to ``_SMALL``
+        elements is read whole, so its order is checked whole. A longer one is read by
+        probes of ``_PROBE`` elements, each checked rising and inside the values around
+        it. A probe goes where the values at the ends of the range left put ``value``,
+        were they spread evenly (line numbers and offsets nearly are, so a probe or two
+        find it where a bisection took a read per halving), or halfway when the probe
+        before did not halve the range (so no spread of values costs more than about
+        twice a bisection's probes)."""
         count = self.count
-        if count <= _KEPT:
-            return bisect.bisect_right(self._values(0, count), value)  # kept whole
+        if count <= _SMALL:
+            # Read whole (from the kept copy, when short), so the read checks the whole
+            # array's order: a lie anywhere in it is caught here, not answered around.
+            return bisect.bisect_right(self._values(0, count), value)
         first, last = self._ends()
         if value < first:
             return 0
@@ -181,7 +186,10 @@ class FileArray(_ReadIndexed):
             else:
                 guess = (lo + hi) // 2
             a = min(max(guess - _PROBE // 2, lo), hi - _PROBE)
-            block = self._values(a, a + _PROBE)
+            block = self._values(a, a + _PROBE)  # checked rising by the read
+            if block[0] < lo_v or block[-1] > hi_v:
+                raise SidecarLies(f"layout sidecar {self.file.path!r}: elements {a}..{a + _PROBE - 1} "
+                                  "of an increasing array lie outside the elements around them")
             k = bisect.bisect_right(block, value)
             if 0 < k < _PROBE:
                 return a + k
@@ -201,7 +209,11 @@ class FileArray(_ReadIndexed):
     def _ends(self) -> tuple[int, int]:
         """The first and last elements (read once: a segment's bytes do not change)."""
         if self._end_values is None:
-            self._end_values = (self._values(0, 1)[0], self._values(self.count - 1, self.count)[0])
+            first, last = self._values(0, 1)[0], self._values(self.count - 1, self.count)[0]
+            if self.increasing and self.count > 1 and not first < last:
+                raise SidecarLies(f"layout sidecar {self.file.path!r}: an increasing array ends "
+                                  "where it starts, or below")
+            self._end_values = (first, last)
         return self._end_values
 
     def _values(self, lo: int, hi: int) -> Sequence[int]:
@@ -325,6 +337,8 @@ class Chunked:
     def slice_bytes(self, lo: int, hi: int) -> bytes:
         """Elements ``lo:hi`` as bytes (native int64s, or the kinds' bytes)."""
         lo, hi = max(lo, 0), min(hi, len(self))
+        if lo >= hi:
+            return b""
         parts = []
         for c, arr in enumerate(self._chunks):
             a, b = self._bounds[c], self._bounds[c + 1]

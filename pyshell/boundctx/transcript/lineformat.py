@@ -82,6 +82,8 @@ def decode_display(display: bytes) -> Any:
     not counted (a window's display holds 64 KiB of text)."""
     try:
         return _decoder.decode(display)
+    except RecursionError:  # a deep caller's stack: refused as decode_record refuses it
+        raise LineUnreadable(f"nested deeper than this caller's stack allows ({MAX_DEPTH} at most)") from None
     except msgspec.DecodeError as exc:
         return _decode_lenient(display, str(exc))
 
