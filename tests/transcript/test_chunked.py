@@ -138,3 +138,17 @@ def test_a_probed_array_is_caught_lying_where_a_probe_lands_and_at_its_ends(tmp_
     fb, _reads = _file_array(tmp_path / "ends", ends)
     with pytest.raises(arrays.SidecarLies):
         fb.searchsorted_right(int(values[mid]))
+
+
+@pytest.mark.parametrize("picks", [[0, 69_999, 140_000, 209_999], [209_999, 3, 100_000], [70_000, 69_999, 70_002]])
+def test_take_gathers_across_chunks_scattered_or_dense(picks):
+    """Scattered indices are gathered chunk by chunk; indices close together (a window's)
+    are picked from one slice of their span. Either gives the elements asked for."""
+    n = 70_000  # past arrays._SMALL, so the chunks stay apart
+    flat = np.arange(3 * n, dtype=np.int64) * 3 + 1
+    ch = Chunked([flat[:n], flat[n : 2 * n].copy(), flat[2 * n :]])
+    assert ch.chunk_count == 3
+    idx = np.array(picks, dtype=np.int64)
+    assert ch.take(idx).tolist() == flat[idx].tolist()
+    with pytest.raises(IndexError):
+        ch.take(np.array([0, 3 * n], dtype=np.int64))

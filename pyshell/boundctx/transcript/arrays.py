@@ -18,7 +18,8 @@ from boundctx._files import open_regular
 from boundctx._native import lineindex
 from boundctx.transcript.sidecar import pread_exact
 
-__all__ = ["ChainPlaces", "Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "pread_exact"]
+__all__ = ["ChainPlaces", "Chunked", "FileArray", "SidecarFile", "SidecarGone", "SidecarLies", "is_dense",
+           "pread_exact"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -33,6 +34,12 @@ _PROBE = 512
 # segment's bytes never change while its sidecar is open (a sidecar grows by new
 # segments after the old, and is replaced only by a new file), so what was read stays true.
 _KEPT = 4096
+
+
+def is_dense(lo: int, hi: int, count: int) -> bool:
+    """Whether ``count`` elements between ``lo`` and ``hi`` are read as the whole span (a
+    window: one read of each array) rather than element by element."""
+    return hi - lo <= 64 * count + 1024
 
 
 class SidecarGone(OSError):
@@ -321,31 +328,29 @@ class Chunked:
         c, j = self._locate(i)
         return int(self._chunks[c][j])
 
-    def slice(self, lo: int, hi: int) -> np.ndarray:
-        """Elements ``lo:hi`` as one array."""
+    def _pieces(self, lo: int, hi: int):
+        """``(chunk, i, j)`` for each chunk holding elements of ``lo:hi`` (clamped):
+        its elements ``i:j`` are theirs, in order."""
         lo, hi = max(lo, 0), min(hi, len(self))
         if lo >= hi:
-            return np.empty(0, dtype=np.int64)
-        parts = []
+            return
         for c, arr in enumerate(self._chunks):
             a, b = self._bounds[c], self._bounds[c + 1]
             if b <= lo or a >= hi:
                 continue
-            parts.append(arr[max(lo - a, 0) : min(hi, b) - a])
+            yield arr, max(lo - a, 0), min(hi, b) - a
+
+    def slice(self, lo: int, hi: int) -> np.ndarray:
+        """Elements ``lo:hi`` as one array."""
+        parts = [arr[i:j] for arr, i, j in self._pieces(lo, hi)]
+        if not parts:
+            return np.empty(0, dtype=np.int64)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def slice_bytes(self, lo: int, hi: int) -> bytes:
         """Elements ``lo:hi`` as bytes (native int64s, or the kinds' bytes)."""
-        lo, hi = max(lo, 0), min(hi, len(self))
-        if lo >= hi:
-            return b""
-        parts = []
-        for c, arr in enumerate(self._chunks):
-            a, b = self._bounds[c], self._bounds[c + 1]
-            if b <= lo or a >= hi:
-                continue
-            i, j = max(lo - a, 0), min(hi, b) - a
-            parts.append(arr.read_bytes(i, j) if isinstance(arr, FileArray) else arr[i:j].tobytes())
+        parts = [arr.read_bytes(i, j) if isinstance(arr, FileArray) else arr[i:j].tobytes()
+                 for arr, i, j in self._pieces(lo, hi)]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def bisect_right(self, value: int) -> int:
@@ -359,10 +364,15 @@ class Chunked:
     def take(self, indices: np.ndarray) -> np.ndarray:
         """Elements at ``indices``, gathered chunk by chunk (IndexError when out of range)."""
         indices = np.asarray(indices, dtype=np.int64)
-        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= len(self)):
+        if not len(indices):
+            return np.empty(0, dtype=np.int64)
+        lo, hi = int(indices.min()), int(indices.max()) + 1
+        if lo < 0 or hi > len(self):
             raise IndexError(f"index out of range 0..{len(self) - 1}")
         if len(self._chunks) == 1:
             return np.asarray(self._chunks[0][indices])
+        if is_dense(lo, hi, len(indices)):  # a window's: one slice of the span, then picked
+            return self.slice(lo, hi)[indices - lo]
         out = np.empty(len(indices), dtype=np.int64)
         which = np.searchsorted(np.asarray(self._bounds), indices, side="right") - 1
         for c in np.unique(which).tolist():

@@ -111,12 +111,6 @@ class Judgement(NamedTuple):
     reason: str = ""
 
 
-def is_dense(lo: int, hi: int, count: int) -> bool:
-    """Whether ``count`` lines between ``lo`` and ``hi`` are read as the whole span (a
-    window: one read of each array) rather than element by element."""
-    return hi - lo <= 64 * count + 1024
-
-
 def _lines_outside(layout: Layout, lo: int, hi: int) -> SidecarLies:
     """Arrays read on demand from a sidecar are checked only at their ends on load: every
     offset handed out must lie inside the indexed bytes, and every line must hold at
@@ -251,24 +245,16 @@ class Layout:
             raise _lines_outside(self, lo, hi)
         return LineSpan(lo, hi, offs, self.kinds.slice_bytes(lo, hi))
 
-    def line_info(self, lines: np.ndarray, span: LineSpan | None = None,
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def line_info(self, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start offset, end offset (after the ``\\n``) and kind of each of ``lines``
-        (rising strictly: readers check them first, ``LineReader.check_lines``). Dense
-        lines (a window) cost one read of each array's span, none when ``span`` (read
-        before, by the same reader) covers them."""
+        (rising strictly: readers check them first, ``LineReader.check_lines``), gathered
+        element by element and checked. A window's lines (dense) are read as a span
+        instead: :meth:`line_span`, ``LineReader.line_info``."""
         lines = np.asarray(lines, dtype=np.int64)
         if not len(lines):
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, empty
         lo, hi = int(lines[0]), int(lines[-1]) + 1
-        if is_dense(lo, hi, len(lines)):
-            if span is None or not span.covers(lo, hi):
-                span = self.line_span(lo, hi)
-            # A span's offsets were checked when it was read (line_span).
-            offs, kinds = np.frombuffer(span.offs, dtype=_i8), np.frombuffer(span.kinds, dtype=np.uint8)
-            rel = lines - span.lo
-            return offs[rel], offs[rel + 1], kinds[rel]
         starts = self.starts.take(lines)
         nxt = lines + 1
         last = nxt >= len(self.starts)

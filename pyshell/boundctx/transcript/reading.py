@@ -18,10 +18,11 @@ import numpy as np
 
 from boundctx._native import lineindex, projection
 from boundctx._search import longest_fitting
+from boundctx.transcript.arrays import is_dense
 from boundctx.transcript.dialects import classify_by_parse, dialect_kinds, native_table
 from boundctx.transcript.entries import Entry
 from boundctx.transcript.kinds import LineKind
-from boundctx.transcript.layout import Layout, LineSpan, is_dense
+from boundctx.transcript.layout import Layout, LineSpan
 from boundctx.transcript.lineformat import BOM, LineUnreadable, decode_display, decode_lines, decode_record
 from boundctx.transcript.sidecar import pread_exact
 
@@ -114,7 +115,7 @@ class LineReader:
                     return offs[a:b], offs[a + 1 : b + 1], kinds[a:b]
                 rel = [line - span.lo for line in lines.tolist()]
                 return [offs[k] for k in rel], [offs[k + 1] for k in rel], [kinds[k] for k in rel]
-        starts, ends, kinds_a = self.layout.line_info(np.asarray(lines, dtype=np.int64), self._span)
+        starts, ends, kinds_a = self.layout.line_info(lines)  # scattered: element by element
         return starts.tolist(), ends.tolist(), kinds_a.tolist()
 
     # -- what the layout's arrays say ---------------------------------------------
@@ -133,20 +134,20 @@ class LineReader:
             raise StaleLayout("indexed line numbers out of range")
         cover = self._cover(lo, hi)
         kinds = cover.kinds[lo - cover.lo : hi - cover.lo]
-        if complete and kind in (None, LineKind.COMPACTION):
-            # Every such line from the first to the last, and no other: one native pass
-            # over the kinds says which they are, and the lines must be exactly those.
-            messages, compactions = lineindex.sequence_lines(kinds, lo)
-            if (messages if kind is None else compactions) == np.asarray(lines, dtype=_I8).tobytes():
-                return
-        if not lineindex.rises_within(np.ascontiguousarray(lines, dtype=_I8).data, lo, hi - 1):
-            raise StaleLayout("indexed line numbers not increasing")
-        # Each line must be one of the sequence (or of ``kind``); complete: and no other.
+        # The lines of the sequence (or of ``kind``) among the kinds: one native pass.
         if kind in (None, LineKind.COMPACTION):
             messages, compactions = lineindex.sequence_lines(kinds, lo)
-            of_kind: Sequence[int] = memoryview(messages if kind is None else compactions).cast("q")
+            found = messages if kind is None else compactions
+            # Complete: every such line from the first to the last and no other, so the
+            # lines must be exactly those.
+            if complete and found == np.asarray(lines, dtype=_I8).tobytes():
+                return
+            of_kind: Sequence[int] = memoryview(found).cast("q")
         else:
             of_kind = [lo + k for k, c in enumerate(kinds) if c == kind]
+        if not lineindex.rises_within(np.ascontiguousarray(lines, dtype=_I8).data, lo, hi - 1):
+            raise StaleLayout("indexed line numbers not increasing")
+        # Each line must be one of them; complete: and no other.
         if (complete and len(of_kind) != len(lines)) or not set(lines.tolist()).issubset(of_kind):
             raise StaleLayout("indexed lines disagree with the line kinds")
 

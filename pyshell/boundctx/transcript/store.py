@@ -34,7 +34,6 @@ from boundctx.transcript.layout import (
     Outcome,
     build_layout,
     extend_layout,
-    is_dense,
     is_sequence,
     judge,
     load_layout,
@@ -97,18 +96,6 @@ def _span(before: int | None, limit: int | None, total: int, of: str) -> tuple[i
     elif before > total:
         raise ValueError(f"message_before={before} is past the last message; {of} has {total}")
     return before, 0 if limit is None else max(0, before - limit)
-
-
-def _positions(layout: Layout, lines: np.ndarray) -> list[int]:
-    """``pos`` of ``lines`` (rising strictly): of a window's lines (dense) from one
-    slice of the array, not gathered chunk by chunk."""
-    if not len(lines):
-        return []
-    lo, hi = int(lines[0]), int(lines[-1]) + 1
-    if not is_dense(lo, hi, len(lines)):
-        return layout.pos.take(lines).tolist()
-    span = layout.pos.slice(lo, hi).tolist()
-    return [span[line - lo] for line in lines.tolist()]
 
 
 def _identity_of(fd: int) -> tuple[int, int]:
@@ -587,7 +574,7 @@ class Transcript:
         before, start = _span(before, limit, total, "the branch")
         lines = self._branch_lines(leaf_line, start, before)
         reader.check_lines(lines, complete=False)
-        if _positions(layout, lines) != list(range(start, start + len(lines))):
+        if layout.pos.take(lines).tolist() != list(range(start, start + len(lines))):
             raise StaleLayout("the tree's message positions disagree with its branch")
         messages, start, lines = self._page(reader, lines, start, content_limit, page_bytes)
         if len(lines):
